@@ -1,0 +1,32 @@
+# Spillway: top-level build.
+#
+# Each part of the tree contributes a fragment under build/*.mk that adds its
+# artifacts to `all` and its own steps to `demo`, `bench` and `generate`.
+# Outputs go under build/ and are never committed.
+
+GO      ?= go
+CC      ?= gcc
+BUILD   := build
+TEST_TIMEOUT ?= 30m
+
+export CGO_ENABLED := 1
+
+.PHONY: all test demo bench clean generate
+.DEFAULT_GOAL := all
+
+all:
+
+include $(sort $(wildcard build/*.mk))
+
+# Every test: unit tests of the pure-Go packages, the race detector on the
+# concurrent ones, and the end-to-end suites under tests/ against simcuda.
+test: all
+	$(GO) vet ./...
+	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PACKAGES)
+
+bench: all
+	$(GO) test -run '^$$' -bench . -benchtime 1s $(BENCH_PACKAGES)
+
+clean:
+	rm -rf $(BUILD)/simcuda $(BUILD)/lib $(BUILD)/bin $(BUILD)/obj $(BUILD)/tmp
