@@ -10,6 +10,8 @@ BUILD   := build
 TEST_TIMEOUT ?= 30m
 
 export CGO_ENABLED := 1
+# go-nvml's cgo sources use declarations its own header marks deprecated.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 
 .PHONY: all test demo bench clean generate
 .DEFAULT_GOAL := all
@@ -23,7 +25,11 @@ include $(sort $(wildcard build/*.mk))
 test: all
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+ifneq ($(strip $(RACE_PACKAGES)),)
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PACKAGES)
+endif
+
+BENCH_PACKAGES += ./tests/simcudatest/
 
 bench: all
 	$(GO) test -run '^$$' -bench . -benchtime 1s $(BENCH_PACKAGES)

@@ -1,0 +1,59 @@
+/*
+ * devices.h - the simulated devices, as SIMCUDA_DEVICES describes them.
+ *
+ * Shared by the simulated driver (libcuda.so.1) and NVML (libnvidia-ml.so.1),
+ * which read the same variable independently, as the real libraries each
+ * query the kernel driver. Also the fixed facts both report (versions, names,
+ * UUIDs), so the two views of a device always agree.
+ *
+ * Syntax: a comma-separated list of items "[<count>x]<size>", where <size> is
+ * a decimal integer optionally followed by B, KiB, MiB, GiB or TiB (bytes when
+ * bare): "16GiB", "2x16GiB", "80GiB,24GiB". Unset or empty: one 16 GiB device.
+ */
+#ifndef SIMCUDA_DEVICES_H
+#define SIMCUDA_DEVICES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define SIMCUDA_MAX_DEVICES 16
+#define SIMCUDA_DEFAULT_CAPACITY (16ULL << 30)
+
+/* CUDA driver version (cuDriverGetVersion, nvmlSystemGetCudaDriverVersion). */
+#define SIMCUDA_DRIVER_VERSION 12040
+/* The kernel driver version string NVML reports (a release that ships CUDA 12.4). */
+#define SIMCUDA_NVML_DRIVER_VERSION "550.54.15"
+
+struct simcuda_devices {
+	int count;
+	uint64_t capacity[SIMCUDA_MAX_DEVICES]; /* bytes */
+};
+
+/*
+ * Parses spec into cfg. Returns 0, or -1 with a message that names the bad
+ * item and the valid syntax in err.
+ */
+int simcuda_devices_parse(const char *spec, struct simcuda_devices *cfg, char *err, size_t errlen);
+
+/*
+ * Parses one "<integer>[B|KiB|MiB|GiB|TiB]" size (the syntax of a device
+ * size, also used by SIMCUDA_CONTEXT_BYTES). Returns 0, or -1 when malformed.
+ */
+int simcuda_parse_size(const char *s, uint64_t *bytes);
+
+/*
+ * Reads SIMCUDA_DEVICES (default: one 16 GiB device). Returns 0, or -1 after
+ * printing why to stderr.
+ */
+int simcuda_devices_load(struct simcuda_devices *cfg);
+
+/* The device's marketing name, e.g. "simcuda GPU 16GiB". */
+void simcuda_device_name(int ordinal, uint64_t capacity, char *buf, size_t size);
+
+/* The device's 16-byte UUID; stable for a given ordinal and capacity. */
+void simcuda_device_uuid(int ordinal, uint64_t capacity, unsigned char uuid[16]);
+
+/* The same UUID as NVML prints it: "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx". */
+void simcuda_device_uuid_string(int ordinal, uint64_t capacity, char *buf, size_t size);
+
+#endif

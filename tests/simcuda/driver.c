@@ -1,0 +1,895 @@
+/*
+ * driver.c - the simulated CUDA driver's entry, devices, primary contexts,
+ * cuGetProcAddress, error strings, fault injection, fork behaviour and the
+ * statistics file. Memory lives in memory.c, streams and events in streams.c.
+ *
+ * Configuration is read once when the library loads: SIMCUDA_DEVICES,
+ * SIMCUDA_CONTEXT_BYTES, SIMCUDA_NO_MANAGED, SIMCUDA_FAIL and
+ * SIMCUDA_STATS_FILE (see README.md). A malformed value makes cuInit fail
+ * with CUDA_ERROR_INVALID_VALUE after printing what is wrong.
+ */
+#define _GNU_SOURCE
+#include "driver.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "export.h"
+#include "state.h"
+
+#define CTX_MAGIC 0x43545821u
+#define MAX_FAULTS 32
+#define CALL_SLOTS 512
+#define MAX_RUNTIMES 4
+
+struct sim sim = {
+	.lock = PTHREAD_MUTEX_INITIALIZER,
+	.progress = PTHREAD_COND_INITIALIZER,
+};
+
+__thread int sim_ptds;
+static __thread struct CUctx_st *current_ctx;
+
+/* Configuration read at load time. */
+static struct simcuda_devices config_devices;
+static char config_error[1024];
+static struct fault {
+	char name[64];
+	uint64_t ordinal;
+} faults[MAX_FAULTS];
+static int nfaults;
+
+/* Set in a child forked after initialisation: every call fails at once. */
+static int dead_after_fork;
+static pid_t load_pid;
+
+/* Call counts of driver functions, by name (the names are __func__ literals). */
+static pthread_mutex_t calls_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+	const char *name;
+	uint64_t count;
+} calls[CALL_SLOTS];
+
+/* Runtimes' call counters (see export.h). */
+static struct {
+	const char *const *names;
+	uint64_t *counts;
+	int n;
+} runtimes[MAX_RUNTIMES];
+static int nruntimes;
+
+static uint64_t count_call(const char *name)
+{
+	unsigned int h = 5381;
+
+	for (const char *p = name; *p; p++)
+		h = h * 33 + (unsigned char)*p;
+	pthread_mutex_lock(&calls_lock);
+	for (h %= CALL_SLOTS; calls[h].name != NULL && strcmp(calls[h].name, name) != 0;
+	     h = (h + 1) % CALL_SLOTS)
+		;
+	calls[h].name = name;
+	uint64_t n = ++calls[h].count;
+	pthread_mutex_unlock(&calls_lock);
+	return n;
+}
+
+static int should_fail(const char *name, uint64_t ordinal)
+{
+	for (int i = 0; i < nfaults; i++)
+		if (faults[i].ordinal == ordinal && strcmp(faults[i].name, name) == 0)
+			return 1;
+	return 0;
+}
+
+CUresult sim_enter(const char *name, int need)
+{
+	if (__atomic_load_n(&dead_after_fork, __ATOMIC_RELAXED))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	uint64_t n = count_call(name);
+	if (sim_in_host_fn)
+		return CUDA_ERROR_NOT_PERMITTED; /* host functions must not call CUDA */
+	if ((need & ENTER_INIT) && !__atomic_load_n(&sim.initialized, __ATOMIC_ACQUIRE))
+		return CUDA_ERROR_NOT_INITIALIZED;
+	if (should_fail(name, n))
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	return CUDA_SUCCESS;
+}
+
+int sim_valid_device(int device)
+{
+	return device >= 0 && device < sim.ndev;
+}
+
+CUresult sim_current_device(int *device)
+{
+	struct CUctx_st *ctx = current_ctx;
+
+	if (ctx == NULL)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&sim.lock);
+	int active = sim.dev[ctx->device].ctx_active;
+	pthread_mutex_unlock(&sim.lock);
+	if (!active)
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	*device = ctx->device;
+	return CUDA_SUCCESS;
+}
+
+/* ---- configuration, fork ---- */
+
+static void parse_faults(const char *spec)
+{
+	char *copy = strdup(spec), *save = NULL;
+
+	if (copy == NULL)
+		return;
+	for (char *item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
+		char *colon = strrchr(item, ':'), *end;
+		unsigned long long n = 0;
+		if (colon != NULL && colon != item && (size_t)(colon - item) < sizeof(faults[0].name)) {
+			errno = 0;
+			n = strtoull(colon + 1, &end, 10);
+			if (errno != 0 || end == colon + 1 || *end != '\0' || colon[1] == '-')
+				n = 0;
+		}
+		if (n == 0 || nfaults == MAX_FAULTS) {
+			snprintf(config_error, sizeof(config_error),
+				 "SIMCUDA_FAIL=\"%s\": bad item \"%s\"; expected a comma-separated list "
+				 "of at most %d <function>:<call number> items, e.g. cuMemAlloc_v2:5",
+				 spec, item, MAX_FAULTS);
+			break;
+		}
+		memcpy(faults[nfaults].name, item, (size_t)(colon - item));
+		faults[nfaults].name[colon - item] = '\0';
+		faults[nfaults].ordinal = n;
+		nfaults++;
+	}
+	free(copy);
+}
+
+static void fork_prepare(void)
+{
+	pthread_mutex_lock(&calls_lock);
+	pthread_mutex_lock(&sim.lock);
+}
+
+static void fork_parent(void)
+{
+	pthread_mutex_unlock(&sim.lock);
+	pthread_mutex_unlock(&calls_lock);
+}
+
+/* CUDA cannot be used in a child forked after initialisation: every call fails, none blocks. */
+static void fork_child(void)
+{
+	if (sim.initialized)
+		__atomic_store_n(&dead_after_fork, 1, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&sim.lock);
+	pthread_mutex_unlock(&calls_lock);
+}
+
+__attribute__((constructor)) static void load_config(void)
+{
+	char err[768];
+	const char *v;
+
+	load_pid = getpid();
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
+	if (simcuda_devices_parse(getenv("SIMCUDA_DEVICES"), &config_devices, err, sizeof(err)) != 0)
+		snprintf(config_error, sizeof(config_error), "%s", err);
+	v = getenv("SIMCUDA_CONTEXT_BYTES");
+	if (v != NULL && v[0] != '\0' && simcuda_parse_size(v, &sim.context_bytes) != 0)
+		snprintf(config_error, sizeof(config_error),
+			 "SIMCUDA_CONTEXT_BYTES=\"%s\": expected an integer optionally followed by "
+			 "B, KiB, MiB, GiB or TiB",
+			 v);
+	v = getenv("SIMCUDA_NO_MANAGED");
+	if (v != NULL && v[0] != '\0') {
+		if (strcmp(v, "1") == 0)
+			sim.no_managed = 1;
+		else if (strcmp(v, "0") != 0)
+			snprintf(config_error, sizeof(config_error),
+				 "SIMCUDA_NO_MANAGED=\"%s\": expected 1 or 0", v);
+	}
+	v = getenv("SIMCUDA_FAIL");
+	if (v != NULL && v[0] != '\0')
+		parse_faults(v);
+}
+
+/* ---- initialisation, versions ---- */
+
+SIM_API CUresult cuInit(unsigned int Flags)
+{
+	static int reported;
+	CUresult rc = CUDA_SUCCESS;
+
+	ENTER(ENTER_ANY);
+	if (Flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	if (config_error[0] != '\0') {
+		if (!reported++)
+			fprintf(stderr, "simcuda: %s\n", config_error);
+		rc = CUDA_ERROR_INVALID_VALUE;
+	} else if (!sim.initialized) {
+		sim.ndev = config_devices.count;
+		for (int i = 0; i < sim.ndev; i++) {
+			sim.dev[i].capacity = config_devices.capacity[i];
+			sim.dev[i].ctx = calloc(1, sizeof(struct CUctx_st));
+			if (sim.dev[i].ctx == NULL) {
+				rc = CUDA_ERROR_OUT_OF_MEMORY;
+				break;
+			}
+			sim.dev[i].ctx->magic = CTX_MAGIC;
+			sim.dev[i].ctx->device = i;
+		}
+		if (rc == CUDA_SUCCESS) {
+			simstate_open(sim.ndev); /* on failure NVML just does not see us */
+			sim.init_pid = getpid();
+			__atomic_store_n(&sim.initialized, 1, __ATOMIC_RELEASE);
+		}
+	}
+	pthread_mutex_unlock(&sim.lock);
+	return rc;
+}
+
+SIM_API CUresult cuDriverGetVersion(int *driverVersion)
+{
+	ENTER(ENTER_ANY);
+	if (driverVersion == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*driverVersion = SIMCUDA_DRIVER_VERSION;
+	return CUDA_SUCCESS;
+}
+
+/* ---- devices ---- */
+
+SIM_API CUresult cuDeviceGetCount(int *count)
+{
+	ENTER(ENTER_INIT);
+	if (count == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*count = sim.ndev;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceGet(CUdevice *device, int ordinal)
+{
+	ENTER(ENTER_INIT);
+	if (device == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_valid_device(ordinal))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*device = ordinal;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+	char buf[128];
+
+	ENTER(ENTER_INIT);
+	if (name == NULL || len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_valid_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	simcuda_device_name(dev, sim.dev[dev].capacity, buf, sizeof(buf));
+	snprintf(name, (size_t)len, "%s", buf);
+	return CUDA_SUCCESS;
+}
+
+static CUresult device_uuid(CUuuid *uuid, CUdevice dev)
+{
+	if (uuid == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_valid_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	simcuda_device_uuid(dev, sim.dev[dev].capacity, (unsigned char *)uuid->bytes);
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceGetUuid(CUuuid *uuid, CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	return device_uuid(uuid, dev);
+}
+
+SIM_API CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	return device_uuid(uuid, dev);
+}
+
+SIM_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	if (bytes == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_valid_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*bytes = sim.dev[dev].capacity;
+	return CUDA_SUCCESS;
+}
+
+/* Attribute values of an H100-class device (compute capability 9.0). */
+SIM_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+	int managed = !sim.no_managed;
+	int v;
+
+	ENTER(ENTER_INIT);
+	if (pi == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_valid_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	switch (attrib) {
+	case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
+	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: v = 1024; break;
+	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: v = 1024; break;
+	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: v = 64; break;
+	case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: v = 2147483647; break;
+	case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: v = 65535; break;
+	case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: v = 65535; break;
+	case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: v = 49152; break;
+	case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: v = 65536; break;
+	case CU_DEVICE_ATTRIBUTE_WARP_SIZE: v = 32; break;
+	case CU_DEVICE_ATTRIBUTE_MAX_PITCH: v = 2147483647; break;
+	case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: v = 65536; break;
+	case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: v = 1980000; break;
+	case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: v = 512; break;
+	case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: v = 1; break;
+	case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = 132; break;
+	case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT: v = 0; break;
+	case CU_DEVICE_ATTRIBUTE_INTEGRATED: v = 0; break;
+	case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: v = 1; break;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: v = 0; break;
+	case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: v = 1; break;
+	case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: v = 1; break;
+	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = 0x18 + dev; break;
+	case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: v = 0; break;
+	case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: v = 0; break;
+	case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: v = 2619000; break;
+	case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: v = 5120; break;
+	case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: v = 52428800; break;
+	case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: v = 2048; break;
+	case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: v = 3; break;
+	case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: v = 1; break;
+	case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: v = 0; break;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: v = 9; break;
+	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: v = 0; break;
+	case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: v = 1; break;
+	case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: v = managed; break;
+	case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: v = 0; break;
+	case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: v = 0; break;
+	case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: v = managed; break;
+	case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: v = 1; break;
+	case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST: v = 0; break;
+	/* The virtual memory management API is not simulated (README.md). */
+	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: v = 0; break;
+	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = 1; break;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	*pi = v;
+	return CUDA_SUCCESS;
+}
+
+/* ---- primary contexts ---- */
+
+/* Makes device's primary context active: it takes its bytes and gets its legacy stream. */
+static CUresult ctx_activate_locked(int device)
+{
+	struct sim_device *d = &sim.dev[device];
+	uint64_t bytes = sim.context_bytes;
+	uint64_t cap = d->others_bytes < d->capacity ? d->capacity - d->others_bytes : 0;
+
+	if (bytes > cap || d->plain_bytes > cap - bytes || mem_make_room(device, bytes, NULL) != 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (d->legacy == NULL) {
+		CUresult rc = stream_create_locked(device, CU_STREAM_DEFAULT, 1, 0, &d->legacy);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	}
+	d->ctx_bytes = bytes;
+	d->ctx_active = 1;
+	mem_usage_changed(device);
+	return CUDA_SUCCESS;
+}
+
+/*
+ * Destroys device's primary context once its work is done: its allocations,
+ * streams and bytes go, as they do when a CUDA context is destroyed.
+ * force: cuDevicePrimaryCtxReset (regardless of the reference count).
+ */
+static void ctx_deactivate(int device, int force)
+{
+	stream_sync_device(device);
+	pthread_mutex_lock(&sim.lock);
+	struct sim_device *d = &sim.dev[device];
+	if (d->ctx_active && (force || d->ctx_refs == 0)) {
+		mem_release_device(device);
+		streams_destroy_device(device);
+		d->ctx_refs = 0;
+		d->ctx_bytes = 0;
+		d->ctx_active = 0;
+		mem_usage_changed(device);
+	}
+	pthread_mutex_unlock(&sim.lock);
+}
+
+SIM_API CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+	CUresult rc = CUDA_SUCCESS;
+
+	ENTER(ENTER_INIT);
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_valid_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	mem_refresh_others(dev);
+	pthread_mutex_lock(&sim.lock);
+	if (!sim.dev[dev].ctx_active)
+		rc = ctx_activate_locked(dev);
+	if (rc == CUDA_SUCCESS) {
+		sim.dev[dev].ctx_refs++;
+		*pctx = sim.dev[dev].ctx;
+	}
+	pthread_mutex_unlock(&sim.lock);
+	return rc;
+}
+
+static CUresult primary_release(CUdevice dev)
+{
+	if (!sim_valid_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&sim.lock);
+	if (sim.dev[dev].ctx_refs == 0) {
+		pthread_mutex_unlock(&sim.lock);
+		return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	int last = --sim.dev[dev].ctx_refs == 0;
+	pthread_mutex_unlock(&sim.lock);
+	if (last)
+		ctx_deactivate(dev, 0);
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDevicePrimaryCtxRelease(CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	return primary_release(dev);
+}
+
+SIM_API CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	return primary_release(dev);
+}
+
+static CUresult primary_reset(CUdevice dev)
+{
+	if (!sim_valid_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	ctx_deactivate(dev, 1);
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	return primary_reset(dev);
+}
+
+SIM_API CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	return primary_reset(dev);
+}
+
+SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+	ENTER(ENTER_INIT);
+	if (flags == NULL || active == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_valid_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&sim.lock);
+	*flags = 0;
+	*active = sim.dev[dev].ctx_active;
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxGetCurrent(CUcontext *pctx)
+{
+	ENTER(ENTER_INIT);
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	*pctx = current_ctx;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxSetCurrent(CUcontext ctx)
+{
+	ENTER(ENTER_INIT);
+	if (ctx != NULL) {
+		int ok = 0;
+		for (int i = 0; i < sim.ndev; i++)
+			ok |= sim.dev[i].ctx == ctx;
+		if (!ok)
+			return CUDA_ERROR_INVALID_CONTEXT;
+	}
+	current_ctx = ctx;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxGetDevice(CUdevice *device)
+{
+	ENTER(ENTER_INIT);
+	if (device == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return sim_current_device(device);
+}
+
+SIM_API CUresult cuCtxSynchronize(void)
+{
+	int dev;
+
+	ENTER(ENTER_INIT);
+	CUresult rc = sim_current_device(&dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	return stream_sync_device(dev);
+}
+
+/* ---- error strings ---- */
+
+static const struct {
+	CUresult code;
+	const char *name, *text;
+} errors[] = {
+	{CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
+	{CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+	{CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+	{CUDA_ERROR_NOT_INITIALIZED, "CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+	{CUDA_ERROR_DEINITIALIZED, "CUDA_ERROR_DEINITIALIZED", "driver shutting down"},
+	{CUDA_ERROR_PROFILER_DISABLED, "CUDA_ERROR_PROFILER_DISABLED", "profiler disabled while using external profiling tool"},
+	{CUDA_ERROR_STUB_LIBRARY, "CUDA_ERROR_STUB_LIBRARY", "CUDA driver is a stub library"},
+	{CUDA_ERROR_DEVICE_UNAVAILABLE, "CUDA_ERROR_DEVICE_UNAVAILABLE", "CUDA-capable device(s) is/are busy or unavailable"},
+	{CUDA_ERROR_NO_DEVICE, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+	{CUDA_ERROR_INVALID_DEVICE, "CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+	{CUDA_ERROR_DEVICE_NOT_LICENSED, "CUDA_ERROR_DEVICE_NOT_LICENSED", "device doesn't have valid Grid license"},
+	{CUDA_ERROR_INVALID_IMAGE, "CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+	{CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
+	{CUDA_ERROR_CONTEXT_ALREADY_CURRENT, "CUDA_ERROR_CONTEXT_ALREADY_CURRENT", "context already current"},
+	{CUDA_ERROR_MAP_FAILED, "CUDA_ERROR_MAP_FAILED", "mapping of buffer object failed"},
+	{CUDA_ERROR_UNMAP_FAILED, "CUDA_ERROR_UNMAP_FAILED", "unmapping of buffer object failed"},
+	{CUDA_ERROR_ALREADY_MAPPED, "CUDA_ERROR_ALREADY_MAPPED", "resource already mapped"},
+	{CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+	{CUDA_ERROR_ALREADY_ACQUIRED, "CUDA_ERROR_ALREADY_ACQUIRED", "resource already acquired"},
+	{CUDA_ERROR_NOT_MAPPED, "CUDA_ERROR_NOT_MAPPED", "resource not mapped"},
+	{CUDA_ERROR_INVALID_SOURCE, "CUDA_ERROR_INVALID_SOURCE", "device kernel image is invalid"},
+	{CUDA_ERROR_FILE_NOT_FOUND, "CUDA_ERROR_FILE_NOT_FOUND", "file not found"},
+	{CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS"},
+	{CUDA_ERROR_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
+	{CUDA_ERROR_ILLEGAL_STATE, "CUDA_ERROR_ILLEGAL_STATE", "the operation cannot be performed in the present state"},
+	{CUDA_ERROR_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+	{CUDA_ERROR_NOT_READY, "CUDA_ERROR_NOT_READY", "device not ready"},
+	{CUDA_ERROR_ILLEGAL_ADDRESS, "CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+	{CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES", "too many resources requested for launch"},
+	{CUDA_ERROR_LAUNCH_TIMEOUT, "CUDA_ERROR_LAUNCH_TIMEOUT", "the launch timed out and was terminated"},
+	{CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access is already enabled"},
+	{CUDA_ERROR_PEER_ACCESS_NOT_ENABLED, "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED", "peer access has not been enabled"},
+	{CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE, "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE", "cannot set while device is active in this process"},
+	{CUDA_ERROR_CONTEXT_IS_DESTROYED, "CUDA_ERROR_CONTEXT_IS_DESTROYED", "context is destroyed"},
+	{CUDA_ERROR_ASSERT, "CUDA_ERROR_ASSERT", "device-side assert triggered"},
+	{CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "part or all of the requested memory range is already mapped"},
+	{CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "pointer does not correspond to a registered memory region"},
+	{CUDA_ERROR_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+	{CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
+	{CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
+	{CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
+	{CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
+};
+
+static CUresult error_text(CUresult error, const char **pStr, int name)
+{
+	if (pStr == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++) {
+		if (errors[i].code == error) {
+			*pStr = name ? errors[i].name : errors[i].text;
+			return CUDA_SUCCESS;
+		}
+	}
+	*pStr = NULL;
+	return CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_API CUresult cuGetErrorName(CUresult error, const char **pStr)
+{
+	ENTER(ENTER_ANY);
+	return error_text(error, pStr, 1);
+}
+
+SIM_API CUresult cuGetErrorString(CUresult error, const char **pStr)
+{
+	ENTER(ENTER_ANY);
+	return error_text(error, pStr, 0);
+}
+
+/* ---- per-thread default stream variants ---- */
+
+/* The _ptsz/_ptds entry points: the same call with the per-thread default stream. */
+#define PER_THREAD(variant, base, params, args)   \
+	SIM_API CUresult variant params           \
+	{                                         \
+		sim_ptds++;                       \
+		CUresult rc = base args;          \
+		sim_ptds--;                       \
+		return rc;                        \
+	}
+
+PER_THREAD(cuMemcpy_ptds, cuMemcpy, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n))
+PER_THREAD(cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD_v2, (CUdeviceptr d, const void *s, size_t n),
+	   (d, s, n))
+PER_THREAD(cuMemcpyDtoH_v2_ptds, cuMemcpyDtoH_v2, (void *d, CUdeviceptr s, size_t n), (d, s, n))
+PER_THREAD(cuMemcpyDtoD_v2_ptds, cuMemcpyDtoD_v2, (CUdeviceptr d, CUdeviceptr s, size_t n),
+	   (d, s, n))
+PER_THREAD(cuMemsetD8_v2_ptds, cuMemsetD8_v2, (CUdeviceptr d, unsigned char v, size_t n),
+	   (d, v, n))
+PER_THREAD(cuMemcpyAsync_ptsz, cuMemcpyAsync,
+	   (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream h), (d, s, n, h))
+PER_THREAD(cuMemcpyHtoDAsync_v2_ptsz, cuMemcpyHtoDAsync_v2,
+	   (CUdeviceptr d, const void *s, size_t n, CUstream h), (d, s, n, h))
+PER_THREAD(cuMemcpyDtoHAsync_v2_ptsz, cuMemcpyDtoHAsync_v2,
+	   (void *d, CUdeviceptr s, size_t n, CUstream h), (d, s, n, h))
+PER_THREAD(cuMemcpyDtoDAsync_v2_ptsz, cuMemcpyDtoDAsync_v2,
+	   (CUdeviceptr d, CUdeviceptr s, size_t n, CUstream h), (d, s, n, h))
+PER_THREAD(cuMemsetD8Async_ptsz, cuMemsetD8Async,
+	   (CUdeviceptr d, unsigned char v, size_t n, CUstream h), (d, v, n, h))
+PER_THREAD(cuMemPrefetchAsync_ptsz, cuMemPrefetchAsync,
+	   (CUdeviceptr p, size_t n, CUdevice dev, CUstream h), (p, n, dev, h))
+PER_THREAD(cuMemPrefetchAsync_v2_ptsz, cuMemPrefetchAsync_v2,
+	   (CUdeviceptr p, size_t n, CUmemLocation l, unsigned int f, CUstream h), (p, n, l, f, h))
+PER_THREAD(cuMemAllocAsync_ptsz, cuMemAllocAsync, (CUdeviceptr * p, size_t n, CUstream h),
+	   (p, n, h))
+PER_THREAD(cuMemFreeAsync_ptsz, cuMemFreeAsync, (CUdeviceptr p, CUstream h), (p, h))
+PER_THREAD(cuStreamSynchronize_ptsz, cuStreamSynchronize, (CUstream h), (h))
+PER_THREAD(cuStreamQuery_ptsz, cuStreamQuery, (CUstream h), (h))
+PER_THREAD(cuStreamWaitEvent_ptsz, cuStreamWaitEvent, (CUstream h, CUevent e, unsigned int f),
+	   (h, e, f))
+PER_THREAD(cuStreamGetFlags_ptsz, cuStreamGetFlags, (CUstream h, unsigned int *f), (h, f))
+PER_THREAD(cuEventRecord_ptsz, cuEventRecord, (CUevent e, CUstream h), (e, h))
+PER_THREAD(cuLaunchHostFunc_ptsz, cuLaunchHostFunc, (CUstream h, CUhostFn fn, void *u),
+	   (h, fn, u))
+
+/* ---- cuGetProcAddress ---- */
+
+struct proc {
+	const char *name; /* base name, as cuGetProcAddress is asked */
+	int version;      /* the CUDA version that introduced this ABI */
+	void *fn;
+	void *per_thread; /* the _ptsz/_ptds variant, or NULL */
+};
+
+#define P(name, version, fn) {name, version, (void *)(fn), NULL}
+#define PT(name, version, fn, pt) {name, version, (void *)(fn), (void *)(pt)}
+
+static const struct proc procs[] = {
+	P("cuInit", 2000, cuInit),
+	P("cuDriverGetVersion", 2020, cuDriverGetVersion),
+	P("cuGetErrorName", 6000, cuGetErrorName),
+	P("cuGetErrorString", 6000, cuGetErrorString),
+	P("cuGetProcAddress", 11030, cuGetProcAddress),
+	P("cuGetProcAddress", 12000, cuGetProcAddress_v2),
+	P("cuGetExportTable", 3000, cuGetExportTable),
+	P("cuDeviceGetCount", 2000, cuDeviceGetCount),
+	P("cuDeviceGet", 2000, cuDeviceGet),
+	P("cuDeviceGetName", 2000, cuDeviceGetName),
+	P("cuDeviceGetUuid", 9020, cuDeviceGetUuid),
+	P("cuDeviceGetUuid", 11040, cuDeviceGetUuid_v2),
+	P("cuDeviceTotalMem", 3020, cuDeviceTotalMem_v2),
+	P("cuDeviceGetAttribute", 2000, cuDeviceGetAttribute),
+	P("cuDevicePrimaryCtxRetain", 7000, cuDevicePrimaryCtxRetain),
+	P("cuDevicePrimaryCtxRelease", 7000, cuDevicePrimaryCtxRelease),
+	P("cuDevicePrimaryCtxRelease", 11000, cuDevicePrimaryCtxRelease_v2),
+	P("cuDevicePrimaryCtxReset", 7000, cuDevicePrimaryCtxReset),
+	P("cuDevicePrimaryCtxReset", 11000, cuDevicePrimaryCtxReset_v2),
+	P("cuDevicePrimaryCtxGetState", 7000, cuDevicePrimaryCtxGetState),
+	P("cuCtxGetCurrent", 4000, cuCtxGetCurrent),
+	P("cuCtxSetCurrent", 4000, cuCtxSetCurrent),
+	P("cuCtxGetDevice", 2000, cuCtxGetDevice),
+	P("cuCtxSynchronize", 2000, cuCtxSynchronize),
+	P("cuMemAlloc", 3020, cuMemAlloc_v2),
+	P("cuMemFree", 3020, cuMemFree_v2),
+	P("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),
+	P("cuMemAllocManaged", 6000, cuMemAllocManaged),
+	P("cuMemGetInfo", 3020, cuMemGetInfo_v2),
+	P("cuMemGetAddressRange", 3020, cuMemGetAddressRange_v2),
+	P("cuMemAllocHost", 3020, cuMemAllocHost_v2),
+	P("cuMemHostAlloc", 2020, cuMemHostAlloc),
+	P("cuMemFreeHost", 2000, cuMemFreeHost),
+	P("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
+	PT("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
+	PT("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
+	PT("cuMemcpy", 4000, cuMemcpy, cuMemcpy_ptds),
+	PT("cuMemcpyAsync", 4000, cuMemcpyAsync, cuMemcpyAsync_ptsz),
+	PT("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds),
+	PT("cuMemcpyDtoH", 3020, cuMemcpyDtoH_v2, cuMemcpyDtoH_v2_ptds),
+	PT("cuMemcpyDtoD", 3020, cuMemcpyDtoD_v2, cuMemcpyDtoD_v2_ptds),
+	PT("cuMemcpyHtoDAsync", 3020, cuMemcpyHtoDAsync_v2, cuMemcpyHtoDAsync_v2_ptsz),
+	PT("cuMemcpyDtoHAsync", 3020, cuMemcpyDtoHAsync_v2, cuMemcpyDtoHAsync_v2_ptsz),
+	PT("cuMemcpyDtoDAsync", 3020, cuMemcpyDtoDAsync_v2, cuMemcpyDtoDAsync_v2_ptsz),
+	PT("cuMemsetD8", 3020, cuMemsetD8_v2, cuMemsetD8_v2_ptds),
+	PT("cuMemsetD8Async", 3020, cuMemsetD8Async, cuMemsetD8Async_ptsz),
+	P("cuMemAdvise", 8000, cuMemAdvise),
+	P("cuMemAdvise", 12020, cuMemAdvise_v2),
+	PT("cuMemPrefetchAsync", 8000, cuMemPrefetchAsync, cuMemPrefetchAsync_ptsz),
+	PT("cuMemPrefetchAsync", 12020, cuMemPrefetchAsync_v2, cuMemPrefetchAsync_v2_ptsz),
+	P("cuPointerGetAttribute", 4000, cuPointerGetAttribute),
+	P("cuPointerGetAttributes", 7000, cuPointerGetAttributes),
+	P("cuStreamCreate", 2000, cuStreamCreate),
+	P("cuStreamDestroy", 4000, cuStreamDestroy_v2),
+	PT("cuStreamSynchronize", 2000, cuStreamSynchronize, cuStreamSynchronize_ptsz),
+	PT("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
+	PT("cuStreamWaitEvent", 3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz),
+	PT("cuStreamGetFlags", 5050, cuStreamGetFlags, cuStreamGetFlags_ptsz),
+	P("cuEventCreate", 2000, cuEventCreate),
+	PT("cuEventRecord", 2000, cuEventRecord, cuEventRecord_ptsz),
+	P("cuEventQuery", 2000, cuEventQuery),
+	P("cuEventSynchronize", 2000, cuEventSynchronize),
+	P("cuEventElapsedTime", 2000, cuEventElapsedTime),
+	P("cuEventDestroy", 4000, cuEventDestroy_v2),
+	PT("cuLaunchHostFunc", 10000, cuLaunchHostFunc, cuLaunchHostFunc_ptsz),
+};
+
+static CUresult proc_address(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+			     CUdriverProcAddressQueryResult *status)
+{
+	const struct proc *best = NULL;
+	int known = 0;
+
+	if (symbol == NULL || pfn == NULL || cudaVersion > SIMCUDA_DRIVER_VERSION ||
+	    (flags & ~(cuuint64_t)(CU_GET_PROC_ADDRESS_LEGACY_STREAM |
+				   CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (size_t i = 0; i < sizeof(procs) / sizeof(procs[0]); i++) {
+		if (strcmp(procs[i].name, symbol) != 0)
+			continue;
+		known = 1;
+		if (procs[i].version <= cudaVersion && (best == NULL || procs[i].version > best->version))
+			best = &procs[i];
+	}
+	*pfn = NULL;
+	if (best != NULL)
+		*pfn = (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && best->per_thread
+			       ? best->per_thread
+			       : best->fn;
+	if (status != NULL)
+		*status = best ? CU_GET_PROC_ADDRESS_SUCCESS
+			       : known ? CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+				       : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+				  cuuint64_t flags)
+{
+	ENTER(ENTER_ANY);
+	CUresult rc = proc_address(symbol, pfn, cudaVersion, flags, NULL);
+	/* The first interface reported a miss as an error; the _v2 one reports it in symbolStatus. */
+	return rc == CUDA_SUCCESS && *pfn == NULL ? CUDA_ERROR_NOT_FOUND : rc;
+}
+
+SIM_API CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+				     cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
+{
+	ENTER(ENTER_ANY);
+	return proc_address(symbol, pfn, cudaVersion, flags, symbolStatus);
+}
+
+/* ---- the runtime's private table ---- */
+
+static void register_counters(const char *const *names, uint64_t *counts, int n)
+{
+	pthread_mutex_lock(&calls_lock);
+	if (nruntimes < MAX_RUNTIMES) {
+		runtimes[nruntimes].names = names;
+		runtimes[nruntimes].counts = counts;
+		runtimes[nruntimes].n = n;
+		nruntimes++;
+	}
+	pthread_mutex_unlock(&calls_lock);
+}
+
+static const struct simcuda_export_table export_table = {
+	.size = sizeof(struct simcuda_export_table),
+	.register_counters = register_counters,
+	.should_fail = should_fail,
+};
+
+SIM_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)
+{
+	static const CUuuid id = SIMCUDA_EXPORT_TABLE_ID;
+
+	ENTER(ENTER_ANY);
+	if (ppExportTable == NULL || pExportTableId == NULL ||
+	    memcmp(pExportTableId->bytes, id.bytes, sizeof(id.bytes)) != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	*ppExportTable = &export_table;
+	return CUDA_SUCCESS;
+}
+
+/* ---- statistics at exit ---- */
+
+static void write_calls(FILE *f)
+{
+	const char *sep = "";
+
+	for (int i = 0; i < CALL_SLOTS; i++) {
+		if (calls[i].name != NULL) {
+			fprintf(f, "%s\"%s\":%" PRIu64, sep, calls[i].name, calls[i].count);
+			sep = ",";
+		}
+	}
+	for (int r = 0; r < nruntimes; r++) {
+		for (int i = 0; i < runtimes[r].n; i++) {
+			uint64_t n = __atomic_load_n(&runtimes[r].counts[i], __ATOMIC_RELAXED);
+			if (n != 0) {
+				fprintf(f, "%s\"%s\":%" PRIu64, sep, runtimes[r].names[i], n);
+				sep = ",";
+			}
+		}
+	}
+}
+
+__attribute__((destructor)) static void write_stats(void)
+{
+	const char *path = getenv("SIMCUDA_STATS_FILE");
+
+	if (path == NULL || path[0] == '\0' || getpid() != load_pid || dead_after_fork)
+		return;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		fprintf(stderr, "simcuda: SIMCUDA_STATS_FILE=\"%s\": %s\n", path, strerror(errno));
+		return;
+	}
+	FILE *f = fdopen(fd, "w");
+	if (f == NULL) {
+		close(fd);
+		return;
+	}
+	pthread_mutex_lock(&calls_lock);
+	pthread_mutex_lock(&sim.lock);
+	int ndev = sim.initialized ? sim.ndev : config_devices.count;
+	fprintf(f, "{\"devices\":[");
+	for (int i = 0; i < ndev; i++) {
+		const struct sim_device *d = &sim.dev[i];
+		fprintf(f,
+			"%s{\"ordinal\":%d,\"capacity_bytes\":%" PRIu64 ",\"device_bytes\":%" PRIu64
+			",\"device_bytes_peak\":%" PRIu64 ",\"managed_device_bytes\":%" PRIu64
+			",\"managed_host_bytes\":%" PRIu64 ",\"host_pinned_bytes\":%" PRIu64
+			",\"live_allocations\":%" PRIu64 "}",
+			i ? "," : "", i, sim.initialized ? d->capacity : config_devices.capacity[i],
+			sim.initialized ? mem_used(i) : 0, d->peak, d->managed_dev_bytes,
+			d->managed_host_bytes, d->pinned_bytes, d->live_allocs);
+	}
+	fprintf(f, "],\"calls\":{");
+	write_calls(f);
+	fprintf(f,
+		"},\"memcpy_bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"d2d\":%" PRIu64
+		",\"h2h\":%" PRIu64 "}}\n",
+		sim.memcpy_bytes[COPY_H2D], sim.memcpy_bytes[COPY_D2H], sim.memcpy_bytes[COPY_D2D],
+		sim.memcpy_bytes[COPY_H2H]);
+	pthread_mutex_unlock(&sim.lock);
+	pthread_mutex_unlock(&calls_lock);
+	if (fclose(f) != 0)
+		fprintf(stderr, "simcuda: SIMCUDA_STATS_FILE=\"%s\": %s\n", path, strerror(errno));
+}

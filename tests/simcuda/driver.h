@@ -1,0 +1,197 @@
+/*
+ * driver.h - internals of the simulated CUDA driver (libcuda.so.1), shared by
+ * driver.c (initialisation, devices, contexts, entry points, statistics),
+ * memory.c (allocations, copies, managed residency) and streams.c (streams,
+ * events, host functions and their worker threads).
+ *
+ * One process-wide mutex, sim.lock, guards every table below; one condition
+ * variable, sim.progress, is broadcast whenever a stream finishes an
+ * operation, and everything that waits for device work waits on it. Nothing
+ * holds sim.lock while it runs a host function or moves bytes.
+ */
+#ifndef SIMCUDA_DRIVER_H
+#define SIMCUDA_DRIVER_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "spillway/cuda.h"
+
+#include "devices.h"
+
+#define SIM_API __attribute__((visibility("default")))
+
+/* Managed memory residency is tracked per block of this size (UVM's large page). */
+#define SIM_MANAGED_BLOCK ((size_t)2 << 20)
+/* Device allocations are charged in multiples of this many bytes. */
+#define SIM_ALLOC_GRANULE 512u
+
+enum alloc_kind { ALLOC_DEVICE, ALLOC_MANAGED, ALLOC_HOST };
+
+/* Where a managed block lives, and the advice that steers it. */
+struct mblock {
+	int8_t location;  /* CU_DEVICE_CPU or a device ordinal */
+	int8_t preferred; /* CU_DEVICE_INVALID (none), CU_DEVICE_CPU or a device ordinal */
+	uint16_t accessed_by; /* bit per device ordinal */
+	uint8_t read_mostly;
+	uint64_t last_use; /* sim.clock at the last device access, for eviction order */
+};
+
+struct alloc {
+	uintptr_t base; /* the address the application sees */
+	size_t size;    /* requested bytes */
+	size_t map_size;
+	char *backing;  /* where the bytes live in this process (== base unless ALLOC_DEVICE) */
+	enum alloc_kind kind;
+	int device;     /* device charged / current when allocated */
+	uint64_t id;
+	uint64_t charge; /* bytes charged to device.plain_bytes (ALLOC_DEVICE) */
+	unsigned int flags;
+	int free_pending; /* a stream-ordered free is queued */
+	size_t nblocks;   /* ALLOC_MANAGED only */
+	struct mblock *blocks;
+};
+
+struct sim_device {
+	uint64_t capacity;
+	uint64_t plain_bytes;       /* device allocations (cuMemAlloc*, pitch, async) */
+	uint64_t ctx_bytes;         /* taken by the active context */
+	uint64_t managed_dev_bytes; /* managed blocks resident here */
+	uint64_t managed_host_bytes; /* managed blocks of allocations made here, on the host */
+	uint64_t pinned_bytes;
+	uint64_t peak;
+	uint64_t live_allocs;
+	uint64_t others_bytes; /* other processes' usage, as last read from the state folder */
+	int ctx_refs;
+	int ctx_active;
+	struct CUctx_st *ctx;
+	struct CUstream_st *legacy; /* the legacy default stream, made with the first context */
+};
+
+struct CUctx_st {
+	uint32_t magic;
+	int device;
+};
+
+struct sim {
+	pthread_mutex_t lock;
+	pthread_cond_t progress;
+	int initialized;
+	pid_t init_pid;
+	int ndev;
+	struct sim_device dev[SIMCUDA_MAX_DEVICES];
+	uint64_t context_bytes;
+	int no_managed;
+	uint64_t clock;     /* logical time for managed eviction order */
+	uint64_t next_id;   /* allocation ids */
+	uint64_t memcpy_bytes[4]; /* indexed by enum copy_class */
+	struct alloc **allocs;    /* sorted by base */
+	size_t nallocs, cap_allocs;
+	struct CUstream_st *streams; /* every stream ever made, newest first */
+	struct CUevent_st *events;   /* every event ever made, newest first */
+};
+
+enum copy_class { COPY_H2D, COPY_D2H, COPY_D2D, COPY_H2H };
+
+extern struct sim sim;
+extern __thread int sim_in_host_fn;
+/* Non-zero inside a _ptsz/_ptds entry point: the NULL stream means the per-thread one. */
+extern __thread int sim_ptds;
+
+/* Entry of every API function: counts the call, refuses it when the driver
+ * cannot serve it, and applies fault injection. */
+enum { ENTER_ANY = 0, ENTER_INIT = 1 };
+CUresult sim_enter(const char *name, int need);
+#define ENTER(need)                                              \
+	do {                                                     \
+		CUresult enter_rc_ = sim_enter(__func__, (need)); \
+		if (enter_rc_ != CUDA_SUCCESS)                   \
+			return enter_rc_;                        \
+	} while (0)
+
+/* The device of the calling thread's current context (CUDA_ERROR_INVALID_CONTEXT when none). */
+CUresult sim_current_device(int *device);
+int sim_valid_device(int device);
+
+/* memory.c; all with sim.lock held. */
+struct alloc *mem_find(uintptr_t addr);
+void mem_usage_changed(int device);
+uint64_t mem_used(int device);
+void mem_refresh_others(int device);
+int mem_make_room(int device, uint64_t need, const struct alloc *keep);
+CUresult mem_alloc(int device, size_t size, enum alloc_kind kind, unsigned int flags,
+		   struct alloc **out);
+void mem_release(struct alloc *a);
+void mem_release_device(int device);
+void mem_managed_access(struct alloc *a, size_t off, size_t len, int device);
+void mem_managed_prefetch(struct alloc *a, size_t off, size_t len, int location);
+
+/* A resolved operand of a copy or memset. */
+struct span {
+	char *host;       /* where to read or write in this process */
+	struct alloc *a;  /* NULL for pageable host memory */
+	size_t off;
+};
+CUresult mem_resolve(uintptr_t addr, size_t len, int must_be_known, struct span *out);
+
+/* streams.c */
+enum op_type { OP_COPY, OP_MEMSET, OP_HOST_FN, OP_EVENT, OP_BARRIER, OP_FREE, OP_PREFETCH };
+struct op {
+	struct op *next;
+	enum op_type type;
+	uint64_t seq;
+	int ndeps;
+	struct dep {
+		struct CUstream_st *stream;
+		uint64_t seq;
+	} *deps;
+	struct span dst, src;
+	size_t len;
+	unsigned char value;
+	void *staging; /* freed when the op completes */
+	CUhostFn fn;
+	void *user;
+	struct CUevent_st *event;
+	uint64_t event_id;
+	struct alloc *alloc;
+	int location;
+};
+
+struct CUstream_st {
+	uint32_t magic;
+	int device;
+	unsigned int flags;
+	int legacy;
+	int per_thread;
+	int destroyed;
+	struct op *head, *tail;
+	uint64_t submitted, completed;
+	pthread_cond_t wake;
+	struct CUstream_st *next;
+};
+
+struct CUevent_st {
+	uint32_t magic;
+	unsigned int flags;
+	int destroyed;
+	uint64_t record_id, done_id;
+	struct CUstream_st *stream; /* of the latest record */
+	uint64_t seq;               /* of the latest record's operation */
+	double done_ms;             /* CLOCK_MONOTONIC at completion */
+	struct CUevent_st *next;
+};
+
+/* Runs a copy, memset, prefetch or stream-ordered free on a worker of a stream of device. */
+void mem_execute(struct op *op, int device);
+
+CUresult stream_create_locked(int device, unsigned int flags, int legacy, int per_thread,
+			      struct CUstream_st **out);
+CUresult stream_lookup(CUstream handle, struct CUstream_st **out);
+CUresult stream_submit(struct CUstream_st *s, struct op *op, uint64_t *seq);
+void stream_wait_seq(struct CUstream_st *s, uint64_t seq);
+CUresult stream_sync_device(int device);
+void streams_destroy_device(int device);
+struct op *op_new(enum op_type type);
+
+#endif

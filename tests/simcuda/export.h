@@ -1,0 +1,34 @@
+/*
+ * export.h - the private table the simulated driver hands the simulated
+ * runtime through cuGetExportTable, as the real libcuda does for libcudart.
+ * It carries what only simcuda needs: call counts for the statistics file and
+ * fault injection for runtime functions.
+ */
+#ifndef SIMCUDA_EXPORT_H
+#define SIMCUDA_EXPORT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The table's id, as passed to cuGetExportTable. */
+#define SIMCUDA_EXPORT_TABLE_ID                                                               \
+	{                                                                                     \
+		{                                                                             \
+			's', 'i', 'm', 'c', 'u', 'd', 'a', '-', 'r', 'u', 'n', 't', 'i', 'm', \
+			'e', '1'                                                              \
+		}                                                                             \
+	}
+
+struct simcuda_export_table {
+	size_t size; /* sizeof(struct simcuda_export_table) */
+	/*
+	 * Registers a runtime's call counters (names[i] counted in counts[i],
+	 * updated with atomic adds); the driver reads them when it writes the
+	 * statistics file. The arrays must live as long as the process.
+	 */
+	void (*register_counters)(const char *const *names, uint64_t *counts, int n);
+	/* Whether the ordinal-th call (from 1) of name must fail (SIMCUDA_FAIL). */
+	int (*should_fail)(const char *name, uint64_t ordinal);
+};
+
+#endif

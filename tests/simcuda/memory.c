@@ -1,0 +1,1066 @@
+/*
+ * memory.c - device, managed and pinned host memory of the simulated driver.
+ *
+ * Every allocation is its own mmap, so no device pointer can ever overlap a
+ * live host allocation. A device allocation reserves its address range with
+ * PROT_NONE, exactly as a discrete GPU's memory is unreachable from the CPU,
+ * and keeps its bytes in a second, lazily backed (MAP_NORESERVE) mapping that
+ * only the stream workers touch. Managed and pinned memory are ordinary
+ * read-write mappings at the address the application sees.
+ *
+ * Capacity is enforced on what is resident on a device: plain allocations,
+ * the context's bytes and the managed blocks that live there, plus what the
+ * other simcuda processes publish in the state folder, since every process
+ * on a GPU shares its memory. Managed blocks
+ * move between host and device by the residency model of mem_managed_access
+ * and mem_managed_prefetch; when a device fills up, its least recently used
+ * managed blocks are evicted to the host, as UVM does, before anything fails.
+ */
+#define _GNU_SOURCE
+#include "driver.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "state.h"
+
+static size_t page_size(void)
+{
+	return (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* Rounds v up to a multiple of a; 0 when that overflows. */
+static size_t round_up(size_t v, size_t a)
+{
+	if (v > SIZE_MAX - (a - 1))
+		return 0;
+	return (v + a - 1) / a * a;
+}
+
+/* Index of the first allocation whose base is above addr. */
+static size_t upper_bound(uintptr_t addr)
+{
+	size_t lo = 0, hi = sim.nallocs;
+
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		if (sim.allocs[mid]->base <= addr)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo;
+}
+
+struct alloc *mem_find(uintptr_t addr)
+{
+	size_t i = upper_bound(addr);
+
+	if (i == 0)
+		return NULL;
+	struct alloc *a = sim.allocs[i - 1];
+	return addr - a->base < a->size ? a : NULL;
+}
+
+static int table_insert(struct alloc *a)
+{
+	if (sim.nallocs == sim.cap_allocs) {
+		size_t cap = sim.cap_allocs ? sim.cap_allocs * 2 : 64;
+		struct alloc **n = realloc(sim.allocs, cap * sizeof(*n));
+		if (n == NULL)
+			return -1;
+		sim.allocs = n;
+		sim.cap_allocs = cap;
+	}
+	size_t i = upper_bound(a->base);
+	memmove(&sim.allocs[i + 1], &sim.allocs[i], (sim.nallocs - i) * sizeof(*sim.allocs));
+	sim.allocs[i] = a;
+	sim.nallocs++;
+	return 0;
+}
+
+static void table_remove(struct alloc *a)
+{
+	size_t i = upper_bound(a->base) - 1;
+
+	memmove(&sim.allocs[i], &sim.allocs[i + 1], (sim.nallocs - i - 1) * sizeof(*sim.allocs));
+	sim.nallocs--;
+}
+
+struct others_scan {
+	int device;
+	pid_t self;
+	uint64_t bytes;
+};
+
+static void add_other(const struct simstate_process *proc, void *arg)
+{
+	struct others_scan *scan = arg;
+
+	if (proc->pid != scan->self && (uint32_t)scan->device < proc->device_count)
+		scan->bytes += proc->device_bytes[scan->device];
+}
+
+/*
+ * Reads the other processes' usage of device. Called without sim.lock (it
+ * reads a folder), before an operation that checks capacity.
+ */
+void mem_refresh_others(int device)
+{
+	struct others_scan scan = {device, getpid(), 0};
+
+	if (simstate_scan(add_other, &scan) != 0)
+		return; /* unreadable folder: keep the last known value */
+	pthread_mutex_lock(&sim.lock);
+	sim.dev[device].others_bytes = scan.bytes;
+	pthread_mutex_unlock(&sim.lock);
+}
+
+/* What this process may still use on device, others' usage taken out. */
+static uint64_t capacity_left_for_us(int device)
+{
+	const struct sim_device *d = &sim.dev[device];
+	return d->others_bytes < d->capacity ? d->capacity - d->others_bytes : 0;
+}
+
+uint64_t mem_used(int device)
+{
+	const struct sim_device *d = &sim.dev[device];
+	return d->plain_bytes + d->ctx_bytes + d->managed_dev_bytes;
+}
+
+void mem_usage_changed(int device)
+{
+	uint64_t used = mem_used(device);
+
+	if (used > sim.dev[device].peak)
+		sim.dev[device].peak = used;
+	simstate_set_device_bytes(device, used);
+}
+
+static size_t block_bytes(const struct alloc *a, size_t i)
+{
+	size_t start = i * SIM_MANAGED_BLOCK;
+	return a->size - start < SIM_MANAGED_BLOCK ? a->size - start : SIM_MANAGED_BLOCK;
+}
+
+/* Moves one managed block to location (CU_DEVICE_CPU or a device) and fixes the counters. */
+static void block_move(struct alloc *a, size_t i, int location)
+{
+	struct mblock *b = &a->blocks[i];
+	uint64_t bytes = block_bytes(a, i);
+
+	if (b->location == location)
+		return;
+	if (b->location == CU_DEVICE_CPU)
+		sim.dev[a->device].managed_host_bytes -= bytes;
+	else
+		sim.dev[b->location].managed_dev_bytes -= bytes;
+	if (location == CU_DEVICE_CPU)
+		sim.dev[a->device].managed_host_bytes += bytes;
+	else
+		sim.dev[location].managed_dev_bytes += bytes;
+	if (b->location != CU_DEVICE_CPU)
+		mem_usage_changed(b->location);
+	b->location = (int8_t)location;
+	if (location != CU_DEVICE_CPU)
+		mem_usage_changed(location);
+}
+
+int mem_make_room(int device, uint64_t need, const struct alloc *keep)
+{
+	uint64_t cap = capacity_left_for_us(device);
+
+	while (cap < mem_used(device) || cap - mem_used(device) < need) {
+		struct alloc *victim = NULL;
+		size_t vblock = 0;
+		uint64_t oldest = UINT64_MAX;
+
+		for (size_t i = 0; i < sim.nallocs; i++) {
+			struct alloc *a = sim.allocs[i];
+			if (a->kind != ALLOC_MANAGED || a == keep)
+				continue;
+			for (size_t j = 0; j < a->nblocks; j++) {
+				if (a->blocks[j].location == device && a->blocks[j].last_use < oldest) {
+					oldest = a->blocks[j].last_use;
+					victim = a;
+					vblock = j;
+				}
+			}
+		}
+		if (victim == NULL)
+			return -1;
+		block_move(victim, vblock, CU_DEVICE_CPU);
+	}
+	return 0;
+}
+
+CUresult mem_alloc(int device, size_t size, enum alloc_kind kind, unsigned int flags,
+		   struct alloc **out)
+{
+	struct sim_device *d = &sim.dev[device];
+	size_t map_size = round_up(size, page_size());
+	uint64_t charge = 0;
+
+	if (size == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (map_size == 0)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (kind == ALLOC_DEVICE) {
+		uint64_t cap = capacity_left_for_us(device);
+		charge = round_up(size, SIM_ALLOC_GRANULE);
+		if (charge == 0 || charge > cap || d->plain_bytes + d->ctx_bytes > cap - charge)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+
+	struct alloc *a = calloc(1, sizeof(*a));
+	if (a == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	a->size = size;
+	a->map_size = map_size;
+	a->kind = kind;
+	a->device = device;
+	a->flags = flags;
+	a->charge = charge;
+	a->id = ++sim.next_id;
+
+	int prot = kind == ALLOC_DEVICE ? PROT_NONE : PROT_READ | PROT_WRITE;
+	int mflags = MAP_PRIVATE | MAP_ANONYMOUS | (kind == ALLOC_HOST ? 0 : MAP_NORESERVE);
+	void *va = mmap(NULL, map_size, prot, mflags, -1, 0);
+	if (va == MAP_FAILED)
+		goto oom;
+	a->base = (uintptr_t)va;
+	a->backing = va;
+	if (kind == ALLOC_DEVICE) {
+		void *bytes = mmap(NULL, map_size, PROT_READ | PROT_WRITE,
+				   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+		if (bytes == MAP_FAILED) {
+			munmap(va, map_size);
+			goto oom;
+		}
+		a->backing = bytes;
+	}
+	if (kind == ALLOC_MANAGED) {
+		a->nblocks = (size + SIM_MANAGED_BLOCK - 1) / SIM_MANAGED_BLOCK;
+		a->blocks = calloc(a->nblocks, sizeof(*a->blocks));
+		if (a->blocks == NULL)
+			goto unmap;
+		for (size_t i = 0; i < a->nblocks; i++) {
+			a->blocks[i].location = CU_DEVICE_CPU;
+			a->blocks[i].preferred = CU_DEVICE_INVALID;
+		}
+	}
+	if (table_insert(a) != 0)
+		goto unmap;
+	if (kind == ALLOC_DEVICE && mem_make_room(device, charge, NULL) != 0) {
+		table_remove(a);
+		goto unmap;
+	}
+
+	switch (kind) {
+	case ALLOC_DEVICE:
+		d->plain_bytes += charge;
+		break;
+	case ALLOC_MANAGED:
+		d->managed_host_bytes += size;
+		break;
+	case ALLOC_HOST:
+		d->pinned_bytes += size;
+		break;
+	}
+	d->live_allocs++;
+	mem_usage_changed(device);
+	*out = a;
+	return CUDA_SUCCESS;
+
+unmap:
+	free(a->blocks);
+	if (a->backing != va)
+		munmap(a->backing, map_size);
+	munmap(va, map_size);
+oom:
+	free(a);
+	return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+void mem_release(struct alloc *a)
+{
+	struct sim_device *d = &sim.dev[a->device];
+
+	table_remove(a);
+	switch (a->kind) {
+	case ALLOC_DEVICE:
+		d->plain_bytes -= a->charge;
+		break;
+	case ALLOC_MANAGED:
+		for (size_t i = 0; i < a->nblocks; i++)
+			block_move(a, i, CU_DEVICE_CPU);
+		d->managed_host_bytes -= a->size;
+		break;
+	case ALLOC_HOST:
+		d->pinned_bytes -= a->size;
+		break;
+	}
+	d->live_allocs--;
+	mem_usage_changed(a->device);
+	if (a->backing != (char *)a->base)
+		munmap(a->backing, a->map_size);
+	munmap((void *)a->base, a->map_size);
+	free(a->blocks);
+	free(a);
+}
+
+void mem_release_device(int device)
+{
+	for (size_t i = sim.nallocs; i-- > 0;) {
+		struct alloc *a = sim.allocs[i];
+		if (a->device == device) {
+			mem_release(a);
+			continue;
+		}
+		for (size_t j = 0; a->kind == ALLOC_MANAGED && j < a->nblocks; j++)
+			if (a->blocks[j].location == device)
+				block_move(a, j, CU_DEVICE_CPU);
+	}
+}
+
+/* Block range [*first, *last] covering bytes [off, off+len) of a (len > 0). */
+static void block_range(size_t off, size_t len, size_t *first, size_t *last)
+{
+	*first = off / SIM_MANAGED_BLOCK;
+	*last = (off + len - 1) / SIM_MANAGED_BLOCK;
+}
+
+/* Migrates a block to a device if room can be made; otherwise it stays where it is. */
+static void block_migrate(struct alloc *a, size_t i, int device)
+{
+	if (a->blocks[i].location == device)
+		return;
+	if (mem_make_room(device, block_bytes(a, i), a) == 0)
+		block_move(a, i, device);
+}
+
+void mem_managed_access(struct alloc *a, size_t off, size_t len, int device)
+{
+	size_t first, last;
+
+	if (len == 0)
+		return;
+	block_range(off, len, &first, &last);
+	for (size_t i = first; i <= last; i++) {
+		struct mblock *b = &a->blocks[i];
+		b->last_use = ++sim.clock;
+		if (b->location == device)
+			continue;
+		/* A preferred location elsewhere keeps the data there; the device maps it. */
+		if (b->preferred != CU_DEVICE_INVALID && b->preferred != device)
+			continue;
+		/* Accessed-by without a preference for this device: read in place. */
+		if (b->preferred != device && (b->accessed_by & (1u << device)))
+			continue;
+		block_migrate(a, i, device);
+	}
+}
+
+void mem_managed_prefetch(struct alloc *a, size_t off, size_t len, int location)
+{
+	size_t first, last;
+
+	if (len == 0)
+		return;
+	block_range(off, len, &first, &last);
+	for (size_t i = first; i <= last; i++) {
+		if (location == CU_DEVICE_CPU) {
+			block_move(a, i, CU_DEVICE_CPU);
+		} else {
+			a->blocks[i].last_use = ++sim.clock;
+			block_migrate(a, i, location);
+		}
+	}
+}
+
+CUresult mem_resolve(uintptr_t addr, size_t len, int must_be_known, struct span *out)
+{
+	struct alloc *a = mem_find(addr);
+
+	memset(out, 0, sizeof(*out));
+	if (addr == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (a == NULL) {
+		if (must_be_known)
+			return CUDA_ERROR_INVALID_VALUE;
+		out->host = (char *)addr;
+		return CUDA_SUCCESS;
+	}
+	if (a->free_pending || len > a->size - (addr - a->base))
+		return CUDA_ERROR_INVALID_VALUE;
+	out->a = a;
+	out->off = addr - a->base;
+	out->host = a->backing + out->off;
+	return CUDA_SUCCESS;
+}
+
+/* ---- API ---- */
+
+static CUresult alloc_current(CUdeviceptr *dptr, size_t size, enum alloc_kind kind,
+			      unsigned int flags)
+{
+	struct alloc *a;
+	int dev;
+	CUresult rc = sim_current_device(&dev);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (kind == ALLOC_DEVICE)
+		mem_refresh_others(dev);
+	pthread_mutex_lock(&sim.lock);
+	rc = mem_alloc(dev, size, kind, flags, &a);
+	pthread_mutex_unlock(&sim.lock);
+	if (rc == CUDA_SUCCESS)
+		*dptr = a->base;
+	return rc;
+}
+
+SIM_API CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+	ENTER(ENTER_INIT);
+	if (dptr == NULL || bytesize == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	return alloc_current(dptr, bytesize, ALLOC_DEVICE, 0);
+}
+
+SIM_API CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+				    size_t Height, unsigned int ElementSizeBytes)
+{
+	ENTER(ENTER_INIT);
+	if (dptr == NULL || pPitch == NULL || WidthInBytes == 0 || Height == 0 ||
+	    (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16))
+		return CUDA_ERROR_INVALID_VALUE;
+	size_t pitch = round_up(WidthInBytes, SIM_ALLOC_GRANULE);
+	if (pitch == 0 || Height > SIZE_MAX / pitch)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	CUresult rc = alloc_current(dptr, pitch * Height, ALLOC_DEVICE, 0);
+	if (rc == CUDA_SUCCESS)
+		*pPitch = pitch;
+	return rc;
+}
+
+SIM_API CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+	ENTER(ENTER_INIT);
+	if (sim.no_managed)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (dptr == NULL || bytesize == 0 ||
+	    (flags != CU_MEM_ATTACH_GLOBAL && flags != CU_MEM_ATTACH_HOST))
+		return CUDA_ERROR_INVALID_VALUE;
+	return alloc_current(dptr, bytesize, ALLOC_MANAGED, flags);
+}
+
+SIM_API CUresult cuMemAllocHost_v2(void **pp, size_t bytesize)
+{
+	ENTER(ENTER_INIT);
+	if (pp == NULL || bytesize == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	return alloc_current((CUdeviceptr *)pp, bytesize, ALLOC_HOST, 0);
+}
+
+SIM_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
+{
+	ENTER(ENTER_INIT);
+	if (pp == NULL || bytesize == 0 ||
+	    (Flags & ~(unsigned)(CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP |
+				 CU_MEMHOSTALLOC_WRITECOMBINED)))
+		return CUDA_ERROR_INVALID_VALUE;
+	return alloc_current((CUdeviceptr *)pp, bytesize, ALLOC_HOST, Flags);
+}
+
+/*
+ * Frees the allocation that starts at addr and has one of the kinds in
+ * kinds_mask, after all work on its device has finished (as CUDA does).
+ */
+static CUresult free_synchronized(uintptr_t addr, unsigned int kinds_mask)
+{
+	for (;;) {
+		pthread_mutex_lock(&sim.lock);
+		struct alloc *a = mem_find(addr);
+		if (a == NULL || a->base != addr || !(kinds_mask & (1u << a->kind)) ||
+		    a->free_pending) {
+			pthread_mutex_unlock(&sim.lock);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		int dev = a->device;
+		pthread_mutex_unlock(&sim.lock);
+
+		CUresult rc = stream_sync_device(dev);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+
+		pthread_mutex_lock(&sim.lock);
+		a = mem_find(addr);
+		/* Another thread may have freed or replaced it while we waited: look again. */
+		if (a != NULL && a->base == addr && (kinds_mask & (1u << a->kind)) &&
+		    !a->free_pending && a->device == dev) {
+			mem_release(a);
+			pthread_mutex_unlock(&sim.lock);
+			return CUDA_SUCCESS;
+		}
+		pthread_mutex_unlock(&sim.lock);
+	}
+}
+
+SIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+	int dev;
+
+	ENTER(ENTER_INIT);
+	CUresult rc = sim_current_device(&dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (dptr == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	return free_synchronized(dptr, 1u << ALLOC_DEVICE | 1u << ALLOC_MANAGED);
+}
+
+SIM_API CUresult cuMemFreeHost(void *p)
+{
+	int dev;
+
+	ENTER(ENTER_INIT);
+	CUresult rc = sim_current_device(&dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (p == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return free_synchronized((uintptr_t)p, 1u << ALLOC_HOST);
+}
+
+SIM_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)
+{
+	int dev;
+
+	ENTER(ENTER_INIT);
+	CUresult rc = sim_current_device(&dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (pdptr == NULL || Flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	struct alloc *a = mem_find((uintptr_t)p);
+	rc = (a != NULL && a->kind == ALLOC_HOST) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_unlock(&sim.lock);
+	if (rc == CUDA_SUCCESS)
+		*pdptr = (CUdeviceptr)(uintptr_t)p; /* unified addressing: same address */
+	return rc;
+}
+
+SIM_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
+{
+	int dev;
+
+	ENTER(ENTER_INIT);
+	CUresult rc = sim_current_device(&dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (free_bytes == NULL || total == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	mem_refresh_others(dev);
+	pthread_mutex_lock(&sim.lock);
+	uint64_t used = mem_used(dev) + sim.dev[dev].others_bytes, cap = sim.dev[dev].capacity;
+	pthread_mutex_unlock(&sim.lock);
+	*free_bytes = used < cap ? cap - used : 0;
+	*total = cap;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+	ENTER(ENTER_INIT);
+	pthread_mutex_lock(&sim.lock);
+	struct alloc *a = mem_find(dptr);
+	CUresult rc = (a != NULL && a->kind != ALLOC_HOST) ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+	if (rc == CUDA_SUCCESS) {
+		if (pbase != NULL)
+			*pbase = a->base;
+		if (psize != NULL)
+			*psize = a->size;
+	}
+	pthread_mutex_unlock(&sim.lock);
+	return rc;
+}
+
+SIM_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	struct CUstream_st *s;
+	struct alloc *a;
+
+	ENTER(ENTER_INIT);
+	CUresult rc = stream_lookup(hStream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (dptr == NULL || bytesize == 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	mem_refresh_others(s->device);
+	pthread_mutex_lock(&sim.lock);
+	rc = mem_alloc(s->device, bytesize, ALLOC_DEVICE, 0, &a);
+	pthread_mutex_unlock(&sim.lock);
+	if (rc == CUDA_SUCCESS)
+		*dptr = a->base;
+	return rc;
+}
+
+SIM_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+	struct CUstream_st *s;
+
+	ENTER(ENTER_INIT);
+	CUresult rc = stream_lookup(hStream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	pthread_mutex_lock(&sim.lock);
+	struct alloc *a = mem_find(dptr);
+	if (dptr == 0 || a == NULL || a->base != dptr || a->kind != ALLOC_DEVICE ||
+	    a->free_pending) {
+		pthread_mutex_unlock(&sim.lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	a->free_pending = 1;
+	pthread_mutex_unlock(&sim.lock);
+
+	struct op *op = op_new(OP_FREE);
+	if (op == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	op->alloc = a;
+	op->dst.host = (char *)a->base; /* to recognise the allocation without touching it */
+	return stream_submit(s, op, NULL);
+}
+
+/* ---- copies and memsets ---- */
+
+static int device_side(const struct span *s)
+{
+	return s->a != NULL && s->a->kind != ALLOC_HOST;
+}
+
+/*
+ * One copy on a stream. async: the *Async entry points (otherwise the
+ * synchronous ones, which run on the legacy stream). Host synchronisation
+ * follows CUDA's documented rules: pageable sources are staged so the caller
+ * may reuse them at once; copies into pageable memory and synchronous copies
+ * return when done, except synchronous device-to-device copies.
+ */
+static CUresult copy(uintptr_t dst, uintptr_t src, size_t len, CUstream hStream, int async,
+		     int dst_known, int src_known)
+{
+	struct CUstream_st *s;
+	struct op *op;
+	uint64_t seq;
+	CUresult rc = stream_lookup(async ? hStream : NULL, &s);
+
+	if (rc != CUDA_SUCCESS || len == 0)
+		return rc; /* a zero-byte copy does nothing, whatever its pointers */
+	op = op_new(OP_COPY);
+	if (op == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&sim.lock);
+	rc = mem_resolve(dst, len, dst_known, &op->dst);
+	if (rc == CUDA_SUCCESS)
+		rc = mem_resolve(src, len, src_known, &op->src);
+	pthread_mutex_unlock(&sim.lock);
+	if (rc != CUDA_SUCCESS) {
+		free(op);
+		return rc;
+	}
+	op->len = len;
+	if (op->src.a == NULL) {
+		op->staging = malloc(len);
+		if (op->staging == NULL) {
+			free(op);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		memcpy(op->staging, op->src.host, len);
+		op->src.host = op->staging;
+	}
+	int wait = async ? op->dst.a == NULL
+			 : !(device_side(&op->dst) && device_side(&op->src) &&
+			     op->dst.a->kind == ALLOC_DEVICE && op->src.a->kind == ALLOC_DEVICE);
+	rc = stream_submit(s, op, &seq);
+	if (rc == CUDA_SUCCESS && wait)
+		stream_wait_seq(s, seq);
+	return rc;
+}
+
+SIM_API CUresult cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
+{
+	ENTER(ENTER_INIT);
+	return copy(dst, src, ByteCount, NULL, 0, 0, 0);
+}
+
+SIM_API CUresult cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount,
+			       CUstream hStream)
+{
+	ENTER(ENTER_INIT);
+	return copy(dst, src, ByteCount, hStream, 1, 0, 0);
+}
+
+SIM_API CUresult cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
+{
+	ENTER(ENTER_INIT);
+	return copy(dstDevice, (uintptr_t)srcHost, ByteCount, NULL, 0, 1, 0);
+}
+
+SIM_API CUresult cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	ENTER(ENTER_INIT);
+	return copy((uintptr_t)dstHost, srcDevice, ByteCount, NULL, 0, 0, 1);
+}
+
+SIM_API CUresult cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
+{
+	ENTER(ENTER_INIT);
+	return copy(dstDevice, srcDevice, ByteCount, NULL, 0, 1, 1);
+}
+
+SIM_API CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost,
+				      size_t ByteCount, CUstream hStream)
+{
+	ENTER(ENTER_INIT);
+	return copy(dstDevice, (uintptr_t)srcHost, ByteCount, hStream, 1, 1, 0);
+}
+
+SIM_API CUresult cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount,
+				      CUstream hStream)
+{
+	ENTER(ENTER_INIT);
+	return copy((uintptr_t)dstHost, srcDevice, ByteCount, hStream, 1, 0, 1);
+}
+
+SIM_API CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice,
+				      size_t ByteCount, CUstream hStream)
+{
+	ENTER(ENTER_INIT);
+	return copy(dstDevice, srcDevice, ByteCount, hStream, 1, 1, 1);
+}
+
+/*
+ * The synchronous memset is asynchronous with respect to the host unless
+ * its target is pinned host memory or managed memory (CUDA's documented rule).
+ */
+static CUresult memset_d8(CUdeviceptr dst, unsigned char value, size_t n, CUstream hStream,
+			  int async)
+{
+	struct CUstream_st *s;
+	uint64_t seq;
+	CUresult rc = stream_lookup(async ? hStream : NULL, &s);
+
+	if (rc != CUDA_SUCCESS || n == 0)
+		return rc;
+	struct op *op = op_new(OP_MEMSET);
+	if (op == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&sim.lock);
+	rc = mem_resolve(dst, n, 1, &op->dst);
+	pthread_mutex_unlock(&sim.lock);
+	if (rc != CUDA_SUCCESS) {
+		free(op);
+		return rc;
+	}
+	op->len = n;
+	op->value = value;
+	int wait = !async && op->dst.a->kind != ALLOC_DEVICE;
+	rc = stream_submit(s, op, &seq);
+	if (rc == CUDA_SUCCESS && wait)
+		stream_wait_seq(s, seq);
+	return rc;
+}
+
+SIM_API CUresult cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
+{
+	ENTER(ENTER_INIT);
+	return memset_d8(dstDevice, uc, N, NULL, 0);
+}
+
+SIM_API CUresult cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N,
+				 CUstream hStream)
+{
+	ENTER(ENTER_INIT);
+	return memset_d8(dstDevice, uc, N, hStream, 1);
+}
+
+/* ---- managed memory: advice and prefetch ---- */
+
+/* The managed allocation that holds all of [ptr, ptr+count), or NULL. */
+static struct alloc *managed_range(uintptr_t ptr, size_t count)
+{
+	struct alloc *a = mem_find(ptr);
+
+	if (a == NULL || a->kind != ALLOC_MANAGED || count == 0 || count > a->size - (ptr - a->base))
+		return NULL;
+	return a;
+}
+
+static CUresult location_device(CUmemLocation loc, int *device)
+{
+	switch (loc.type) {
+	case CU_MEM_LOCATION_TYPE_DEVICE:
+		*device = loc.id;
+		return sim_valid_device(loc.id) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+	case CU_MEM_LOCATION_TYPE_HOST:
+		*device = CU_DEVICE_CPU;
+		return CUDA_SUCCESS;
+	case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+	case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+		return CUDA_ERROR_NOT_SUPPORTED; /* simcuda has no NUMA nodes */
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+static CUresult advise(uintptr_t ptr, size_t count, CUmem_advise advice, int device)
+{
+	int needs_device = advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION ||
+			   advice == CU_MEM_ADVISE_SET_ACCESSED_BY ||
+			   advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY;
+
+	if (advice < CU_MEM_ADVISE_SET_READ_MOSTLY || advice > CU_MEM_ADVISE_UNSET_ACCESSED_BY)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (needs_device && device != CU_DEVICE_CPU && !sim_valid_device(device))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&sim.lock);
+	struct alloc *a = managed_range(ptr, count);
+	if (a == NULL) {
+		pthread_mutex_unlock(&sim.lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	size_t first, last;
+	block_range(ptr - a->base, count, &first, &last);
+	for (size_t i = first; i <= last; i++) {
+		struct mblock *b = &a->blocks[i];
+		uint16_t bit = device >= 0 ? (uint16_t)(1u << device) : 0;
+		switch (advice) {
+		case CU_MEM_ADVISE_SET_READ_MOSTLY:
+			b->read_mostly = 1;
+			break;
+		case CU_MEM_ADVISE_UNSET_READ_MOSTLY:
+			b->read_mostly = 0;
+			break;
+		case CU_MEM_ADVISE_SET_PREFERRED_LOCATION:
+			b->preferred = (int8_t)device;
+			break;
+		case CU_MEM_ADVISE_UNSET_PREFERRED_LOCATION:
+			b->preferred = CU_DEVICE_INVALID;
+			break;
+		case CU_MEM_ADVISE_SET_ACCESSED_BY:
+			b->accessed_by |= bit;
+			break;
+		case CU_MEM_ADVISE_UNSET_ACCESSED_BY:
+			b->accessed_by &= (uint16_t)~bit;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemAdvise(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+			     CUdevice device)
+{
+	ENTER(ENTER_INIT);
+	return advise(devPtr, count, advice, device);
+}
+
+SIM_API CUresult cuMemAdvise_v2(CUdeviceptr devPtr, size_t count, CUmem_advise advice,
+				CUmemLocation location)
+{
+	int device = CU_DEVICE_CPU;
+
+	ENTER(ENTER_INIT);
+	if (advice == CU_MEM_ADVISE_SET_PREFERRED_LOCATION || advice == CU_MEM_ADVISE_SET_ACCESSED_BY ||
+	    advice == CU_MEM_ADVISE_UNSET_ACCESSED_BY) {
+		CUresult rc = location_device(location, &device);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	}
+	return advise(devPtr, count, advice, device);
+}
+
+static CUresult prefetch(uintptr_t ptr, size_t count, int location, CUstream hStream)
+{
+	struct CUstream_st *s;
+	CUresult rc = stream_lookup(hStream, &s);
+
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (location != CU_DEVICE_CPU && !sim_valid_device(location))
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (location != CU_DEVICE_CPU)
+		mem_refresh_others(location);
+	pthread_mutex_lock(&sim.lock);
+	struct alloc *a = managed_range(ptr, count);
+	pthread_mutex_unlock(&sim.lock);
+	if (a == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct op *op = op_new(OP_PREFETCH);
+	if (op == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	op->dst.a = a;
+	op->dst.host = (char *)a->base; /* to recognise the allocation without touching it */
+	op->dst.off = ptr - a->base;
+	op->len = count;
+	op->location = location;
+	return stream_submit(s, op, NULL);
+}
+
+SIM_API CUresult cuMemPrefetchAsync(CUdeviceptr devPtr, size_t count, CUdevice dstDevice,
+				    CUstream hStream)
+{
+	ENTER(ENTER_INIT);
+	return prefetch(devPtr, count, dstDevice, hStream);
+}
+
+SIM_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLocation location,
+				       unsigned int flags, CUstream hStream)
+{
+	int device;
+
+	ENTER(ENTER_INIT);
+	if (flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = location_device(location, &device);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	return prefetch(devPtr, count, device, hStream);
+}
+
+/* ---- pointer attributes ---- */
+
+/*
+ * One attribute of ptr (whose allocation is a, or NULL). lenient: the
+ * cuPointerGetAttributes rule, which reports defaults for unknown memory.
+ */
+static CUresult pointer_attribute(const struct alloc *a, uintptr_t ptr, CUpointer_attribute attr,
+				  void *data, int lenient)
+{
+	if (a == NULL && !lenient)
+		return CUDA_ERROR_INVALID_VALUE;
+	switch (attr) {
+	case CU_POINTER_ATTRIBUTE_CONTEXT:
+		*(CUcontext *)data = a ? sim.dev[a->device].ctx : NULL;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+		*(unsigned int *)data = !a ? 0 : a->kind == ALLOC_HOST ? CU_MEMORYTYPE_HOST
+								       : CU_MEMORYTYPE_DEVICE;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+		*(CUdeviceptr *)data = a ? ptr : 0;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_HOST_POINTER:
+		if (a != NULL && a->kind == ALLOC_DEVICE && !lenient)
+			return CUDA_ERROR_INVALID_VALUE;
+		*(void **)data = (a && a->kind != ALLOC_DEVICE) ? (void *)ptr : NULL;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_IS_MANAGED:
+		*(int *)data = a != NULL && a->kind == ALLOC_MANAGED;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
+		*(int *)data = a ? a->device : CU_DEVICE_INVALID;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+		*(CUdeviceptr *)data = a ? a->base : 0;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
+		*(size_t *)data = a ? a->size : 0;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_MAPPED:
+		*(int *)data = a != NULL;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_BUFFER_ID:
+		*(unsigned long long *)data = a ? a->id : 0;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
+		*(int *)data = 0;
+		return CUDA_SUCCESS;
+	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+		*(int *)data = a != NULL && a->kind == ALLOC_DEVICE;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_NOT_SUPPORTED;
+	}
+}
+
+SIM_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+	ENTER(ENTER_INIT);
+	if (data == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	CUresult rc = pointer_attribute(mem_find(ptr), ptr, attribute, data, 0);
+	pthread_mutex_unlock(&sim.lock);
+	return rc;
+}
+
+SIM_API CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
+					void **data, CUdeviceptr ptr)
+{
+	CUresult rc = CUDA_SUCCESS;
+
+	ENTER(ENTER_INIT);
+	if (numAttributes == 0 || attributes == NULL || data == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	struct alloc *a = mem_find(ptr);
+	for (unsigned int i = 0; i < numAttributes && rc == CUDA_SUCCESS; i++)
+		if (data[i] != NULL)
+			rc = pointer_attribute(a, ptr, attributes[i], data[i], 1);
+	pthread_mutex_unlock(&sim.lock);
+	return rc;
+}
+
+/* ---- the worker side: executing memory operations ---- */
+
+static enum copy_class classify(const struct span *dst, const struct span *src)
+{
+	int d = device_side(dst), s = device_side(src);
+	return d ? (s ? COPY_D2D : COPY_H2D) : (s ? COPY_D2H : COPY_H2H);
+}
+
+void mem_execute(struct op *op, int device)
+{
+	switch (op->type) {
+	case OP_COPY:
+		memmove(op->dst.host, op->src.host, op->len);
+		pthread_mutex_lock(&sim.lock);
+		sim.memcpy_bytes[classify(&op->dst, &op->src)] += op->len;
+		if (op->dst.a && op->dst.a->kind == ALLOC_MANAGED)
+			mem_managed_access(op->dst.a, op->dst.off, op->len, device);
+		if (op->src.a && op->src.a->kind == ALLOC_MANAGED)
+			mem_managed_access(op->src.a, op->src.off, op->len, device);
+		pthread_mutex_unlock(&sim.lock);
+		break;
+	case OP_MEMSET:
+		memset(op->dst.host, op->value, op->len);
+		if (op->dst.a->kind == ALLOC_MANAGED) {
+			pthread_mutex_lock(&sim.lock);
+			mem_managed_access(op->dst.a, op->dst.off, op->len, device);
+			pthread_mutex_unlock(&sim.lock);
+		}
+		break;
+	case OP_PREFETCH:
+		pthread_mutex_lock(&sim.lock);
+		/* The allocation may have been freed since; prefetch only what still exists. */
+		if (mem_find((uintptr_t)op->dst.host) == op->dst.a)
+			mem_managed_prefetch(op->dst.a, op->dst.off, op->len, op->location);
+		pthread_mutex_unlock(&sim.lock);
+		break;
+	case OP_FREE:
+		pthread_mutex_lock(&sim.lock);
+		/* A context reset may have freed it already, with everything of its device. */
+		if (mem_find((uintptr_t)op->dst.host) == op->alloc)
+			mem_release(op->alloc);
+		pthread_mutex_unlock(&sim.lock);
+		break;
+	default:
+		break;
+	}
+}

@@ -1,0 +1,839 @@
+/*
+ * runtime.c - the simulated CUDA runtime (libcudart.so.12 and
+ * libcudart_static.a).
+ *
+ * Layered as the real runtime is: it never links the driver. At first use it
+ * dlopen()s libcuda.so.1, looks up cuGetProcAddress_v2 with dlsym, and gets
+ * every other driver function through it, asking for this runtime's CUDA
+ * version and the legacy default stream. A driver-level interposer therefore
+ * sees the runtime's calls exactly as it would on a GPU.
+ *
+ * Runtime state: the calling thread's current device and last error, and one
+ * retained primary context per device, made current in each thread before the
+ * thread's first call that needs it (and again after cudaDeviceReset).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "spillway/cuda.h"
+#include "spillway/cuda_runtime.h"
+
+#include "export.h"
+
+#define RT_API __attribute__((visibility("default")))
+#define MAX_DEVICES 16
+
+/* Every runtime entry point, for call counting (SIMCUDA_STATS_FILE) and fault injection. */
+#define RUNTIME_APIS(X)                                                                     \
+	X(cudaGetDeviceCount) X(cudaGetDevice) X(cudaSetDevice) X(cudaDeviceGetAttribute)   \
+	X(cudaGetDeviceProperties) X(cudaGetDeviceProperties_v2) X(cudaDeviceSynchronize)   \
+	X(cudaDeviceReset) X(cudaDriverGetVersion) X(cudaRuntimeGetVersion)                 \
+	X(cudaGetLastError) X(cudaPeekAtLastError) X(cudaGetErrorString) X(cudaGetErrorName) \
+	X(cudaMalloc) X(cudaFree) X(cudaMallocManaged) X(cudaMallocPitch) X(cudaMallocHost) \
+	X(cudaHostAlloc) X(cudaFreeHost) X(cudaHostGetDevicePointer) X(cudaMemGetInfo)      \
+	X(cudaMemcpy) X(cudaMemcpyAsync) X(cudaMemset) X(cudaMemsetAsync) X(cudaMemAdvise)  \
+	X(cudaMemPrefetchAsync) X(cudaMallocAsync) X(cudaFreeAsync)                         \
+	X(cudaPointerGetAttributes) X(cudaStreamCreate) X(cudaStreamCreateWithFlags)        \
+	X(cudaStreamDestroy) X(cudaStreamSynchronize) X(cudaStreamQuery)                    \
+	X(cudaStreamWaitEvent) X(cudaEventCreate) X(cudaEventCreateWithFlags)               \
+	X(cudaEventRecord) X(cudaEventQuery) X(cudaEventSynchronize)                        \
+	X(cudaEventElapsedTime) X(cudaEventDestroy) X(cudaLaunchHostFunc)
+
+#define API_ID(name) API_##name,
+enum { RUNTIME_APIS(API_ID) API_COUNT };
+#define API_NAME(name) #name,
+static const char *const api_names[API_COUNT] = {RUNTIME_APIS(API_NAME)};
+static uint64_t api_calls[API_COUNT];
+
+/* The driver functions the runtime uses, obtained with cuGetProcAddress_v2. */
+static struct {
+	CUresult (*Init)(unsigned int);
+	CUresult (*DriverGetVersion)(int *);
+	CUresult (*GetExportTable)(const void **, const CUuuid *);
+	CUresult (*DeviceGetCount)(int *);
+	CUresult (*DeviceGetName)(char *, int, CUdevice);
+	CUresult (*DeviceGetUuid)(CUuuid *, CUdevice);
+	CUresult (*DeviceTotalMem)(size_t *, CUdevice);
+	CUresult (*DeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
+	CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+	CUresult (*DevicePrimaryCtxReset)(CUdevice);
+	CUresult (*CtxSetCurrent)(CUcontext);
+	CUresult (*CtxSynchronize)(void);
+	CUresult (*MemAlloc)(CUdeviceptr *, size_t);
+	CUresult (*MemFree)(CUdeviceptr);
+	CUresult (*MemAllocManaged)(CUdeviceptr *, size_t, unsigned int);
+	CUresult (*MemAllocPitch)(CUdeviceptr *, size_t *, size_t, size_t, unsigned int);
+	CUresult (*MemAllocHost)(void **, size_t);
+	CUresult (*MemHostAlloc)(void **, size_t, unsigned int);
+	CUresult (*MemFreeHost)(void *);
+	CUresult (*MemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned int);
+	CUresult (*MemGetInfo)(size_t *, size_t *);
+	CUresult (*Memcpy)(CUdeviceptr, CUdeviceptr, size_t);
+	CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
+	CUresult (*MemcpyDtoH)(void *, CUdeviceptr, size_t);
+	CUresult (*MemcpyDtoD)(CUdeviceptr, CUdeviceptr, size_t);
+	CUresult (*MemcpyAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+	CUresult (*MemcpyHtoDAsync)(CUdeviceptr, const void *, size_t, CUstream);
+	CUresult (*MemcpyDtoHAsync)(void *, CUdeviceptr, size_t, CUstream);
+	CUresult (*MemcpyDtoDAsync)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
+	CUresult (*MemsetD8)(CUdeviceptr, unsigned char, size_t);
+	CUresult (*MemsetD8Async)(CUdeviceptr, unsigned char, size_t, CUstream);
+	/* At CUDA 12.2 and later these resolve to the CUmemLocation ABI (_v2). */
+	CUresult (*MemAdvise)(CUdeviceptr, size_t, CUmem_advise, CUmemLocation);
+	CUresult (*MemPrefetchAsync)(CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream);
+	CUresult (*MemAllocAsync)(CUdeviceptr *, size_t, CUstream);
+	CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
+	CUresult (*PointerGetAttributes)(unsigned int, CUpointer_attribute *, void **, CUdeviceptr);
+	CUresult (*StreamCreate)(CUstream *, unsigned int);
+	CUresult (*StreamDestroy)(CUstream);
+	CUresult (*StreamSynchronize)(CUstream);
+	CUresult (*StreamQuery)(CUstream);
+	CUresult (*StreamWaitEvent)(CUstream, CUevent, unsigned int);
+	CUresult (*EventCreate)(CUevent *, unsigned int);
+	CUresult (*EventRecord)(CUevent, CUstream);
+	CUresult (*EventQuery)(CUevent);
+	CUresult (*EventSynchronize)(CUevent);
+	CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
+	CUresult (*EventDestroy)(CUevent);
+	CUresult (*LaunchHostFunc)(CUstream, CUhostFn, void *);
+} drv;
+
+#define DRV(base, field) {base, (void **)&drv.field}
+static const struct {
+	const char *name;
+	void **slot;
+} drv_symbols[] = {
+	DRV("cuInit", Init), DRV("cuDriverGetVersion", DriverGetVersion),
+	DRV("cuGetExportTable", GetExportTable), DRV("cuDeviceGetCount", DeviceGetCount),
+	DRV("cuDeviceGetName", DeviceGetName), DRV("cuDeviceGetUuid", DeviceGetUuid),
+	DRV("cuDeviceTotalMem", DeviceTotalMem), DRV("cuDeviceGetAttribute", DeviceGetAttribute),
+	DRV("cuDevicePrimaryCtxRetain", DevicePrimaryCtxRetain),
+	DRV("cuDevicePrimaryCtxReset", DevicePrimaryCtxReset),
+	DRV("cuCtxSetCurrent", CtxSetCurrent), DRV("cuCtxSynchronize", CtxSynchronize),
+	DRV("cuMemAlloc", MemAlloc), DRV("cuMemFree", MemFree),
+	DRV("cuMemAllocManaged", MemAllocManaged), DRV("cuMemAllocPitch", MemAllocPitch),
+	DRV("cuMemAllocHost", MemAllocHost), DRV("cuMemHostAlloc", MemHostAlloc),
+	DRV("cuMemFreeHost", MemFreeHost), DRV("cuMemHostGetDevicePointer", MemHostGetDevicePointer),
+	DRV("cuMemGetInfo", MemGetInfo), DRV("cuMemcpy", Memcpy), DRV("cuMemcpyHtoD", MemcpyHtoD),
+	DRV("cuMemcpyDtoH", MemcpyDtoH), DRV("cuMemcpyDtoD", MemcpyDtoD),
+	DRV("cuMemcpyAsync", MemcpyAsync), DRV("cuMemcpyHtoDAsync", MemcpyHtoDAsync),
+	DRV("cuMemcpyDtoHAsync", MemcpyDtoHAsync), DRV("cuMemcpyDtoDAsync", MemcpyDtoDAsync),
+	DRV("cuMemsetD8", MemsetD8), DRV("cuMemsetD8Async", MemsetD8Async),
+	DRV("cuMemAdvise", MemAdvise), DRV("cuMemPrefetchAsync", MemPrefetchAsync),
+	DRV("cuMemAllocAsync", MemAllocAsync), DRV("cuMemFreeAsync", MemFreeAsync),
+	DRV("cuPointerGetAttributes", PointerGetAttributes), DRV("cuStreamCreate", StreamCreate),
+	DRV("cuStreamDestroy", StreamDestroy), DRV("cuStreamSynchronize", StreamSynchronize),
+	DRV("cuStreamQuery", StreamQuery), DRV("cuStreamWaitEvent", StreamWaitEvent),
+	DRV("cuEventCreate", EventCreate), DRV("cuEventRecord", EventRecord),
+	DRV("cuEventQuery", EventQuery), DRV("cuEventSynchronize", EventSynchronize),
+	DRV("cuEventElapsedTime", EventElapsedTime), DRV("cuEventDestroy", EventDestroy),
+	DRV("cuLaunchHostFunc", LaunchHostFunc),
+};
+
+static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
+static int rt_state;           /* 0: not yet, 1: ready, -1: failed (rt_init_error) */
+static cudaError_t rt_init_error;
+static int rt_dead_after_fork; /* forked after initialisation: every call fails */
+static int device_count;
+static const struct simcuda_export_table *sim_table; /* NULL with a driver that has none */
+
+/* Primary contexts: retained once per device; gen counts retains so threads notice a reset. */
+static CUcontext contexts[MAX_DEVICES];
+static unsigned int context_gen[MAX_DEVICES];
+static int context_retained[MAX_DEVICES];
+
+static __thread int tls_device;
+static __thread int tls_bound_device = -1;
+static __thread unsigned int tls_bound_gen;
+static __thread cudaError_t tls_last_error;
+
+static cudaError_t from_driver(CUresult rc)
+{
+	switch (rc) {
+	case CUDA_SUCCESS: return cudaSuccess;
+	case CUDA_ERROR_INVALID_VALUE: return cudaErrorInvalidValue;
+	case CUDA_ERROR_OUT_OF_MEMORY: return cudaErrorMemoryAllocation;
+	case CUDA_ERROR_NOT_INITIALIZED: return cudaErrorInitializationError;
+	case CUDA_ERROR_DEINITIALIZED: return cudaErrorCudartUnloading;
+	case CUDA_ERROR_STUB_LIBRARY: return cudaErrorStubLibrary;
+	case CUDA_ERROR_DEVICE_UNAVAILABLE: return cudaErrorDevicesUnavailable;
+	case CUDA_ERROR_NO_DEVICE: return cudaErrorNoDevice;
+	case CUDA_ERROR_INVALID_DEVICE: return cudaErrorInvalidDevice;
+	case CUDA_ERROR_INVALID_CONTEXT: return cudaErrorDeviceUninitialized;
+	case CUDA_ERROR_CONTEXT_IS_DESTROYED: return cudaErrorContextIsDestroyed;
+	case CUDA_ERROR_INVALID_HANDLE: return cudaErrorInvalidResourceHandle;
+	case CUDA_ERROR_ILLEGAL_STATE: return cudaErrorIllegalState;
+	case CUDA_ERROR_NOT_FOUND: return cudaErrorSymbolNotFound;
+	case CUDA_ERROR_NOT_READY: return cudaErrorNotReady;
+	case CUDA_ERROR_ILLEGAL_ADDRESS: return cudaErrorIllegalAddress;
+	case CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED: return cudaErrorHostMemoryAlreadyRegistered;
+	case CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED: return cudaErrorHostMemoryNotRegistered;
+	case CUDA_ERROR_LAUNCH_FAILED: return cudaErrorLaunchFailure;
+	case CUDA_ERROR_NOT_PERMITTED: return cudaErrorNotPermitted;
+	case CUDA_ERROR_NOT_SUPPORTED: return cudaErrorNotSupported;
+	default: return cudaErrorUnknown;
+	}
+}
+
+/* Every cudaError_t leaves through here: a failure becomes the thread's last error. */
+static cudaError_t done(cudaError_t err)
+{
+	if (err != cudaSuccess)
+		tls_last_error = err;
+	return err;
+}
+
+#define DRIVER(call) done(from_driver(call))
+
+/*
+ * rt_lock is held across calls into the driver, whose own fork handlers take
+ * its locks: taking rt_lock before fork could deadlock against a thread that
+ * holds it and waits for the driver. So the child instead starts with a fresh
+ * lock; it is alone, and if the parent had begun initialising, the child is
+ * unusable anyway (the driver refuses it too).
+ */
+static void fork_child(void)
+{
+	if (rt_state != 0)
+		rt_dead_after_fork = 1;
+	pthread_mutex_init(&rt_lock, NULL);
+}
+
+__attribute__((constructor)) static void runtime_load(void)
+{
+	pthread_atfork(NULL, NULL, fork_child);
+}
+
+static cudaError_t load_driver(void)
+{
+	CUresult (*get_proc)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+	void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+
+	if (lib == NULL)
+		return cudaErrorInsufficientDriver;
+	*(void **)&get_proc = dlsym(lib, "cuGetProcAddress_v2");
+	if (get_proc == NULL)
+		return cudaErrorInsufficientDriver;
+	for (size_t i = 0; i < sizeof(drv_symbols) / sizeof(drv_symbols[0]); i++) {
+		CUdriverProcAddressQueryResult status;
+		CUresult rc = get_proc(drv_symbols[i].name, drv_symbols[i].slot, CUDART_VERSION,
+				       CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status);
+		if (rc != CUDA_SUCCESS || *drv_symbols[i].slot == NULL)
+			return cudaErrorInsufficientDriver;
+	}
+	static const CUuuid table_id = SIMCUDA_EXPORT_TABLE_ID;
+	const void *table = NULL;
+	if (drv.GetExportTable(&table, &table_id) == CUDA_SUCCESS &&
+	    ((const struct simcuda_export_table *)table)->size >= sizeof(struct simcuda_export_table)) {
+		sim_table = table;
+		sim_table->register_counters(api_names, api_calls, API_COUNT);
+	}
+	CUresult rc = drv.Init(0);
+	if (rc == CUDA_SUCCESS)
+		rc = drv.DeviceGetCount(&device_count);
+	if (rc != CUDA_SUCCESS)
+		return rc == CUDA_ERROR_NO_DEVICE ? cudaErrorNoDevice : cudaErrorInitializationError;
+	if (device_count > MAX_DEVICES)
+		device_count = MAX_DEVICES;
+	return cudaSuccess;
+}
+
+static cudaError_t runtime_init(void)
+{
+	if (__atomic_load_n(&rt_state, __ATOMIC_ACQUIRE) == 1)
+		return cudaSuccess;
+	pthread_mutex_lock(&rt_lock);
+	if (rt_state == 0) {
+		rt_init_error = load_driver();
+		__atomic_store_n(&rt_state, rt_init_error == cudaSuccess ? 1 : -1, __ATOMIC_RELEASE);
+	}
+	pthread_mutex_unlock(&rt_lock);
+	return rt_state == 1 ? cudaSuccess : rt_init_error;
+}
+
+/* Retains the device's primary context if needed and makes it current in this thread. */
+static cudaError_t bind_context(int device)
+{
+	CUresult rc = CUDA_SUCCESS;
+
+	pthread_mutex_lock(&rt_lock);
+	if (!context_retained[device]) {
+		rc = drv.DevicePrimaryCtxRetain(&contexts[device], device);
+		if (rc == CUDA_SUCCESS) {
+			context_retained[device] = 1;
+			context_gen[device]++;
+		}
+	}
+	unsigned int gen = context_gen[device];
+	CUcontext ctx = contexts[device];
+	pthread_mutex_unlock(&rt_lock);
+	if (rc != CUDA_SUCCESS)
+		return from_driver(rc);
+	if (tls_bound_device != device || tls_bound_gen != gen) {
+		rc = drv.CtxSetCurrent(ctx);
+		if (rc != CUDA_SUCCESS)
+			return from_driver(rc);
+		tls_bound_device = device;
+		tls_bound_gen = gen;
+	}
+	return cudaSuccess;
+}
+
+enum { NEED_NOTHING, NEED_DRIVER, NEED_CONTEXT };
+
+/* Entry of every runtime call: counts it, initialises what it needs, injects faults. */
+static cudaError_t enter(int api, int need)
+{
+	if (__atomic_load_n(&rt_dead_after_fork, __ATOMIC_RELAXED))
+		return cudaErrorInitializationError;
+	uint64_t n = __atomic_add_fetch(&api_calls[api], 1, __ATOMIC_RELAXED);
+	if (need == NEED_NOTHING)
+		return cudaSuccess;
+	cudaError_t err = runtime_init();
+	if (err != cudaSuccess)
+		return err;
+	if (sim_table != NULL && sim_table->should_fail(api_names[api], n))
+		return cudaErrorMemoryAllocation;
+	return need == NEED_CONTEXT ? bind_context(tls_device) : cudaSuccess;
+}
+
+#define ENTER(name, need)                                          \
+	do {                                                       \
+		cudaError_t enter_err_ = enter(API_##name, (need)); \
+		if (enter_err_ != cudaSuccess)                     \
+			return done(enter_err_);                   \
+	} while (0)
+
+/* ---- devices ---- */
+
+RT_API cudaError_t cudaGetDeviceCount(int *count)
+{
+	if (count != NULL)
+		*count = 0;
+	ENTER(cudaGetDeviceCount, NEED_DRIVER);
+	if (count == NULL)
+		return done(cudaErrorInvalidValue);
+	*count = device_count;
+	return cudaSuccess;
+}
+
+RT_API cudaError_t cudaGetDevice(int *device)
+{
+	ENTER(cudaGetDevice, NEED_DRIVER);
+	if (device == NULL)
+		return done(cudaErrorInvalidValue);
+	*device = tls_device;
+	return cudaSuccess;
+}
+
+RT_API cudaError_t cudaSetDevice(int device)
+{
+	ENTER(cudaSetDevice, NEED_DRIVER);
+	if (device < 0 || device >= device_count)
+		return done(cudaErrorInvalidDevice);
+	tls_device = device;
+	return done(bind_context(device)); /* since CUDA 12 the context is made at once */
+}
+
+RT_API cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
+{
+	ENTER(cudaDeviceGetAttribute, NEED_DRIVER);
+	return DRIVER(drv.DeviceGetAttribute(value, (CUdevice_attribute)attr, device));
+}
+
+static cudaError_t device_properties(struct cudaDeviceProp *prop, int device)
+{
+	static const struct {
+		CUdevice_attribute attr;
+		size_t offset;
+	} ints[] = {
+#define INT_FIELD(a, f) {a, offsetof(struct cudaDeviceProp, f)}
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK, regsPerBlock),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_WARP_SIZE, warpSize),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK, maxThreadsPerBlock),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X, maxThreadsDim[0]),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y, maxThreadsDim[1]),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z, maxThreadsDim[2]),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X, maxGridSize[0]),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y, maxGridSize[1]),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z, maxGridSize[2]),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_CLOCK_RATE, clockRate),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, major),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, minor),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_GPU_OVERLAP, deviceOverlap),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, multiProcessorCount),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT, kernelExecTimeoutEnabled),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_INTEGRATED, integrated),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY, canMapHostMemory),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_COMPUTE_MODE, computeMode),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS, concurrentKernels),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_ECC_ENABLED, ECCEnabled),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, pciBusID),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, pciDeviceID),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, pciDomainID),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_TCC_DRIVER, tccDriver),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT, asyncEngineCount),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING, unifiedAddressing),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, memoryClockRate),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH, memoryBusWidth),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, l2CacheSize),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR, maxThreadsPerMultiProcessor),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED, streamPrioritiesSupported),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY, managedMemory),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD, isMultiGpuBoard),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS, pageableMemoryAccess),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS, concurrentManagedAccess),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM,
+			  canUseHostPointerForRegisteredMem),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST,
+			  directManagedMemAccessFromHost),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, memoryPoolsSupported),
+#undef INT_FIELD
+	};
+	int v;
+	CUresult rc;
+
+	if (prop == NULL)
+		return cudaErrorInvalidValue;
+	if (device < 0 || device >= device_count)
+		return cudaErrorInvalidDevice;
+	memset(prop, 0, sizeof(*prop));
+	rc = drv.DeviceGetName(prop->name, sizeof(prop->name), device);
+	if (rc == CUDA_SUCCESS)
+		rc = drv.DeviceGetUuid((CUuuid *)&prop->uuid, device);
+	if (rc == CUDA_SUCCESS)
+		rc = drv.DeviceTotalMem(&prop->totalGlobalMem, device);
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < sizeof(ints) / sizeof(ints[0]); i++)
+		rc = drv.DeviceGetAttribute((int *)((char *)prop + ints[i].offset), ints[i].attr, device);
+	if (rc == CUDA_SUCCESS)
+		rc = drv.DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK, device);
+	if (rc == CUDA_SUCCESS)
+		prop->sharedMemPerBlock = (size_t)v;
+	if (rc == CUDA_SUCCESS)
+		rc = drv.DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY, device);
+	if (rc == CUDA_SUCCESS)
+		prop->totalConstMem = (size_t)v;
+	if (rc == CUDA_SUCCESS)
+		rc = drv.DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MAX_PITCH, device);
+	if (rc == CUDA_SUCCESS)
+		prop->memPitch = (size_t)v;
+	if (rc == CUDA_SUCCESS)
+		rc = drv.DeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT, device);
+	if (rc == CUDA_SUCCESS)
+		prop->textureAlignment = (size_t)v;
+	return from_driver(rc);
+}
+
+RT_API cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device)
+{
+	ENTER(cudaGetDeviceProperties, NEED_DRIVER);
+	return done(device_properties(prop, device));
+}
+
+RT_API cudaError_t cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int device)
+{
+	ENTER(cudaGetDeviceProperties_v2, NEED_DRIVER);
+	return done(device_properties(prop, device));
+}
+
+RT_API cudaError_t cudaDeviceSynchronize(void)
+{
+	ENTER(cudaDeviceSynchronize, NEED_CONTEXT);
+	return DRIVER(drv.CtxSynchronize());
+}
+
+RT_API cudaError_t cudaDeviceReset(void)
+{
+	int device = tls_device;
+
+	ENTER(cudaDeviceReset, NEED_DRIVER);
+	CUresult rc = drv.DevicePrimaryCtxReset(device);
+	if (rc == CUDA_SUCCESS) {
+		pthread_mutex_lock(&rt_lock);
+		context_retained[device] = 0; /* the next call that needs it retains it afresh */
+		pthread_mutex_unlock(&rt_lock);
+	}
+	return DRIVER(rc);
+}
+
+RT_API cudaError_t cudaDriverGetVersion(int *driverVersion)
+{
+	if (__atomic_load_n(&rt_dead_after_fork, __ATOMIC_RELAXED))
+		return done(cudaErrorInitializationError);
+	__atomic_add_fetch(&api_calls[API_cudaDriverGetVersion], 1, __ATOMIC_RELAXED);
+	if (driverVersion == NULL)
+		return done(cudaErrorInvalidValue);
+	/* Without a usable driver the documented answer is version 0, not an error. */
+	if (runtime_init() != cudaSuccess || drv.DriverGetVersion(driverVersion) != CUDA_SUCCESS)
+		*driverVersion = 0;
+	return cudaSuccess;
+}
+
+RT_API cudaError_t cudaRuntimeGetVersion(int *runtimeVersion)
+{
+	ENTER(cudaRuntimeGetVersion, NEED_NOTHING);
+	if (runtimeVersion == NULL)
+		return done(cudaErrorInvalidValue);
+	*runtimeVersion = CUDART_VERSION;
+	return cudaSuccess;
+}
+
+/* ---- errors ---- */
+
+RT_API cudaError_t cudaGetLastError(void)
+{
+	ENTER(cudaGetLastError, NEED_NOTHING);
+	cudaError_t err = tls_last_error;
+	tls_last_error = cudaSuccess;
+	return err;
+}
+
+RT_API cudaError_t cudaPeekAtLastError(void)
+{
+	ENTER(cudaPeekAtLastError, NEED_NOTHING);
+	return tls_last_error;
+}
+
+static const struct {
+	cudaError_t code;
+	const char *name, *text;
+} errors[] = {
+	{cudaSuccess, "cudaSuccess", "no error"},
+	{cudaErrorInvalidValue, "cudaErrorInvalidValue", "invalid argument"},
+	{cudaErrorMemoryAllocation, "cudaErrorMemoryAllocation", "out of memory"},
+	{cudaErrorInitializationError, "cudaErrorInitializationError", "initialization error"},
+	{cudaErrorCudartUnloading, "cudaErrorCudartUnloading", "driver shutting down"},
+	{cudaErrorProfilerDisabled, "cudaErrorProfilerDisabled", "profiler disabled while using external profiling tool"},
+	{cudaErrorInvalidConfiguration, "cudaErrorInvalidConfiguration", "invalid configuration argument"},
+	{cudaErrorInvalidPitchValue, "cudaErrorInvalidPitchValue", "invalid pitch argument"},
+	{cudaErrorInvalidSymbol, "cudaErrorInvalidSymbol", "invalid device symbol"},
+	{cudaErrorInvalidHostPointer, "cudaErrorInvalidHostPointer", "invalid host pointer"},
+	{cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
+	{cudaErrorInvalidTexture, "cudaErrorInvalidTexture", "invalid texture reference"},
+	{cudaErrorInvalidMemcpyDirection, "cudaErrorInvalidMemcpyDirection", "invalid copy direction for memcpy"},
+	{cudaErrorStubLibrary, "cudaErrorStubLibrary", "CUDA driver is a stub library"},
+	{cudaErrorInsufficientDriver, "cudaErrorInsufficientDriver", "CUDA driver version is insufficient for CUDA runtime version"},
+	{cudaErrorCallRequiresNewerDriver, "cudaErrorCallRequiresNewerDriver", "API call is not supported in the installed CUDA driver"},
+	{cudaErrorDevicesUnavailable, "cudaErrorDevicesUnavailable", "CUDA-capable device(s) is/are busy or unavailable"},
+	{cudaErrorNoDevice, "cudaErrorNoDevice", "no CUDA-capable device is detected"},
+	{cudaErrorInvalidDevice, "cudaErrorInvalidDevice", "invalid device ordinal"},
+	{cudaErrorDeviceNotLicensed, "cudaErrorDeviceNotLicensed", "device doesn't have valid Grid license"},
+	{cudaErrorStartupFailure, "cudaErrorStartupFailure", "startup failure in cuda runtime"},
+	{cudaErrorInvalidKernelImage, "cudaErrorInvalidKernelImage", "device kernel image is invalid"},
+	{cudaErrorDeviceUninitialized, "cudaErrorDeviceUninitialized", "invalid device context"},
+	{cudaErrorMapBufferObjectFailed, "cudaErrorMapBufferObjectFailed", "mapping of buffer object failed"},
+	{cudaErrorUnmapBufferObjectFailed, "cudaErrorUnmapBufferObjectFailed", "unmapping of buffer object failed"},
+	{cudaErrorAlreadyMapped, "cudaErrorAlreadyMapped", "resource already mapped"},
+	{cudaErrorNoKernelImageForDevice, "cudaErrorNoKernelImageForDevice", "no kernel image is available for execution on the device"},
+	{cudaErrorAlreadyAcquired, "cudaErrorAlreadyAcquired", "resource already acquired"},
+	{cudaErrorNotMapped, "cudaErrorNotMapped", "resource not mapped"},
+	{cudaErrorInvalidSource, "cudaErrorInvalidSource", "device kernel image is invalid"},
+	{cudaErrorFileNotFound, "cudaErrorFileNotFound", "file not found"},
+	{cudaErrorOperatingSystem, "cudaErrorOperatingSystem", "OS call failed or operation not supported on this OS"},
+	{cudaErrorInvalidResourceHandle, "cudaErrorInvalidResourceHandle", "invalid resource handle"},
+	{cudaErrorIllegalState, "cudaErrorIllegalState", "the operation cannot be performed in the present state"},
+	{cudaErrorSymbolNotFound, "cudaErrorSymbolNotFound", "named symbol not found"},
+	{cudaErrorNotReady, "cudaErrorNotReady", "device not ready"},
+	{cudaErrorIllegalAddress, "cudaErrorIllegalAddress", "an illegal memory access was encountered"},
+	{cudaErrorLaunchOutOfResources, "cudaErrorLaunchOutOfResources", "too many resources requested for launch"},
+	{cudaErrorLaunchTimeout, "cudaErrorLaunchTimeout", "the launch timed out and was terminated"},
+	{cudaErrorPeerAccessAlreadyEnabled, "cudaErrorPeerAccessAlreadyEnabled", "peer access is already enabled"},
+	{cudaErrorPeerAccessNotEnabled, "cudaErrorPeerAccessNotEnabled", "peer access has not been enabled"},
+	{cudaErrorSetOnActiveProcess, "cudaErrorSetOnActiveProcess", "cannot set while device is active in this process"},
+	{cudaErrorContextIsDestroyed, "cudaErrorContextIsDestroyed", "context is destroyed"},
+	{cudaErrorAssert, "cudaErrorAssert", "device-side assert triggered"},
+	{cudaErrorHostMemoryAlreadyRegistered, "cudaErrorHostMemoryAlreadyRegistered", "part or all of the requested memory range is already mapped"},
+	{cudaErrorHostMemoryNotRegistered, "cudaErrorHostMemoryNotRegistered", "pointer does not correspond to a registered memory region"},
+	{cudaErrorLaunchFailure, "cudaErrorLaunchFailure", "unspecified launch failure"},
+	{cudaErrorNotPermitted, "cudaErrorNotPermitted", "operation not permitted"},
+	{cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+	{cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"},
+	{cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
+};
+
+static const char *error_text(cudaError_t error, int name)
+{
+	for (size_t i = 0; i < sizeof(errors) / sizeof(errors[0]); i++)
+		if (errors[i].code == error)
+			return name ? errors[i].name : errors[i].text;
+	return "unrecognized error code";
+}
+
+RT_API const char *cudaGetErrorString(cudaError_t error)
+{
+	if (!__atomic_load_n(&rt_dead_after_fork, __ATOMIC_RELAXED))
+		__atomic_add_fetch(&api_calls[API_cudaGetErrorString], 1, __ATOMIC_RELAXED);
+	return error_text(error, 0);
+}
+
+RT_API const char *cudaGetErrorName(cudaError_t error)
+{
+	if (!__atomic_load_n(&rt_dead_after_fork, __ATOMIC_RELAXED))
+		__atomic_add_fetch(&api_calls[API_cudaGetErrorName], 1, __ATOMIC_RELAXED);
+	return error_text(error, 1);
+}
+
+/* ---- memory ---- */
+
+RT_API cudaError_t cudaMalloc(void **devPtr, size_t size)
+{
+	ENTER(cudaMalloc, NEED_CONTEXT);
+	if (devPtr == NULL)
+		return done(cudaErrorInvalidValue);
+	if (size == 0) {
+		*devPtr = NULL; /* documented: a zero-byte request succeeds with NULL */
+		return cudaSuccess;
+	}
+	return DRIVER(drv.MemAlloc((CUdeviceptr *)devPtr, size));
+}
+
+RT_API cudaError_t cudaFree(void *devPtr)
+{
+	ENTER(cudaFree, NEED_CONTEXT);
+	if (devPtr == NULL)
+		return cudaSuccess;
+	return DRIVER(drv.MemFree((CUdeviceptr)devPtr));
+}
+
+RT_API cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
+{
+	ENTER(cudaMallocManaged, NEED_CONTEXT);
+	return DRIVER(drv.MemAllocManaged((CUdeviceptr *)devPtr, size, flags));
+}
+
+RT_API cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
+{
+	ENTER(cudaMallocPitch, NEED_CONTEXT);
+	return DRIVER(drv.MemAllocPitch((CUdeviceptr *)devPtr, pitch, width, height, 16));
+}
+
+RT_API cudaError_t cudaMallocHost(void **ptr, size_t size)
+{
+	ENTER(cudaMallocHost, NEED_CONTEXT);
+	return DRIVER(drv.MemAllocHost(ptr, size));
+}
+
+RT_API cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
+{
+	ENTER(cudaHostAlloc, NEED_CONTEXT);
+	return DRIVER(drv.MemHostAlloc(pHost, size, flags));
+}
+
+RT_API cudaError_t cudaFreeHost(void *ptr)
+{
+	ENTER(cudaFreeHost, NEED_CONTEXT);
+	return DRIVER(drv.MemFreeHost(ptr));
+}
+
+RT_API cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags)
+{
+	ENTER(cudaHostGetDevicePointer, NEED_CONTEXT);
+	return DRIVER(drv.MemHostGetDevicePointer((CUdeviceptr *)pDevice, pHost, flags));
+}
+
+RT_API cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
+{
+	ENTER(cudaMemGetInfo, NEED_CONTEXT);
+	return DRIVER(drv.MemGetInfo(free, total));
+}
+
+RT_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+	CUdeviceptr d = (CUdeviceptr)dst, s = (CUdeviceptr)src;
+
+	ENTER(cudaMemcpy, NEED_CONTEXT);
+	switch (kind) {
+	case cudaMemcpyHostToDevice: return DRIVER(drv.MemcpyHtoD(d, src, count));
+	case cudaMemcpyDeviceToHost: return DRIVER(drv.MemcpyDtoH(dst, s, count));
+	case cudaMemcpyDeviceToDevice: return DRIVER(drv.MemcpyDtoD(d, s, count));
+	case cudaMemcpyHostToHost:
+	case cudaMemcpyDefault: return DRIVER(drv.Memcpy(d, s, count));
+	default: return done(cudaErrorInvalidMemcpyDirection);
+	}
+}
+
+RT_API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
+				   enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+	CUdeviceptr d = (CUdeviceptr)dst, s = (CUdeviceptr)src;
+
+	ENTER(cudaMemcpyAsync, NEED_CONTEXT);
+	switch (kind) {
+	case cudaMemcpyHostToDevice: return DRIVER(drv.MemcpyHtoDAsync(d, src, count, stream));
+	case cudaMemcpyDeviceToHost: return DRIVER(drv.MemcpyDtoHAsync(dst, s, count, stream));
+	case cudaMemcpyDeviceToDevice: return DRIVER(drv.MemcpyDtoDAsync(d, s, count, stream));
+	case cudaMemcpyHostToHost:
+	case cudaMemcpyDefault: return DRIVER(drv.MemcpyAsync(d, s, count, stream));
+	default: return done(cudaErrorInvalidMemcpyDirection);
+	}
+}
+
+RT_API cudaError_t cudaMemset(void *devPtr, int value, size_t count)
+{
+	ENTER(cudaMemset, NEED_CONTEXT);
+	return DRIVER(drv.MemsetD8((CUdeviceptr)devPtr, (unsigned char)value, count));
+}
+
+RT_API cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
+{
+	ENTER(cudaMemsetAsync, NEED_CONTEXT);
+	return DRIVER(drv.MemsetD8Async((CUdeviceptr)devPtr, (unsigned char)value, count, stream));
+}
+
+static CUmemLocation location_of(int device)
+{
+	CUmemLocation loc;
+
+	loc.type = device == cudaCpuDeviceId ? CU_MEM_LOCATION_TYPE_HOST : CU_MEM_LOCATION_TYPE_DEVICE;
+	loc.id = device == cudaCpuDeviceId ? 0 : device;
+	return loc;
+}
+
+RT_API cudaError_t cudaMemAdvise(const void *devPtr, size_t count, enum cudaMemoryAdvise advice,
+				 int device)
+{
+	ENTER(cudaMemAdvise, NEED_CONTEXT);
+	return DRIVER(drv.MemAdvise((CUdeviceptr)devPtr, count, (CUmem_advise)advice,
+				    location_of(device)));
+}
+
+RT_API cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count, int dstDevice,
+					cudaStream_t stream)
+{
+	ENTER(cudaMemPrefetchAsync, NEED_CONTEXT);
+	return DRIVER(drv.MemPrefetchAsync((CUdeviceptr)devPtr, count, location_of(dstDevice), 0,
+					   stream));
+}
+
+RT_API cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
+{
+	ENTER(cudaMallocAsync, NEED_CONTEXT);
+	return DRIVER(drv.MemAllocAsync((CUdeviceptr *)devPtr, size, hStream));
+}
+
+RT_API cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
+{
+	ENTER(cudaFreeAsync, NEED_CONTEXT);
+	return DRIVER(drv.MemFreeAsync((CUdeviceptr)devPtr, hStream));
+}
+
+RT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes,
+					    const void *ptr)
+{
+	CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+				       CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+				       CU_POINTER_ATTRIBUTE_DEVICE_POINTER,
+				       CU_POINTER_ATTRIBUTE_HOST_POINTER};
+	unsigned int type = 0;
+	int managed = 0, device = cudaInvalidDeviceId;
+	CUdeviceptr dptr = 0;
+	void *hptr = NULL;
+	void *data[] = {&type, &managed, &device, &dptr, &hptr};
+
+	ENTER(cudaPointerGetAttributes, NEED_DRIVER);
+	if (attributes == NULL)
+		return done(cudaErrorInvalidValue);
+	CUresult rc = drv.PointerGetAttributes(5, which, data, (CUdeviceptr)ptr);
+	if (rc != CUDA_SUCCESS)
+		return DRIVER(rc);
+	attributes->type = managed ? cudaMemoryTypeManaged
+			 : type == CU_MEMORYTYPE_DEVICE ? cudaMemoryTypeDevice
+			 : type == CU_MEMORYTYPE_HOST ? cudaMemoryTypeHost
+						      : cudaMemoryTypeUnregistered;
+	attributes->device = device;
+	attributes->devicePointer = (void *)dptr;
+	attributes->hostPointer = hptr;
+	return cudaSuccess;
+}
+
+/* ---- streams, events, host functions ---- */
+
+RT_API cudaError_t cudaStreamCreate(cudaStream_t *pStream)
+{
+	ENTER(cudaStreamCreate, NEED_CONTEXT);
+	return DRIVER(drv.StreamCreate(pStream, cudaStreamDefault));
+}
+
+RT_API cudaError_t cudaStreamCreateWithFlags(cudaStream_t *pStream, unsigned int flags)
+{
+	ENTER(cudaStreamCreateWithFlags, NEED_CONTEXT);
+	return DRIVER(drv.StreamCreate(pStream, flags));
+}
+
+RT_API cudaError_t cudaStreamDestroy(cudaStream_t stream)
+{
+	ENTER(cudaStreamDestroy, NEED_CONTEXT);
+	return DRIVER(drv.StreamDestroy(stream));
+}
+
+RT_API cudaError_t cudaStreamSynchronize(cudaStream_t stream)
+{
+	ENTER(cudaStreamSynchronize, NEED_CONTEXT);
+	return DRIVER(drv.StreamSynchronize(stream));
+}
+
+RT_API cudaError_t cudaStreamQuery(cudaStream_t stream)
+{
+	ENTER(cudaStreamQuery, NEED_CONTEXT);
+	CUresult rc = drv.StreamQuery(stream);
+	/* Not ready is an answer, not an error: it does not become the last error. */
+	return rc == CUDA_ERROR_NOT_READY ? cudaErrorNotReady : DRIVER(rc);
+}
+
+RT_API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+{
+	ENTER(cudaStreamWaitEvent, NEED_CONTEXT);
+	return DRIVER(drv.StreamWaitEvent(stream, event, flags));
+}
+
+RT_API cudaError_t cudaEventCreate(cudaEvent_t *event)
+{
+	ENTER(cudaEventCreate, NEED_CONTEXT);
+	return DRIVER(drv.EventCreate(event, cudaEventDefault));
+}
+
+RT_API cudaError_t cudaEventCreateWithFlags(cudaEvent_t *event, unsigned int flags)
+{
+	ENTER(cudaEventCreateWithFlags, NEED_CONTEXT);
+	return DRIVER(drv.EventCreate(event, flags));
+}
+
+RT_API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
+{
+	ENTER(cudaEventRecord, NEED_CONTEXT);
+	return DRIVER(drv.EventRecord(event, stream));
+}
+
+RT_API cudaError_t cudaEventQuery(cudaEvent_t event)
+{
+	ENTER(cudaEventQuery, NEED_CONTEXT);
+	CUresult rc = drv.EventQuery(event);
+	return rc == CUDA_ERROR_NOT_READY ? cudaErrorNotReady : DRIVER(rc);
+}
+
+RT_API cudaError_t cudaEventSynchronize(cudaEvent_t event)
+{
+	ENTER(cudaEventSynchronize, NEED_CONTEXT);
+	return DRIVER(drv.EventSynchronize(event));
+}
+
+RT_API cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t start, cudaEvent_t end)
+{
+	ENTER(cudaEventElapsedTime, NEED_CONTEXT);
+	return DRIVER(drv.EventElapsedTime(ms, start, end));
+}
+
+RT_API cudaError_t cudaEventDestroy(cudaEvent_t event)
+{
+	ENTER(cudaEventDestroy, NEED_CONTEXT);
+	return DRIVER(drv.EventDestroy(event));
+}
+
+RT_API cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void *userData)
+{
+	ENTER(cudaLaunchHostFunc, NEED_CONTEXT);
+	return DRIVER(drv.LaunchHostFunc(stream, fn, userData));
+}
