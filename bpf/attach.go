@@ -1,0 +1,282 @@
+package bpf
+
+import (
+	"debug/elf"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+)
+
+// Finding the files of traced processes and attaching the uprobes to them.
+// Uprobes belong to a file (an inode), not a process: a file is attached once
+// and serves every process that maps it; the traced map decides which
+// processes' calls are recorded.
+
+// Rescan attaches to files that traced processes have mapped since they were
+// last scanned (a library opened with dlopen, a child's executable).
+func (t *Tracer) Rescan() error {
+	pids, err := t.TracedPIDs()
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, pid := range pids {
+		if !isProcess(pid) {
+			continue // a thread: its process is scanned
+		}
+		if err := t.ScanProcess(pid); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ESRCH) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ScanProcess attaches to every file mapped executable in the process that
+// defines a probed function, once per file.
+func (t *Tracer) ScanProcess(pid int) error {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return fmt.Errorf("scan pid %d: %w", pid, err)
+	}
+	maps, err := parseMaps(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("scan pid %d: %w", pid, err)
+	}
+	var errs []error
+	for _, m := range maps {
+		id, err := mappingID(m)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("pid %d: %w", pid, err))
+			continue
+		}
+		t.mu.Lock()
+		_, seen := t.files[id]
+		t.mu.Unlock()
+		if seen {
+			continue
+		}
+		path := openablePath(pid, m, id)
+		if err := t.attachFile(id, path); err != nil {
+			errs = append(errs, fmt.Errorf("pid %d: %w", pid, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// AttachFile attaches to a file by path before any process maps it, so that a
+// process started afterwards is traced from its first call.
+func (t *Tracer) AttachFile(path string) error {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fmt.Errorf("attach %s: %w", path, err)
+	}
+	id := fileID{unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino}
+	return t.attachFile(id, path)
+}
+
+// Files returns the probed files and what is probed in each, one line each.
+func (t *Tracer) Files() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []string
+	for _, f := range t.files {
+		if len(f.links) > 0 {
+			out = append(out, fmt.Sprintf("%s: %d API functions, %d probe points", f.path, len(f.funcs), len(f.probes)))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func (t *Tracer) attachFile(id fileID, path string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, seen := t.files[id]; seen {
+		return nil
+	}
+	tf := &tracedFile{path: path}
+	t.files[id] = tf
+	defined, err := definedFunctions(path)
+	if err != nil {
+		return err
+	}
+	var (
+		apiSyms, probeSyms       []string
+		apiCookies, probeCookies []uint64
+	)
+	for _, fn := range Funcs() {
+		if defined[fn.String()] {
+			apiSyms = append(apiSyms, fn.String())
+			apiCookies = append(apiCookies, fn.cookie())
+		}
+	}
+	for p := ProbeAlloc; p <= ProbeRefuse; p++ {
+		if defined[probeSymbols[p]] {
+			probeSyms = append(probeSyms, probeSymbols[p])
+			probeCookies = append(probeCookies, uint64(p))
+		}
+	}
+	if len(apiSyms) == 0 && len(probeSyms) == 0 {
+		return nil
+	}
+	ex, err := link.OpenExecutable(path)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", path, err)
+	}
+	// The return probes go first: a call that enters between the two
+	// attachments then returns unseen instead of leaving its thread inside
+	// a call forever.
+	probes := []struct {
+		syms          []string
+		cookies       []uint64
+		multi, single *ebpf.Program
+		ret           bool
+	}{
+		{apiSyms, apiCookies, t.objs.ApiExitMulti, t.objs.ApiExit, true},
+		{apiSyms, apiCookies, t.objs.ApiEnterMulti, t.objs.ApiEnter, false},
+		{probeSyms, probeCookies, t.objs.ProbePointMulti, t.objs.ProbePoint, false},
+	}
+	for _, p := range probes {
+		if len(p.syms) == 0 {
+			continue
+		}
+		var (
+			links []link.Link
+			err   error
+		)
+		if t.multi {
+			links, err = attachMulti(ex, p.syms, p.cookies, p.multi, p.ret)
+		} else {
+			links, err = attachEach(ex, p.syms, p.cookies, p.single, p.ret)
+		}
+		tf.links = append(tf.links, links...)
+		if err != nil {
+			return fmt.Errorf("attach to %s: %w", path, err)
+		}
+	}
+	tf.funcs, tf.probes = apiSyms, probeSyms
+	return nil
+}
+
+// attachMulti attaches prog to every symbol with one uprobe_multi link:
+// detaching a link costs a grace period, once per link.
+func attachMulti(ex *link.Executable, syms []string, cookies []uint64, prog *ebpf.Program, ret bool) ([]link.Link, error) {
+	opts := &link.UprobeMultiOptions{Cookies: cookies}
+	var (
+		l   link.Link
+		err error
+	)
+	if ret {
+		l, err = ex.UretprobeMulti(syms, prog, opts)
+	} else {
+		l, err = ex.UprobeMulti(syms, prog, opts)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return []link.Link{l}, nil
+}
+
+// attachEach attaches prog to every symbol with a link each.
+func attachEach(ex *link.Executable, syms []string, cookies []uint64, prog *ebpf.Program, ret bool) ([]link.Link, error) {
+	var links []link.Link
+	for i, sym := range syms {
+		var (
+			l   link.Link
+			err error
+		)
+		o := &link.UprobeOptions{Cookie: cookies[i]}
+		if ret {
+			l, err = ex.Uretprobe(sym, prog, o)
+		} else {
+			l, err = ex.Uprobe(sym, prog, o)
+		}
+		if err != nil {
+			return links, fmt.Errorf("%s: %w", sym, err)
+		}
+		links = append(links, l)
+	}
+	return links, nil
+}
+
+// definedFunctions returns the names of the functions a file defines (not
+// those it imports), from its symbol table and dynamic symbol table.
+func definedFunctions(path string) (map[string]bool, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read symbols of %s: %w", path, err)
+	}
+	defer f.Close()
+	out := map[string]bool{}
+	for _, read := range []func() ([]elf.Symbol, error){f.Symbols, f.DynamicSymbols} {
+		syms, err := read()
+		if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+			return nil, fmt.Errorf("read symbols of %s: %w", path, err)
+		}
+		for _, s := range syms {
+			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF && s.Value != 0 {
+				out[s.Name] = true
+			}
+		}
+	}
+	return out, nil
+}
+
+// mappingID parses the device of a maps line ("fd:01", hex).
+func mappingID(m mapping) (fileID, error) {
+	major, minor, ok := strings.Cut(m.dev, ":")
+	maj, err1 := strconv.ParseUint(major, 16, 32)
+	min, err2 := strconv.ParseUint(minor, 16, 32)
+	if !ok || err1 != nil || err2 != nil {
+		return fileID{}, fmt.Errorf("mapping of %s: bad device %q", m.path, m.dev)
+	}
+	return fileID{uint32(maj), uint32(min), m.inode}, nil
+}
+
+// openablePath returns a path to the mapped file as this process sees it:
+// the path itself when it names the same inode here, else through the
+// process's root (another mount namespace), else its map_files entry (a file
+// deleted or replaced since it was mapped).
+func openablePath(pid int, m mapping, id fileID) string {
+	same := func(p string) bool {
+		var st unix.Stat_t
+		return unix.Stat(p, &st) == nil && st.Ino == id.inode &&
+			unix.Major(st.Dev) == id.major && unix.Minor(st.Dev) == id.minor
+	}
+	if same(m.path) {
+		return m.path
+	}
+	if p := filepath.Join(fmt.Sprintf("/proc/%d/root", pid), m.path); same(p) {
+		return p
+	}
+	return fmt.Sprintf("/proc/%d/map_files/%x-%x", pid, m.start, m.end)
+}
+
+// isProcess reports whether id is a live thread-group leader (not a thread).
+func isProcess(id int) bool {
+	tgid, err := threadGroup(id)
+	return err == nil && tgid == id
+}
+
+// threadGroup returns the process (thread group) a thread id belongs to.
+func threadGroup(id int) (int, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", id))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
+			return strconv.Atoi(strings.TrimSpace(v))
+		}
+	}
+	return 0, fmt.Errorf("/proc/%d/status has no Tgid line", id)
+}

@@ -1,0 +1,173 @@
+package bpf
+
+import "fmt"
+
+// Func identifies a probed CUDA API function.
+type Func uint16
+
+// Op is what a probed function does to memory.
+type Op uint8
+
+const (
+	OpAlloc    Op = iota + 1 // reserves memory; Size is the request
+	OpFree                   // releases memory
+	OpMemcpy                 // copies Size bytes in a Direction
+	OpPrefetch               // migrates Size bytes of managed memory
+)
+
+// Direction is a copy's direction, numbered as cudaMemcpyKind.
+type Direction uint8
+
+const (
+	HostToHost     Direction = 0
+	HostToDevice   Direction = 1
+	DeviceToHost   Direction = 2
+	DeviceToDevice Direction = 3
+	// DirectionDefault is cudaMemcpyDefault: the driver infers the direction
+	// from the pointers, so it is counted as its own kind.
+	DirectionDefault Direction = 4
+	// DirectionInvalid is a cudaMemcpyKind outside 0..4; the call fails.
+	DirectionInvalid Direction = 255
+)
+
+// String returns the short name used in summaries: h2h, h2d, d2h, d2d, default.
+func (d Direction) String() string {
+	switch d {
+	case HostToHost:
+		return "h2h"
+	case HostToDevice:
+		return "h2d"
+	case DeviceToHost:
+		return "d2h"
+	case DeviceToDevice:
+		return "d2d"
+	case DirectionDefault:
+		return "default"
+	}
+	return "invalid"
+}
+
+// funcSpec says where a function's interesting arguments are (indexes into
+// the six argument registers; -1 when absent).
+type funcSpec struct {
+	name    string
+	op      Op
+	outArg  int       // out-pointer whose target (the new pointer) is read at return
+	sizeArg int       // byte count
+	kindArg int       // cudaMemcpyKind argument
+	dir     Direction // fixed direction when kindArg is -1
+}
+
+// funcs is indexed by Func; entry 0 is unused so that a zero Func is invalid.
+var funcs = [...]funcSpec{
+	{},
+	// Runtime API.
+	{"cudaMalloc", OpAlloc, 0, 1, -1, 0},
+	{"cudaFree", OpFree, -1, -1, -1, 0},
+	{"cudaMallocManaged", OpAlloc, 0, 1, -1, 0},
+	{"cudaMallocHost", OpAlloc, 0, 1, -1, 0},
+	{"cudaHostAlloc", OpAlloc, 0, 1, -1, 0},
+	{"cudaFreeHost", OpFree, -1, -1, -1, 0},
+	{"cudaMallocAsync", OpAlloc, 0, 1, -1, 0},
+	{"cudaFreeAsync", OpFree, -1, -1, -1, 0},
+	{"cudaMemcpy", OpMemcpy, -1, 2, 3, 0},
+	{"cudaMemcpyAsync", OpMemcpy, -1, 2, 3, 0},
+	{"cudaMemcpyPeer", OpMemcpy, -1, 4, -1, DeviceToDevice},
+	{"cudaMemcpyPeerAsync", OpMemcpy, -1, 4, -1, DeviceToDevice},
+	{"cudaMemPrefetchAsync", OpPrefetch, -1, 1, -1, 0},
+	// Driver API.
+	{"cuMemAlloc_v2", OpAlloc, 0, 1, -1, 0},
+	{"cuMemAlloc", OpAlloc, 0, 1, -1, 0},
+	{"cuMemFree_v2", OpFree, -1, -1, -1, 0},
+	{"cuMemFree", OpFree, -1, -1, -1, 0},
+	{"cuMemAllocManaged", OpAlloc, 0, 1, -1, 0},
+	{"cuMemAllocHost_v2", OpAlloc, 0, 1, -1, 0},
+	{"cuMemHostAlloc", OpAlloc, 0, 1, -1, 0},
+	{"cuMemFreeHost", OpFree, -1, -1, -1, 0},
+	{"cuMemAllocAsync", OpAlloc, 0, 1, -1, 0},
+	{"cuMemFreeAsync", OpFree, -1, -1, -1, 0},
+	{"cuMemcpy", OpMemcpy, -1, 2, -1, DirectionDefault},
+	{"cuMemcpyAsync", OpMemcpy, -1, 2, -1, DirectionDefault},
+	{"cuMemcpyHtoD_v2", OpMemcpy, -1, 2, -1, HostToDevice},
+	{"cuMemcpyDtoH_v2", OpMemcpy, -1, 2, -1, DeviceToHost},
+	{"cuMemcpyDtoD_v2", OpMemcpy, -1, 2, -1, DeviceToDevice},
+	{"cuMemcpyHtoDAsync_v2", OpMemcpy, -1, 2, -1, HostToDevice},
+	{"cuMemcpyDtoHAsync_v2", OpMemcpy, -1, 2, -1, DeviceToHost},
+	{"cuMemcpyDtoDAsync_v2", OpMemcpy, -1, 2, -1, DeviceToDevice},
+	{"cuMemPrefetchAsync", OpPrefetch, -1, 1, -1, 0},
+	{"cuMemPrefetchAsync_v2", OpPrefetch, -1, 1, -1, 0},
+}
+
+// Funcs returns every probed function, in a stable order.
+func Funcs() []Func {
+	out := make([]Func, 0, len(funcs)-1)
+	for i := 1; i < len(funcs); i++ {
+		out = append(out, Func(i))
+	}
+	return out
+}
+
+func (f Func) valid() bool { return f > 0 && int(f) < len(funcs) }
+
+// String returns the function's symbol name.
+func (f Func) String() string {
+	if !f.valid() {
+		return fmt.Sprintf("func(%d)", uint16(f))
+	}
+	return funcs[f].name
+}
+
+// Op returns what the function does to memory.
+func (f Func) Op() Op {
+	if !f.valid() {
+		return 0
+	}
+	return funcs[f].op
+}
+
+// cookie encodes the function and its out-pointer argument for the probes
+// (see COOKIE_* in events.h).
+func (f Func) cookie() uint64 {
+	c := uint64(f)
+	if out := funcs[f].outArg; out >= 0 {
+		c |= uint64(out+1) << 16
+	}
+	return c
+}
+
+// ProbePoint identifies one of the shim's probe points.
+type ProbePoint uint16
+
+// Values match enum probe_point in events.h.
+const (
+	ProbeAlloc   ProbePoint = 1
+	ProbeFree    ProbePoint = 2
+	ProbeSync    ProbePoint = 3
+	ProbeSpill   ProbePoint = 4
+	ProbePromote ProbePoint = 5
+	ProbeRefuse  ProbePoint = 6
+)
+
+var probeSymbols = map[ProbePoint]string{
+	ProbeAlloc:   "spillway_probe_alloc",
+	ProbeFree:    "spillway_probe_free",
+	ProbeSync:    "spillway_probe_sync",
+	ProbeSpill:   "spillway_probe_spill",
+	ProbePromote: "spillway_probe_promote",
+	ProbeRefuse:  "spillway_probe_refuse",
+}
+
+// String returns the probe point's short name (alloc, free, ...).
+func (p ProbePoint) String() string {
+	if s, ok := probeSymbols[p]; ok {
+		return s[len("spillway_probe_"):]
+	}
+	return fmt.Sprintf("probe(%d)", uint16(p))
+}
+
+// Allocation sources of spillway_probe_alloc.
+const (
+	SourceCache       = 0 // served from the pool's cache
+	SourceDevice      = 1 // served by a new device reservation
+	SourcePassThrough = 2 // the pool is off
+)

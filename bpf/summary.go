@@ -1,0 +1,197 @@
+package bpf
+
+import (
+	"maps"
+	"strconv"
+)
+
+// Summary accumulates records into the totals a session reports. Its JSON
+// form is the schema of `spillway trace --summary-json` (see README).
+type Summary struct {
+	// Calls counts the application's calls per function name, at the
+	// outermost probed layer (see the package comment); Errors counts those
+	// that returned an error.
+	Calls  map[string]uint64 `json:"calls"`
+	Errors map[string]uint64 `json:"errors"`
+	// MemcpyBytes sums the bytes of successful copies by direction: h2d, d2h,
+	// d2d, default (cudaMemcpyDefault and the driver's cuMemcpy, whose
+	// direction the driver infers) and h2h.
+	MemcpyBytes   map[string]uint64 `json:"memcpy_bytes"`
+	PrefetchBytes uint64            `json:"prefetch_bytes"`
+	// AllocBytes sums the sizes of successful allocation calls.
+	AllocBytes   uint64      `json:"alloc_bytes"`
+	PageFaults   FaultCounts `json:"page_faults"`
+	SpillBytes   uint64      `json:"spill_bytes"`
+	PromoteBytes uint64      `json:"promote_bytes"`
+	Pool         PoolCounts  `json:"pool"`
+	UVM          UVMCounts   `json:"uvm"`
+	// Processes holds per-process figures by pid.
+	Processes map[string]*ProcessCounts `json:"processes"`
+	// Drops counts records the kernel could not fit in the ring buffer; the
+	// other figures are short by as many records.
+	Drops uint64 `json:"drops"`
+	// Unpaired counts calls whose return matched another function's entry.
+	Unpaired uint64 `json:"unpaired"`
+}
+
+// FaultCounts counts CPU page faults, and those on spilled memory.
+type FaultCounts struct {
+	Total   uint64 `json:"total"`
+	Spilled uint64 `json:"spilled"`
+}
+
+// PoolCounts is the shim's view, from its probe points.
+type PoolCounts struct {
+	Allocs             uint64 `json:"allocs"`
+	CacheHits          uint64 `json:"cache_hits"`
+	DeviceReservations uint64 `json:"device_reservations"`
+	PassThrough        uint64 `json:"pass_through"`
+	Frees              uint64 `json:"frees"`
+	Syncs              uint64 `json:"syncs"`
+	SyncReusableBytes  uint64 `json:"sync_reusable_bytes"`
+	Spills             uint64 `json:"spills"`
+	Promotes           uint64 `json:"promotes"`
+	Refusals           uint64 `json:"refusals"`
+	RefusedBytes       uint64 `json:"refused_bytes"`
+}
+
+// UVMCounts is nvidia-uvm's view, where it is traced.
+type UVMCounts struct {
+	Faults         uint64 `json:"faults"`
+	Migrations     uint64 `json:"migrations"`
+	MigrationBytes uint64 `json:"migration_bytes"`
+}
+
+// ProcessCounts are one process's figures.
+type ProcessCounts struct {
+	Calls      uint64      `json:"calls"`
+	PageFaults FaultCounts `json:"page_faults"`
+	Exited     bool        `json:"exited"`
+}
+
+// NewSummary returns an empty summary whose maps hold every key the schema
+// promises, at zero.
+func NewSummary() *Summary {
+	s := &Summary{
+		Calls:       map[string]uint64{},
+		Errors:      map[string]uint64{},
+		MemcpyBytes: map[string]uint64{},
+		Processes:   map[string]*ProcessCounts{},
+	}
+	for _, d := range []Direction{HostToDevice, DeviceToHost, DeviceToDevice, DirectionDefault, HostToHost} {
+		s.MemcpyBytes[d.String()] = 0
+	}
+	return s
+}
+
+func (s *Summary) process(pid uint32) *ProcessCounts {
+	key := strconv.FormatUint(uint64(pid), 10)
+	p := s.Processes[key]
+	if p == nil {
+		p = &ProcessCounts{}
+		s.Processes[key] = p
+	}
+	return p
+}
+
+// Add accounts for one record.
+func (s *Summary) Add(e *Event) {
+	switch e.Kind {
+	case KindAPI:
+		s.addCall(e)
+	case KindProbe:
+		s.addProbe(e)
+	case KindFault:
+		p := s.process(e.PID)
+		s.PageFaults.Total++
+		p.PageFaults.Total++
+		if e.Spilled() {
+			s.PageFaults.Spilled++
+			p.PageFaults.Spilled++
+		}
+	case KindExit:
+		s.process(e.PID).Exited = true
+	case KindUVMFault:
+		s.UVM.Faults++
+	case KindUVMMigration:
+		s.UVM.Migrations++
+		s.UVM.MigrationBytes += e.Size()
+	}
+}
+
+func (s *Summary) addCall(e *Event) {
+	name := e.Func.String()
+	s.Calls[name]++
+	s.process(e.PID).Calls++
+	if e.Unpaired() {
+		s.Unpaired++
+	}
+	if !e.OK() {
+		s.Errors[name]++
+		return
+	}
+	switch e.Func.Op() {
+	case OpAlloc:
+		s.AllocBytes += e.Size()
+	case OpMemcpy:
+		if d := e.Direction(); d != DirectionInvalid {
+			s.MemcpyBytes[d.String()] += e.Size()
+		}
+	case OpPrefetch:
+		s.PrefetchBytes += e.Size()
+	}
+}
+
+func (s *Summary) addProbe(e *Event) {
+	switch e.Probe {
+	case ProbeAlloc:
+		s.Pool.Allocs++
+		switch e.Source() {
+		case SourceCache:
+			s.Pool.CacheHits++
+		case SourceDevice:
+			s.Pool.DeviceReservations++
+		case SourcePassThrough:
+			s.Pool.PassThrough++
+		}
+	case ProbeFree:
+		s.Pool.Frees++
+	case ProbeSync:
+		s.Pool.Syncs++
+		s.Pool.SyncReusableBytes += e.Size()
+	case ProbeSpill:
+		s.Pool.Spills++
+		s.SpillBytes += e.Size()
+	case ProbePromote:
+		s.Pool.Promotes++
+		s.PromoteBytes += e.Size()
+	case ProbeRefuse:
+		s.Pool.Refusals++
+		s.Pool.RefusedBytes += e.Size()
+	}
+}
+
+// Clone returns a deep copy, for computing what changed in an interval.
+func (s *Summary) Clone() *Summary {
+	c := *s
+	c.Calls = maps.Clone(s.Calls)
+	c.Errors = maps.Clone(s.Errors)
+	c.MemcpyBytes = maps.Clone(s.MemcpyBytes)
+	c.Processes = make(map[string]*ProcessCounts, len(s.Processes))
+	for k, v := range s.Processes {
+		p := *v
+		c.Processes[k] = &p
+	}
+	return &c
+}
+
+// CallsOf sums the calls of every function doing op.
+func (s *Summary) CallsOf(op Op) uint64 {
+	var n uint64
+	for _, f := range Funcs() {
+		if f.Op() == op {
+			n += s.Calls[f.String()]
+		}
+	}
+	return n
+}

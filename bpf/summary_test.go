@@ -1,0 +1,137 @@
+package bpf
+
+import (
+	"strings"
+	"testing"
+	"unsafe"
+)
+
+// record encodes e as the probes would write it.
+func record(e spillwayEvent) []byte {
+	raw := make([]byte, EventSize)
+	copy(raw, unsafe.Slice((*byte)(unsafe.Pointer(&e)), EventSize))
+	return raw
+}
+
+func decode(t *testing.T, e spillwayEvent) *Event {
+	t.Helper()
+	var out Event
+	if err := DecodeEvent(record(e), &out); err != nil {
+		t.Fatal(err)
+	}
+	return &out
+}
+
+func TestMemcpyKindDecoded(t *testing.T) {
+	for _, tc := range []struct {
+		kind uint64
+		want string
+	}{
+		{0, "h2h"}, {1, "h2d"}, {2, "d2h"}, {3, "d2d"}, {4, "default"},
+		{5, "invalid"},
+		// An enum occupies the low 32 bits of its register; the rest is noise.
+		{0xdead_beef_0000_0002, "d2h"},
+	} {
+		e := decode(t, spillwayEvent{Type: uint16(KindAPI), Func: uint16(funcID(t, "cudaMemcpyAsync")),
+			Args: [6]uint64{0x1000, 0x2000, 4096, tc.kind}})
+		if got := e.Direction().String(); got != tc.want {
+			t.Errorf("kind %#x: direction %s, want %s", tc.kind, got, tc.want)
+		}
+		if e.Size() != 4096 {
+			t.Errorf("kind %#x: size %d, want 4096", tc.kind, e.Size())
+		}
+	}
+	// The driver's functions carry their direction in their names.
+	for name, want := range map[string]string{
+		"cuMemcpyHtoD_v2": "h2d", "cuMemcpyDtoHAsync_v2": "d2h", "cuMemcpyDtoD_v2": "d2d", "cuMemcpy": "default",
+	} {
+		e := decode(t, spillwayEvent{Type: uint16(KindAPI), Func: uint16(funcID(t, name)), Args: [6]uint64{1, 2, 77}})
+		if got := e.Direction().String(); got != want || e.Size() != 77 {
+			t.Errorf("%s: %s of %d bytes, want %s of 77", name, got, e.Size(), want)
+		}
+	}
+}
+
+func funcID(t *testing.T, name string) Func {
+	t.Helper()
+	for _, f := range Funcs() {
+		if f.String() == name {
+			return f
+		}
+	}
+	t.Fatalf("no probed function %s", name)
+	return 0
+}
+
+func TestSummaryAdd(t *testing.T) {
+	s := NewSummary()
+	add := func(e spillwayEvent) { s.Add(decode(t, e)) }
+	malloc, free := funcID(t, "cudaMalloc"), funcID(t, "cudaFree")
+	add(spillwayEvent{Type: uint16(KindAPI), Func: uint16(malloc), Pid: 7, Args: [6]uint64{0x10, 1 << 20}, Out: 0xd000})
+	add(spillwayEvent{Type: uint16(KindAPI), Func: uint16(malloc), Pid: 7, Args: [6]uint64{0x10, 1 << 30}, Ret: 2})
+	add(spillwayEvent{Type: uint16(KindAPI), Func: uint16(free), Pid: 7, Args: [6]uint64{0xd000}})
+	add(spillwayEvent{Type: uint16(KindProbe), Func: uint16(ProbeAlloc), Pid: 7, Args: [6]uint64{0xd000, 4096, 0, 0, SourceCache}})
+	add(spillwayEvent{Type: uint16(KindProbe), Func: uint16(ProbeAlloc), Pid: 7, Args: [6]uint64{0xe000, 4096, 0, 0, SourceDevice}})
+	add(spillwayEvent{Type: uint16(KindProbe), Func: uint16(ProbeSpill), Pid: 7, Args: [6]uint64{0xd000, 4096, 0, 1}})
+	add(spillwayEvent{Type: uint16(KindProbe), Func: uint16(ProbePromote), Pid: 7, Args: [6]uint64{0xd000, 4096, 0, 0}})
+	add(spillwayEvent{Type: uint16(KindProbe), Func: uint16(ProbeRefuse), Pid: 7, Args: [6]uint64{1 << 20, 0, 5, 6}})
+	add(spillwayEvent{Type: uint16(KindFault), Pid: 7, Flags: flagSpilled})
+	add(spillwayEvent{Type: uint16(KindFault), Pid: 8})
+
+	if s.Calls["cudaMalloc"] != 2 || s.Errors["cudaMalloc"] != 1 || s.Calls["cudaFree"] != 1 {
+		t.Errorf("calls %v errors %v", s.Calls, s.Errors)
+	}
+	if s.AllocBytes != 1<<20 {
+		t.Errorf("alloc_bytes %d: the failed call must not count", s.AllocBytes)
+	}
+	if s.Pool.Allocs != 2 || s.Pool.CacheHits != 1 || s.Pool.DeviceReservations != 1 ||
+		s.SpillBytes != 4096 || s.PromoteBytes != 4096 || s.Pool.Refusals != 1 || s.Pool.RefusedBytes != 1<<20 {
+		t.Errorf("pool %+v spill %d promote %d", s.Pool, s.SpillBytes, s.PromoteBytes)
+	}
+	if s.PageFaults != (FaultCounts{Total: 2, Spilled: 1}) ||
+		s.Processes["7"].PageFaults != (FaultCounts{Total: 1, Spilled: 1}) ||
+		s.Processes["8"].PageFaults != (FaultCounts{Total: 1}) {
+		t.Errorf("faults %+v, by process 7 %+v, 8 %+v", s.PageFaults, s.Processes["7"], s.Processes["8"])
+	}
+	c := s.Clone()
+	c.Calls["cudaMalloc"]++
+	c.Processes["7"].Calls++
+	if s.Calls["cudaMalloc"] != 2 || s.Processes["7"].Calls != 3 {
+		t.Error("Clone shares state with the original")
+	}
+}
+
+func TestDecodeShortRecord(t *testing.T) {
+	var e Event
+	err := DecodeEvent(make([]byte, EventSize-1), &e)
+	if err == nil || !strings.Contains(err.Error(), "want") {
+		t.Errorf("short record: %v", err)
+	}
+}
+
+func TestParseMaps(t *testing.T) {
+	const maps = `55d0c0a00000-55d0c0a02000 r--p 00000000 fd:01 1234 /usr/bin/prog
+55d0c0a02000-55d0c0a05000 r-xp 00002000 fd:01 1234 /usr/bin/prog
+7f00aa000000-7f00aa100000 r-xp 00010000 103:02 98765 /opt/my libs/libcudart.so.12
+7f00ab000000-7f00ab001000 rw-p 00000000 00:00 0 
+7fff00000000-7fff00002000 r-xp 00000000 00:00 0 [vdso]
+7f00ac000000-7f00ac100000 r-xp 00000000 fd:01 555 /tmp/libgone.so (deleted)
+`
+	got, err := parseMaps(strings.NewReader(maps))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("mappings %+v, want the 3 executable file mappings", got)
+	}
+	if got[1].path != "/opt/my libs/libcudart.so.12" || got[1].inode != 98765 || got[1].start != 0x7f00aa000000 {
+		t.Errorf("mapping %+v", got[1])
+	}
+	id, err := mappingID(got[1])
+	if err != nil || id != (fileID{0x103, 2, 98765}) {
+		t.Errorf("id %+v, %v", id, err)
+	}
+	if _, err := parseMaps(strings.NewReader("zz-yy r-xp 0 fd:01 1 /x\n")); err == nil {
+		t.Error("bad address range accepted")
+	}
+}

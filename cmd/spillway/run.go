@@ -1,0 +1,295 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/spillway-gpu/spillway/shim/config"
+)
+
+// staticTLSTunable gives the late dlopen of the Go core room in the static
+// TLS block even in processes whose libraries used up glibc's default surplus.
+const staticTLSTunable = "glibc.rtld.optional_static_tls=16384"
+
+// launchOptions says how to start a program under the shim. Empty fields
+// leave the corresponding variables as the environment has them.
+type launchOptions struct {
+	Lib          string               // libspillway.so; empty: ../lib beside this binary
+	MemoryLimit  *config.Limit        // SPILLWAY_MEMORY_LIMIT
+	DeviceLimits map[int]config.Limit // SPILLWAY_MEMORY_LIMIT_<n>
+	LogLevel     config.Level         // SPILLWAY_LOG_LEVEL
+	Env          []string             // further KEY=VALUE entries, applied last
+}
+
+// startUnderShim starts argv with the shim preloaded and the options turned
+// into variables; stdio is the caller's. The caller waits (see
+// waitForwardingSignals).
+func startUnderShim(opts launchOptions, argv []string) (*exec.Cmd, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("no command to run")
+	}
+	lib, err := findLib(opts.Lib)
+	if err != nil {
+		return nil, err
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return nil, err
+	}
+	env := environ(os.Environ())
+	env.set("LD_PRELOAD", prependList(lib, env.get("LD_PRELOAD")))
+	env.set("GLIBC_TUNABLES", withTunable(env.get("GLIBC_TUNABLES")))
+	if opts.MemoryLimit != nil {
+		env.set(config.EnvMemoryLimit, limitValue(*opts.MemoryLimit))
+	}
+	for n, l := range opts.DeviceLimits {
+		env.set(config.EnvMemoryLimitDevicePrefix+strconv.Itoa(n), limitValue(l))
+	}
+	if opts.LogLevel != "" {
+		env.set(config.EnvLogLevel, string(opts.LogLevel))
+	}
+	for _, kv := range opts.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		env.set(k, v)
+	}
+	cmd := exec.Command(path, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Env = env.list()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+// findLib returns the absolute path of the front, checking that the core
+// is beside it (the front loads it from there).
+func findLib(lib string) (string, error) {
+	if lib == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return "", fmt.Errorf("locating the shim: %w (use --lib)", err)
+		}
+		if exe, err = filepath.EvalSymlinks(exe); err != nil {
+			return "", fmt.Errorf("locating the shim: %w (use --lib)", err)
+		}
+		lib = filepath.Join(filepath.Dir(exe), "..", "lib", "libspillway.so")
+	}
+	lib, err := filepath.Abs(lib)
+	if err != nil {
+		return "", err
+	}
+	if _, err := os.Stat(lib); err != nil {
+		return "", fmt.Errorf("the shim library: %w (use --lib PATH)", err)
+	}
+	core := filepath.Join(filepath.Dir(lib), "libspillway-core.so")
+	if _, err := os.Stat(core); err != nil && os.Getenv("SPILLWAY_CORE") == "" {
+		return "", fmt.Errorf("the shim's core must sit beside %s: %w", lib, err)
+	}
+	return lib, nil
+}
+
+func limitValue(l config.Limit) string {
+	if l.Percent > 0 {
+		return l.String()
+	}
+	return strconv.FormatUint(l.Bytes, 10)
+}
+
+func prependList(item, list string) string {
+	if list == "" {
+		return item
+	}
+	return item + ":" + list
+}
+
+func withTunable(tunables string) string {
+	if strings.Contains(tunables, "glibc.rtld.optional_static_tls=") {
+		return tunables // the user's choice wins
+	}
+	if tunables == "" {
+		return staticTLSTunable
+	}
+	return tunables + ":" + staticTLSTunable
+}
+
+// forwarded are the signals passed on to the child. SIGINT and SIGQUIT
+// typed at a terminal already reach the child (same process group), so
+// they are forwarded only when spillway has no terminal.
+var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2,
+	syscall.SIGWINCH, syscall.SIGCONT}
+
+// waitForwardingSignals waits for cmd, passing signals on to it, and
+// returns the status to exit with: the child's, or 128+signal if a signal
+// killed it.
+func waitForwardingSignals(cmd *exec.Cmd) int {
+	sigs := append([]os.Signal(nil), forwarded...)
+	interactive := isTerminal(os.Stdin)
+	terminalSigs := []os.Signal{syscall.SIGINT, syscall.SIGQUIT}
+	if interactive {
+		signal.Ignore(terminalSigs...) // the child gets them from the terminal
+	} else {
+		sigs = append(sigs, terminalSigs...)
+	}
+	ch := make(chan os.Signal, 8)
+	signal.Notify(ch, sigs...)
+	defer signal.Stop(ch)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case s := <-ch:
+				_ = cmd.Process.Signal(s)
+			case <-done:
+				return
+			}
+		}
+	}()
+	err := cmd.Wait()
+	close(done)
+	return exitStatus(cmd, err)
+}
+
+func exitStatus(cmd *exec.Cmd, err error) int {
+	if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		if ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ws.ExitStatus()
+	}
+	if err != nil {
+		return 1
+	}
+	return 0
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// deviceLimits collects repeated --memory-limit-device N=SIZE flags.
+type deviceLimits map[int]config.Limit
+
+func (d deviceLimits) String() string {
+	keys := make([]int, 0, len(d))
+	for k := range d {
+		keys = append(keys, k)
+	}
+	sort.Ints(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%d=%s", k, d[k])
+	}
+	return strings.Join(parts, ",")
+}
+
+func (d deviceLimits) Set(v string) error {
+	n, size, ok := strings.Cut(v, "=")
+	ordinal, err := strconv.Atoi(n)
+	if !ok || err != nil || ordinal < 0 || ordinal > 1023 {
+		return fmt.Errorf("want DEVICE=SIZE, such as 0=8GiB, got %q", v)
+	}
+	l, err := config.ParseLimit("--memory-limit-device", size)
+	if err != nil {
+		return err
+	}
+	d[ordinal] = l
+	return nil
+}
+
+type limitFlag struct{ l *config.Limit }
+
+func (f *limitFlag) String() string {
+	if f.l == nil {
+		return ""
+	}
+	return f.l.String()
+}
+
+func (f *limitFlag) Set(v string) error {
+	l, err := config.ParseLimit("--memory-limit", v)
+	if err != nil {
+		return err
+	}
+	f.l = &l
+	return nil
+}
+
+type levelFlag struct{ level config.Level }
+
+func (f *levelFlag) String() string { return string(f.level) }
+
+func (f *levelFlag) Set(v string) error {
+	l, err := config.ParseLevel("--log-level", v)
+	f.level = l
+	return err
+}
+
+func runMain(args []string) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "usage: spillway run [--memory-limit SIZE] [--memory-limit-device N=SIZE]... [--log-level L] [--lib PATH] -- CMD ARGS...")
+		fs.PrintDefaults()
+	}
+	var opts launchOptions
+	limit := &limitFlag{}
+	devices := deviceLimits{}
+	level := &levelFlag{}
+	fs.Var(limit, "memory-limit", "device memory quota for every device: a size (512MiB, 8GiB, 8GB) or a percentage (50%)")
+	fs.Var(devices, "memory-limit-device", "quota for one device, as N=SIZE (repeatable; wins over --memory-limit)")
+	fs.Var(level, "log-level", "error, warn, info or debug")
+	fs.StringVar(&opts.Lib, "lib", "", "path of libspillway.so (default: ../lib beside this binary)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		fmt.Fprintln(os.Stderr, "spillway run: no command given")
+		fs.Usage()
+		return 2
+	}
+	opts.MemoryLimit, opts.DeviceLimits, opts.LogLevel = limit.l, devices, level.level
+	cmd, err := startUnderShim(opts, argv)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "spillway run: %v\n", err)
+		return 127
+	}
+	return waitForwardingSignals(cmd)
+}
+
+// environ is an environment in os.Environ form with replace-in-place updates.
+type environ []string
+
+func (e environ) get(key string) string {
+	for _, kv := range e {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+func (e *environ) set(key, value string) {
+	for i, kv := range *e {
+		if k, _, ok := strings.Cut(kv, "="); ok && k == key {
+			(*e)[i] = key + "=" + value
+			return
+		}
+	}
+	*e = append(*e, key+"="+value)
+}
+
+func (e environ) list() []string { return e }

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spillway-gpu/spillway/bpf"
+)
+
+func TestParseTraceFlags(t *testing.T) {
+	o, err := parseTraceFlags([]string{"-p", "12", "--p", "34", "--interval", "250ms", "--summary-json", "s.json", "--", "prog", "-x", "--json"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(o.pids) != 2 || o.pids[0] != 12 || o.pids[1] != 34 || o.interval != 250*time.Millisecond ||
+		o.summaryPath != "s.json" || strings.Join(o.argv, " ") != "prog -x --json" || o.json {
+		t.Errorf("options %+v", o)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, "nothing to trace"},
+		{[]string{"--interval", "0s", "-p", "1"}, "--interval 0s: want a positive duration"},
+		{[]string{"--duration", "-1s", "-p", "1"}, "--duration -1s"},
+	} {
+		if _, err := parseTraceFlags(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: error %v, want one containing %q", tc.args, err, tc.want)
+		}
+	}
+	for _, bad := range [][]string{{"-p", "0"}, {"-p", "x"}, {"--interval", "soon", "-p", "1"}} {
+		if _, err := parseTraceFlags(bad, io.Discard); err != errFlagsReported {
+			t.Errorf("%q: error %v, want the flag package's report", bad, err)
+		}
+	}
+}
+
+func TestIntervalOf(t *testing.T) {
+	prev, cur := bpf.NewSummary(), bpf.NewSummary()
+	prev.Calls["cudaMalloc"], cur.Calls["cudaMalloc"] = 10, 30
+	cur.Calls["cuMemAlloc_v2"] = 10
+	prev.Calls["cudaFree"], cur.Calls["cudaFree"] = 5, 15
+	cur.MemcpyBytes["h2d"] = 4096
+	cur.Pool.CacheHits, cur.Pool.DeviceReservations = 3, 1
+	cur.PageFaults = bpf.FaultCounts{Total: 9, Spilled: 4}
+	cur.Drops = 2
+
+	iv := intervalOf(prev, cur, 10, 2)
+	if iv.AllocsPerS != 15 || iv.FreesPerS != 5 || iv.MemcpyBytesPerS["h2d"] != 2048 {
+		t.Errorf("rates: allocs %v frees %v h2d %v", iv.AllocsPerS, iv.FreesPerS, iv.MemcpyBytesPerS["h2d"])
+	}
+	if iv.PoolHitRate == nil || *iv.PoolHitRate != 0.75 {
+		t.Errorf("pool hit rate %v, want 0.75", iv.PoolHitRate)
+	}
+	if iv.PageFaults.Spilled != 4 || iv.Drops != 2 || iv.Calls["cudaMalloc"] != 20 || iv.Calls["cudaFree"] != 10 {
+		t.Errorf("interval %+v", iv)
+	}
+	// Without pool allocations there is no hit rate, rather than 0%.
+	if iv := intervalOf(prev, prev, 1, 1); iv.PoolHitRate != nil || !strings.Contains(formatLine(iv), "pool_hit=-") {
+		t.Errorf("idle pool: hit rate %v, line %q", iv.PoolHitRate, formatLine(iv))
+	}
+}
+
+func TestBytesText(t *testing.T) {
+	for n, want := range map[float64]string{0: "0B", 1023: "1023B", 1024: "1.0KiB", 1536 << 20: "1.5GiB"} {
+		if got := bytesText(n); got != want {
+			t.Errorf("bytesText(%v) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestWriteMetrics(t *testing.T) {
+	sum := bpf.NewSummary()
+	sum.Calls["cudaMalloc"] = 3
+	sum.MemcpyBytes["d2h"] = 700
+	sum.PageFaults = bpf.FaultCounts{Total: 9, Spilled: 4}
+	sum.Pool.CacheHits = 2
+	sum.Drops = 1
+	var b strings.Builder
+	writeMetrics(&b, sum)
+	for _, want := range []string{
+		"# TYPE spillway_trace_calls_total counter\n",
+		`spillway_trace_calls_total{function="cudaMalloc"} 3` + "\n",
+		`spillway_trace_memcpy_bytes_total{direction="d2h"} 700` + "\n",
+		`spillway_trace_memcpy_bytes_total{direction="h2d"} 0` + "\n",
+		"spillway_trace_spilled_page_faults_total 4\n",
+		`spillway_trace_pool_allocations_total{source="cache"} 2` + "\n",
+		"spillway_trace_dropped_records_total 1\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestDescribeEvent(t *testing.T) {
+	var memcpy bpf.Func
+	for _, f := range bpf.Funcs() {
+		if f.String() == "cudaMemcpy" {
+			memcpy = f
+		}
+	}
+	call := describe(&bpf.Event{Kind: bpf.KindAPI, Func: memcpy, PID: 5, TID: 6, Args: [6]uint64{0xa0, 0xb0, 700, 2}})
+	if call.Kind != "call" || call.Func != "cudaMemcpy" || call.Size != 700 || call.Direction != "d2h" || call.Ret == nil || *call.Ret != 0 {
+		t.Errorf("memcpy record described as %+v", call)
+	}
+	alloc := describe(&bpf.Event{Kind: bpf.KindProbe, Probe: bpf.ProbeAlloc, Args: [6]uint64{0xd000, 4096, 1, 0, bpf.SourceCache}})
+	if alloc.Probe != "alloc" || alloc.Ptr != "0xd000" || alloc.Size != 4096 || *alloc.Device != 1 || alloc.Source != "cache" {
+		t.Errorf("alloc probe described as %+v", alloc)
+	}
+	fault := describe(&bpf.Event{Kind: bpf.KindFault, Args: [6]uint64{0x7000}, Flags: 1})
+	if fault.Kind != "fault" || fault.Address != "0x7000" || !fault.Spilled {
+		t.Errorf("fault described as %+v", fault)
+	}
+}

@@ -1,0 +1,73 @@
+package interpose
+
+/*
+#include <stdint.h>
+#include "probes.h"
+
+static void fire_sync(const struct spillway_probes *p, int32_t device, uint64_t bytes) { p->sync(device, bytes); }
+static void fire_spill(const struct spillway_probes *p, uint64_t ptr, uint64_t size, int32_t device, int32_t tier) { p->spill(ptr, size, device, tier); }
+static void fire_promote(const struct spillway_probes *p, uint64_t ptr, uint64_t size, int32_t device, int32_t tier) { p->promote(ptr, size, device, tier); }
+static void fire_refuse(const struct spillway_probes *p, uint64_t size, int32_t device, uint64_t used, uint64_t quota) { p->refuse(size, device, used, quota); }
+*/
+import "C"
+
+import (
+	"fmt"
+	"unsafe"
+)
+
+// Tier says where a block lives, as the probe points report it.
+type Tier int32
+
+// Tiers.
+const (
+	TierDevice      Tier = 0
+	TierHostManaged Tier = 1
+	TierHostPinned  Tier = 2
+)
+
+// Source says how an allocation was served, as the probe points report it.
+type Source int32
+
+// Sources.
+const (
+	SourceCache       Source = 0 // the pool's cache
+	SourceReservation Source = 1 // a new device reservation
+	SourcePassThrough Source = 2 // pool off
+)
+
+// Probes fires the probe points for events only the Go side sees; the
+// front fires alloc and free itself from what the core reports.
+type Probes struct {
+	p *C.struct_spillway_probes
+}
+
+// NewProbes wraps the table at table, a const struct spillway_probes *.
+func NewProbes(table unsafe.Pointer) (*Probes, error) {
+	p := (*C.struct_spillway_probes)(table)
+	if p == nil || uintptr(p.size) < unsafe.Sizeof(*p) || p.sync == nil || p.spill == nil ||
+		p.promote == nil || p.refuse == nil {
+		return nil, fmt.Errorf("incomplete probe table (front and core from different builds?)")
+	}
+	return &Probes{p: p}, nil
+}
+
+// Sync fires spillway_probe_sync.
+func (p *Probes) Sync(device int, freedBytes uint64) {
+	C.fire_sync(p.p, C.int32_t(device), C.uint64_t(freedBytes))
+}
+
+// Spill fires spillway_probe_spill.
+func (p *Probes) Spill(ptr DevicePtr, size uint64, device int, tier Tier) {
+	C.fire_spill(p.p, C.uint64_t(ptr), C.uint64_t(size), C.int32_t(device), C.int32_t(tier))
+}
+
+// Promote fires spillway_probe_promote.
+func (p *Probes) Promote(ptr DevicePtr, size uint64, device int, tier Tier) {
+	C.fire_promote(p.p, C.uint64_t(ptr), C.uint64_t(size), C.int32_t(device), C.int32_t(tier))
+}
+
+// Refuse fires spillway_probe_refuse.
+func (p *Probes) Refuse(size uint64, device int, used, quota uint64) {
+	C.fire_refuse(p.p, C.uint64_t(size), C.int32_t(device), C.uint64_t(used), C.uint64_t(quota))
+}

@@ -1,0 +1,347 @@
+// Package config parses and validates the SPILLWAY_* environment variables
+// that configure the shim, and the equivalent flags of the spillway command.
+//
+// It is pure Go and has no side effects: it reads the environment it is
+// given, never the process's, and opens no files. Invalid input is an error
+// that names the variable, the value and a valid example; nothing is ever
+// silently widened (an unparsable quota is never "no quota").
+//
+// Sizes are a decimal number (a fraction is allowed) followed by an optional
+// unit, case-insensitive:
+//
+//	B or none            bytes
+//	K  Ki  KiB           2^10   (binary)
+//	M  Mi  MiB           2^20   (binary)
+//	G  Gi  GiB           2^30   (binary)
+//	T  Ti  TiB           2^40   (binary)
+//	KB MB GB TB          10^3, 10^6, 10^9, 10^12 (decimal)
+//
+// The single letters are binary, as in docker run -m, ulimit and most
+// GPU tooling; only the two-letter "B" forms are decimal.
+// A limit is either a size or a percentage of the device's real total
+// memory ("50%", "12.5%"), in (0, 100].
+package config
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// Variable names read by the shim.
+const (
+	EnvMemoryLimit = "SPILLWAY_MEMORY_LIMIT"
+	// EnvMemoryLimitDevicePrefix is followed by a device ordinal:
+	// SPILLWAY_MEMORY_LIMIT_0.
+	EnvMemoryLimitDevicePrefix = "SPILLWAY_MEMORY_LIMIT_"
+	EnvLogLevel                = "SPILLWAY_LOG_LEVEL"
+	EnvLogFormat               = "SPILLWAY_LOG_FORMAT"
+	EnvLogFile                 = "SPILLWAY_LOG_FILE"
+	EnvDisable                 = "SPILLWAY_DISABLE"
+	// EnvCore overrides the path of the Go core; read by the C front only.
+	EnvCore = "SPILLWAY_CORE"
+)
+
+// otherKnown are SPILLWAY_* variables owned by other parts of Spillway
+// (the pool, oversubscription, tracing, test runs). They are validated
+// where they are used; here they only keep Parse from calling them unknown.
+var otherKnown = map[string]bool{
+	"SPILLWAY_POOL":                   true,
+	"SPILLWAY_POOL_RESERVE":           true,
+	"SPILLWAY_POOL_RELEASE_THRESHOLD": true,
+	"SPILLWAY_FREE_SYNC":              true,
+	"SPILLWAY_REPORT":                 true,
+	"SPILLWAY_OVERSUBSCRIBE":          true,
+	"SPILLWAY_SPILL":                  true,
+	"SPILLWAY_HOST_LIMIT":             true,
+	"SPILLWAY_REQUIRE_BPF":            true,
+	EnvCore:                           true,
+}
+
+// Level is a logging threshold.
+type Level string
+
+// Log levels, most to least severe.
+const (
+	LevelError Level = "error"
+	LevelWarn  Level = "warn"
+	LevelInfo  Level = "info"
+	LevelDebug Level = "debug"
+)
+
+// Format is the log line format.
+type Format string
+
+// Log formats.
+const (
+	FormatText Format = "text"
+	FormatJSON Format = "json"
+)
+
+// Limit is a memory quota: an absolute byte count or a percentage of a
+// device's total memory. The zero Limit means "no limit".
+type Limit struct {
+	Bytes   uint64  // absolute quota; used when Percent is 0
+	Percent float64 // in (0, 100]; 0 when the limit is absolute
+}
+
+// IsSet reports whether the limit constrains anything.
+func (l Limit) IsSet() bool { return l.Bytes > 0 || l.Percent > 0 }
+
+// Resolve returns the quota in bytes for a device of the given total size.
+func (l Limit) Resolve(deviceTotal uint64) uint64 {
+	if l.Percent == 0 {
+		return l.Bytes
+	}
+	return uint64(math.Floor(float64(deviceTotal) * l.Percent / 100))
+}
+
+// String renders the limit the way it would be written.
+func (l Limit) String() string {
+	switch {
+	case l.Percent > 0:
+		return strconv.FormatFloat(l.Percent, 'f', -1, 64) + "%"
+	case l.Bytes > 0:
+		return strconv.FormatUint(l.Bytes, 10)
+	}
+	return "none"
+}
+
+// Config is the validated shim configuration.
+type Config struct {
+	MemoryLimit  Limit         // all devices
+	DeviceLimits map[int]Limit // per ordinal; wins over MemoryLimit
+	LogLevel     Level
+	LogFormat    Format
+	LogFile      string // empty: standard error
+	Disable      bool
+	// Unknown lists SPILLWAY_* variables that no part of Spillway reads,
+	// most likely misspellings; the caller should warn about them.
+	Unknown []string
+}
+
+// LimitFor returns the limit that applies to a device.
+func (c Config) LimitFor(device int) Limit {
+	if l, ok := c.DeviceLimits[device]; ok {
+		return l
+	}
+	return c.MemoryLimit
+}
+
+// Error is an invalid variable or flag value.
+type Error struct {
+	Name    string // variable or flag name
+	Value   string
+	Reason  string
+	Example string // a valid setting, written as NAME=VALUE or --flag VALUE
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("invalid %s=%q: %s (valid example: %s)", e.Name, e.Value, e.Reason, e.Example)
+}
+
+// Parse reads the configuration from environment entries in os.Environ
+// form ("KEY=VALUE"). It returns the first invalid variable as an *Error.
+func Parse(environ []string) (Config, error) {
+	cfg := Config{LogLevel: LevelWarn, LogFormat: FormatText}
+	env := map[string]string{}
+	for _, kv := range environ {
+		k, v, ok := strings.Cut(kv, "=")
+		if ok && strings.HasPrefix(k, "SPILLWAY_") {
+			env[k] = v
+		}
+	}
+	for _, name := range sortedKeys(env) {
+		value := env[name]
+		var err error
+		switch {
+		case name == EnvMemoryLimit:
+			cfg.MemoryLimit, err = parseLimitVar(name, value)
+		case strings.HasPrefix(name, EnvMemoryLimitDevicePrefix):
+			var ordinal int
+			ordinal, err = parseOrdinalSuffix(name, value)
+			if err == nil {
+				var l Limit
+				l, err = parseLimitVar(name, value)
+				if cfg.DeviceLimits == nil {
+					cfg.DeviceLimits = map[int]Limit{}
+				}
+				cfg.DeviceLimits[ordinal] = l
+			}
+		case name == EnvLogLevel:
+			cfg.LogLevel, err = ParseLevel(name, value)
+		case name == EnvLogFormat:
+			cfg.LogFormat, err = parseFormat(name, value)
+		case name == EnvLogFile:
+			if value == "" {
+				err = &Error{name, value, "empty; unset it to log to standard error", name + "=/var/log/spillway.log"}
+			}
+			cfg.LogFile = value
+		case name == EnvDisable:
+			cfg.Disable, err = parseSwitch(name, value)
+		case otherKnown[name]:
+		default:
+			cfg.Unknown = append(cfg.Unknown, name)
+		}
+		if err != nil {
+			return Config{}, err
+		}
+	}
+	return cfg, nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	// Insertion sort: a handful of entries; keeps errors deterministic.
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	return keys
+}
+
+func parseOrdinalSuffix(name, value string) (int, error) {
+	suffix := strings.TrimPrefix(name, EnvMemoryLimitDevicePrefix)
+	bad := &Error{name, value, "the suffix must be a device ordinal (0, 1, ...)", EnvMemoryLimitDevicePrefix + "0=8GiB"}
+	if suffix == "" || (len(suffix) > 1 && suffix[0] == '0') {
+		return 0, bad
+	}
+	n, err := strconv.Atoi(suffix)
+	if err != nil || n < 0 || n > 1023 {
+		return 0, bad
+	}
+	return n, nil
+}
+
+func parseLimitVar(name, value string) (Limit, error) {
+	l, reason := parseLimit(value)
+	if reason != "" {
+		return Limit{}, &Error{name, value, reason, name + "=8GiB"}
+	}
+	return l, nil
+}
+
+// ParseLimit parses a quota given as a flag or variable called name.
+func ParseLimit(name, value string) (Limit, error) {
+	l, reason := parseLimit(value)
+	if reason != "" {
+		return Limit{}, &Error{name, value, reason, name + "=8GiB"}
+	}
+	return l, nil
+}
+
+// ParseSize parses a byte size with an optional unit (see the package
+// comment); zero is allowed. name is used in the error.
+func ParseSize(name, value string) (uint64, error) {
+	n, reason := parseSize(value)
+	if reason != "" {
+		return 0, &Error{name, value, reason, name + "=512MiB"}
+	}
+	return n, nil
+}
+
+var (
+	numberRE  = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)$`)
+	percentRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*%$`)
+)
+
+var units = map[string]uint64{
+	"": 1, "b": 1,
+	"k": 1 << 10, "ki": 1 << 10, "kib": 1 << 10,
+	"m": 1 << 20, "mi": 1 << 20, "mib": 1 << 20,
+	"g": 1 << 30, "gi": 1 << 30, "gib": 1 << 30,
+	"t": 1 << 40, "ti": 1 << 40, "tib": 1 << 40,
+	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
+}
+
+const sizeHelp = "expected a size such as 512MiB, 8GiB, 8GB or 8G, or a percentage such as 50%"
+
+func parseLimit(value string) (Limit, string) {
+	v := strings.TrimSpace(value)
+	if v == "" {
+		return Limit{}, "empty; " + sizeHelp
+	}
+	if strings.HasSuffix(v, "%") {
+		m := percentRE.FindStringSubmatch(v)
+		if m == nil {
+			return Limit{}, "not a percentage; " + sizeHelp
+		}
+		p, err := strconv.ParseFloat(m[1], 64)
+		if err != nil || p <= 0 || p > 100 {
+			return Limit{}, "a percentage must be above 0% and at most 100%"
+		}
+		return Limit{Percent: p}, ""
+	}
+	n, reason := parseSize(v)
+	if reason != "" {
+		return Limit{}, reason
+	}
+	if n == 0 {
+		return Limit{}, "a quota of zero bytes would refuse every allocation; unset the variable for no limit"
+	}
+	return Limit{Bytes: n}, ""
+}
+
+func parseSize(value string) (uint64, string) {
+	v := strings.TrimSpace(value)
+	if v == "" {
+		return 0, "empty; " + sizeHelp
+	}
+	if strings.HasPrefix(v, "-") {
+		return 0, "negative; " + sizeHelp
+	}
+	m := numberRE.FindStringSubmatch(v)
+	if m == nil {
+		return 0, "not a number with a unit; " + sizeHelp
+	}
+	mult, ok := units[strings.ToLower(m[2])]
+	if !ok {
+		return 0, fmt.Sprintf("unknown unit %q; %s", m[2], sizeHelp)
+	}
+	num, ok := new(big.Rat).SetString(m[1])
+	if !ok {
+		return 0, "not a number; " + sizeHelp
+	}
+	num.Mul(num, new(big.Rat).SetInt(new(big.Int).SetUint64(mult)))
+	if !num.IsInt() {
+		return 0, "not a whole number of bytes; " + sizeHelp
+	}
+	if num.Num().Cmp(new(big.Int).SetUint64(math.MaxInt64)) > 0 {
+		return 0, "too large (at most 2^63-1 bytes)"
+	}
+	return num.Num().Uint64(), ""
+}
+
+// ParseLevel parses a log level given as a flag or variable called name.
+func ParseLevel(name, value string) (Level, error) {
+	switch l := Level(strings.ToLower(strings.TrimSpace(value))); l {
+	case LevelError, LevelWarn, LevelInfo, LevelDebug:
+		return l, nil
+	}
+	return "", &Error{name, value, "expected one of error, warn, info, debug", name + "=info"}
+}
+
+func parseFormat(name, value string) (Format, error) {
+	switch f := Format(strings.ToLower(strings.TrimSpace(value))); f {
+	case FormatText, FormatJSON:
+		return f, nil
+	}
+	return "", &Error{name, value, "expected text or json", name + "=json"}
+}
+
+func parseSwitch(name, value string) (bool, error) {
+	switch strings.TrimSpace(value) {
+	case "1":
+		return true, nil
+	case "0":
+		return false, nil
+	}
+	return false, &Error{name, value, "expected 1 (on) or 0 (off)", name + "=1"}
+}

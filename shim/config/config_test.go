@@ -1,0 +1,171 @@
+package config
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want uint64
+	}{
+		{"0", 0},
+		{"4096", 4096},
+		{"4096B", 4096},
+		{"1K", 1 << 10},
+		{"1KiB", 1 << 10},
+		{"512MiB", 512 << 20},
+		{"512mib", 512 << 20},
+		{"8GiB", 8 << 30},
+		{"8Gi", 8 << 30},
+		{"8G", 8 << 30},
+		{"8g", 8 << 30},
+		{"8GB", 8e9},
+		{"1.5GiB", 3 << 29},
+		{"2TB", 2e12},
+		{"1TiB", 1 << 40},
+		{" 64 MiB ", 64 << 20},
+	} {
+		got, err := ParseSize("SIZE", tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseSize(%q) = %d, %v; want %d", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestParseLimit(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Limit
+	}{
+		{"8GiB", Limit{Bytes: 8 << 30}},
+		{"50%", Limit{Percent: 50}},
+		{"12.5%", Limit{Percent: 12.5}},
+		{"100%", Limit{Percent: 100}},
+		{"1", Limit{Bytes: 1}},
+	} {
+		got, err := ParseLimit("L", tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("ParseLimit(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+	}
+	if got := (Limit{Percent: 50}).Resolve(1000); got != 500 {
+		t.Errorf("50%% of 1000 = %d", got)
+	}
+	if got := (Limit{Bytes: 7}).Resolve(1000); got != 7 {
+		t.Errorf("absolute limit resolved to %d", got)
+	}
+}
+
+// badLimits are values every quota variable must refuse, with a word the
+// reason must contain.
+var badLimits = []struct{ value, reason string }{
+	{"", "empty"},
+	{"   ", "empty"},
+	{"0", "zero"},
+	{"0GiB", "zero"},
+	{"0%", "above 0%"},
+	{"-1", "negative"},
+	{"-8GiB", "negative"},
+	{"-5%", "not a percentage"},
+	{"8GIBS", "unknown unit"},
+	{"8Gb", ""}, // decimal GB: valid, checked separately below
+	{"8 GiB B", "not a number"},
+	{"8XB", "unknown unit"},
+	{"8gigabytes", "unknown unit"},
+	{"GiB", "not a number"},
+	{"8.GiB", "not a number"},
+	{"1e9", "not a number"},
+	{"0x100", "not a number"},
+	{"101%", "at most 100%"},
+	{"1000%", "at most 100%"},
+	{"50%%", "not a percentage"},
+	{"fifty%", "not a percentage"},
+	{"0.5", "whole number"},
+	{"99999999999999999999", "too large"},
+	{"9999999999TiB", "too large"},
+	{"8388608TiB", "too large"},
+	{"18446744073709551616", "too large"},
+	{"unlimited", "not a number"},
+	{"none", "not a number"},
+}
+
+func TestBadLimits(t *testing.T) {
+	for _, tc := range badLimits {
+		if tc.reason == "" {
+			continue
+		}
+		for _, name := range []string{EnvMemoryLimit, "SPILLWAY_MEMORY_LIMIT_1"} {
+			_, err := Parse([]string{name + "=" + tc.value})
+			var cerr *Error
+			if !errors.As(err, &cerr) {
+				t.Errorf("%s=%q: got %v, want a config error", name, tc.value, err)
+				continue
+			}
+			msg := err.Error()
+			for _, want := range []string{name, tc.value, tc.reason, "8GiB"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("%s=%q: error %q does not mention %q", name, tc.value, msg, want)
+				}
+			}
+		}
+	}
+	if c, err := Parse([]string{"SPILLWAY_MEMORY_LIMIT=8Gb"}); err != nil || c.MemoryLimit.Bytes != 8e9 {
+		t.Errorf("8Gb: %+v %v", c, err)
+	}
+}
+
+func TestBadVariables(t *testing.T) {
+	for _, tc := range []struct{ env, mention string }{
+		{"SPILLWAY_MEMORY_LIMIT_=1GiB", "ordinal"},
+		{"SPILLWAY_MEMORY_LIMIT_GPU0=1GiB", "ordinal"},
+		{"SPILLWAY_MEMORY_LIMIT_01=1GiB", "ordinal"},
+		{"SPILLWAY_MEMORY_LIMIT_-1=1GiB", "ordinal"},
+		{"SPILLWAY_MEMORY_LIMIT_99999=1GiB", "ordinal"},
+		{"SPILLWAY_LOG_LEVEL=verbose", "error, warn, info, debug"},
+		{"SPILLWAY_LOG_LEVEL=", "error, warn, info, debug"},
+		{"SPILLWAY_LOG_FORMAT=xml", "text or json"},
+		{"SPILLWAY_LOG_FILE=", "empty"},
+		{"SPILLWAY_DISABLE=yes", "expected 1"},
+		{"SPILLWAY_DISABLE=", "expected 1"},
+	} {
+		_, err := Parse([]string{tc.env})
+		var cerr *Error
+		if !errors.As(err, &cerr) || !strings.Contains(err.Error(), tc.mention) || !strings.Contains(err.Error(), "valid example") {
+			t.Errorf("%s: got %v, want an error mentioning %q", tc.env, err, tc.mention)
+		}
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	cfg, err := Parse([]string{
+		"PATH=/bin",
+		"SPILLWAY_MEMORY_LIMIT=8GiB",
+		"SPILLWAY_MEMORY_LIMIT_1=50%",
+		"SPILLWAY_LOG_LEVEL=DEBUG",
+		"SPILLWAY_LOG_FORMAT=json",
+		"SPILLWAY_LOG_FILE=/tmp/x.log",
+		"SPILLWAY_DISABLE=0",
+		"SPILLWAY_POOL=0",
+		"SPILLWAY_MEMORY_LIMT=1GiB",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.LimitFor(0) != (Limit{Bytes: 8 << 30}) || cfg.LimitFor(1) != (Limit{Percent: 50}) || cfg.LimitFor(7) != (Limit{Bytes: 8 << 30}) {
+		t.Errorf("limits: %+v", cfg)
+	}
+	if cfg.LogLevel != LevelDebug || cfg.LogFormat != FormatJSON || cfg.LogFile != "/tmp/x.log" || cfg.Disable {
+		t.Errorf("log settings: %+v", cfg)
+	}
+	if len(cfg.Unknown) != 1 || cfg.Unknown[0] != "SPILLWAY_MEMORY_LIMT" {
+		t.Errorf("unknown = %v", cfg.Unknown)
+	}
+
+	def, err := Parse(nil)
+	if err != nil || def.LogLevel != LevelWarn || def.LogFormat != FormatText || def.LimitFor(0).IsSet() {
+		t.Errorf("defaults: %+v %v", def, err)
+	}
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/spillway-gpu/spillway/interpose"
+	"github.com/spillway-gpu/spillway/shim/config"
+)
+
+// core is the state of the shim in this process. The entry points reach it
+// through the one process-wide pointer below: C calls carry no context.
+type core struct {
+	rt     *interpose.Runtime
+	probes *interpose.Probes
+	log    *logrus.Logger
+	// broken is set when the configuration is invalid: every interposed
+	// allocation then fails with cudaErrorInitializationError.
+	broken error
+	mem    memory
+}
+
+// memory serves the interposed allocation calls once the configuration is
+// valid: passThrough (each call goes to the real runtime, with quota
+// accounting) until the pool is wired in behind the same methods.
+// Sizes in blocks are what the device holds for them.
+type memory interface {
+	malloc(r request) (interpose.DevicePtr, block, interpose.Error)
+	mallocPitch(device int, width, height uint64) (interpose.DevicePtr, uint64, block, interpose.Error)
+	// free releases p; owned is false for a pointer this memory never
+	// handed out, which then went to the real runtime as is.
+	free(p interpose.DevicePtr, s interpose.Stream, async bool) (b block, owned bool, rc interpose.Error)
+	memGetInfo(device int) (free, total uint64, rc interpose.Error)
+	deviceReset(device int) interpose.Error
+	// adopt accounts an allocation the front passed through while the core
+	// was starting.
+	adopt(p interpose.DevicePtr, size uint64, device int)
+}
+
+var theCore atomic.Pointer[core]
+
+// start is the first call into the core; the front makes it exactly once,
+// before any other entry point. Configuration is read here, never in init.
+func start(real, probes unsafe.Pointer) interpose.Error {
+	c := &core{log: newLogger(os.Stderr, config.FormatText, config.LevelWarn)}
+	rt, err := interpose.NewRuntime(real)
+	if err != nil {
+		c.log.Errorf("cannot start: %v", err)
+		return interpose.ErrorInitialization
+	}
+	c.rt = rt
+	if c.probes, err = interpose.NewProbes(probes); err != nil {
+		c.log.Errorf("cannot start: %v", err)
+		return interpose.ErrorInitialization
+	}
+	cfg, err := config.Parse(os.Environ())
+	if err == nil {
+		c.log, err = openLog(cfg)
+	}
+	if err != nil {
+		c.broken = err
+		c.log.Errorf("%v; every CUDA allocation in this process will fail with cudaErrorInitializationError until it is fixed", err)
+	} else if len(cfg.Unknown) > 0 {
+		c.log.Warnf("ignoring unknown variables %v (misspelled?)", cfg.Unknown)
+	}
+	c.mem = newPassThrough(rt, cfg, c.refused)
+	c.log.Debugf("started: memory limit %s, per-device limits %v", cfg.MemoryLimit, cfg.DeviceLimits)
+	theCore.Store(c)
+	return interpose.Success
+}
+
+// running returns the started core. The front calls no other entry point
+// before start has returned, so a nil here is a broken front.
+func running() *core {
+	c := theCore.Load()
+	if c == nil {
+		panic("spillway core called before spillway_core_init")
+	}
+	return c
+}
+
+// recoverTo turns a panic at an entry point into cudaErrorUnknown and a log line.
+func recoverTo[T ~int32](rc *T, call string) {
+	r := recover()
+	if r == nil {
+		return
+	}
+	*rc = T(interpose.ErrorUnknown)
+	msg := fmt.Sprintf("internal error in %s: %v; the call fails with cudaErrorUnknown", call, r)
+	if c := theCore.Load(); c != nil {
+		c.log.Error(msg)
+	} else {
+		fmt.Fprintln(os.Stderr, "spillway: "+msg)
+	}
+}
+
+func (c *core) malloc(r request) (interpose.DevicePtr, block, interpose.Error) {
+	if c.broken != nil {
+		return 0, block{}, interpose.ErrorInitialization
+	}
+	if c.log.IsLevelEnabled(logrus.DebugLevel) {
+		defer c.log.Debugf("%s of %d bytes on device %d", r.kind, r.size, r.device)
+	}
+	return c.mem.malloc(r)
+}
+
+func (c *core) mallocPitch(device int, width, height uint64) (interpose.DevicePtr, uint64, block, interpose.Error) {
+	if c.broken != nil {
+		return 0, 0, block{}, interpose.ErrorInitialization
+	}
+	return c.mem.mallocPitch(device, width, height)
+}
+
+func (c *core) free(p interpose.DevicePtr, s interpose.Stream, async bool) (block, bool, interpose.Error) {
+	if c.log.IsLevelEnabled(logrus.DebugLevel) {
+		name := "cudaFree"
+		if async {
+			name = "cudaFreeAsync"
+		}
+		c.log.Debugf("%s of %#x", name, uint64(p))
+	}
+	return c.mem.free(p, s, async)
+}
+
+func (c *core) memGetInfo(device int) (free, total uint64, rc interpose.Error) {
+	return c.mem.memGetInfo(device)
+}
+
+func (c *core) deviceReset(device int) interpose.Error { return c.mem.deviceReset(device) }
+
+func (c *core) adopt(p interpose.DevicePtr, size uint64, device int) {
+	c.mem.adopt(p, size, device)
+}
+
+// refusalWarnings limits refusal warnings to one per interval; the probe
+// point fires for every refusal.
+const refusalWarnInterval = time.Second
+
+var refusalLog struct {
+	sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+func (c *core) refused(kind allocKind, size uint64, device int, used, quota uint64) {
+	c.probes.Refuse(size, device, used, quota)
+	refusalLog.Lock()
+	now := time.Now()
+	if now.Sub(refusalLog.last) < refusalWarnInterval {
+		refusalLog.suppressed++
+		refusalLog.Unlock()
+		return
+	}
+	suppressed := refusalLog.suppressed
+	refusalLog.last, refusalLog.suppressed = now, 0
+	refusalLog.Unlock()
+	c.log.WithFields(logrus.Fields{
+		"device": device, "requested": size, "used": used, "quota": quota,
+		"suppressed": suppressed,
+	}).Warnf("%s of %d bytes refused on device %d: %d bytes in use, quota %d", kind, size, device, used, quota)
+}

@@ -1,0 +1,113 @@
+package main
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/../../interpose -I${SRCDIR}/../../interpose/include
+#include "abi.h"
+*/
+import "C"
+
+import (
+	"unsafe"
+
+	"github.com/spillway-gpu/spillway/interpose"
+)
+
+// Every entry point recovers from panics: a panic becomes a CUDA error and
+// a log line, never a crash of the host.
+
+//export spillway_core_init
+func spillway_core_init(real *C.struct_spillway_real, probes *C.struct_spillway_probes) (rc C.int32_t) {
+	defer recoverTo(&rc, "init")
+	return C.int32_t(start(unsafe.Pointer(real), unsafe.Pointer(probes)))
+}
+
+//export spillway_core_malloc
+func spillway_core_malloc(device C.int32_t, size C.uint64_t, ptr *C.uint64_t, ev *C.struct_spillway_event) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaMalloc")
+	p, b, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindDevice})
+	return finishAlloc(p, b, e, ptr, ev)
+}
+
+//export spillway_core_malloc_managed
+func spillway_core_malloc_managed(device C.int32_t, size C.uint64_t, flags C.uint32_t, ptr *C.uint64_t, ev *C.struct_spillway_event) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaMallocManaged")
+	p, b, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindManaged, flags: uint32(flags)})
+	return finishAlloc(p, b, e, ptr, ev)
+}
+
+//export spillway_core_malloc_pitch
+func spillway_core_malloc_pitch(device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t, ev *C.struct_spillway_event) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaMallocPitch")
+	p, pt, b, e := running().mallocPitch(int(device), uint64(width), uint64(height))
+	if e == interpose.Success {
+		*pitch = C.uint64_t(pt)
+	}
+	return finishAlloc(p, b, e, ptr, ev)
+}
+
+//export spillway_core_malloc_async
+func spillway_core_malloc_async(device C.int32_t, size, stream C.uint64_t, ptr *C.uint64_t, ev *C.struct_spillway_event) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaMallocAsync")
+	p, b, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindAsync, stream: interpose.Stream(stream)})
+	return finishAlloc(p, b, e, ptr, ev)
+}
+
+//export spillway_core_free
+func spillway_core_free(ptr C.uint64_t, ev *C.struct_spillway_event) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaFree")
+	b, owned, e := running().free(interpose.DevicePtr(ptr), 0, false)
+	return finishFree(b, owned, e, ev)
+}
+
+//export spillway_core_free_async
+func spillway_core_free_async(ptr, stream C.uint64_t, ev *C.struct_spillway_event) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaFreeAsync")
+	b, owned, e := running().free(interpose.DevicePtr(ptr), interpose.Stream(stream), true)
+	return finishFree(b, owned, e, ev)
+}
+
+//export spillway_core_mem_get_info
+func spillway_core_mem_get_info(device C.int32_t, free, total *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaMemGetInfo")
+	f, t, e := running().memGetInfo(int(device))
+	if e == interpose.Success {
+		*free, *total = C.uint64_t(f), C.uint64_t(t)
+	}
+	return C.int32_t(e)
+}
+
+//export spillway_core_device_reset
+func spillway_core_device_reset(device C.int32_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaDeviceReset")
+	return C.int32_t(running().deviceReset(int(device)))
+}
+
+//export spillway_core_adopt
+func spillway_core_adopt(ptr, size C.uint64_t, device C.int32_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "adopt")
+	running().adopt(interpose.DevicePtr(ptr), uint64(size), int(device))
+	return 0
+}
+
+func finishAlloc(p interpose.DevicePtr, b block, e interpose.Error, ptr *C.uint64_t, ev *C.struct_spillway_event) C.int32_t {
+	if e == interpose.Success {
+		*ptr = C.uint64_t(p)
+		fillEvent(ev, b)
+	}
+	return C.int32_t(e)
+}
+
+func finishFree(b block, owned bool, e interpose.Error, ev *C.struct_spillway_event) C.int32_t {
+	if e == interpose.Success && owned {
+		fillEvent(ev, b)
+	}
+	return C.int32_t(e)
+}
+
+func fillEvent(ev *C.struct_spillway_event, b block) {
+	ev.size = C.uint64_t(b.size)
+	ev.device = C.int32_t(b.device)
+	ev.tier = C.int32_t(b.tier)
+	ev.source = C.int32_t(b.source)
+	ev.valid = 1
+}

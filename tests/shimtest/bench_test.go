@@ -1,0 +1,169 @@
+package shimtest
+
+import (
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+// Benchmarks run whole programs, so each reports its own figures (medians
+// over b.N runs) with b.ReportMetric; ns/op is the cost of a round of runs.
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+// figure runs cmd and returns the number printed after key.
+func figure(b *testing.B, cmd *exec.Cmd, key string) float64 {
+	b.Helper()
+	res := harness.Run(b, cmd)
+	if res.ExitCode != 0 {
+		b.Fatalf("%v: exit %d: %s", cmd.Args, res.ExitCode, res.Stderr)
+	}
+	for _, l := range strings.Split(res.Stdout, "\n") {
+		if v, ok := strings.CutPrefix(l, key+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return f
+		}
+	}
+	b.Fatalf("%v printed no %q: %q", cmd.Args, key, res.Stdout)
+	return 0
+}
+
+// configs are the three ways of running the same program, interleaved in
+// every round so that drift in the machine's load hits all of them alike.
+var configs = []struct {
+	name string
+	env  []string
+	shim bool
+}{
+	{"none", nil, false},
+	{"core", nil, true},
+	{"disabled", []string{"SPILLWAY_DISABLE=1"}, true},
+}
+
+func prepared(b *testing.B, shim bool, env []string, prog string, args ...string) *exec.Cmd {
+	if shim {
+		return shimmed(b, env, prog, args...)
+	}
+	cmd := harness.Command(b, prog, args...)
+	harness.SetEnv(cmd, env...)
+	return cmd
+}
+
+// BenchmarkMallocFreePair: cudaMalloc+cudaFree of 4 KiB on simcuda, without
+// the shim, through the core (pass-through with accounting), and through
+// the front alone (SPILLWAY_DISABLE=1). added-ns/call is half the pair
+// difference against no shim.
+func BenchmarkMallocFreePair(b *testing.B) {
+	prog := harness.Compile(b, harness.CBuild{Sources: []string{"testdata/bench.c"}, Cudart: true, ProjectHeaders: true})
+	for _, threads := range []int{1, 4} {
+		b.Run("threads="+strconv.Itoa(threads), func(b *testing.B) {
+			pairs := strconv.Itoa(100000 / threads)
+			got := map[string][]float64{}
+			for range b.N {
+				for _, c := range configs {
+					cmd := prepared(b, c.shim, c.env, prog, "pairs", strconv.Itoa(threads), pairs, "4096")
+					got[c.name] = append(got[c.name], figure(b, cmd, "pair_ns"))
+				}
+			}
+			none := median(got["none"])
+			for _, c := range configs {
+				b.ReportMetric(median(got[c.name]), c.name+"-ns/pair")
+			}
+			b.ReportMetric((median(got["core"])-none)/2, "core-added-ns/call")
+			b.ReportMetric((median(got["disabled"])-none)/2, "disabled-added-ns/call")
+		})
+	}
+}
+
+// BenchmarkMallocFreePairNullRuntime: the same pairs over a runtime that
+// does nothing (testdata/nullrt.c), so that what remains is the shim's
+// own cost per call.
+func BenchmarkMallocFreePairNullRuntime(b *testing.B) {
+	rt := harness.Compile(b, harness.CBuild{Sources: []string{"testdata/nullrt.c"}, Shared: true,
+		ProjectHeaders: true, Out: "libcudart.so.12", Flags: []string{"-Wl,-soname,libcudart.so.12"}})
+	prog := harness.Compile(b, harness.CBuild{Sources: []string{"testdata/bench.c"}, ProjectHeaders: true,
+		Flags: []string{rt}})
+	for _, threads := range []int{1, 4} {
+		b.Run("threads="+strconv.Itoa(threads), func(b *testing.B) {
+			pairs := strconv.Itoa(2000000 / threads)
+			got := map[string][]float64{}
+			for range b.N {
+				for _, c := range configs {
+					cmd := prepared(b, c.shim, c.env, prog, "pairs", strconv.Itoa(threads), pairs, "4096")
+					harness.SetEnv(cmd, "LD_LIBRARY_PATH="+filepath.Dir(rt))
+					got[c.name] = append(got[c.name], figure(b, cmd, "pair_ns"))
+				}
+			}
+			none := median(got["none"])
+			for _, c := range configs {
+				b.ReportMetric(median(got[c.name]), c.name+"-ns/pair")
+			}
+			b.ReportMetric((median(got["core"])-none)/2, "core-added-ns/call")
+			b.ReportMetric((median(got["disabled"])-none)/2, "disabled-added-ns/call")
+		})
+	}
+}
+
+// BenchmarkFirstCall: the first interposed call, loading the core included,
+// against the same first call without the shim.
+func BenchmarkFirstCall(b *testing.B) {
+	prog := harness.Compile(b, harness.CBuild{Sources: []string{"testdata/bench.c"}, Cudart: true, ProjectHeaders: true})
+	var with, without []float64
+	for range b.N {
+		without = append(without, figure(b, prepared(b, false, nil, prog, "first", "4096"), "first_ns"))
+		with = append(with, figure(b, prepared(b, true, nil, prog, "first", "4096"), "first_ns"))
+	}
+	b.ReportMetric(median(without)/1e3, "plain-first-µs")
+	b.ReportMetric(median(with)/1e3, "shim-first-µs")
+	b.ReportMetric((median(with)-median(without))/1e3, "added-µs")
+}
+
+// BenchmarkStartup: a process that never calls CUDA, started with and
+// without the shim preloaded (wall time of fork, exec, run and wait).
+func BenchmarkStartup(b *testing.B) {
+	for _, target := range []struct {
+		name string
+		argv []string
+	}{
+		{"true", []string{"/bin/true"}},
+		{"python", []string{"python3", "-c", "pass"}},
+	} {
+		b.Run(target.name, func(b *testing.B) {
+			var with, without []float64
+			for range b.N {
+				for _, shim := range []bool{false, true} {
+					cmd := prepared(b, shim, nil, target.argv[0], target.argv[1:]...)
+					start := time.Now()
+					if res := harness.Run(b, cmd); res.ExitCode != 0 {
+						b.Fatalf("%v: %+v", target.argv, res)
+					}
+					d := float64(time.Since(start).Microseconds())
+					if shim {
+						with = append(with, d)
+					} else {
+						without = append(without, d)
+					}
+				}
+			}
+			b.ReportMetric(median(without), "plain-µs")
+			b.ReportMetric(median(with), "shim-µs")
+			b.ReportMetric(median(with)-median(without), "added-µs")
+		})
+	}
+}

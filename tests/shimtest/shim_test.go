@@ -1,0 +1,636 @@
+// Package shimtest runs C programs (and Python) under the shim, through the
+// real dynamic linker, against simcuda, and checks what they observe: the
+// quota, cudaMemGetInfo, per-device limits, configuration errors, fork and
+// exec, RTLD_LOCAL runtimes, constructors, the spillway command, and the
+// shim's exported symbols. The benchmarks measure the interposition cost.
+package shimtest
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+const (
+	errInvalidValue     = 1
+	errMemoryAllocation = 2
+	errInitialization   = 3
+	errSymbolNotFound   = 500
+)
+
+// front returns the path of the preloaded library, failing if it is not built.
+func front(t testing.TB) string {
+	t.Helper()
+	lib := filepath.Join(harness.LibDir(t), "libspillway.so")
+	for _, p := range []string{lib, filepath.Join(harness.LibDir(t), "libspillway-core.so")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Fatalf("%s is missing (run `make` first): %v", p, err)
+		}
+	}
+	return lib
+}
+
+func cudaops(t testing.TB, flags ...string) string {
+	return harness.Compile(t, harness.CBuild{Sources: []string{"testdata/cudaops.c"}, Cudart: true,
+		ProjectHeaders: true, Flags: flags})
+}
+
+// shimmed prepares prog under the shim with the given extra variables.
+func shimmed(t testing.TB, env []string, prog string, args ...string) *exec.Cmd {
+	t.Helper()
+	cmd := harness.Command(t, prog, args...)
+	harness.SetEnv(cmd, "LD_PRELOAD="+front(t))
+	harness.SetEnv(cmd, env...)
+	return cmd
+}
+
+// output is a program's stdout as lines of fields.
+type output [][]string
+
+func parse(s string) output {
+	var out output
+	sc := bufio.NewScanner(strings.NewReader(s))
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) > 0 {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// line returns the i-th line starting with op.
+func (o output) line(t testing.TB, op string, i int) []string {
+	t.Helper()
+	for _, l := range o {
+		if l[0] == op {
+			if i == 0 {
+				return l
+			}
+			i--
+		}
+	}
+	t.Fatalf("no line %q #%d in output %v", op, i, o)
+	return nil
+}
+
+// code returns field 1 of the i-th line for op as a number.
+func (o output) code(t testing.TB, op string, i int) int {
+	t.Helper()
+	return o.num(t, op, i, 1)
+}
+
+func (o output) num(t testing.TB, op string, i, field int) int {
+	t.Helper()
+	l := o.line(t, op, i)
+	if field >= len(l) {
+		t.Fatalf("line %v has no field %d", l, field)
+	}
+	n, err := strconv.ParseInt(l[field], 10, 64)
+	if err != nil {
+		t.Fatalf("line %v field %d: %v", l, field, err)
+	}
+	return int(n)
+}
+
+func run(t testing.TB, cmd *exec.Cmd) (harness.Result, output) {
+	t.Helper()
+	res := harness.Run(t, cmd)
+	if res.ExitCode != 0 {
+		t.Fatalf("%v exited %d\nstdout:\n%s\nstderr:\n%s", cmd.Args, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return res, parse(res.Stdout)
+}
+
+func nonEmptyLines(s string) []string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.TrimSpace(l) != "" {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+func dynamicSymbols(t *testing.T, lib string) []string {
+	t.Helper()
+	out, err := exec.Command("nm", "-D", "--defined-only", lib).Output()
+	if err != nil {
+		t.Fatalf("nm -D %s: %v", lib, err)
+	}
+	var names []string
+	for _, l := range nonEmptyLines(string(out)) {
+		f := strings.Fields(l)
+		names = append(names, f[len(f)-1])
+	}
+	sort.Strings(names)
+	return names
+}
+
+func TestExportSurface(t *testing.T) {
+	want := []string{
+		"cudaDeviceReset", "cudaFree", "cudaFreeAsync", "cudaMalloc", "cudaMallocAsync",
+		"cudaMallocManaged", "cudaMallocPitch", "cudaMemGetInfo",
+		"spillway_probe_alloc", "spillway_probe_free", "spillway_probe_promote",
+		"spillway_probe_refuse", "spillway_probe_spill", "spillway_probe_sync",
+	}
+	if got := dynamicSymbols(t, front(t)); strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("libspillway.so exports %v\nwant exactly %v", got, want)
+	}
+	core := dynamicSymbols(t, filepath.Join(harness.LibDir(t), "libspillway-core.so"))
+	if len(core) == 0 {
+		t.Fatal("the core exports nothing")
+	}
+	for _, name := range core {
+		if !strings.HasPrefix(name, "spillway_core_") {
+			t.Errorf("the core exports %q; only spillway_core_* may be exported", name)
+		}
+	}
+}
+
+// The core must never take the host's signals: os/signal would.
+func TestCoreDoesNotImportSignal(t *testing.T) {
+	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	cmd := exec.Command(gobin, "list", "-deps", "./shim/core")
+	cmd.Dir = harness.Root(t)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := strings.Fields(string(out))
+	if !slices.Contains(deps, "github.com/spillway-gpu/spillway/interpose") {
+		t.Fatalf("go list -deps returned %d packages without interpose: not the core's dependencies", len(deps))
+	}
+	if slices.Contains(deps, "os/signal") {
+		t.Error("the core depends on os/signal")
+	}
+}
+
+func TestProgramWithoutCUDAUnaffected(t *testing.T) {
+	// Even an invalid quota must not disturb a program that never calls CUDA.
+	bad := "SPILLWAY_MEMORY_LIMIT=lots"
+	res := harness.Run(t, shimmed(t, []string{bad}, "/bin/true"))
+	if res.ExitCode != 0 || res.Stderr != "" {
+		t.Errorf("/bin/true under the shim: exit %d, stderr %q", res.ExitCode, res.Stderr)
+	}
+	res, out := run(t, shimmed(t, []string{bad}, cudaops(t), "L", "T"))
+	if out.code(t, "L", 0) != 0 {
+		t.Error("the Go core was loaded although no CUDA call was made")
+	}
+	if n := out.code(t, "T", 0); n != 1 {
+		t.Errorf("a program without CUDA calls has %d threads under the shim, want 1", n)
+	}
+	if res.Stderr != "" {
+		t.Errorf("stderr: %q", res.Stderr)
+	}
+}
+
+func TestTimeoutUnderShim(t *testing.T) {
+	// GNU timeout breaks when a preloaded runtime leaves SIGCHLD unblocked in
+	// its threads: it then waits the full second and returns 124.
+	res := harness.Run(t, shimmed(t, nil, "timeout", "1", "/bin/true"))
+	if res.ExitCode != 0 {
+		t.Errorf("timeout 1 /bin/true under the shim returned %d, want 0; stderr %q", res.ExitCode, res.Stderr)
+	}
+}
+
+func TestQuotaRefusal(t *testing.T) {
+	res, out := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
+		"m", "512K", "m", "512K", "m", "1", "f", "0", "m", "256K", "m", "512K", "L"))
+	for i, want := range []int{0, 0, errMemoryAllocation, 0, errMemoryAllocation} {
+		if got := out.code(t, "m", i); got != want {
+			t.Errorf("allocation %d returned %d, want %d", i, got, want)
+		}
+	}
+	if out.code(t, "f", 0) != 0 || out.code(t, "L", 0) != 1 {
+		t.Errorf("output %v", out)
+	}
+	warn := nonEmptyLines(res.Stderr)
+	if len(warn) == 0 {
+		t.Fatal("no warning for a refused allocation")
+	}
+	for _, want := range []string{"spillway:", "refused", "requested=1 ", "used=1048576", "quota=1048576", "device=0"} {
+		if !strings.Contains(warn[0], want) {
+			t.Errorf("warning %q lacks %q", warn[0], want)
+		}
+	}
+}
+
+func TestOtherAllocationKinds(t *testing.T) {
+	_, out := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
+		"M", "768K", "m", "512K", // managed memory counts against the quota
+		"f", "0", "a", "768K", "m", "512K", "F", "1",
+		"p", "1000", "300", // padded rows: the pitch decides what is held
+		"r", "m", "1M"))
+	if out.code(t, "M", 0) != 0 || out.code(t, "m", 0) != errMemoryAllocation {
+		t.Errorf("managed memory not counted: %v", out)
+	}
+	if out.code(t, "a", 0) != 0 || out.code(t, "m", 1) != errMemoryAllocation || out.code(t, "F", 0) != 0 {
+		t.Errorf("cudaMallocAsync not counted: %v", out)
+	}
+	if out.code(t, "p", 0) != 0 || out.num(t, "p", 0, 3) < 1000 {
+		t.Errorf("cudaMallocPitch: %v", out)
+	}
+	// cudaDeviceReset destroys every allocation, and the quota follows.
+	if out.code(t, "r", 0) != 0 || out.code(t, "m", 2) != 0 {
+		t.Errorf("after cudaDeviceReset the full quota must be available again: %v", out)
+	}
+}
+
+func TestPitchPaddingCounts(t *testing.T) {
+	// Without the shim, learn the pitch simcuda picks for 1000-byte rows.
+	_, plain := run(t, harness.Command(t, cudaops(t), "p", "1000", "1"))
+	pitch := plain.num(t, "p", 0, 3)
+	if pitch <= 1000 {
+		t.Fatalf("simcuda does not pad 1000-byte rows (pitch %d): the test needs a padded pitch", pitch)
+	}
+	rows := 1000
+	quota := pitch*rows - 1 // fits the unpadded size, not the padded one
+	_, out := run(t, shimmed(t, []string{fmt.Sprintf("SPILLWAY_MEMORY_LIMIT=%d", quota)}, cudaops(t),
+		"p", "1000", strconv.Itoa(rows), "i"))
+	if out.code(t, "p", 0) != errMemoryAllocation {
+		t.Errorf("a pitched allocation of %d bytes under a quota of %d: %v", pitch*rows, quota, out)
+	}
+	if free := out.num(t, "i", 0, 2); free != quota {
+		t.Errorf("a refused pitched allocation left %d of %d free", free, quota)
+	}
+}
+
+func TestMemGetInfo(t *testing.T) {
+	dev := "SIMCUDA_DEVICES=1GiB"
+	prog := cudaops(t)
+	plainCmd := harness.Command(t, prog, "i")
+	harness.SetEnv(plainCmd, dev)
+	_, plain := run(t, plainCmd)
+	realFree, realTotal := plain.num(t, "i", 0, 2), plain.num(t, "i", 0, 3)
+	if realTotal != 1<<30 || realFree <= 0 || realFree > realTotal {
+		t.Fatalf("simcuda reports free %d of %d", realFree, realTotal)
+	}
+
+	_, noQuota := run(t, shimmed(t, []string{dev}, prog, "i"))
+	if noQuota.num(t, "i", 0, 2) != realFree || noQuota.num(t, "i", 0, 3) != realTotal {
+		t.Errorf("without a quota the real values must pass: %v vs %v", noQuota, plain)
+	}
+
+	_, q := run(t, shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=256MiB"}, prog, "i", "m", "64M", "i", "f", "0", "i"))
+	for i, wantFree := range []int{256 << 20, 192 << 20, 256 << 20} {
+		if f, tot := q.num(t, "i", i, 2), q.num(t, "i", i, 3); f != wantFree || tot != 256<<20 {
+			t.Errorf("cudaMemGetInfo #%d = free %d total %d, want %d and %d", i, f, tot, wantFree, 256<<20)
+		}
+	}
+
+	// A quota above what the device has free reports the real free memory.
+	_, big := run(t, shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=4GiB"}, prog, "i"))
+	if f, tot := big.num(t, "i", 0, 2), big.num(t, "i", 0, 3); f != realFree || tot != 4<<30 {
+		t.Errorf("quota above the device: free %d total %d, want %d and %d", f, tot, realFree, 4<<30)
+	}
+
+	// A percentage is of the device's real total.
+	_, pct := run(t, shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=25%"}, prog, "i", "m", "200M", "m", "100M"))
+	if tot := pct.num(t, "i", 0, 3); tot != 256<<20 {
+		t.Errorf("25%% of 1GiB reported as total %d", tot)
+	}
+	if pct.code(t, "m", 0) != 0 || pct.code(t, "m", 1) != errMemoryAllocation {
+		t.Errorf("25%% quota: %v", pct)
+	}
+}
+
+func TestPerDeviceQuotas(t *testing.T) {
+	env := []string{"SIMCUDA_DEVICES=2x1GiB", "SPILLWAY_MEMORY_LIMIT=100MiB", "SPILLWAY_MEMORY_LIMIT_1=200MiB"}
+	_, out := run(t, shimmed(t, env, cudaops(t),
+		"d", "0", "m", "150M", "m", "60M", "i",
+		"d", "1", "m", "150M", "i", "m", "60M",
+		"d", "0", "m", "60M"))
+	want := []int{errMemoryAllocation, 0, 0, errMemoryAllocation, errMemoryAllocation}
+	for i, w := range want {
+		if got := out.code(t, "m", i); got != w {
+			t.Errorf("allocation %d returned %d, want %d (%v)", i, got, w, out)
+		}
+	}
+	if tot0, tot1 := out.num(t, "i", 0, 3), out.num(t, "i", 1, 3); tot0 != 100<<20 || tot1 != 200<<20 {
+		t.Errorf("per-device totals %d and %d, want %d and %d", tot0, tot1, 100<<20, 200<<20)
+	}
+	if f1 := out.num(t, "i", 1, 2); f1 != 50<<20 {
+		t.Errorf("device 1 free %d, want %d", f1, 50<<20)
+	}
+}
+
+func TestConstructorCallsCUDA(t *testing.T) {
+	lib := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctorlib.c"}, Shared: true,
+		Cudart: true, ProjectHeaders: true})
+	prog := cudaops(t, "-Wl,--no-as-needed", lib, "-Wl,-rpath,"+filepath.Dir(lib))
+	_, out := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, "m", "768K", "m", "256K", "L"))
+	if out.code(t, "ctor", 0) != 0 {
+		t.Fatalf("cudaMalloc in a constructor: %v", out)
+	}
+	// The constructor's 512 KiB is held: 768 KiB more does not fit, 256 KiB does.
+	if out.code(t, "m", 0) != errMemoryAllocation || out.code(t, "m", 1) != 0 || out.code(t, "L", 0) != 1 {
+		t.Errorf("the constructor's allocation was not accounted: %v", out)
+	}
+}
+
+func userLib(t testing.TB) string {
+	return harness.Compile(t, harness.CBuild{Sources: []string{"testdata/user.c"}, Shared: true,
+		Cudart: true, ProjectHeaders: true})
+}
+
+func TestRuntimeInLocalScope(t *testing.T) {
+	lib := userLib(t)
+	app := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/dlapp.c"}, Flags: []string{"-ldl"}})
+	for name, cmd := range map[string]*exec.Cmd{
+		"C":      shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, app, lib, "524288", "786432", "524288"),
+		"ctypes": shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, "python3", "testdata/ctypes_local.py", lib, "524288", "786432", "524288"),
+	} {
+		t.Run(name, func(t *testing.T) {
+			res, out := run(t, cmd)
+			if out.code(t, "global", 0) != 0 {
+				t.Fatal("the runtime is in the global scope: this does not test RTLD_LOCAL")
+			}
+			for i, want := range []int{0, errMemoryAllocation, 0} {
+				if got := out.code(t, "m", i); got != want {
+					t.Errorf("allocation %d returned %d, want %d\nstderr: %s", i, got, want, res.Stderr)
+				}
+			}
+		})
+	}
+}
+
+func TestNoRuntimeLoaded(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/noruntime.c"}, Flags: []string{"-ldl"}})
+	res, out := run(t, shimmed(t, nil, prog))
+	if out.code(t, "m", 0) != errSymbolNotFound {
+		t.Errorf("cudaMalloc without a runtime returned %v, want %d", out, errSymbolNotFound)
+	}
+	if lines := nonEmptyLines(res.Stderr); len(lines) != 1 || !strings.Contains(lines[0], "no CUDA runtime") {
+		t.Errorf("want one line saying no runtime is loaded, got %q", res.Stderr)
+	}
+}
+
+func TestManyThreads(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/threads.c"}, Cudart: true, ProjectHeaders: true})
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	cmd := shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=4MiB", "SIMCUDA_STATS_FILE=" + stats}, prog, "8", "3000")
+	_, out := run(t, cmd)
+	if out.num(t, "refused", 0, 3) != 0 {
+		t.Errorf("calls failed for reasons other than the quota: %v", out)
+	}
+	if out.num(t, "refused", 0, 1) == 0 {
+		t.Errorf("8 threads holding up to 8 blocks of up to 1 MiB never hit a 4 MiB quota: %v", out)
+	}
+	if f, tot := out.num(t, "info", 0, 2), out.num(t, "info", 0, 3); f != 4<<20 || tot != 4<<20 {
+		t.Errorf("after every block was freed: free %d total %d, want the whole 4 MiB", f, tot)
+	}
+	s := harness.ReadStats(t, stats)
+	if len(s.Devices) == 0 || s.Devices[0].LiveAllocations != 0 || s.Devices[0].DeviceBytesPeak > 4<<20 {
+		t.Errorf("simcuda saw %+v: the quota was exceeded or blocks leaked", s.Devices)
+	}
+}
+
+func TestForkAfterCUDA(t *testing.T) {
+	forker := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/forker.c"}, Cudart: true, ProjectHeaders: true})
+	_, plain := run(t, harness.Command(t, forker, "call"))
+	// The parent holds 1 MiB of a 1.5 MiB quota: a child that went through
+	// the core (inheriting its accounting) would be refused; one that goes
+	// straight to CUDA gets CUDA's own answer, as without the shim.
+	res, out := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1536K", "SPILLWAY_LOG_LEVEL=debug"}, forker, "call"))
+	if out.code(t, "parent", 0) != 0 {
+		t.Fatalf("parent: %v", out)
+	}
+	// A hang would show as SIGALRM from the child's watchdog.
+	if l := out.line(t, "child", 1); strings.Join(l, " ") != "child exit 0" {
+		t.Fatalf("the forked child ended with %v", l)
+	}
+	for field, call := range map[int]string{1: "cudaMalloc", 2: "cudaFreeAsync"} {
+		if got, want := out.num(t, "child", 0, field), plain.num(t, "child", 0, field); got != want {
+			t.Errorf("the forked child's %s returned %d under the shim, %d without", call, got, want)
+		}
+	}
+	// The core logs every call at debug level; only the child calls cudaFreeAsync.
+	if strings.Contains(res.Stderr, "cudaFreeAsync") {
+		t.Errorf("the forked child entered the core:\n%s", res.Stderr)
+	}
+	if out.num(t, "parent", 1, 3) != 0 {
+		t.Errorf("the parent's free after fork: %v", out)
+	}
+
+	// A child that execs starts afresh: the shim loads again and enforces the quota.
+	_, ex := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=2MiB"}, forker, "exec", cudaops(t), "m", "3M", "L"))
+	if ex.code(t, "m", 0) != errMemoryAllocation || ex.code(t, "L", 0) != 1 {
+		t.Errorf("exec'd child: %v", ex)
+	}
+	if l := ex.line(t, "child", 0); strings.Join(l, " ") != "child exit 0" {
+		t.Errorf("the exec'd child ended with %v", l)
+	}
+}
+
+func TestBadConfiguration(t *testing.T) {
+	prog := cudaops(t)
+	for _, env := range []string{
+		"SPILLWAY_MEMORY_LIMIT=8GiBs", "SPILLWAY_MEMORY_LIMIT=8gigs", "SPILLWAY_MEMORY_LIMIT=-1GiB",
+		"SPILLWAY_MEMORY_LIMIT=0", "SPILLWAY_MEMORY_LIMIT=", "SPILLWAY_MEMORY_LIMIT=150%",
+		"SPILLWAY_MEMORY_LIMIT=0%", "SPILLWAY_MEMORY_LIMIT=99999999999999999999",
+		"SPILLWAY_MEMORY_LIMIT=1e9", "SPILLWAY_MEMORY_LIMIT_1=lots", "SPILLWAY_MEMORY_LIMIT_x=1GiB",
+		"SPILLWAY_LOG_LEVEL=verbose", "SPILLWAY_LOG_FORMAT=xml", "SPILLWAY_DISABLE=yes",
+		"SPILLWAY_LOG_FILE=/nonexistent-dir/spillway.log",
+	} {
+		t.Run(env, func(t *testing.T) {
+			res, out := run(t, shimmed(t, []string{env}, prog, "m", "4K", "M", "4K", "m", "4K", "n"))
+			for i := 0; i < 2; i++ {
+				if got := out.code(t, "m", i); got != errInitialization {
+					t.Errorf("allocation %d returned %d, want %d (cudaErrorInitializationError)", i, got, errInitialization)
+				}
+			}
+			if out.code(t, "M", 0) != errInitialization {
+				t.Errorf("managed allocation: %v", out)
+			}
+			name, value, _ := strings.Cut(env, "=")
+			lines := nonEmptyLines(res.Stderr)
+			if len(lines) != 1 {
+				t.Fatalf("want exactly one error line, got %q", res.Stderr)
+			}
+			for _, want := range []string{name, value, "valid example"} {
+				if !strings.Contains(lines[0], want) {
+					t.Errorf("error line %q does not mention %q", lines[0], want)
+				}
+			}
+		})
+	}
+}
+
+func TestLogSettings(t *testing.T) {
+	prog := cudaops(t)
+	res, _ := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_FORMAT=json"}, prog, "m", "2M"))
+	var entry map[string]any
+	if err := json.Unmarshal([]byte(strings.TrimSpace(res.Stderr)), &entry); err != nil {
+		t.Fatalf("json log line %q: %v", res.Stderr, err)
+	}
+	if entry["requested"] != float64(2<<20) || entry["quota"] != float64(1<<20) || entry["level"] != "warning" {
+		t.Errorf("json warning: %v", entry)
+	}
+
+	file := filepath.Join(t.TempDir(), "spillway.log")
+	res, _ = run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_FILE=" + file}, prog, "m", "2M"))
+	logged, err := os.ReadFile(file)
+	if err != nil || !strings.Contains(string(logged), "refused") || res.Stderr != "" {
+		t.Errorf("log file: %q (%v); stderr %q", logged, err, res.Stderr)
+	}
+
+	res, _ = run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_LEVEL=error"}, prog, "m", "2M"))
+	if res.Stderr != "" {
+		t.Errorf("warning printed at level error: %q", res.Stderr)
+	}
+
+	// A burst of refusals is reported, not repeated a thousand times.
+	res, out := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, "R", "1000", "2M"))
+	if out.num(t, "R", 0, 2) != 1000 {
+		t.Fatalf("refusals: %v", out)
+	}
+	if n := len(nonEmptyLines(res.Stderr)); n < 1 || n > 10 {
+		t.Errorf("%d warning lines for 1000 refusals in a burst", n)
+	}
+}
+
+func TestDisable(t *testing.T) {
+	_, out := run(t, shimmed(t, []string{"SPILLWAY_DISABLE=1", "SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
+		"m", "2M", "i", "L", "T"))
+	if out.code(t, "m", 0) != 0 || out.code(t, "L", 0) != 0 {
+		t.Errorf("SPILLWAY_DISABLE=1 must pass through without loading the core: %v", out)
+	}
+	if out.num(t, "i", 0, 3) == 1<<20 {
+		t.Errorf("SPILLWAY_DISABLE=1 still reports the quota: %v", out)
+	}
+}
+
+func TestCoreLoadFailure(t *testing.T) {
+	missing := "SPILLWAY_CORE=" + filepath.Join(t.TempDir(), "libspillway-core.so")
+	prog := cudaops(t)
+	res, out := run(t, shimmed(t, []string{missing, "SPILLWAY_MEMORY_LIMIT=1GiB"}, prog, "m", "4K", "m", "4K"))
+	if out.code(t, "m", 0) != errInitialization || out.code(t, "m", 1) != errInitialization {
+		t.Errorf("with a quota and no core, allocations must fail: %v", out)
+	}
+	lines := nonEmptyLines(res.Stderr)
+	if len(lines) != 1 || !strings.Contains(lines[0], "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=") {
+		t.Errorf("want one line with the fix, got %q", res.Stderr)
+	}
+	_, out = run(t, shimmed(t, []string{missing}, prog, "m", "4K"))
+	if out.code(t, "m", 0) != 0 {
+		t.Errorf("without a quota and no core, calls pass through: %v", out)
+	}
+}
+
+func TestStaticTLSExhausted(t *testing.T) {
+	hog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/tlshog.c"}, Shared: true})
+	data, err := os.ReadFile(hog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Distinct files, so that each copy is a distinct object with its own TLS.
+	const hogs = 600 // 4800 bytes: more than glibc's default surplus, far less than the tunable's
+	dir := t.TempDir()
+	for i := range hogs {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("hog%d.so", i)), data, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/tlsfill.c"}, Cudart: true,
+		ProjectHeaders: true, Flags: []string{"-ldl"}})
+
+	res, out := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1GiB"}, prog, dir, strconv.Itoa(hogs)))
+	if out.code(t, "hogs", 0) == hogs {
+		t.Fatalf("%d bytes of TLS did not exhaust the static TLS surplus: the test proves nothing", 8*hogs)
+	}
+	if out.code(t, "m", 0) != errInitialization {
+		t.Errorf("with a quota and no core, the allocation must fail: %v", out)
+	}
+	lines := nonEmptyLines(res.Stderr)
+	if len(lines) != 1 || !strings.Contains(lines[0], "static TLS") || !strings.Contains(lines[0], "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=") {
+		t.Errorf("want one line naming the problem and the fix, got %q", res.Stderr)
+	}
+
+	// spillway run sets the tunable: the same program loads every hog and the core.
+	res, out = run(t, harness.Command(t, harness.Bin(t, "spillway"), "run", "--memory-limit", "1GiB", "--", prog, dir, strconv.Itoa(hogs)))
+	if out.code(t, "hogs", 0) != hogs || out.code(t, "m", 0) != 0 {
+		t.Errorf("under spillway run: %v\nstderr: %s", out, res.Stderr)
+	}
+}
+
+func TestFreeEdgeCases(t *testing.T) {
+	prog := cudaops(t)
+	args := []string{"n", "m", "4K", "f", "0", "x", "0"}
+	_, plain := run(t, harness.Command(t, prog, args...))
+	_, shim := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, append(args, "i")...))
+	for _, op := range []string{"n", "f", "x"} {
+		if plain.code(t, op, 0) != shim.code(t, op, 0) {
+			t.Errorf("%s: %d under the shim, %d without", op, shim.code(t, op, 0), plain.code(t, op, 0))
+		}
+	}
+	if shim.code(t, "x", 0) == 0 {
+		t.Error("a double free succeeded")
+	}
+	if f := shim.num(t, "i", 0, 2); f != 1<<20 {
+		t.Errorf("a double free changed the accounting: free %d", f)
+	}
+}
+
+func TestSpillwayRun(t *testing.T) {
+	spillway := harness.Bin(t, "spillway")
+	prog := cudaops(t)
+	_, out := run(t, harness.Command(t, spillway, "run", "--memory-limit", "1MiB", "--", prog, "m", "768K", "m", "512K", "L"))
+	if out.code(t, "m", 0) != 0 || out.code(t, "m", 1) != errMemoryAllocation || out.code(t, "L", 0) != 1 {
+		t.Errorf("spillway run --memory-limit 1MiB: %v", out)
+	}
+
+	cmd := harness.Command(t, spillway, "run", "--memory-limit", "1GiB", "--memory-limit-device", "1=1MiB",
+		"--log-level", "error", "--", prog, "d", "1", "m", "2M", "d", "0", "m", "2M")
+	harness.SetEnv(cmd, "SIMCUDA_DEVICES=2x1GiB")
+	res, out := run(t, cmd)
+	if out.code(t, "m", 0) != errMemoryAllocation || out.code(t, "m", 1) != 0 || res.Stderr != "" {
+		t.Errorf("per-device flag: %v, stderr %q", out, res.Stderr)
+	}
+
+	for _, tc := range []struct {
+		args []string
+		exit int
+	}{
+		{[]string{"--", "sh", "-c", "exit 7"}, 7},
+		{[]string{"--", "sh", "-c", "kill -TERM $$"}, 128 + 15},
+		{[]string{"--memory-limit", "8GiBs", "--", "/bin/true"}, 2},
+		{[]string{"--memory-limit-device", "x=1GiB", "--", "/bin/true"}, 2},
+		{[]string{"--", "/nonexistent/program"}, 127},
+		{[]string{}, 2},
+	} {
+		res := harness.Run(t, harness.Command(t, spillway, append([]string{"run"}, tc.args...)...))
+		if res.ExitCode != tc.exit {
+			t.Errorf("spillway run %v exited %d, want %d (stderr %q)", tc.args, res.ExitCode, tc.exit, res.Stderr)
+		}
+	}
+
+	res = harness.Run(t, harness.Command(t, spillway, "run", "--memory-limit", "8GiBs", "--", "/bin/true"))
+	if !strings.Contains(res.Stderr, "8GiBs") || !strings.Contains(res.Stderr, "valid example") {
+		t.Errorf("bad flag message: %q", res.Stderr)
+	}
+
+	// The variables reach the child, and the shim is first in LD_PRELOAD.
+	cmd = harness.Command(t, spillway, "run", "--memory-limit", "50%", "--", "sh", "-c",
+		`echo "$LD_PRELOAD|$SPILLWAY_MEMORY_LIMIT|$GLIBC_TUNABLES"`)
+	harness.SetEnv(cmd, "LD_PRELOAD=/lib/other.so")
+	res, _ = run(t, cmd)
+	want := front(t) + ":/lib/other.so|50%|glibc.rtld.optional_static_tls="
+	if !strings.HasPrefix(strings.TrimSpace(res.Stdout), want) {
+		t.Errorf("child environment %q, want prefix %q", res.Stdout, want)
+	}
+
+	if res := harness.Run(t, harness.Command(t, spillway, "version")); res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "spillway ") {
+		t.Errorf("spillway version: %+v", res)
+	}
+}

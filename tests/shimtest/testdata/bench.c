@@ -1,0 +1,80 @@
+/*
+ * bench pairs THREADS N SIZE: each of THREADS threads runs N cudaMalloc +
+ * cudaFree pairs of SIZE bytes (after a warm-up); prints "pair_ns X", the
+ * wall time per pair as each thread saw it.
+ * bench first SIZE: initialises the runtime with a call the shim does not
+ * interpose, then times the first cudaMalloc; prints "first_ns X".
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <spillway/cuda_runtime.h>
+
+static long pairs;
+static size_t size;
+static pthread_barrier_t start;
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int run_pairs(long n)
+{
+    for (long i = 0; i < n; i++) {
+        void *p;
+        if (cudaMalloc(&p, size) != cudaSuccess || cudaFree(p) != cudaSuccess)
+            return -1;
+    }
+    return 0;
+}
+
+static void *worker(void *arg)
+{
+    (void)arg;
+    if (run_pairs(1000) != 0)
+        exit(1);
+    pthread_barrier_wait(&start);
+    if (run_pairs(pairs) != 0)
+        exit(1);
+    return NULL;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 5 && !strcmp(argv[1], "pairs")) {
+        int threads = atoi(argv[2]);
+        pairs = atol(argv[3]);
+        size = (size_t)atol(argv[4]);
+        pthread_t t[64];
+        if (threads < 1 || threads > 64)
+            return 2;
+        pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
+        for (int i = 0; i < threads; i++)
+            pthread_create(&t[i], NULL, worker, NULL);
+        pthread_barrier_wait(&start);
+        double t0 = now_ns();
+        for (int i = 0; i < threads; i++)
+            pthread_join(t[i], NULL);
+        printf("pair_ns %.1f\n", (now_ns() - t0) / (double)pairs);
+        return 0;
+    }
+    if (argc == 3 && !strcmp(argv[1], "first")) {
+        int n = 0;
+        if (cudaGetDeviceCount(&n) != cudaSuccess)
+            return 1;
+        void *p;
+        double t0 = now_ns();
+        if (cudaMalloc(&p, (size_t)atol(argv[2])) != cudaSuccess)
+            return 1;
+        printf("first_ns %.0f\n", now_ns() - t0);
+        return 0;
+    }
+    fprintf(stderr, "usage: bench pairs THREADS N SIZE | bench first SIZE\n");
+    return 2;
+}
