@@ -1,0 +1,134 @@
+package pool
+
+import (
+	"errors"
+	"strconv"
+)
+
+// Stream identifies a stream on the pool's device. The pool never interprets
+// it: it is compared for equality and handed back to the Backing.
+type Stream uint64
+
+// Marker is a completion marker recorded on a stream by the Backing (a CUDA
+// event for a real device). The pool only records, queries and destroys it.
+type Marker uint64
+
+// Tier says where the memory behind an allocation lives.
+type Tier int32
+
+// The tiers, numbered as the probe points number them.
+const (
+	TierDevice  Tier = 0 // device memory reserved by the pool
+	TierManaged Tier = 1 // managed memory, preferred on the host (spilled)
+	TierPinned  Tier = 2 // mapped pinned host memory (spilled)
+)
+
+func (t Tier) String() string {
+	switch t {
+	case TierDevice:
+		return "device"
+	case TierManaged:
+		return "managed"
+	case TierPinned:
+		return "pinned"
+	}
+	return "tier(" + strconv.Itoa(int(t)) + ")"
+}
+
+// Source says how an allocation was served, numbered as the probe points
+// number it.
+type Source int32
+
+// The sources of an allocation.
+const (
+	SourceCache       Source = 0 // from memory the pool already held
+	SourceDevice      Source = 1 // from a new reservation (a segment, or host memory when spilled)
+	SourcePassThrough Source = 2 // pooling is off: one reservation per allocation
+)
+
+// Backing is the device under a Pool: it reserves and releases segments of
+// device memory and provides the synchronization the pool needs to keep CUDA's
+// semantics. A Pool calls it with the pool's lock held, so a Backing must never
+// call back into the Pool. Every method concerns the one device of the pool.
+type Backing interface {
+	// Reserve returns the address of size bytes of device memory, aligned to
+	// at least Alignment. A failure caused by lack of device memory must wrap
+	// ErrOutOfMemory so the pool can release its cache and retry.
+	Reserve(size uint64) (uint64, error)
+	// Release returns a segment obtained from Reserve, with the same size.
+	Release(base, size uint64) error
+	// Synchronize returns once all work queued on the device before the call
+	// has completed.
+	Synchronize() error
+	// RecordMarker records a marker on stream s that completes once all work
+	// queued on s before the call has completed.
+	RecordMarker(s Stream) (Marker, error)
+	// MarkerDone reports whether the marker has completed, without waiting.
+	MarkerDone(m Marker) (bool, error)
+	// DestroyMarker frees a marker; the pool never uses it again.
+	DestroyMarker(m Marker)
+}
+
+// StreamOrderedBacking is implemented by a Backing that has stream-ordered
+// reservation. It is used only in pass-through mode (Options.Pooling false) so
+// that AllocAsync and FreeAsync keep their stream order without pooling;
+// without it they fall back to Reserve and Release.
+type StreamOrderedBacking interface {
+	ReserveAsync(size uint64, s Stream) (uint64, error)
+	ReleaseAsync(base, size uint64, s Stream) error
+}
+
+// HostBacking is implemented by a Backing that can serve allocations from host
+// memory the device reads in place. It is required when Options.Oversubscribe
+// is set.
+type HostBacking interface {
+	// ReserveHost returns size bytes of host memory of the given tier
+	// (TierManaged or TierPinned), mapped for the device. Managed memory must
+	// be advised to stay on the host so it does not count against the device.
+	ReserveHost(size uint64, tier Tier) (uint64, error)
+	// ReleaseHost frees memory from ReserveHost, with the same size and tier.
+	ReleaseHost(base, size uint64, tier Tier) error
+	// Promote moves a managed block to the device and makes the device its
+	// preferred location. The address and contents do not change.
+	Promote(base, size uint64) error
+}
+
+// Observer receives the pool's events, for the probe points. A nil Observer
+// costs one comparison per event. Its methods run with the pool's lock held:
+// they must be quick and must not call back into the Pool. Sizes are the
+// aligned sizes the pool accounts.
+type Observer interface {
+	Alloc(ptr, size uint64, tier Tier, source Source)
+	Free(ptr, size uint64, tier Tier)
+	// Sync reports a completed synchronization (forced by the pool or
+	// announced with SyncEnd) and how many freed bytes it made reusable.
+	Sync(madeReusable uint64)
+	Spill(ptr, size uint64, tier Tier)
+	Promote(ptr, size uint64, tier Tier)
+	// Refuse reports a refused request, with the device bytes reserved and
+	// the quota at the time.
+	Refuse(size, used, quota uint64)
+}
+
+// Errors returned by the pool; test for them with errors.Is.
+var (
+	// ErrOutOfMemory is wrapped by a Backing whose device (or host) has no
+	// memory left, and by the pool when it refuses a request.
+	ErrOutOfMemory = errors.New("out of memory")
+	// ErrQuota is wrapped (together with ErrOutOfMemory) by a refusal because
+	// the device quota cannot hold the request.
+	ErrQuota = errors.New("device quota exceeded")
+	// ErrHostLimit is wrapped (together with ErrOutOfMemory) by a refusal
+	// because spilling the request would pass Options.HostLimit.
+	ErrHostLimit = errors.New("host spill limit exceeded")
+	// ErrNotOwned: the pointer was never handed out by this pool, so it
+	// belongs to whoever else allocated it.
+	ErrNotOwned = errors.New("pointer not allocated by this pool")
+	// ErrInvalidFree: the pointer lies in the pool's memory but is not the
+	// start of a live allocation (a double free or an interior pointer).
+	ErrInvalidFree = errors.New("pointer is not the start of a live allocation")
+	// ErrTooLarge: the request is larger than MaxRequest.
+	ErrTooLarge = errors.New("request too large")
+	// ErrClosed: the pool was closed.
+	ErrClosed = errors.New("pool closed")
+)

@@ -1,0 +1,123 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+)
+
+// SyncTicket is handed out by SyncBegin and given back to SyncEnd.
+type SyncTicket struct{ cut uint64 }
+
+// SyncBegin and SyncEnd bracket a device synchronization the application
+// makes (cudaDeviceSynchronize, or a cudaFree passed to the runtime): every
+// block freed before SyncBegin becomes reusable at SyncEnd, sparing the pool a
+// synchronization of its own. Call SyncEnd only if the synchronization
+// succeeded.
+func (p *Pool) SyncBegin() SyncTicket {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return SyncTicket{cut: p.seq}
+}
+
+// SyncEnd completes a synchronization begun with SyncBegin.
+func (p *Pool) SyncEnd(t SyncTicket) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	made := p.completeBefore(t.cut)
+	p.stats.ExternalSyncs++
+	if p.obs != nil {
+		p.obs.Sync(made)
+	}
+	p.trim()
+	return p.promote()
+}
+
+// ForgetStream is called before stream s is destroyed: the blocks freed on it
+// are treated from then on like blocks freed by Free, and its marker is
+// destroyed.
+func (p *Pool) ForgetStream(s Stream) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.streams[s]
+	if c == nil {
+		return
+	}
+	for b := c.queue.head; b != nil; b = c.queue.head {
+		c.queue.remove(b)
+		c.idx[b.seg.class].remove(b)
+		b.state, b.cache, b.seq = statePending, nil, p.seq
+		p.pending.push(b)
+		p.pendingBytes[b.seg.class] += b.size
+	}
+	p.seq++
+	if c.hasMarker {
+		p.back.DestroyMarker(c.marker)
+	}
+	delete(p.streams, s)
+	if p.lastCache == c {
+		p.lastCache = nil
+	}
+}
+
+// Allocation describes a live allocation.
+type Allocation struct {
+	Base, Size uint64 // Size is the aligned size accounted
+	Tier       Tier
+}
+
+// Lookup returns the live allocation that starts at ptr.
+func (p *Pool) Lookup(ptr uint64) (Allocation, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b := p.live.get(ptr)
+	if b == nil {
+		return Allocation{}, false
+	}
+	return Allocation{Base: b.base, Size: b.used, Tier: b.tier}, true
+}
+
+// Close synchronizes the device and releases everything the pool holds, live
+// allocations included; later calls fail with ErrClosed. Call it before the
+// device is reset (cudaDeviceReset) or when the process stops using it.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return ErrClosed
+	}
+	p.closed = true
+	var errs []error
+	if err := p.back.Synchronize(); err != nil {
+		errs = append(errs, fmt.Errorf("pool: synchronizing before close: %w", err))
+	}
+	for _, c := range p.streams {
+		if c.hasMarker {
+			p.back.DestroyMarker(c.marker)
+		}
+	}
+	p.live.each(func(b *block) {
+		if b.seg != nil {
+			return
+		}
+		if b.tier == TierDevice {
+			if err := p.back.Release(b.base, b.size); err != nil {
+				errs = append(errs, fmt.Errorf("pool: releasing pass-through allocation %#x: %w", b.base, err))
+			}
+		} else if err := p.host.ReleaseHost(b.base, b.size, b.tier); err != nil {
+			errs = append(errs, fmt.Errorf("pool: releasing spilled allocation %#x: %w", b.base, err))
+		}
+	})
+	for _, seg := range p.segs {
+		if err := p.back.Release(seg.base, seg.size); err != nil {
+			errs = append(errs, fmt.Errorf("pool: releasing segment %#x: %w", seg.base, err))
+		}
+	}
+	p.live, p.segs, p.streams, p.spare, p.lastCache = ptrMap{}, nil, nil, nil, nil
+	p.devBytes, p.hostBytes, p.segBytes, p.segLive = 0, 0, 0, 0
+	p.idx = [numClasses]index{}
+	p.pending, p.spilled, p.empty = queue{}, queue{}, segList{}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,169 @@
+// Package pool is Spillway's allocator of device memory: one Pool per device
+// serves cudaMalloc, cudaFree, cudaMallocAsync and cudaFreeAsync from segments
+// it reserves through a Backing, keeps CUDA's ordering guarantees, enforces
+// the device quota and, when asked, spills what the quota cannot hold to host
+// memory and promotes it back later.
+//
+// It is pure Go and must stay so: no cgo, no CUDA types, no knowledge of
+// symbols or environment variables. Everything it needs from the device goes
+// through the Backing interface (reserve, release, synchronize, stream
+// markers, and HostBacking for spilling), so it is tested on a simulated
+// device (package pooltest) and the shim supplies the real one. It never calls
+// back into the application and never blocks except inside Backing calls.
+//
+// # Wiring
+//
+// The shim keeps one Pool per device (created with New at the device's first
+// allocation, from DefaultOptions(quota) plus the environment) and maps:
+//
+//	cudaMalloc(&p, n)            p, err = Alloc(n)  (n == 0 gives 0, nil)
+//	cudaMallocPitch              Alloc(pitch*height), pitch chosen by the shim
+//	cudaFree(p)                  err = Free(p); ErrNotOwned: call the real cudaFree,
+//	                             bracketed by SyncBegin/SyncEnd as it synchronizes
+//	cudaMallocAsync(&p, n, s)    AllocAsync(n, Stream(s))
+//	cudaFreeAsync(p, s)          FreeAsync(p, Stream(s)); ErrNotOwned as for Free
+//	cudaDeviceSynchronize        t := SyncBegin(); real call; if it succeeded SyncEnd(t)
+//	cudaStreamDestroy(s)         ForgetStream(Stream(s)) before the real call
+//	cudaDeviceReset              Close() before the real call; New afterwards
+//	cudaMemGetInfo               Stats(): total = Quota, free = Quota - ReservedBytes
+//	                             + CachedBytes (cached memory is the application's to use)
+//	SPILLWAY_REPORT=1            Stats().String() at exit
+//
+// Errors map to CUDA's: ErrOutOfMemory (wrapped by every refusal, with
+// ErrQuota or ErrHostLimit) and ErrTooLarge to cudaErrorMemoryAllocation,
+// ErrInvalidFree (double free, interior pointer) to cudaErrorInvalidValue.
+// A Stream value must name one stream for the pool's lifetime: the per-thread
+// default stream (handle 2) is a different stream in every thread, so the
+// shim passes a per-thread identity for it. The probe points are fired by an
+// Observer the shim implements (Options.Observer); the pool calls it under its
+// lock, at no cost when it is nil.
+//
+// # Size classes and segments
+//
+// Every size is rounded up to Alignment (512 bytes, as PyTorch does) and
+// falls into one of three classes, each with its own segments and free index
+// so that small blocks never pin large segments:
+//
+//	small   ≤ 1 MiB          2 MiB segments, shared
+//	medium  1 MiB – 10 MiB   20 MiB segments, shared
+//	huge    ≥ 10 MiB         a segment of its own, rounded up to 2 MiB
+//
+// (PyTorch's caching allocator uses the same 2 MiB / 20 MiB / 2 MiB-rounding
+// scheme.) A shared segment is never larger than 1/32 of the quota; below
+// that a request gets a segment of exactly its size, so a small quota is
+// never eaten by a few half-used segments.
+//
+// Device memory cannot hold allocator metadata, so every block has an
+// out-of-band descriptor: address, size, neighbours in its segment (for
+// coalescing) and list links. Live blocks are found by address in an
+// open-addressing hash table (ptrMap). Segments are kept sorted by address
+// only to tell a double free (inside a segment) from a foreign pointer.
+//
+// # Finding a free block
+//
+// Each class indexes its free blocks with a two-level segregated fit (TLSF,
+// Masmano et al., 2004): the first level is the power of two of the size, the
+// second splits it in 32 linear classes, and two bitmaps find the smallest
+// non-empty class above a size with two find-first-set instructions. A
+// request first examines up to 8 blocks of its own class, taking the smallest
+// that fits (so requests of a size seen before reuse exactly that size), then
+// takes the first block of the smallest class whose every block fits. The
+// block is split, the rest goes back to the index; a freed block is merged at
+// once with free neighbours. A huge block is not split: it is reused whole for
+// a request it exceeds by at most max(1/8, 2 MiB), otherwise left alone.
+//
+// # cudaFree semantics
+//
+// cudaFree waits for the device, so a program may free memory that queued
+// work still uses. Free therefore puts the block on a pending queue stamped
+// with a sequence number; a pending block becomes free only when a
+// device synchronization that began after the free has completed: one the pool
+// makes (Backing.Synchronize) or one the application makes and announces with
+// SyncBegin/SyncEnd. The pool synchronizes when a request misses the cache
+// and the pending bytes of its class could serve it, before growing, and when
+// the quota is reached; one synchronization frees the whole batch. With
+// Options.StrictFree every Free synchronizes, as the driver does.
+//
+// # Stream order
+//
+// FreeAsync puts the block in the cache of its stream, where AllocAsync on the
+// same stream reuses it at once (stream order protects it) and merges it with
+// neighbours freed on that stream. For the other streams the pool records one
+// marker per stream (Backing.RecordMarker) when the stream's cache has blocks
+// and no marker; when a request misses, completed markers move the blocks they
+// cover to the shared index, and new markers are recorded for what remains.
+// A device synchronization covers every stream. Blocks freed on another
+// stream are never waited for while the quota has room: the pool grows
+// instead, so stream-ordered code never blocks on the host.
+//
+// # Growth, release and the quota
+//
+// A miss, after the steps above, reserves a segment if the quota holds it.
+// Otherwise the pool, in order: synchronizes if anything is pending; searches
+// every class for any block that fits (scanning the request's class in full);
+// releases every empty segment and reserves a segment, or exactly the
+// request; spills to the host (Options.Oversubscribe); refuses, with an error
+// wrapping ErrQuota and ErrOutOfMemory. A Backing failure with ErrOutOfMemory
+// (the device itself is full) takes the same path.
+//
+// Empty segments are also released, oldest emptied first, while the cached
+// memory (reserved in segments but not live) exceeds Options.ReleaseThreshold,
+// by default 1/8 of the quota: enough to keep a training step's or a decode
+// step's working set cached, small enough that an idle process returns most
+// of what it no longer uses. Options.Reserve reserves one segment at the
+// first allocation that every class may use and that is never released before
+// Close. With Options.Pooling off, every request is a reservation of its own
+// and only the quota's accounting remains.
+//
+// # Host tier
+//
+// With Options.Oversubscribe a request the quota cannot hold is served by
+// HostBacking.ReserveHost in the tier of Options.SpillTier (managed memory
+// preferred on the host, or mapped pinned memory), up to Options.HostLimit
+// (by default as much as the quota), and lives in the same pointer table with
+// its tier. Promotion moves spilled managed blocks back to the device
+// (HostBacking.Promote: prefetch and advice, same address and contents) while
+// the quota holds them: oldest spilled first, stopping at the first block
+// that does not fit even after releasing every empty segment, so a large old
+// block is never overtaken by young small ones. It runs after every free and
+// every announced synchronization, and on demand with Promote; it never runs
+// inside an allocation, where it would take the room the request needs.
+// Promoted bytes count against the quota; pinned memory is never promoted.
+//
+// # Bounds
+//
+// With n free blocks, s segments and k streams:
+//
+//   - Alloc served from the cache, Free, FreeAsync: O(1): at most 8 + 1 index
+//     probes per searched index (at most 2), constant-time splitting and
+//     merging, and an expected O(1) hash table operation. No operation depends
+//     on the number of live blocks.
+//   - A miss adds O(k) marker queries and, when it synchronizes, O(1) per
+//     block made reusable: each freed block migrates once, so it is O(1)
+//     amortized per free.
+//   - Reserving or releasing a segment adds O(log s) to find its place and
+//     O(s) word moves to keep the sorted slice: far less than the device
+//     reservation it accompanies.
+//   - Only the quota-pressure path, which precedes a spill or a refusal, may
+//     scan whole free lists: O(n).
+//
+// Internal fragmentation: less than Alignment per block, plus at most
+// max(size/8, 2 MiB) for a huge block reused whole. External fragmentation:
+// free memory is stranded only inside segments that still hold a live block,
+// never more than the segment size (2 MiB, 20 MiB or 1/32 of the quota) per
+// such segment; a huge segment strands nothing unless quota pressure split it. A request is refused only when
+// after synchronizing and releasing every empty segment the quota cannot hold
+// it and no free block of any class fits it. No allocator that never moves
+// live blocks can do better than the fifty-percent rule (Knuth): under random
+// churn in equilibrium there are about half as many holes as live blocks, so
+// random churn of uniform sizes costs about 25% (reserved ÷ live 1.25 on the
+// random-churn reference trace), while the model traces, whose sizes repeat,
+// stay within 4%.
+//
+// # Concurrency
+//
+// A Pool is safe for concurrent use. One mutex per pool serializes every
+// method and is held across Backing calls (a device synchronization included)
+// and Observer calls, which must therefore never call back into the Pool.
+// Pools of different devices share nothing.
+package pool

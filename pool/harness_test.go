@@ -1,0 +1,218 @@
+package pool_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/pool"
+	"github.com/spillway-gpu/spillway/pool/pooltest"
+)
+
+// harness drives a pool on a fake device and checks, after every call, what
+// the pool promises: alignment, no overlap between live allocations, no reuse
+// of freed memory before the free is known complete for the new owner, and
+// exact accounting.
+type harness struct {
+	t     testing.TB
+	f     *pooltest.Fake
+	p     *pool.Pool
+	opt   pool.Options
+	live  map[uint64]uint64 // base -> aligned size
+	dirty []dirtyRange
+}
+
+// dirtyRange is memory freed at time at that queued work may still use: on
+// stream only, or on every stream (a Free).
+type dirtyRange struct {
+	lo, hi    uint64
+	at        uint64
+	stream    pool.Stream
+	anyStream bool
+}
+
+func newHarness(t testing.TB, f *pooltest.Fake, opt pool.Options) *harness {
+	t.Helper()
+	p, err := pool.New(f, opt)
+	if err != nil {
+		t.Fatalf("pool.New: %v", err)
+	}
+	return &harness{t: t, f: f, p: p, opt: opt, live: make(map[uint64]uint64)}
+}
+
+func alignUp(v uint64) uint64 { return (v + pool.Alignment - 1) &^ (pool.Alignment - 1) }
+
+func (h *harness) alloc(size uint64) (uint64, error) {
+	h.t.Helper()
+	ptr, err := h.p.Alloc(size)
+	h.admit(ptr, size, err, false, 0)
+	return ptr, err
+}
+
+func (h *harness) allocAsync(size uint64, s pool.Stream) (uint64, error) {
+	h.t.Helper()
+	ptr, err := h.p.AllocAsync(size, s)
+	h.admit(ptr, size, err, true, s)
+	return ptr, err
+}
+
+func (h *harness) mustAlloc(size uint64) uint64 {
+	h.t.Helper()
+	ptr, err := h.alloc(size)
+	if err != nil {
+		h.t.Fatalf("Alloc(%d): %v", size, err)
+	}
+	return ptr
+}
+
+func (h *harness) admit(ptr, size uint64, err error, async bool, s pool.Stream) {
+	h.t.Helper()
+	if err != nil {
+		if ptr != 0 {
+			h.t.Fatalf("failed allocation of %d returned %#x", size, ptr)
+		}
+		if errors.Is(err, pool.ErrQuota) {
+			st := h.p.Stats()
+			if st.ReservedBytes+alignUp(size) <= h.opt.Quota {
+				h.t.Fatalf("refused %d bytes with only %d of %d reserved: %v", size, st.ReservedBytes, h.opt.Quota, err)
+			}
+			if st.LargestFreeBlock >= alignUp(size) {
+				h.t.Fatalf("refused %d bytes with a free block of %d: %v", size, st.LargestFreeBlock, err)
+			}
+		}
+		h.check()
+		return
+	}
+	if size == 0 {
+		if ptr != 0 {
+			h.t.Fatalf("Alloc(0) = %#x, want 0", ptr)
+		}
+		return
+	}
+	if ptr%pool.Alignment != 0 {
+		h.t.Fatalf("allocation %#x of %d bytes is not aligned to %d", ptr, size, pool.Alignment)
+	}
+	n := alignUp(size)
+	for base, sz := range h.live {
+		if ptr < base+sz && base < ptr+n {
+			h.t.Fatalf("allocation [%#x,%#x) overlaps live [%#x,%#x)", ptr, ptr+n, base, base+sz)
+		}
+	}
+	kept := make([]dirtyRange, 0, len(h.dirty))
+	for _, d := range h.dirty {
+		if h.f.SafeSince(d.at, d.stream, d.anyStream) {
+			continue
+		}
+		overlaps := ptr < d.hi && d.lo < ptr+n
+		if overlaps && async && !d.anyStream && d.stream == s {
+			// Reuse in the order of the same stream: the new owner's work
+			// follows the old, and its own free must be ordered after its
+			// work, so this range is now the new owner's concern. What lies
+			// outside the new block stays dirty.
+			if d.lo < ptr {
+				kept = append(kept, dirtyRange{lo: d.lo, hi: ptr, at: d.at, stream: d.stream})
+			}
+			if d.hi > ptr+n {
+				kept = append(kept, dirtyRange{lo: ptr + n, hi: d.hi, at: d.at, stream: d.stream})
+			}
+			continue
+		}
+		kept = append(kept, d)
+		if overlaps {
+			h.t.Fatalf("allocation [%#x,%#x) (async %v on %d) reuses [%#x,%#x) freed at %d (stream %d, any %v) before the free completed",
+				ptr, ptr+n, async, s, d.lo, d.hi, d.at, d.stream, d.anyStream)
+		}
+	}
+	h.dirty = kept
+	h.live[ptr] = n
+	h.check()
+}
+
+func (h *harness) free(ptr uint64) error {
+	h.t.Helper()
+	at := h.f.Tick()
+	err := h.p.Free(ptr)
+	h.forget(ptr, err, at, 0, true)
+	return err
+}
+
+func (h *harness) freeAsync(ptr uint64, s pool.Stream) error {
+	h.t.Helper()
+	at := h.f.Tick()
+	err := h.p.FreeAsync(ptr, s)
+	h.forget(ptr, err, at, s, false)
+	return err
+}
+
+func (h *harness) mustFree(ptr uint64) {
+	h.t.Helper()
+	if err := h.free(ptr); err != nil {
+		h.t.Fatalf("Free(%#x): %v", ptr, err)
+	}
+}
+
+func (h *harness) forget(ptr uint64, err error, at uint64, s pool.Stream, anyStream bool) {
+	h.t.Helper()
+	n, ok := h.live[ptr]
+	switch {
+	case ptr == 0 && err != nil:
+		h.t.Fatalf("free of 0: %v", err)
+	case ptr != 0 && ok && err != nil:
+		h.t.Fatalf("free of live %#x: %v", ptr, err)
+	case ptr != 0 && !ok && err == nil:
+		h.t.Fatalf("free of %#x, not live, succeeded", ptr)
+	}
+	if ok {
+		delete(h.live, ptr)
+		h.dirty = append(h.dirty, dirtyRange{lo: ptr, hi: ptr + n, at: at, stream: s, anyStream: anyStream})
+	}
+	h.check()
+}
+
+// check compares the pool's accounting with the model and the fake device.
+func (h *harness) check() {
+	h.t.Helper()
+	st := h.p.Stats()
+	var live uint64
+	for _, n := range h.live {
+		live += n
+	}
+	if st.LiveBytes != live || st.LiveBlocks != uint64(len(h.live)) {
+		h.t.Fatalf("stats: %d live bytes in %d blocks, model has %d in %d", st.LiveBytes, st.LiveBlocks, live, len(h.live))
+	}
+	if dev := h.f.DeviceBytes(); st.ReservedBytes != dev {
+		h.t.Fatalf("stats: %d bytes reserved, device has %d", st.ReservedBytes, dev)
+	}
+	if st.ReservedBytes > h.opt.Quota {
+		h.t.Fatalf("stats: %d bytes reserved, above the quota of %d", st.ReservedBytes, h.opt.Quota)
+	}
+	if st.SpilledBytes != h.f.HostBytes() {
+		h.t.Fatalf("stats: %d bytes spilled, host holds %d", st.SpilledBytes, h.f.HostBytes())
+	}
+	if st.PeakLiveBytes < st.LiveBytes || st.PeakReservedBytes < st.ReservedBytes {
+		h.t.Fatalf("stats: peaks below current values: %+v", st)
+	}
+}
+
+// close closes the pool and checks that nothing is left on the device.
+func (h *harness) close() {
+	h.t.Helper()
+	if err := h.p.Close(); err != nil {
+		h.t.Fatalf("Close: %v", err)
+	}
+	if dev, host, m := h.f.DeviceBytes(), h.f.HostBytes(), h.f.LiveMarkers(); dev != 0 || host != 0 || m != 0 {
+		h.t.Fatalf("after Close: %d device bytes, %d host bytes, %d markers left", dev, host, m)
+	}
+}
+
+// appSync is a synchronization made by the application, announced to the pool.
+func (h *harness) appSync() {
+	h.t.Helper()
+	ticket := h.p.SyncBegin()
+	if err := h.f.Synchronize(); err != nil {
+		h.t.Fatal(err)
+	}
+	if err := h.p.SyncEnd(ticket); err != nil {
+		h.t.Fatalf("SyncEnd: %v", err)
+	}
+	h.check()
+}

@@ -1,0 +1,608 @@
+package pool
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+)
+
+// Sizes that shape the pool; see the package documentation.
+const (
+	// Alignment of every address the pool hands out and of every size it
+	// accounts.
+	Alignment = 1 << granuleShift
+	// MaxRequest is the largest request the pool accepts (64 TiB).
+	MaxRequest = 1 << 46
+
+	smallMax      = 1 << 20  // largest request of the small class
+	mediumMax     = 10 << 20 // requests below this (and above smallMax) are medium
+	smallSegment  = 2 << 20  // segment size of the small class
+	mediumSegment = 20 << 20 // segment size of the medium class
+	hugeRound     = 2 << 20  // huge segments are rounded up to this
+)
+
+// The three size classes; each has its own segments and free index, so small
+// blocks never pin large segments.
+const (
+	classSmall = iota
+	classMedium
+	classHuge
+	numClasses
+)
+
+func classOf(size uint64) int {
+	switch {
+	case size <= smallMax:
+		return classSmall
+	case size < mediumMax:
+		return classMedium
+	}
+	return classHuge
+}
+
+// segmentSize is how much a class grows by for a request of size bytes. A
+// shared segment is never more than 1/32 of the quota, so the memory a
+// partly used segment can strand stays small against the quota; below that
+// the request gets a segment of its own.
+func (p *Pool) segmentSize(size uint64) uint64 {
+	var seg uint64
+	switch classOf(size) {
+	case classSmall:
+		seg = smallSegment
+	case classMedium:
+		seg = mediumSegment
+	default:
+		return alignUp(size, hugeRound)
+	}
+	if limit := p.opt.Quota / 32 &^ (Alignment - 1); seg > limit {
+		seg = max(limit, size)
+	}
+	return seg
+}
+
+// hugeSlack is the most a cached huge block may exceed a huge request by.
+// Huge blocks are handed out whole (never split outside quota pressure), so
+// this bounds their internal fragmentation to 1/8, or one rounding unit.
+func hugeSlack(size uint64) uint64 {
+	return max(size/8, hugeRound)
+}
+
+func alignUp(v, a uint64) uint64 { return (v + a - 1) &^ (a - 1) }
+
+type blockState uint8
+
+const (
+	stateLive    blockState = iota
+	stateFree               // in the pool's index of its class: reusable by anyone
+	statePending            // freed by Free, waiting for a device synchronization
+	stateStream             // freed by FreeAsync, reusable on its stream only
+)
+
+// block describes one range of memory: a piece of a segment (seg != nil), a
+// pass-through reservation, or a spilled host allocation (seg == nil).
+type block struct {
+	base, size         uint64
+	used               uint64 // live bytes accounted for it (its aligned request)
+	seg                *segment
+	prevPhys, nextPhys *block // address-ordered neighbours in the segment
+	prevFree, nextFree *block // class list of an index
+	prevQ, nextQ       *block // pending, stream or spill queue, oldest first
+	cache              *streamCache
+	seq                uint64 // value of Pool.seq when freed
+	state              blockState
+	tier               Tier
+	promoted           bool // a managed block now resident on the device
+}
+
+type segment struct {
+	base, size           uint64
+	class                int
+	pinned               bool   // the reserve segment: never released before Close
+	head                 *block // lowest block
+	inEmpty              bool
+	prevEmpty, nextEmpty *segment
+}
+
+// queue is an intrusive FIFO of blocks through prevQ/nextQ.
+type queue struct {
+	head, tail *block
+	bytes      uint64
+}
+
+func (q *queue) push(b *block) {
+	b.prevQ, b.nextQ = q.tail, nil
+	if q.tail != nil {
+		q.tail.nextQ = b
+	} else {
+		q.head = b
+	}
+	q.tail = b
+	q.bytes += b.size
+}
+
+func (q *queue) insertAfter(at, b *block) {
+	b.prevQ, b.nextQ = at, at.nextQ
+	if at.nextQ != nil {
+		at.nextQ.prevQ = b
+	} else {
+		q.tail = b
+	}
+	at.nextQ = b
+	q.bytes += b.size
+}
+
+func (q *queue) remove(b *block) {
+	if b.prevQ != nil {
+		b.prevQ.nextQ = b.nextQ
+	} else {
+		q.head = b.nextQ
+	}
+	if b.nextQ != nil {
+		b.nextQ.prevQ = b.prevQ
+	} else {
+		q.tail = b.prevQ
+	}
+	b.prevQ, b.nextQ = nil, nil
+	q.bytes -= b.size
+}
+
+// segList is the list of empty segments, oldest emptied first.
+type segList struct {
+	head, tail *segment
+	bytes      uint64
+}
+
+func (l *segList) push(s *segment) {
+	l.bytes += s.size
+	s.prevEmpty, s.nextEmpty, s.inEmpty = l.tail, nil, true
+	if l.tail != nil {
+		l.tail.nextEmpty = s
+	} else {
+		l.head = s
+	}
+	l.tail = s
+}
+
+func (l *segList) remove(s *segment) {
+	l.bytes -= s.size
+	if s.prevEmpty != nil {
+		s.prevEmpty.nextEmpty = s.nextEmpty
+	} else {
+		l.head = s.nextEmpty
+	}
+	if s.nextEmpty != nil {
+		s.nextEmpty.prevEmpty = s.prevEmpty
+	} else {
+		l.tail = s.prevEmpty
+	}
+	s.prevEmpty, s.nextEmpty, s.inEmpty = nil, nil, false
+}
+
+// streamCache holds the blocks freed on one stream that are not yet known to
+// be complete for other streams.
+type streamCache struct {
+	stream    Stream
+	idx       [numClasses]index
+	queue     queue
+	marker    Marker
+	markerCut uint64 // the marker covers blocks with seq < markerCut
+	hasMarker bool
+}
+
+// Pool is the allocator of one device. All its methods are safe for concurrent
+// use; they serialize on one mutex per pool, held across Backing calls.
+type Pool struct {
+	mu       sync.Mutex
+	back     Backing
+	host     HostBacking // nil when the Backing cannot spill
+	ordered  StreamOrderedBacking
+	opt      Options
+	obs      Observer
+	closed   bool
+	reserved bool // the reserve segment exists (or none was asked)
+
+	live    ptrMap
+	idx     [numClasses]index
+	segs    []*segment // sorted by base, for ownership of freed pointers
+	empty   segList
+	pending queue
+	// pendingBytes counts pending blocks per class, to decide whether a
+	// synchronization could serve a miss.
+	pendingBytes [numClasses]uint64
+	streams      map[Stream]*streamCache
+	lastCache    *streamCache // the stream cache used last; see cacheOf
+	spilled      queue        // managed blocks on the host, oldest first: promotion order
+	seq          uint64
+	spare        []*block
+
+	segBytes  uint64 // bytes of all segments
+	segLive   uint64 // bytes of live blocks in segments
+	devBytes  uint64 // device bytes held: segments, pass-through, promoted
+	hostBytes uint64 // host bytes held by spilled blocks not promoted
+	stats     Stats
+}
+
+// New returns a pool for one device over back.
+func New(back Backing, opt Options) (*Pool, error) {
+	if back == nil {
+		return nil, errors.New("pool: nil backing")
+	}
+	if err := opt.validate(); err != nil {
+		return nil, err
+	}
+	p := &Pool{
+		back:     back,
+		opt:      opt,
+		obs:      opt.Observer,
+		reserved: opt.Reserve == 0,
+		streams:  make(map[Stream]*streamCache),
+	}
+	p.host, _ = back.(HostBacking)
+	p.ordered, _ = back.(StreamOrderedBacking)
+	if opt.Oversubscribe && p.host == nil {
+		return nil, errors.New("pool: oversubscription needs a backing that implements HostBacking")
+	}
+	return p, nil
+}
+
+// Alloc serves cudaMalloc: size bytes usable on any stream. A size of 0
+// returns address 0 and no error, and nothing is recorded.
+func (p *Pool) Alloc(size uint64) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.allocate(size, false, 0)
+}
+
+// AllocAsync serves cudaMallocAsync: size bytes usable in the order of stream
+// s. It may reuse memory freed on s by FreeAsync before that free completes.
+func (p *Pool) AllocAsync(size uint64, s Stream) (uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.allocate(size, true, s)
+}
+
+// Free serves cudaFree. The memory becomes reusable after a device
+// synchronization that begins after this call (at once in strict mode).
+// ErrNotOwned means the pointer is someone else's; ErrInvalidFree means a
+// double free or an interior pointer, and nothing changed.
+func (p *Pool) Free(ptr uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, err := p.takeLive(ptr)
+	if err != nil || b == nil {
+		return err
+	}
+	if b.seg == nil {
+		return p.releaseUnpooled(b, nil)
+	}
+	b.state = statePending
+	b.seq = p.seq
+	p.seq++
+	p.pending.push(b)
+	p.pendingBytes[b.seg.class] += b.size
+	if p.opt.StrictFree {
+		if err := p.synchronize(); err != nil {
+			return err
+		}
+	}
+	return p.promote()
+}
+
+// FreeAsync serves cudaFreeAsync: the memory is reusable at once by AllocAsync
+// on s, and by anyone once the free is known complete (a marker recorded on s
+// has completed, or the device was synchronized).
+func (p *Pool) FreeAsync(ptr uint64, s Stream) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	b, err := p.takeLive(ptr)
+	if err != nil || b == nil {
+		return err
+	}
+	if b.seg == nil {
+		return p.releaseUnpooled(b, &s)
+	}
+	c := p.cacheOf(s)
+	if c == nil {
+		c = &streamCache{stream: s}
+		p.streams[s] = c
+	}
+	b.state = stateStream
+	b.cache = c
+	b.seq = p.seq
+	p.seq++
+	p.mergeStreamNeighbours(b)
+	c.idx[b.seg.class].insert(b)
+	c.queue.push(b)
+	if !c.hasMarker {
+		// A failure leaves the block for the next synchronization; the free
+		// itself has succeeded.
+		_ = p.recordMarker(c) // counted in BackingErrors
+	}
+	return p.promote()
+}
+
+// cacheOf returns the cache of stream s, or nil. The last one found is kept
+// aside: most programs free on one stream.
+func (p *Pool) cacheOf(s Stream) *streamCache {
+	if c := p.lastCache; c != nil && c.stream == s {
+		return c
+	}
+	c := p.streams[s]
+	if c != nil {
+		p.lastCache = c
+	}
+	return c
+}
+
+// mergeStreamNeighbours absorbs into b (freed on its stream, not yet
+// indexed) the neighbours freed on the same stream. The merged block takes b's
+// sequence number, the latest, so it is never handed to another stream before
+// all its parts may be.
+func (p *Pool) mergeStreamNeighbours(b *block) {
+	c := b.cache
+	if prev := b.prevPhys; prev != nil && prev.state == stateStream && prev.cache == c {
+		c.idx[prev.seg.class].remove(prev)
+		c.queue.remove(prev)
+		b.base = prev.base
+		b.size += prev.size
+		b.prevPhys = prev.prevPhys
+		if b.prevPhys != nil {
+			b.prevPhys.nextPhys = b
+		} else {
+			b.seg.head = b
+		}
+		p.recycle(prev)
+	}
+	if next := b.nextPhys; next != nil && next.state == stateStream && next.cache == c {
+		c.idx[next.seg.class].remove(next)
+		c.queue.remove(next)
+		b.size += next.size
+		b.nextPhys = next.nextPhys
+		if b.nextPhys != nil {
+			b.nextPhys.prevPhys = b
+		}
+		p.recycle(next)
+	}
+}
+
+// takeLive removes the live block at ptr from the pointer map and accounts its
+// free. It returns (nil, nil) for ptr 0, as cudaFree(NULL) succeeds.
+func (p *Pool) takeLive(ptr uint64) (*block, error) {
+	if p.closed {
+		return nil, ErrClosed
+	}
+	if ptr == 0 {
+		return nil, nil
+	}
+	b := p.live.get(ptr)
+	if b == nil {
+		if p.segmentOf(ptr) != nil {
+			return nil, fmt.Errorf("pool: free of %#x: %w", ptr, ErrInvalidFree)
+		}
+		return nil, fmt.Errorf("pool: free of %#x: %w", ptr, ErrNotOwned)
+	}
+	p.live.del(ptr)
+	p.stats.LiveBytes -= b.used
+	p.stats.LiveBlocks--
+	p.stats.Frees++
+	if b.seg != nil {
+		p.segLive -= b.size
+	}
+	if p.obs != nil {
+		p.obs.Free(b.base, b.used, b.tier)
+	}
+	return b, nil
+}
+
+// segmentOf returns the segment containing ptr, or nil: O(log segments).
+func (p *Pool) segmentOf(ptr uint64) *segment {
+	i := sort.Search(len(p.segs), func(i int) bool { return p.segs[i].base+p.segs[i].size > ptr })
+	if i < len(p.segs) && p.segs[i].base <= ptr {
+		return p.segs[i]
+	}
+	return nil
+}
+
+func (p *Pool) allocate(size uint64, async bool, s Stream) (uint64, error) {
+	if p.closed {
+		return 0, ErrClosed
+	}
+	if size == 0 {
+		return 0, nil
+	}
+	if size > MaxRequest {
+		return 0, fmt.Errorf("pool: request of %d bytes is larger than the largest supported (%d): %w", size, uint64(MaxRequest), ErrTooLarge)
+	}
+	size = alignUp(size, Alignment)
+	if !p.opt.Pooling {
+		return p.passThrough(size, async, s)
+	}
+	var c *streamCache
+	if async {
+		c = p.cacheOf(s)
+	}
+	if !p.reserved {
+		if err := p.reserveAtFirstUse(); err != nil {
+			return 0, err
+		}
+	}
+	class := classOf(size)
+	if b := p.fromCache(size, class, c, ownClass); b != nil {
+		return p.hand(b, size, SourceCache), nil
+	}
+	// A miss. Blocks freed on other streams whose markers completed, then
+	// blocks waiting for a synchronization, may serve it before the pool grows.
+	if p.pollMarkers() {
+		if b := p.fromCache(size, class, c, ownClass); b != nil {
+			return p.hand(b, size, SourceCache), nil
+		}
+	}
+	if p.pendingBytes[class] >= size {
+		if err := p.synchronize(); err != nil {
+			return 0, err
+		}
+		if b := p.fromCache(size, class, c, ownClass); b != nil {
+			return p.hand(b, size, SourceCache), nil
+		}
+	}
+	if p.opt.Reserve > 0 {
+		// A static reserve serves every class before the pool grows.
+		if b := p.fromCache(size, class, c, anyClass); b != nil {
+			return p.hand(b, size, SourceCache), nil
+		}
+	}
+	if seg := p.segmentSize(size); p.devBytes+seg <= p.opt.Quota {
+		b, err := p.grow(seg, class)
+		if err == nil {
+			return p.hand(b, size, SourceDevice), nil
+		}
+		if !errors.Is(err, ErrOutOfMemory) {
+			return 0, err
+		}
+	}
+	return p.allocUnderPressure(size, class, c)
+}
+
+// allocUnderPressure serves a request when growing by a whole segment is
+// impossible, trying in order: a synchronization for everything freed, any
+// free block of any class, releasing every empty segment and growing by a
+// segment or by exactly the request, spilling to the host.
+func (p *Pool) allocUnderPressure(size uint64, class int, c *streamCache) (uint64, error) {
+	if p.pending.bytes > 0 || p.streamBytes() > 0 {
+		if err := p.synchronize(); err != nil {
+			return 0, err
+		}
+	}
+	if b := p.fromCache(size, class, c, everything); b != nil {
+		return p.hand(b, size, SourceCache), nil
+	}
+	p.releaseEmptyWhile(func() bool { return true })
+	var deviceFull error // the device itself is out of memory, below the quota
+	for _, grow := range [...]uint64{p.segmentSize(size), size} {
+		if p.devBytes+grow > p.opt.Quota {
+			continue
+		}
+		b, err := p.grow(grow, class)
+		if err == nil {
+			return p.hand(b, size, SourceDevice), nil
+		}
+		if !errors.Is(err, ErrOutOfMemory) {
+			return 0, err
+		}
+		deviceFull = err
+	}
+	if p.opt.Oversubscribe {
+		return p.spill(size)
+	}
+	return 0, p.refuse(size, deviceFull)
+}
+
+// refuse counts and reports a refusal. deviceFull is the Backing's error when
+// the device, not the quota, had no room.
+func (p *Pool) refuse(size uint64, deviceFull error) error {
+	p.stats.Refused++
+	if p.obs != nil {
+		p.obs.Refuse(size, p.devBytes, p.opt.Quota)
+	}
+	if deviceFull != nil {
+		return fmt.Errorf("pool: %d bytes requested with %d bytes reserved: %w", size, p.devBytes, deviceFull)
+	}
+	return fmt.Errorf("pool: %d bytes requested with %d of a %d-byte quota reserved (%d live): %w: %w",
+		size, p.devBytes, p.opt.Quota, p.stats.LiveBytes, ErrQuota, ErrOutOfMemory)
+}
+
+// How far fromCache searches.
+type search int
+
+const (
+	ownClass   search = iota // the request's class, bounded scans: the hot path
+	anyClass                 // every class, bounded scans: a static reserve
+	everything               // every class, full scans of the request's size class, any slack: quota pressure
+)
+
+// fromCache finds a cached block for size bytes, in each class first among
+// the blocks freed on the requesting stream, then among those reusable by
+// anyone.
+func (p *Pool) fromCache(size uint64, class int, c *streamCache, how search) *block {
+	if b := p.fromClass(size, class, c, how); b != nil || how == ownClass {
+		return b
+	}
+	for k := range numClasses {
+		if k != class {
+			if b := p.fromClass(size, k, c, how); b != nil {
+				return b
+			}
+		}
+	}
+	return nil
+}
+
+func (p *Pool) fromClass(size uint64, k int, c *streamCache, how search) *block {
+	slack, scan := ^uint64(0), exactScan
+	if how == everything {
+		// Scanned in full, so a request is never refused while a free block
+		// that fits exists.
+		scan = int(^uint(0) >> 1)
+	} else if k == classHuge {
+		slack = hugeSlack(size)
+	}
+	if c != nil {
+		if b := c.idx[k].find(size, slack, scan); b != nil {
+			return b
+		}
+	}
+	return p.idx[k].find(size, slack, scan)
+}
+
+// hand turns a cached or fresh block into a live allocation of size bytes,
+// splitting off the rest unless it is a huge block served outside pressure.
+func (p *Pool) hand(b *block, size uint64, src Source) uint64 {
+	switch b.state {
+	case stateFree:
+		p.idx[b.seg.class].remove(b)
+		if b.seg.inEmpty {
+			p.empty.remove(b.seg)
+		}
+	case stateStream:
+		b.cache.idx[b.seg.class].remove(b)
+	}
+	if rest := b.size - size; rest >= Alignment && (b.seg.class != classHuge || rest > hugeSlack(size)) {
+		r := p.newBlock()
+		r.base, r.size, r.seg, r.state = b.base+size, rest, b.seg, b.state
+		r.prevPhys, r.nextPhys = b, b.nextPhys
+		if b.nextPhys != nil {
+			b.nextPhys.prevPhys = r
+		}
+		b.nextPhys = r
+		b.size = size
+		if r.state == stateStream {
+			r.cache, r.seq = b.cache, b.seq
+			r.cache.idx[r.seg.class].insert(r)
+			r.cache.queue.insertAfter(b, r)
+			r.cache.queue.bytes -= rest // b was queued with its size before the split
+		} else {
+			p.idx[r.seg.class].insert(r)
+		}
+	}
+	if b.state == stateStream {
+		b.cache.queue.remove(b)
+		b.cache = nil
+	}
+	b.state = stateLive
+	b.used = size
+	p.live.put(b.base, b)
+	p.segLive += b.size
+	p.stats.LiveBytes += size
+	p.stats.LiveBlocks++
+	p.stats.PeakLiveBytes = max(p.stats.PeakLiveBytes, p.stats.LiveBytes)
+	if src == SourceCache {
+		p.stats.CacheHits++
+	} else {
+		p.stats.DeviceReservations++
+	}
+	if p.obs != nil {
+		p.obs.Alloc(b.base, size, TierDevice, src)
+	}
+	return b.base
+}

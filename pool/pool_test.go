@@ -1,0 +1,518 @@
+package pool_test
+
+import (
+	"errors"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/pool"
+	"github.com/spillway-gpu/spillway/pool/pooltest"
+)
+
+const (
+	kiB = 1 << 10
+	miB = 1 << 20
+	giB = 1 << 30
+)
+
+func TestAlignmentAndNoOverlap(t *testing.T) {
+	h := newHarness(t, pooltest.New(0), pool.DefaultOptions(64*giB))
+	rng := rand.New(rand.NewPCG(1, 2))
+	var ptrs []uint64
+	for range 3000 {
+		if len(ptrs) > 0 && rng.IntN(3) == 0 {
+			i := rng.IntN(len(ptrs))
+			h.mustFree(ptrs[i])
+			ptrs[i] = ptrs[len(ptrs)-1]
+			ptrs = ptrs[:len(ptrs)-1]
+			continue
+		}
+		size := uint64(1 + rng.IntN(4*miB))
+		if rng.IntN(10) == 0 {
+			size = uint64(1 + rng.IntN(64*miB))
+		}
+		ptrs = append(ptrs, h.mustAlloc(size)) // the harness checks alignment and overlap
+	}
+	h.close()
+}
+
+func TestCoalescingRebuildsTheSegment(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	a, b, c := h.mustAlloc(64*kiB), h.mustAlloc(64*kiB), h.mustAlloc(64*kiB)
+	if b != a+64*kiB || c != b+64*kiB {
+		t.Fatalf("blocks not packed in one segment: %#x %#x %#x", a, b, c)
+	}
+	// Free out of order so both merge directions are exercised.
+	h.mustFree(a)
+	h.mustFree(c)
+	h.mustFree(b)
+	h.appSync()
+	if st := h.p.Stats(); st.LargestFreeBlock != 2*miB {
+		t.Fatalf("largest free block after freeing everything = %d, want the whole 2 MiB segment", st.LargestFreeBlock)
+	}
+	if got := h.mustAlloc(2 * miB / 2); got != a {
+		t.Fatalf("1 MiB after coalescing at %#x, want the segment start %#x", got, a)
+	}
+	if n := f.Counts().Reserves; n != 1 {
+		t.Fatalf("%d segments reserved, want 1", n)
+	}
+	h.close()
+}
+
+func TestFreedMemoryWaitsForASynchronization(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	a := h.mustAlloc(miB)
+	h.mustAlloc(miB) // the 2 MiB segment is full
+	h.mustFree(a)
+	// The freed block is the only fit in the cache: the pool must synchronize
+	// before handing it out again (the harness checks the order).
+	if got := h.mustAlloc(miB); got != a {
+		t.Fatalf("got %#x, want the freed block %#x after a synchronization", got, a)
+	}
+	if n := f.Counts().Syncs; n != 1 {
+		t.Fatalf("%d synchronizations, want 1", n)
+	}
+	h.close()
+}
+
+func TestOneSynchronizationServesABatchOfFrees(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	var ptrs []uint64
+	for range 64 { // 64 × 32 KiB fills the 2 MiB segment exactly
+		ptrs = append(ptrs, h.mustAlloc(32*kiB))
+	}
+	for _, p := range ptrs {
+		h.mustFree(p)
+	}
+	for range 64 {
+		h.mustAlloc(32 * kiB)
+	}
+	if c := f.Counts(); c.Syncs != 1 || c.Reserves != 1 {
+		t.Fatalf("%d synchronizations and %d reservations, want 1 and 1", c.Syncs, c.Reserves)
+	}
+	h.close()
+}
+
+func TestApplicationSynchronizationSparesThePoolsOwn(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	a := h.mustAlloc(4 * kiB)
+	h.mustFree(a)
+	ticket := h.p.SyncBegin()
+	if err := f.Synchronize(); err != nil { // the application's own cudaDeviceSynchronize
+		t.Fatal(err)
+	}
+	if err := h.p.SyncEnd(ticket); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.mustAlloc(4 * kiB); got != a {
+		t.Fatalf("got %#x, want %#x", got, a)
+	}
+	if st := h.p.Stats(); st.Syncs != 0 || st.ExternalSyncs != 1 {
+		t.Fatalf("pool synchronized %d times with %d external synchronizations, want 0 and 1", st.Syncs, st.ExternalSyncs)
+	}
+	h.close()
+}
+
+func TestFreeDuringSynchronizationWaitsForTheNext(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	a := h.mustAlloc(4 * kiB)
+	ticket := h.p.SyncBegin()
+	h.mustFree(a) // freed after the synchronization began: not covered by it
+	if err := h.p.SyncEnd(ticket); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.p.Stats(); st.PendingBytes != 4*kiB {
+		t.Fatalf("pending bytes = %d after a synchronization that began before the free, want %d", st.PendingBytes, 4*kiB)
+	}
+	h.close()
+}
+
+func TestStreamOrderedReuse(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	const s1, s2 pool.Stream = 0x100, 0x200
+	a, err := h.allocAsync(128*kiB, s1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.freeAsync(a, s1); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := h.allocAsync(128*kiB, s1); got != a {
+		t.Fatalf("same stream: got %#x, want the block freed on it %#x", got, a)
+	}
+	if err := h.freeAsync(a, s1); err != nil {
+		t.Fatal(err)
+	}
+	// Another stream and a plain cudaMalloc must not get it while s1 runs.
+	b, _ := h.allocAsync(128*kiB, s2)
+	c := h.mustAlloc(128 * kiB)
+	if b == a || c == a {
+		t.Fatalf("block freed on s1 reused before the free completed: %#x %#x", b, c)
+	}
+	if n := f.Counts().Syncs; n != 0 {
+		t.Fatalf("stream-ordered frees forced %d synchronizations", n)
+	}
+	// s1 progresses; the pool learns it from the markers it records on s1,
+	// which it polls when a request misses.
+	found := false
+	for range 200 {
+		f.Complete(s1)
+		p, err := h.allocAsync(128*kiB, s2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p == a {
+			found = true
+			break
+		}
+	}
+	if !found {
+		t.Fatalf("block freed on s1 not reused on s2 after s1 completed")
+	}
+	if f.Counts().Syncs != 0 {
+		t.Fatalf("stream-ordered reuse forced a synchronization")
+	}
+	h.close()
+}
+
+func TestForgetStreamTurnsItsBlocksIntoPendingFrees(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	a, _ := h.allocAsync(64*kiB, 7)
+	if err := h.freeAsync(a, 7); err != nil {
+		t.Fatal(err)
+	}
+	h.p.ForgetStream(7)
+	if m := f.LiveMarkers(); m != 0 {
+		t.Fatalf("%d markers left after ForgetStream", m)
+	}
+	// The harness still treats the block as busy on stream 7: a reuse before a
+	// synchronization would fail the test.
+	for range 40 {
+		h.mustAlloc(64 * kiB)
+	}
+	h.close()
+}
+
+func TestReleaseUnderQuotaPressure(t *testing.T) {
+	f := pooltest.New(0)
+	opt := pool.DefaultOptions(8 * miB)
+	opt.ReleaseThreshold = 8 * miB // never by threshold: only the quota releases
+	h := newHarness(t, f, opt)
+	var ptrs []uint64
+	for range 8 { // 8 × 1 MiB in four 2 MiB small segments
+		ptrs = append(ptrs, h.mustAlloc(miB))
+	}
+	for _, p := range ptrs {
+		h.mustFree(p)
+	}
+	// 6 MiB is medium: its 20 MiB segment cannot fit, the small segments
+	// must be released and an exact segment reserved.
+	h.mustAlloc(6 * miB)
+	st := h.p.Stats()
+	if st.SegmentsReleased < 3 || st.ReservedBytes > opt.Quota {
+		t.Fatalf("after pressure: %d segments released, %d reserved", st.SegmentsReleased, st.ReservedBytes)
+	}
+	h.close()
+}
+
+// TestRefusalOnlyWhenTheQuotaIsFull churns near the quota; the harness fails
+// the test if a request is refused while the pool could still reserve it
+// exactly or holds a free block that fits.
+func TestRefusalOnlyWhenTheQuotaIsFull(t *testing.T) {
+	f := pooltest.New(0)
+	opt := pool.DefaultOptions(256 * miB)
+	h := newHarness(t, f, opt)
+	rng := rand.New(rand.NewPCG(3, 4))
+	var ptrs []uint64
+	refused := 0
+	for range 5000 {
+		if len(ptrs) > 0 && (rng.IntN(2) == 0 || h.p.Stats().LiveBytes > opt.Quota*3/4) {
+			i := rng.IntN(len(ptrs))
+			if rng.IntN(2) == 0 {
+				h.mustFree(ptrs[i])
+			} else if err := h.freeAsync(ptrs[i], pool.Stream(1+rng.IntN(3))); err != nil {
+				t.Fatal(err)
+			}
+			ptrs[i] = ptrs[len(ptrs)-1]
+			ptrs = ptrs[:len(ptrs)-1]
+			continue
+		}
+		p, err := h.allocAsync(uint64(1+rng.IntN(6*miB)), pool.Stream(1+rng.IntN(3)))
+		if err != nil {
+			refused++
+			continue
+		}
+		ptrs = append(ptrs, p)
+	}
+	t.Logf("%d of 5000 operations refused", refused)
+	h.close()
+}
+
+func TestRefusalWrapsQuotaAndOutOfMemory(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(16*miB))
+	h.mustAlloc(12 * miB)
+	_, err := h.alloc(8 * miB)
+	if !errors.Is(err, pool.ErrQuota) || !errors.Is(err, pool.ErrOutOfMemory) {
+		t.Fatalf("refusal error %v does not wrap ErrQuota and ErrOutOfMemory", err)
+	}
+	if st := h.p.Stats(); st.Refused != 1 {
+		t.Fatalf("%d refusals counted, want 1", st.Refused)
+	}
+	h.close()
+}
+
+func TestDeviceOutOfMemoryReleasesCacheAndRetries(t *testing.T) {
+	f := pooltest.New(24 * miB) // the device is smaller than the quota
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	a := h.mustAlloc(12 * miB) // huge: a 12 MiB segment
+	h.mustFree(a)
+	h.appSync()
+	if _, err := h.alloc(20 * miB); err != nil {
+		t.Fatalf("20 MiB after releasing the cached 12 MiB: %v", err)
+	}
+	h.close()
+}
+
+func TestReserveMode(t *testing.T) {
+	f := pooltest.New(0)
+	opt := pool.DefaultOptions(giB)
+	opt.Reserve = 64 * miB
+	opt.ReleaseThreshold = 0
+	h := newHarness(t, f, opt)
+	if f.Counts().Reserves != 0 {
+		t.Fatal("reserved before the first allocation")
+	}
+	var ptrs []uint64
+	for _, size := range []uint64{512, 100 * kiB, 3 * miB, 12 * miB, 8 * miB, 1} {
+		ptrs = append(ptrs, h.mustAlloc(size))
+	}
+	if n := f.Counts().Reserves; n != 1 {
+		t.Fatalf("%d reservations, want the single reserve segment", n)
+	}
+	for _, p := range ptrs {
+		h.mustFree(p)
+	}
+	h.appSync()
+	st := h.p.Stats()
+	if st.ReservedBytes != 64*miB || st.SegmentsReleased != 0 {
+		t.Fatalf("reserve segment released with threshold 0: %+v", st)
+	}
+	h.close()
+}
+
+func TestReserveLargerThanQuotaIsRejected(t *testing.T) {
+	opt := pool.DefaultOptions(miB)
+	opt.Reserve = 2 * miB
+	if _, err := pool.New(pooltest.New(0), opt); err == nil {
+		t.Fatal("reserve above the quota accepted")
+	}
+}
+
+func TestStrictModeSynchronizesEveryFree(t *testing.T) {
+	f := pooltest.New(0)
+	opt := pool.DefaultOptions(giB)
+	opt.StrictFree = true
+	h := newHarness(t, f, opt)
+	for i := range 10 {
+		a := h.mustAlloc(8 * kiB)
+		h.mustFree(a)
+		if n := f.Counts().Syncs; n != i+1 {
+			t.Fatalf("after %d frees: %d synchronizations", i+1, n)
+		}
+		if st := h.p.Stats(); st.PendingBytes != 0 {
+			t.Fatalf("strict free left %d bytes pending", st.PendingBytes)
+		}
+	}
+	h.close()
+}
+
+func TestPassThrough(t *testing.T) {
+	f := pooltest.New(0)
+	opt := pool.DefaultOptions(10 * miB)
+	opt.Pooling = false
+	h := newHarness(t, f, opt)
+	a := h.mustAlloc(3 * miB)
+	b, err := h.allocAsync(3*miB, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.alloc(5 * miB); !errors.Is(err, pool.ErrQuota) {
+		t.Fatalf("pass-through beyond the quota: %v, want ErrQuota", err)
+	}
+	h.mustFree(a)
+	if err := h.freeAsync(b, 5); err != nil {
+		t.Fatal(err)
+	}
+	c := f.Counts()
+	if c.Reserves != 2 || c.Releases != 2 || c.AsyncReserves != 1 || c.AsyncReleases != 1 || c.Syncs != 0 {
+		t.Fatalf("backing calls %+v, want one reservation and release per allocation, async ones stream-ordered", c)
+	}
+	if st := h.p.Stats(); st.PassThrough != 2 || st.ReservedBytes != 0 || st.CacheHits != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+	h.close()
+}
+
+func TestStats(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	a := h.mustAlloc(100 * kiB)
+	b := h.mustAlloc(100 * kiB)
+	h.mustFree(a)
+	h.mustFree(b)
+	h.appSync()
+	h.mustAlloc(50 * kiB)
+	st := h.p.Stats()
+	want := pool.Stats{
+		LiveBytes: 50 * kiB, PeakLiveBytes: 200 * kiB, LiveBlocks: 1,
+		ReservedBytes: 2 * miB, PeakReservedBytes: 2 * miB, Quota: giB,
+		CachedBytes: 2*miB - 50*kiB, LargestFreeBlock: 2*miB - 50*kiB, Segments: 1,
+		CacheHits: 2, DeviceReservations: 1, Frees: 2, ExternalSyncs: 1,
+	}
+	if st != want {
+		t.Fatalf("stats\n got %+v\nwant %+v", st, want)
+	}
+	h.close()
+}
+
+func TestBadFrees(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	a := h.mustAlloc(4 * kiB)
+	h.mustAlloc(4 * kiB)
+	if err := h.p.Free(0); err != nil {
+		t.Fatalf("Free(0) = %v, want nil", err)
+	}
+	if p, err := h.p.Alloc(0); p != 0 || err != nil {
+		t.Fatalf("Alloc(0) = %#x, %v; want 0, nil", p, err)
+	}
+	if err := h.p.Free(a + pool.Alignment); !errors.Is(err, pool.ErrInvalidFree) {
+		t.Fatalf("interior free: %v, want ErrInvalidFree", err)
+	}
+	h.mustFree(a)
+	before := h.p.Stats()
+	if err := h.p.Free(a); !errors.Is(err, pool.ErrInvalidFree) {
+		t.Fatalf("double free: %v, want ErrInvalidFree", err)
+	}
+	if err := h.p.FreeAsync(a, 3); !errors.Is(err, pool.ErrInvalidFree) {
+		t.Fatalf("double async free: %v, want ErrInvalidFree", err)
+	}
+	if after := h.p.Stats(); after != before {
+		t.Fatalf("a double free changed the stats:\n%+v\n%+v", before, after)
+	}
+	if err := h.p.Free(0x1000); !errors.Is(err, pool.ErrNotOwned) {
+		t.Fatalf("foreign pointer: %v, want ErrNotOwned", err)
+	}
+	if _, err := h.p.Alloc(pool.MaxRequest + 1); !errors.Is(err, pool.ErrTooLarge) {
+		t.Fatalf("oversized request: %v, want ErrTooLarge", err)
+	}
+	h.close()
+	if _, err := h.p.Alloc(1); !errors.Is(err, pool.ErrClosed) {
+		t.Fatalf("Alloc after Close: %v, want ErrClosed", err)
+	}
+}
+
+func TestInvalidOptions(t *testing.T) {
+	for name, mutate := range map[string]func(*pool.Options){
+		"zero quota":              func(o *pool.Options) { o.Quota = 0 },
+		"reserve without pooling": func(o *pool.Options) { o.Reserve = miB; o.Pooling = false },
+		"bad spill tier":          func(o *pool.Options) { o.Oversubscribe = true; o.SpillTier = pool.TierDevice },
+		"zero host limit":         func(o *pool.Options) { o.Oversubscribe = true; o.HostLimit = 0 },
+	} {
+		opt := pool.DefaultOptions(giB)
+		mutate(&opt)
+		if _, err := pool.New(pooltest.New(0), opt); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+func TestReleaseThreshold(t *testing.T) {
+	f := pooltest.New(0)
+	opt := pool.DefaultOptions(giB)
+	opt.ReleaseThreshold = 4 * miB
+	h := newHarness(t, f, opt)
+	var ptrs []uint64
+	for range 5 {
+		ptrs = append(ptrs, h.mustAlloc(20*miB)) // five dedicated 20 MiB segments
+	}
+	for _, p := range ptrs {
+		h.mustFree(p)
+	}
+	h.appSync()
+	st := h.p.Stats()
+	if st.CachedBytes > opt.ReleaseThreshold || st.SegmentsReleased != 5 {
+		t.Fatalf("after freeing 100 MiB with a 4 MiB threshold: %d cached, %d segments released", st.CachedBytes, st.SegmentsReleased)
+	}
+	h.close()
+}
+
+func TestHugeBlocksAreNotCarvedForSmallerHugeRequests(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	a := h.mustAlloc(100 * miB)
+	h.mustFree(a)
+	h.appSync()
+	b := h.mustAlloc(20 * miB)
+	if b == a {
+		t.Fatal("a cached 100 MiB block was handed out for 20 MiB")
+	}
+	if c := h.mustAlloc(95 * miB); c != a {
+		t.Fatalf("95 MiB did not reuse the cached 100 MiB block (slack 5 MiB)")
+	}
+	h.close()
+}
+
+type recorder struct {
+	allocs, frees, syncs, spills, promotes, refusals int
+	sources                                          map[pool.Source]int
+	reusable                                         uint64
+}
+
+func (r *recorder) Alloc(ptr, size uint64, tier pool.Tier, src pool.Source) {
+	r.allocs++
+	r.sources[src]++
+}
+func (r *recorder) Free(ptr, size uint64, tier pool.Tier) { r.frees++ }
+func (r *recorder) Sync(made uint64)                      { r.syncs++; r.reusable += made }
+func (r *recorder) Spill(ptr, size uint64, tier pool.Tier) {
+	r.spills++
+}
+func (r *recorder) Promote(ptr, size uint64, tier pool.Tier) { r.promotes++ }
+func (r *recorder) Refuse(size, used, quota uint64)          { r.refusals++ }
+
+func TestObserverSeesEveryEvent(t *testing.T) {
+	f := pooltest.New(0)
+	rec := &recorder{sources: map[pool.Source]int{}}
+	opt := pool.DefaultOptions(4 * miB)
+	opt.Observer = rec
+	h := newHarness(t, f, opt)
+	a := h.mustAlloc(kiB)
+	h.mustFree(a)
+	h.mustAlloc(kiB) // synchronizes, then a cache hit
+	h.alloc(8 * miB) // refused
+	if rec.allocs != 2 || rec.sources[pool.SourceDevice] != 1 || rec.sources[pool.SourceCache] != 1 ||
+		rec.frees != 1 || rec.syncs != 1 || rec.reusable != kiB || rec.refusals != 1 {
+		t.Fatalf("observer saw %+v", rec)
+	}
+	h.close()
+}
+
+func TestDeviceFullIsNotAQuotaRefusal(t *testing.T) {
+	f := pooltest.New(8 * miB)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	h.mustAlloc(6 * miB)
+	_, err := h.alloc(4 * miB)
+	if !errors.Is(err, pool.ErrOutOfMemory) || errors.Is(err, pool.ErrQuota) {
+		t.Fatalf("device out of memory below the quota: %v, want ErrOutOfMemory without ErrQuota", err)
+	}
+	h.close()
+}

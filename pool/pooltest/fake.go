@@ -1,0 +1,281 @@
+// Package pooltest provides a simulated device for testing and benchmarking
+// package pool without CUDA: a Backing whose memory is only address space,
+// with a clock that orders frees, stream progress and synchronizations. It
+// must never be used outside tests and benchmarks.
+package pooltest
+
+import (
+	"fmt"
+	"sync"
+
+	"github.com/spillway-gpu/spillway/pool"
+)
+
+// Fake is a simulated device. Its zero value is not usable; call New.
+// Every method is safe for concurrent use.
+type Fake struct {
+	mu sync.Mutex
+	// Capacity is the device memory in bytes; Reserve fails with
+	// pool.ErrOutOfMemory beyond it. Zero means unlimited.
+	Capacity uint64
+	// HostCapacity is the host memory for spilling; zero means unlimited.
+	HostCapacity uint64
+	// FailReserve, if set, is consulted before every Reserve.
+	FailReserve func(size uint64) error
+
+	next      uint64
+	clock     uint64
+	lastSync  uint64
+	completed map[pool.Stream]uint64
+	segments  map[uint64]uint64 // device reservations: base -> size
+	host      map[uint64]hostBlock
+	markers   map[pool.Marker]marker
+	markerID  pool.Marker
+	devBytes  uint64
+	hostBytes uint64
+	counts    Counts
+}
+
+type hostBlock struct {
+	size     uint64
+	tier     pool.Tier
+	onDevice bool
+}
+
+type marker struct {
+	stream pool.Stream
+	at     uint64
+}
+
+// Counts are the calls the fake has served.
+type Counts struct {
+	Reserves, Releases, Syncs, Markers, MarkerQueries int
+	HostReserves, HostReleases, Promotions            int
+	AsyncReserves, AsyncReleases                      int
+}
+
+// New returns a fake device with capacity bytes of memory (0: unlimited).
+func New(capacity uint64) *Fake {
+	return &Fake{
+		Capacity:  capacity,
+		next:      0x7f00_0000_0000,
+		completed: make(map[pool.Stream]uint64),
+		segments:  make(map[uint64]uint64),
+		host:      make(map[uint64]hostBlock),
+		markers:   make(map[pool.Marker]marker),
+	}
+}
+
+// Tick advances the clock and returns the new time. Tests tick before each
+// pool call they want to order against stream progress.
+func (f *Fake) Tick() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clock++
+	return f.clock
+}
+
+// Complete makes all work queued on s so far complete.
+func (f *Fake) Complete(s pool.Stream) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clock++
+	f.completed[s] = f.clock
+}
+
+// SafeSince reports whether work queued at time t on stream s (or on every
+// stream, when anyStream) is known complete: a synchronization began after t,
+// or s completed after t.
+func (f *Fake) SafeSince(t uint64, s pool.Stream, anyStream bool) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.lastSync > t {
+		return true
+	}
+	return !anyStream && f.completed[s] > t
+}
+
+func (f *Fake) alloc(size uint64) uint64 {
+	const align = 2 << 20
+	base := (f.next + align - 1) &^ (align - 1)
+	f.next = base + size
+	return base
+}
+
+// Reserve implements pool.Backing.
+func (f *Fake) Reserve(size uint64) (uint64, error) {
+	if f.FailReserve != nil {
+		if err := f.FailReserve(size); err != nil {
+			return 0, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.Capacity != 0 && f.devBytes+size > f.Capacity {
+		return 0, fmt.Errorf("fake device: %d bytes with %d of %d used: %w", size, f.devBytes, f.Capacity, pool.ErrOutOfMemory)
+	}
+	base := f.alloc(size)
+	f.segments[base] = size
+	f.devBytes += size
+	f.counts.Reserves++
+	return base, nil
+}
+
+// Release implements pool.Backing.
+func (f *Fake) Release(base, size uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	got, ok := f.segments[base]
+	if !ok {
+		return fmt.Errorf("fake device: release of unknown segment %#x", base)
+	}
+	if got != size {
+		return fmt.Errorf("fake device: release of %#x with size %d, reserved with %d", base, size, got)
+	}
+	delete(f.segments, base)
+	f.devBytes -= size
+	f.counts.Releases++
+	return nil
+}
+
+// ReserveAsync implements pool.StreamOrderedBacking.
+func (f *Fake) ReserveAsync(size uint64, s pool.Stream) (uint64, error) {
+	base, err := f.Reserve(size)
+	if err == nil {
+		f.mu.Lock()
+		f.counts.AsyncReserves++
+		f.mu.Unlock()
+	}
+	return base, err
+}
+
+// ReleaseAsync implements pool.StreamOrderedBacking.
+func (f *Fake) ReleaseAsync(base, size uint64, s pool.Stream) error {
+	err := f.Release(base, size)
+	if err == nil {
+		f.mu.Lock()
+		f.counts.AsyncReleases++
+		f.mu.Unlock()
+	}
+	return err
+}
+
+// Synchronize implements pool.Backing: everything queued so far completes.
+func (f *Fake) Synchronize() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clock++
+	f.lastSync = f.clock
+	f.counts.Syncs++
+	return nil
+}
+
+// RecordMarker implements pool.Backing.
+func (f *Fake) RecordMarker(s pool.Stream) (pool.Marker, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clock++
+	f.markerID++
+	f.markers[f.markerID] = marker{stream: s, at: f.clock}
+	f.counts.Markers++
+	return f.markerID, nil
+}
+
+// MarkerDone implements pool.Backing.
+func (f *Fake) MarkerDone(m pool.Marker) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	mk, ok := f.markers[m]
+	if !ok {
+		return false, fmt.Errorf("fake device: query of unknown marker %d", m)
+	}
+	f.counts.MarkerQueries++
+	return f.lastSync >= mk.at || f.completed[mk.stream] >= mk.at, nil
+}
+
+// DestroyMarker implements pool.Backing; destroying an unknown marker panics,
+// as it is a bug in the pool.
+func (f *Fake) DestroyMarker(m pool.Marker) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.markers[m]; !ok {
+		panic(fmt.Sprintf("fake device: destroy of unknown marker %d", m))
+	}
+	delete(f.markers, m)
+}
+
+// ReserveHost implements pool.HostBacking.
+func (f *Fake) ReserveHost(size uint64, tier pool.Tier) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.HostCapacity != 0 && f.hostBytes+size > f.HostCapacity {
+		return 0, fmt.Errorf("fake host: %d bytes with %d of %d used: %w", size, f.hostBytes, f.HostCapacity, pool.ErrOutOfMemory)
+	}
+	base := f.alloc(size)
+	f.host[base] = hostBlock{size: size, tier: tier}
+	f.hostBytes += size
+	f.counts.HostReserves++
+	return base, nil
+}
+
+// ReleaseHost implements pool.HostBacking.
+func (f *Fake) ReleaseHost(base, size uint64, tier pool.Tier) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := f.host[base]
+	if !ok || h.size != size || h.tier != tier {
+		return fmt.Errorf("fake host: release of %#x (%d bytes, %v) does not match a reservation", base, size, tier)
+	}
+	delete(f.host, base)
+	if h.onDevice {
+		f.devBytes -= size
+	} else {
+		f.hostBytes -= size
+	}
+	f.counts.HostReleases++
+	return nil
+}
+
+// Promote implements pool.HostBacking.
+func (f *Fake) Promote(base, size uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := f.host[base]
+	if !ok || h.size != size || h.tier != pool.TierManaged || h.onDevice {
+		return fmt.Errorf("fake host: promotion of %#x (%d bytes) does not match a managed host block", base, size)
+	}
+	h.onDevice = true
+	f.host[base] = h
+	f.hostBytes -= size
+	f.devBytes += size
+	f.counts.Promotions++
+	return nil
+}
+
+// DeviceBytes returns the device memory reserved now, promoted blocks included.
+func (f *Fake) DeviceBytes() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.devBytes
+}
+
+// HostBytes returns the host memory held now by blocks not promoted.
+func (f *Fake) HostBytes() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hostBytes
+}
+
+// LiveMarkers returns how many markers exist (recorded, not destroyed).
+func (f *Fake) LiveMarkers() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.markers)
+}
+
+// Counts returns the calls served so far.
+func (f *Fake) Counts() Counts {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.counts
+}

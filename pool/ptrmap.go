@@ -1,0 +1,112 @@
+package pool
+
+import "math/bits"
+
+// ptrMap maps the address of every live block to its descriptor: an
+// open-addressing hash table with linear probing and backward-shift deletion
+// (no tombstones), kept at most half full, so a lookup, insertion or deletion
+// probes O(1) slots on average. It is cheaper than a built-in map on the hot
+// path because keys are addresses aligned to Alignment that hash with one
+// multiplication.
+type ptrMap struct {
+	slots []ptrSlot
+	shift uint // 64 - log2(len(slots))
+	count int
+}
+
+type ptrSlot struct {
+	key uint64 // 0: empty; the pool never hands out address 0
+	b   *block
+}
+
+const ptrMapMinSlots = 1024
+
+func (m *ptrMap) home(key uint64) int {
+	return int(((key >> granuleShift) * 0x9e3779b97f4a7c15) >> m.shift)
+}
+
+func (m *ptrMap) get(key uint64) *block {
+	if m.count == 0 {
+		return nil
+	}
+	mask := len(m.slots) - 1
+	for i := m.home(key); ; i = (i + 1) & mask {
+		s := &m.slots[i]
+		if s.key == key {
+			return s.b
+		}
+		if s.key == 0 {
+			return nil
+		}
+	}
+}
+
+func (m *ptrMap) put(key uint64, b *block) {
+	if 2*(m.count+1) > len(m.slots) {
+		m.resize(max(ptrMapMinSlots, 2*len(m.slots)))
+	}
+	mask := len(m.slots) - 1
+	for i := m.home(key); ; i = (i + 1) & mask {
+		s := &m.slots[i]
+		if s.key == 0 {
+			s.key, s.b = key, b
+			m.count++
+			return
+		}
+		if s.key == key {
+			s.b = b
+			return
+		}
+	}
+}
+
+// del removes key, shifting back the entries of its probe run so lookups
+// never need tombstones.
+func (m *ptrMap) del(key uint64) {
+	if m.count == 0 {
+		return
+	}
+	mask := len(m.slots) - 1
+	i := m.home(key)
+	for m.slots[i].key != key {
+		if m.slots[i].key == 0 {
+			return
+		}
+		i = (i + 1) & mask
+	}
+	m.count--
+	for j := (i + 1) & mask; ; j = (j + 1) & mask {
+		s := m.slots[j]
+		if s.key == 0 {
+			break
+		}
+		// The entry at j may move to the hole at i only if its home is not
+		// in the cyclic range (i, j].
+		if h := m.home(s.key); (j-h)&mask >= (j-i)&mask {
+			m.slots[i] = s
+			i = j
+		}
+	}
+	m.slots[i] = ptrSlot{}
+}
+
+func (m *ptrMap) resize(n int) {
+	old := m.slots
+	m.slots = make([]ptrSlot, n)
+	m.shift = uint(65 - bits.Len(uint(n))) // n is a power of two
+	m.count = 0
+	for _, s := range old {
+		if s.key != 0 {
+			m.put(s.key, s.b)
+		}
+	}
+}
+
+// each calls f for every entry.
+func (m *ptrMap) each(f func(*block)) {
+	for _, s := range m.slots {
+		if s.key != 0 {
+			f(s.b)
+		}
+	}
+}

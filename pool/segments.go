@@ -1,0 +1,151 @@
+package pool
+
+// Segments: reserving and releasing them, and returning blocks to their
+// free index.
+
+import (
+	"fmt"
+	"slices"
+)
+
+func (p *Pool) newBlock() *block {
+	if n := len(p.spare); n > 0 {
+		b := p.spare[n-1]
+		p.spare = p.spare[:n-1]
+		return b
+	}
+	return &block{}
+}
+
+func (p *Pool) recycle(b *block) {
+	*b = block{}
+	p.spare = append(p.spare, b)
+}
+
+// grow reserves a segment of size bytes for class and returns its single free
+// block, already in the class index.
+func (p *Pool) grow(size uint64, class int) (*block, error) {
+	base, err := p.back.Reserve(size)
+	if err != nil {
+		return nil, fmt.Errorf("pool: reserving a %d-byte segment: %w", size, err)
+	}
+	if base%Alignment != 0 || base == 0 {
+		relErr := p.back.Release(base, size)
+		return nil, fmt.Errorf("pool: backing returned segment %#x, not aligned to %d bytes (release: %v)", base, Alignment, relErr)
+	}
+	seg := &segment{base: base, size: size, class: class}
+	b := p.newBlock()
+	b.base, b.size, b.seg, b.state = base, size, seg, stateFree
+	seg.head = b
+	i, _ := slices.BinarySearchFunc(p.segs, base, func(s *segment, base uint64) int {
+		switch {
+		case s.base < base:
+			return -1
+		case s.base > base:
+			return 1
+		}
+		return 0
+	})
+	p.segs = slices.Insert(p.segs, i, seg)
+	p.idx[class].insert(b)
+	p.empty.push(seg)
+	p.segBytes += size
+	p.addDevice(size)
+	p.stats.Segments++
+	return b, nil
+}
+
+func (p *Pool) addDevice(size uint64) {
+	p.devBytes += size
+	p.stats.PeakReservedBytes = max(p.stats.PeakReservedBytes, p.devBytes)
+}
+
+// releaseSegment returns an empty segment to the device.
+func (p *Pool) releaseSegment(seg *segment) error {
+	b := seg.head
+	p.empty.remove(seg)
+	if err := p.back.Release(seg.base, seg.size); err != nil {
+		// The segment's state is unknown: keep it, but never try again.
+		seg.pinned = true
+		p.stats.BackingErrors++
+		return fmt.Errorf("pool: releasing the %d-byte segment at %#x: %w", seg.size, seg.base, err)
+	}
+	p.idx[seg.class].remove(b)
+	p.recycle(b)
+	i, _ := slices.BinarySearchFunc(p.segs, seg.base, func(s *segment, base uint64) int {
+		switch {
+		case s.base < base:
+			return -1
+		case s.base > base:
+			return 1
+		}
+		return 0
+	})
+	p.segs = slices.Delete(p.segs, i, i+1)
+	p.segBytes -= seg.size
+	p.devBytes -= seg.size
+	p.stats.Segments--
+	p.stats.SegmentsReleased++
+	p.stats.BytesReleased += seg.size
+	return nil
+}
+
+// releaseEmptyWhile releases empty segments, oldest emptied first, while cond
+// holds. A failed release is counted in the stats and skipped.
+func (p *Pool) releaseEmptyWhile(cond func() bool) {
+	for p.empty.head != nil && cond() {
+		_ = p.releaseSegment(p.empty.head) // counted in BackingErrors
+	}
+}
+
+// trim applies the release threshold.
+func (p *Pool) trim() {
+	p.releaseEmptyWhile(func() bool { return p.segBytes-p.segLive > p.opt.ReleaseThreshold })
+}
+
+// makeFree returns a block to its class index, merging it with free
+// neighbours, and notes an empty segment.
+func (p *Pool) makeFree(b *block) {
+	seg := b.seg
+	idx := &p.idx[seg.class]
+	if prev := b.prevPhys; prev != nil && prev.state == stateFree {
+		idx.remove(prev)
+		b.base = prev.base
+		b.size += prev.size
+		b.prevPhys = prev.prevPhys
+		if b.prevPhys != nil {
+			b.prevPhys.nextPhys = b
+		} else {
+			seg.head = b
+		}
+		p.recycle(prev)
+	}
+	if next := b.nextPhys; next != nil && next.state == stateFree {
+		idx.remove(next)
+		b.size += next.size
+		b.nextPhys = next.nextPhys
+		if b.nextPhys != nil {
+			b.nextPhys.prevPhys = b
+		}
+		p.recycle(next)
+	}
+	b.state = stateFree
+	b.cache = nil
+	idx.insert(b)
+	if b.prevPhys == nil && b.nextPhys == nil && !seg.pinned {
+		p.empty.push(seg)
+	}
+}
+
+// reserveAtFirstUse reserves Options.Reserve as one pinned segment.
+func (p *Pool) reserveAtFirstUse() error {
+	size := alignUp(p.opt.Reserve, Alignment)
+	b, err := p.grow(size, classMedium)
+	if err != nil {
+		return fmt.Errorf("pool: reserve of %d bytes at first use: %w", size, err)
+	}
+	b.seg.pinned = true
+	p.empty.remove(b.seg)
+	p.reserved = true
+	return nil
+}

@@ -1,0 +1,66 @@
+package pool
+
+import "fmt"
+
+// Stats are the pool's counters. Byte counts are aligned sizes.
+type Stats struct {
+	LiveBytes     uint64 // bytes of live allocations, all tiers
+	PeakLiveBytes uint64
+	LiveBlocks    uint64
+	// ReservedBytes is the device memory held against the quota: segments,
+	// pass-through allocations and promoted blocks.
+	ReservedBytes     uint64
+	PeakReservedBytes uint64
+	Quota             uint64
+	CachedBytes       uint64 // reserved in segments but not live (free, pending or stream-owned)
+	PendingBytes      uint64 // freed, waiting for a synchronization or a marker
+	LargestFreeBlock  uint64 // largest block reusable by any stream now
+	Segments          uint64 // segments held now
+
+	CacheHits          uint64 // requests served from memory the pool held
+	DeviceReservations uint64 // requests that needed a new segment
+	PassThrough        uint64 // requests served with pooling off
+	Frees              uint64
+	Refused            uint64
+	Syncs              uint64 // synchronizations the pool forced
+	ExternalSyncs      uint64 // synchronizations announced with SyncEnd
+	Markers            uint64 // markers recorded
+	SegmentsReleased   uint64
+	BytesReleased      uint64
+	BackingErrors      uint64 // failed backing calls that did not fail a request
+
+	SpilledBytes     uint64 // live bytes on the host now
+	PeakSpilledBytes uint64
+	SpilledTotal     uint64 // bytes ever spilled
+	PromotedBytes    uint64 // live bytes promoted back to the device now
+	PromotedTotal    uint64 // bytes ever promoted
+	HostLimit        uint64
+}
+
+// Stats returns a snapshot of the counters.
+func (p *Pool) Stats() Stats {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	s.ReservedBytes = p.devBytes
+	s.Quota = p.opt.Quota
+	s.CachedBytes = p.segBytes - p.segLive
+	s.PendingBytes = p.pending.bytes + p.streamBytes()
+	for k := range numClasses {
+		s.LargestFreeBlock = max(s.LargestFreeBlock, p.idx[k].largest())
+	}
+	if p.opt.Oversubscribe {
+		s.HostLimit = p.opt.HostLimit
+	}
+	return s
+}
+
+// String formats the stats as the one-line summary printed at exit.
+func (s Stats) String() string {
+	return fmt.Sprintf("live=%d peak_live=%d reserved=%d peak_reserved=%d quota=%d cached=%d largest_free=%d "+
+		"cache_hits=%d device_reservations=%d pass_through=%d syncs=%d external_syncs=%d segments_released=%d "+
+		"refused=%d spilled=%d spilled_total=%d promoted=%d promoted_total=%d",
+		s.LiveBytes, s.PeakLiveBytes, s.ReservedBytes, s.PeakReservedBytes, s.Quota, s.CachedBytes, s.LargestFreeBlock,
+		s.CacheHits, s.DeviceReservations, s.PassThrough, s.Syncs, s.ExternalSyncs, s.SegmentsReleased,
+		s.Refused, s.SpilledBytes, s.SpilledTotal, s.PromotedBytes, s.PromotedTotal)
+}

@@ -1,0 +1,82 @@
+package pool
+
+// Allocations outside segments: pass-through reservations and the bookkeeping
+// shared with spilled blocks.
+
+import "fmt"
+
+// passThrough reserves one allocation directly from the backing.
+func (p *Pool) passThrough(size uint64, async bool, s Stream) (uint64, error) {
+	if p.devBytes+size > p.opt.Quota {
+		if p.opt.Oversubscribe {
+			return p.spill(size)
+		}
+		return 0, p.refuse(size, nil)
+	}
+	var base uint64
+	var err error
+	if async && p.ordered != nil {
+		base, err = p.ordered.ReserveAsync(size, s)
+	} else {
+		base, err = p.back.Reserve(size)
+	}
+	if err != nil {
+		if p.opt.Oversubscribe && isOOM(err) {
+			return p.spill(size)
+		}
+		if isOOM(err) {
+			return 0, p.refuse(size, err)
+		}
+		return 0, fmt.Errorf("pool: pass-through reservation of %d bytes: %w", size, err)
+	}
+	b := p.newBlock()
+	b.base, b.size, b.used, b.state = base, size, size, stateLive
+	p.addDevice(size)
+	p.stats.PassThrough++
+	p.addLive(b, SourcePassThrough)
+	return base, nil
+}
+
+func (p *Pool) addLive(b *block, src Source) {
+	p.live.put(b.base, b)
+	p.stats.LiveBytes += b.used
+	p.stats.LiveBlocks++
+	p.stats.PeakLiveBytes = max(p.stats.PeakLiveBytes, p.stats.LiveBytes)
+	if p.obs != nil {
+		p.obs.Alloc(b.base, b.used, b.tier, src)
+	}
+}
+
+// releaseUnpooled frees a pass-through or spilled block; s is the stream of
+// FreeAsync, or nil for Free.
+func (p *Pool) releaseUnpooled(b *block, s *Stream) error {
+	var err error
+	switch {
+	case b.tier == TierDevice:
+		if s != nil && p.ordered != nil {
+			err = p.ordered.ReleaseAsync(b.base, b.size, *s)
+		} else {
+			err = p.back.Release(b.base, b.size)
+		}
+		p.devBytes -= b.size
+	default:
+		if b.promoted {
+			p.devBytes -= b.size
+			p.stats.PromotedBytes -= b.size
+		} else {
+			if b.tier == TierManaged {
+				p.spilled.remove(b)
+			}
+			p.hostBytes -= b.size
+			p.stats.SpilledBytes -= b.size
+		}
+		err = p.host.ReleaseHost(b.base, b.size, b.tier)
+	}
+	base, size, tier := b.base, b.size, b.tier
+	p.recycle(b)
+	if err != nil {
+		p.stats.BackingErrors++
+		return fmt.Errorf("pool: releasing the %d-byte %v allocation at %#x: %w", size, tier, base, err)
+	}
+	return p.promote()
+}

@@ -1,0 +1,34 @@
+// Command gen writes the reference traces of package traces into a
+// directory (by default the current one):
+//
+//	go run ./tests/traces/gen -o tests/traces
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/spillway-gpu/spillway/tests/traces"
+)
+
+func main() {
+	out := flag.String("o", ".", "directory to write the traces into")
+	flag.Parse()
+	for _, ref := range traces.References {
+		ops := ref.Generate()
+		path := filepath.Join(*out, ref.File)
+		if err := traces.Store(path, ref.Model, ops); err != nil {
+			fmt.Fprintf(os.Stderr, "gen: %v\n", err)
+			os.Exit(1)
+		}
+		st, err := traces.Summarize(ops)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "gen: %s: %v\n", ref.File, err)
+			os.Exit(1)
+		}
+		fmt.Printf("%s: %d operations, %d allocations, %d syncs, peak live %d bytes in at most %d blocks\n",
+			path, st.Ops, st.Allocs, st.Syncs, st.PeakLive, st.PeakBlocks)
+	}
+}
