@@ -1,0 +1,79 @@
+package tracetest
+
+import (
+	"testing"
+
+	"github.com/spillway-gpu/spillway/bpf"
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+// Faults on a range the shim reported spilled are told apart from others,
+// and only the traced process's faults are counted. The workload fires
+// spillway_probe_spill itself on a fresh host range, writes each page of it,
+// then as many pages of an unspilled range.
+func TestSpilledFaultsClassified(t *testing.T) {
+	harness.RequireBPF(t)
+	lib, workload := fakeCUDA(t)
+	tr := newTracer(t, bpf.Options{})
+	if err := tr.AttachFile(lib); err != nil {
+		t.Fatal(err)
+	}
+	wait := collect(t, tr)
+	const pages = 64
+	w := startGated(t, workload, "spill", "64")
+	if err := tr.Trace(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	sum := wait()
+
+	if sum.Drops != 0 {
+		t.Fatalf("drops = %d, want 0", sum.Drops)
+	}
+	if sum.SpillBytes != pages*4096 || sum.Pool.Spills != 1 {
+		t.Errorf("spill_bytes = %d in %d spills, want %d in 1", sum.SpillBytes, sum.Pool.Spills, pages*4096)
+	}
+	// One write fault per fresh page (huge pages are off for the range).
+	if sum.PageFaults.Spilled != pages {
+		t.Errorf("faults on spilled memory = %d, want %d", sum.PageFaults.Spilled, pages)
+	}
+	if sum.PageFaults.Total < 2*pages {
+		t.Errorf("faults = %d, want at least %d (both ranges)", sum.PageFaults.Total, 2*pages)
+	}
+	for key, p := range sum.Processes {
+		if key != pidKey(w.pid()) && (p.PageFaults.Total != 0 || p.Calls != 0) {
+			t.Errorf("faults attributed to process %s, not the workload %d: %+v", key, w.pid(), p)
+		}
+	}
+	if got := sum.Processes[pidKey(w.pid())]; got == nil || got.PageFaults != sum.PageFaults {
+		t.Errorf("workload's own faults = %+v, want all of %+v", got, sum.PageFaults)
+	}
+}
+
+// A spilled range that starts and ends inside pages is matched to the byte:
+// the kernel keeps it as aligned power-of-two blocks, and the faults on its
+// three pages are spilled while those just outside are not.
+func TestSpilledRangeEdges(t *testing.T) {
+	harness.RequireBPF(t)
+	lib, workload := fakeCUDA(t)
+	tr := newTracer(t, bpf.Options{})
+	if err := tr.AttachFile(lib); err != nil {
+		t.Fatal(err)
+	}
+	wait := collect(t, tr)
+	w := startGated(t, workload, "edges", "8")
+	if err := tr.Trace(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	sum := wait()
+	if sum.PageFaults.Spilled != 3 {
+		t.Errorf("faults on spilled memory = %d, want 3 (pages 1 to 3)", sum.PageFaults.Spilled)
+	}
+	if sum.PageFaults.Total < 5 {
+		t.Errorf("faults = %d, want at least the 5 pages written", sum.PageFaults.Total)
+	}
+	if sum.SpillBytes != 3*4096+7 || sum.PromoteBytes != 3*4096+7 {
+		t.Errorf("spilled %d, promoted %d bytes, want %d each", sum.SpillBytes, sum.PromoteBytes, 3*4096+7)
+	}
+}
