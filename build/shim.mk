@@ -42,3 +42,9 @@ $(BUILD)/bin/spillway: $(SHIM_CMD_DEPS)
 
 BENCH_PACKAGES += ./tests/shimtest/
 RACE_PACKAGES += ./shim/core/
+
+# `make demo`: a job larger than its quota, pooled, spilled and promoted on simcuda.
+.PHONY: demo-shim
+demo: demo-shim
+demo-shim: simcuda shim spillway-cmd
+	BUILD=$(BUILD) CC=$(CC) sh build/shim-demo.sh

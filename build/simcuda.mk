@@ -45,7 +45,6 @@ $(SIMCUDA_DIR)/libcuda.so: $(SIMCUDA_DIR)/libcuda.so.1
 $(SIMCUDA_DIR)/libcudart.so: $(SIMCUDA_DIR)/libcudart.so.12
 	ln -sf libcudart.so.12 $@
 
-# Until the shim tells its story, `make demo` runs a sample application on simcuda.
-demo: demo-simcuda
+# `make demo-simcuda` runs a sample application on simcuda (`make demo` is the shim's story).
 demo-simcuda: simcuda
 	BUILD=$(BUILD) CC=$(CC) sh build/demo.sh

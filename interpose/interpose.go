@@ -79,6 +79,33 @@ static cudaError_t call_event_synchronize(const struct spillway_real *r, uint64_
 static cudaError_t call_event_destroy(const struct spillway_real *r, uint64_t event) {
 	return r->event_destroy((cudaEvent_t)(uintptr_t)event);
 }
+static cudaError_t call_stream_destroy(const struct spillway_real *r, uint64_t stream) {
+	return r->stream_destroy((cudaStream_t)(uintptr_t)stream);
+}
+static cudaError_t call_device_get_attribute(const struct spillway_real *r, int attr, int device, int *value) {
+	return r->device_get_attribute(value, (enum cudaDeviceAttr)attr, device);
+}
+static cudaError_t call_host_alloc(const struct spillway_real *r, uint64_t size, unsigned flags, uint64_t *ptr) {
+	void *p = 0;
+	cudaError_t rc = r->host_alloc(&p, (size_t)size, flags);
+	*ptr = (uint64_t)(uintptr_t)p;
+	return rc;
+}
+static cudaError_t call_free_host(const struct spillway_real *r, uint64_t ptr) {
+	return r->free_host((void *)(uintptr_t)ptr);
+}
+static cudaError_t call_host_get_device_pointer(const struct spillway_real *r, uint64_t host, uint64_t *dev) {
+	void *p = 0;
+	cudaError_t rc = r->host_get_device_pointer(&p, (void *)(uintptr_t)host, 0);
+	*dev = (uint64_t)(uintptr_t)p;
+	return rc;
+}
+static cudaError_t call_mem_advise(const struct spillway_real *r, uint64_t ptr, uint64_t size, int advice, int device) {
+	return r->mem_advise((const void *)(uintptr_t)ptr, (size_t)size, (enum cudaMemoryAdvise)advice, device);
+}
+static cudaError_t call_mem_prefetch_async(const struct spillway_real *r, uint64_t ptr, uint64_t size, int device, uint64_t stream) {
+	return r->mem_prefetch_async((const void *)(uintptr_t)ptr, (size_t)size, device, (cudaStream_t)(uintptr_t)stream);
+}
 
 // Which entries are present, as a bit set in field order (bit 0: malloc).
 static uint32_t present(const struct spillway_real *r) {
@@ -148,6 +175,33 @@ type Event uint64
 
 // Managed-memory attach flags for MallocManaged.
 const AttachGlobal = uint32(C.cudaMemAttachGlobal)
+
+// Flags and special values of the calls below.
+const (
+	EventDisableTiming = uint32(C.cudaEventDisableTiming)
+	HostAllocMapped    = uint32(C.cudaHostAllocMapped)
+	// CPUDevice is cudaCpuDeviceId, the host as a MemAdvise or
+	// MemPrefetchAsync location.
+	CPUDevice = int(C.cudaCpuDeviceId)
+	// StreamLegacy and StreamPerThread are the special stream handles.
+	StreamLegacy    = Stream(1)
+	StreamPerThread = Stream(2)
+)
+
+// Advice is a cudaMemoryAdvise value.
+type Advice int32
+
+// The advice Spillway gives.
+const (
+	AdviseSetPreferredLocation = Advice(C.cudaMemAdviseSetPreferredLocation)
+	AdviseSetAccessedBy        = Advice(C.cudaMemAdviseSetAccessedBy)
+)
+
+// DeviceAttr is a cudaDeviceAttr value.
+type DeviceAttr int32
+
+// DevAttrManagedMemory: whether the device supports managed memory.
+const DevAttrManagedMemory = DeviceAttr(C.cudaDevAttrManagedMemory)
 
 // Runtime calls the real CUDA runtime through the front's table. The table
 // is owned by the front, lives for the whole process, and is never written
@@ -310,4 +364,66 @@ func (r *Runtime) EventDestroy(e Event) Error {
 		return ErrorSymbolNotFound
 	}
 	return Error(C.call_event_destroy(r.t, C.uint64_t(e)))
+}
+
+// StreamDestroy calls cudaStreamDestroy.
+func (r *Runtime) StreamDestroy(s Stream) Error {
+	if r.t.stream_destroy == nil {
+		return ErrorSymbolNotFound
+	}
+	return Error(C.call_stream_destroy(r.t, C.uint64_t(s)))
+}
+
+// DeviceGetAttribute calls cudaDeviceGetAttribute.
+func (r *Runtime) DeviceGetAttribute(attr DeviceAttr, device int) (int, Error) {
+	if r.t.device_get_attribute == nil {
+		return 0, ErrorSymbolNotFound
+	}
+	var v C.int
+	rc := C.call_device_get_attribute(r.t, C.int(attr), C.int(device), &v)
+	return int(v), Error(rc)
+}
+
+// HostAlloc calls cudaHostAlloc and returns the host pointer.
+func (r *Runtime) HostAlloc(size uint64, flags uint32) (uint64, Error) {
+	if r.t.host_alloc == nil {
+		return 0, ErrorSymbolNotFound
+	}
+	var p C.uint64_t
+	rc := C.call_host_alloc(r.t, C.uint64_t(size), C.unsigned(flags), &p)
+	return uint64(p), Error(rc)
+}
+
+// FreeHost calls cudaFreeHost with a host pointer from HostAlloc.
+func (r *Runtime) FreeHost(host uint64) Error {
+	if r.t.free_host == nil {
+		return ErrorSymbolNotFound
+	}
+	return Error(C.call_free_host(r.t, C.uint64_t(host)))
+}
+
+// HostGetDevicePointer calls cudaHostGetDevicePointer for mapped pinned memory.
+func (r *Runtime) HostGetDevicePointer(host uint64) (DevicePtr, Error) {
+	if r.t.host_get_device_pointer == nil {
+		return 0, ErrorSymbolNotFound
+	}
+	var p C.uint64_t
+	rc := C.call_host_get_device_pointer(r.t, C.uint64_t(host), &p)
+	return DevicePtr(p), Error(rc)
+}
+
+// MemAdvise calls cudaMemAdvise (CUDA 12's int-device form); device may be CPUDevice.
+func (r *Runtime) MemAdvise(p DevicePtr, size uint64, advice Advice, device int) Error {
+	if r.t.mem_advise == nil {
+		return ErrorSymbolNotFound
+	}
+	return Error(C.call_mem_advise(r.t, C.uint64_t(p), C.uint64_t(size), C.int(advice), C.int(device)))
+}
+
+// MemPrefetchAsync calls cudaMemPrefetchAsync (CUDA 12's int-device form).
+func (r *Runtime) MemPrefetchAsync(p DevicePtr, size uint64, device int, s Stream) Error {
+	if r.t.mem_prefetch_async == nil {
+		return ErrorSymbolNotFound
+	}
+	return Error(C.call_mem_prefetch_async(r.t, C.uint64_t(p), C.uint64_t(size), C.int(device), C.uint64_t(s)))
 }

@@ -4,6 +4,8 @@ package interpose
 #include <stdint.h>
 #include "probes.h"
 
+static void fire_alloc(const struct spillway_probes *p, uint64_t ptr, uint64_t size, int32_t device, int32_t tier, int32_t source) { p->alloc(ptr, size, device, tier, source); }
+static void fire_free(const struct spillway_probes *p, uint64_t ptr, uint64_t size, int32_t device, int32_t tier) { p->free(ptr, size, device, tier); }
 static void fire_sync(const struct spillway_probes *p, int32_t device, uint64_t bytes) { p->sync(device, bytes); }
 static void fire_spill(const struct spillway_probes *p, uint64_t ptr, uint64_t size, int32_t device, int32_t tier) { p->spill(ptr, size, device, tier); }
 static void fire_promote(const struct spillway_probes *p, uint64_t ptr, uint64_t size, int32_t device, int32_t tier) { p->promote(ptr, size, device, tier); }
@@ -37,7 +39,8 @@ const (
 )
 
 // Probes fires the probe points for events only the Go side sees; the
-// front fires alloc and free itself from what the core reports.
+// front fires alloc and free itself from what the core reports, and Alloc
+// and Free here serve only when the core cannot report them.
 type Probes struct {
 	p *C.struct_spillway_probes
 }
@@ -45,11 +48,21 @@ type Probes struct {
 // NewProbes wraps the table at table, a const struct spillway_probes *.
 func NewProbes(table unsafe.Pointer) (*Probes, error) {
 	p := (*C.struct_spillway_probes)(table)
-	if p == nil || uintptr(p.size) < unsafe.Sizeof(*p) || p.sync == nil || p.spill == nil ||
+	if p == nil || uintptr(p.size) < unsafe.Sizeof(*p) || p.alloc == nil || p.free == nil || p.sync == nil || p.spill == nil ||
 		p.promote == nil || p.refuse == nil {
 		return nil, fmt.Errorf("incomplete probe table (front and core from different builds?)")
 	}
 	return &Probes{p: p}, nil
+}
+
+// Alloc fires spillway_probe_alloc.
+func (p *Probes) Alloc(ptr DevicePtr, size uint64, device int, tier Tier, source Source) {
+	C.fire_alloc(p.p, C.uint64_t(ptr), C.uint64_t(size), C.int32_t(device), C.int32_t(tier), C.int32_t(source))
+}
+
+// Free fires spillway_probe_free.
+func (p *Probes) Free(ptr DevicePtr, size uint64, device int, tier Tier) {
+	C.fire_free(p.p, C.uint64_t(ptr), C.uint64_t(size), C.int32_t(device), C.int32_t(tier))
 }
 
 // Sync fires spillway_probe_sync.

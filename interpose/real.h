@@ -30,6 +30,17 @@ struct spillway_real {
     cudaError_t (*event_query)(cudaEvent_t event);
     cudaError_t (*event_synchronize)(cudaEvent_t event);
     cudaError_t (*event_destroy)(cudaEvent_t event);
+    /* Added for the pool and spilling. */
+    cudaError_t (*stream_destroy)(cudaStream_t stream);
+    cudaError_t (*device_get_attribute)(int *value, enum cudaDeviceAttr attr, int device);
+    cudaError_t (*host_alloc)(void **pHost, size_t size, unsigned int flags);
+    cudaError_t (*free_host)(void *ptr);
+    cudaError_t (*host_get_device_pointer)(void **pDevice, void *pHost, unsigned int flags);
+    /* CUDA 12 runtime signatures (an int device), not the cudaMemLocation forms. */
+    cudaError_t (*mem_advise)(const void *devPtr, size_t count, enum cudaMemoryAdvise advice,
+                              int device);
+    cudaError_t (*mem_prefetch_async)(const void *devPtr, size_t count, int dstDevice,
+                                      cudaStream_t stream);
 };
 
 /* The CUDA names of the table's entries, in field order after `size`. */
@@ -38,6 +49,8 @@ struct spillway_real {
         "cudaFreeAsync", "cudaMemGetInfo", "cudaDeviceReset", "cudaGetDevice",             \
         "cudaSetDevice", "cudaGetDeviceCount", "cudaDeviceSynchronize",                    \
         "cudaStreamSynchronize", "cudaEventCreateWithFlags", "cudaEventRecord",            \
-        "cudaEventQuery", "cudaEventSynchronize", "cudaEventDestroy"
+        "cudaEventQuery", "cudaEventSynchronize", "cudaEventDestroy", "cudaStreamDestroy",      \
+        "cudaDeviceGetAttribute", "cudaHostAlloc", "cudaFreeHost", "cudaHostGetDevicePointer", \
+        "cudaMemAdvise", "cudaMemPrefetchAsync"
 
 #endif /* SPILLWAY_REAL_H */

@@ -238,7 +238,7 @@ func (f *levelFlag) Set(v string) error {
 func runMain(args []string) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: spillway run [--memory-limit SIZE] [--memory-limit-device N=SIZE]... [--log-level L] [--lib PATH] -- CMD ARGS...")
+		fmt.Fprintln(fs.Output(), "usage: spillway run [--memory-limit SIZE] [--memory-limit-device N=SIZE]... [--oversubscribe [--spill managed|pinned] [--host-limit SIZE]] [--pool=false] [--log-level L] [--lib PATH] -- CMD ARGS...")
 		fs.PrintDefaults()
 	}
 	var opts launchOptions
@@ -249,6 +249,7 @@ func runMain(args []string) int {
 	fs.Var(devices, "memory-limit-device", "quota for one device, as N=SIZE (repeatable; wins over --memory-limit)")
 	fs.Var(level, "log-level", "error, warn, info or debug")
 	fs.StringVar(&opts.Lib, "lib", "", "path of libspillway.so (default: ../lib beside this binary)")
+	shimFlags := shimVariableFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -262,12 +263,82 @@ func runMain(args []string) int {
 		return 2
 	}
 	opts.MemoryLimit, opts.DeviceLimits, opts.LogLevel = limit.l, devices, level.level
+	opts.Env = shimFlags.variables(fs)
 	cmd, err := startUnderShim(opts, argv)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spillway run: %v\n", err)
 		return 127
 	}
 	return waitForwardingSignals(cmd)
+}
+
+// variableFlag is a flag that sets one SPILLWAY_* variable, validated as
+// the shim validates it, and only when given.
+type variableFlag struct {
+	name  string
+	env   string
+	value string
+	check func(name, value string) error
+	bool  bool
+}
+
+func (f *variableFlag) String() string   { return f.value }
+func (f *variableFlag) IsBoolFlag() bool { return f.bool }
+
+func (f *variableFlag) Set(v string) error {
+	if f.bool {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", v)
+		}
+		v = "0"
+		if b {
+			v = "1"
+		}
+	} else if err := f.check("--"+f.name, v); err != nil {
+		return err
+	}
+	f.value = v
+	return nil
+}
+
+type variableFlags map[string]*variableFlag
+
+// shimVariableFlags declares the flags of the pool and of oversubscription.
+func shimVariableFlags(fs *flag.FlagSet) variableFlags {
+	size := func(name, v string) error { _, err := config.ParseSize(name, v); return err }
+	threshold := func(name, v string) error { _, err := config.ParseThreshold(name, v); return err }
+	spill := func(name, v string) error { _, err := config.ParseSpill(name, v); return err }
+	flags := variableFlags{}
+	for _, d := range []struct {
+		name, env, usage string
+		check            func(name, value string) error
+	}{
+		{"oversubscribe", config.EnvOversubscribe, "serve what the quota cannot hold from host memory (SPILLWAY_OVERSUBSCRIBE=1)", nil},
+		{"spill", config.EnvSpill, "how spilled memory is made: managed (default) or pinned", spill},
+		{"host-limit", config.EnvHostLimit, "most host memory used for spilling (default: as much as the quota)", size},
+		{"pool", config.EnvPool, "serve allocations from the pool (default true; false: pass-through with the quota's accounting)", nil},
+		{"pool-reserve", config.EnvPoolReserve, "device memory the pool reserves at its first allocation", size},
+		{"pool-release-threshold", config.EnvPoolReleaseThreshold, "cached memory kept before empty segments are released: a size or a percentage of the quota (default 12.5%)", threshold},
+		{"free-sync", config.EnvFreeSync, "every cudaFree synchronizes the device, as CUDA's does", nil},
+		{"report", config.EnvReport, "print each device's pool statistics at exit", nil},
+	} {
+		f := &variableFlag{name: d.name, env: d.env, check: d.check, bool: d.check == nil}
+		flags[d.name] = f
+		fs.Var(f, d.name, d.usage)
+	}
+	return flags
+}
+
+// variables returns KEY=VALUE for the flags given on the command line.
+func (v variableFlags) variables(fs *flag.FlagSet) []string {
+	var env []string
+	fs.Visit(func(f *flag.Flag) {
+		if vf, ok := v[f.Name]; ok {
+			env = append(env, vf.env+"="+vf.value)
+		}
+	})
+	return env
 }
 
 // environ is an environment in os.Environ form with replace-in-place updates.

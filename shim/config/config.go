@@ -41,24 +41,24 @@ const (
 	EnvLogFormat               = "SPILLWAY_LOG_FORMAT"
 	EnvLogFile                 = "SPILLWAY_LOG_FILE"
 	EnvDisable                 = "SPILLWAY_DISABLE"
+	EnvPool                    = "SPILLWAY_POOL"
+	EnvPoolReleaseThreshold    = "SPILLWAY_POOL_RELEASE_THRESHOLD"
+	EnvPoolReserve             = "SPILLWAY_POOL_RESERVE"
+	EnvFreeSync                = "SPILLWAY_FREE_SYNC"
+	EnvReport                  = "SPILLWAY_REPORT"
+	EnvOversubscribe           = "SPILLWAY_OVERSUBSCRIBE"
+	EnvSpill                   = "SPILLWAY_SPILL"
+	EnvHostLimit               = "SPILLWAY_HOST_LIMIT"
 	// EnvCore overrides the path of the Go core; read by the C front only.
 	EnvCore = "SPILLWAY_CORE"
 )
 
 // otherKnown are SPILLWAY_* variables owned by other parts of Spillway
-// (the pool, oversubscription, tracing, test runs). They are validated
-// where they are used; here they only keep Parse from calling them unknown.
+// (tracing, the C front). They are validated where they are used; here they
+// only keep Parse from calling them unknown.
 var otherKnown = map[string]bool{
-	"SPILLWAY_POOL":                   true,
-	"SPILLWAY_POOL_RESERVE":           true,
-	"SPILLWAY_POOL_RELEASE_THRESHOLD": true,
-	"SPILLWAY_FREE_SYNC":              true,
-	"SPILLWAY_REPORT":                 true,
-	"SPILLWAY_OVERSUBSCRIBE":          true,
-	"SPILLWAY_SPILL":                  true,
-	"SPILLWAY_HOST_LIMIT":             true,
-	"SPILLWAY_REQUIRE_BPF":            true,
-	EnvCore:                           true,
+	"SPILLWAY_REQUIRE_BPF": true,
+	EnvCore:                true,
 }
 
 // Level is a logging threshold.
@@ -110,6 +110,15 @@ func (l Limit) String() string {
 	return "none"
 }
 
+// Spill says how memory spilled to the host is made.
+type Spill string
+
+// Spill kinds.
+const (
+	SpillManaged Spill = "managed" // cudaMallocManaged, preferred on the host
+	SpillPinned  Spill = "pinned"  // cudaHostAlloc(cudaHostAllocMapped)
+)
+
 // Config is the validated shim configuration.
 type Config struct {
 	MemoryLimit  Limit         // all devices
@@ -118,6 +127,20 @@ type Config struct {
 	LogFormat    Format
 	LogFile      string // empty: standard error
 	Disable      bool
+
+	// Pool serves allocations from pooled segments (default); false passes
+	// each one to CUDA, with the quota's accounting.
+	Pool bool
+	// ReleaseThreshold is the cached memory the pool keeps before it returns
+	// empty segments: bytes, or a percentage of the quota. Nil: the pool's
+	// default.
+	ReleaseThreshold *Limit
+	PoolReserve      uint64 // bytes reserved at a device's first allocation; 0: none
+	FreeSync         bool   // every cudaFree synchronizes the device
+	Report           bool   // one line of pool statistics per device at exit
+	Oversubscribe    bool   // spill what the quota cannot hold to host memory
+	Spill            Spill
+	HostLimit        uint64 // most host memory used for spilling; 0: the pool's default
 	// Unknown lists SPILLWAY_* variables that no part of Spillway reads,
 	// most likely misspellings; the caller should warn about them.
 	Unknown []string
@@ -146,7 +169,7 @@ func (e *Error) Error() string {
 // Parse reads the configuration from environment entries in os.Environ
 // form ("KEY=VALUE"). It returns the first invalid variable as an *Error.
 func Parse(environ []string) (Config, error) {
-	cfg := Config{LogLevel: LevelWarn, LogFormat: FormatText}
+	cfg := Config{LogLevel: LevelWarn, LogFormat: FormatText, Pool: true, Spill: SpillManaged}
 	env := map[string]string{}
 	for _, kv := range environ {
 		k, v, ok := strings.Cut(kv, "=")
@@ -182,6 +205,24 @@ func Parse(environ []string) (Config, error) {
 			cfg.LogFile = value
 		case name == EnvDisable:
 			cfg.Disable, err = parseSwitch(name, value)
+		case name == EnvPool:
+			cfg.Pool, err = parseSwitch(name, value)
+		case name == EnvPoolReleaseThreshold:
+			var l Limit
+			l, err = ParseThreshold(name, value)
+			cfg.ReleaseThreshold = &l
+		case name == EnvPoolReserve:
+			cfg.PoolReserve, err = parsePositiveSize(name, value, "a reserve of zero bytes reserves nothing; unset the variable instead")
+		case name == EnvFreeSync:
+			cfg.FreeSync, err = parseSwitch(name, value)
+		case name == EnvReport:
+			cfg.Report, err = parseSwitch(name, value)
+		case name == EnvOversubscribe:
+			cfg.Oversubscribe, err = parseSwitch(name, value)
+		case name == EnvSpill:
+			cfg.Spill, err = ParseSpill(name, value)
+		case name == EnvHostLimit:
+			cfg.HostLimit, err = parsePositiveSize(name, value, "a host limit of zero bytes would refuse every spill; unset SPILLWAY_OVERSUBSCRIBE instead")
 		case otherKnown[name]:
 		default:
 			cfg.Unknown = append(cfg.Unknown, name)
@@ -189,6 +230,10 @@ func Parse(environ []string) (Config, error) {
 		if err != nil {
 			return Config{}, err
 		}
+	}
+	if cfg.PoolReserve > 0 && !cfg.Pool {
+		return Config{}, &Error{EnvPoolReserve, env[EnvPoolReserve], "a reserve needs the pool, but " + EnvPool + "=0",
+			EnvPool + "=1 " + EnvPoolReserve + "=4GiB"}
 	}
 	return cfg, nil
 }
@@ -317,6 +362,52 @@ func parseSize(value string) (uint64, string) {
 		return 0, "too large (at most 2^63-1 bytes)"
 	}
 	return num.Num().Uint64(), ""
+}
+
+// ParseThreshold parses a release threshold given as a flag or variable
+// called name: a size (zero allowed: release every empty segment at once) or
+// a percentage of the quota in [0, 100].
+func ParseThreshold(name, value string) (Limit, error) {
+	v := strings.TrimSpace(value)
+	example := name + "=512MiB or " + name + "=25%"
+	if m := percentRE.FindStringSubmatch(v); m != nil {
+		p, err := strconv.ParseFloat(m[1], 64)
+		if err != nil || p > 100 {
+			return Limit{}, &Error{name, value, "a percentage of the quota must be at most 100%", example}
+		}
+		if p == 0 {
+			return Limit{}, nil
+		}
+		return Limit{Percent: p}, nil
+	}
+	if strings.HasSuffix(v, "%") {
+		return Limit{}, &Error{name, value, "not a percentage; " + sizeHelp, example}
+	}
+	n, reason := parseSize(v)
+	if reason != "" {
+		return Limit{}, &Error{name, value, reason, example}
+	}
+	return Limit{Bytes: n}, nil
+}
+
+func parsePositiveSize(name, value, zero string) (uint64, error) {
+	n, reason := parseSize(value)
+	if reason == "" && n == 0 {
+		reason = zero
+	}
+	if reason != "" {
+		return 0, &Error{name, value, strings.Replace(reason, ", or a percentage such as 50%", "", 1), name + "=4GiB"}
+	}
+	return n, nil
+}
+
+// ParseSpill parses a spill kind given as a flag or variable called name.
+func ParseSpill(name, value string) (Spill, error) {
+	switch s := Spill(strings.ToLower(strings.TrimSpace(value))); s {
+	case SpillManaged, SpillPinned:
+		return s, nil
+	}
+	return "", &Error{name, value, "expected managed or pinned", name + "=pinned"}
 }
 
 // ParseLevel parses a log level given as a flag or variable called name.

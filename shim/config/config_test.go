@@ -130,6 +130,18 @@ func TestBadVariables(t *testing.T) {
 		{"SPILLWAY_LOG_FILE=", "empty"},
 		{"SPILLWAY_DISABLE=yes", "expected 1"},
 		{"SPILLWAY_DISABLE=", "expected 1"},
+		{"SPILLWAY_POOL=yes", "expected 1"},
+		{"SPILLWAY_FREE_SYNC=true", "expected 1"},
+		{"SPILLWAY_REPORT=", "expected 1"},
+		{"SPILLWAY_OVERSUBSCRIBE=on", "expected 1"},
+		{"SPILLWAY_POOL_RELEASE_THRESHOLD=150%", "at most 100%"},
+		{"SPILLWAY_POOL_RELEASE_THRESHOLD=1x", "unknown unit"},
+		{"SPILLWAY_POOL_RELEASE_THRESHOLD=-5%", "not a percentage"},
+		{"SPILLWAY_POOL_RESERVE=0", "reserves nothing"},
+		{"SPILLWAY_POOL_RESERVE=50%", "not a number"},
+		{"SPILLWAY_SPILL=disk", "managed or pinned"},
+		{"SPILLWAY_HOST_LIMIT=0", "refuse every spill"},
+		{"SPILLWAY_HOST_LIMIT=-1GiB", "negative"},
 	} {
 		_, err := Parse([]string{tc.env})
 		var cerr *Error
@@ -165,7 +177,23 @@ func TestParseConfig(t *testing.T) {
 	}
 
 	def, err := Parse(nil)
-	if err != nil || def.LogLevel != LevelWarn || def.LogFormat != FormatText || def.LimitFor(0).IsSet() {
+	if err != nil || def.LogLevel != LevelWarn || def.LogFormat != FormatText || def.LimitFor(0).IsSet() ||
+		!def.Pool || def.ReleaseThreshold != nil || def.PoolReserve != 0 || def.FreeSync || def.Report ||
+		def.Oversubscribe || def.Spill != SpillManaged || def.HostLimit != 0 {
 		t.Errorf("defaults: %+v %v", def, err)
+	}
+
+	pool, err := Parse([]string{"SPILLWAY_POOL_RELEASE_THRESHOLD=25%", "SPILLWAY_POOL_RESERVE=1GiB",
+		"SPILLWAY_FREE_SYNC=1", "SPILLWAY_REPORT=1", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_SPILL=Pinned",
+		"SPILLWAY_HOST_LIMIT=64GiB"})
+	if err != nil || *pool.ReleaseThreshold != (Limit{Percent: 25}) || pool.PoolReserve != 1<<30 || !pool.FreeSync ||
+		!pool.Report || !pool.Oversubscribe || pool.Spill != SpillPinned || pool.HostLimit != 64<<30 || len(pool.Unknown) != 0 {
+		t.Errorf("pool and spill settings: %+v %v", pool, err)
+	}
+	if zero, err := Parse([]string{"SPILLWAY_POOL_RELEASE_THRESHOLD=0"}); err != nil || zero.ReleaseThreshold == nil || zero.ReleaseThreshold.Resolve(1<<30) != 0 {
+		t.Errorf("a zero threshold: %+v %v", zero, err)
+	}
+	if _, err := Parse([]string{"SPILLWAY_POOL=0", "SPILLWAY_POOL_RESERVE=1GiB"}); err == nil || !strings.Contains(err.Error(), "SPILLWAY_POOL_RESERVE") {
+		t.Errorf("a reserve without the pool: %v", err)
 	}
 }

@@ -2,7 +2,7 @@
  * abi.h: the C interface between the shim's front (libspillway.so) and its
  * Go core (libspillway-core.so). The front resolves the real CUDA functions,
  * picks the current device, and calls these entry points; the core decides
- * (quotas, and later the pool) and reports what it did in a spillway_event
+ * (quotas, the pool, spilling) and reports what it did in a spillway_event
  * so that the front can fire the alloc/free probe points in C, where they
  * cost nothing. Pointers and streams cross as integers.
  * Every entry point returns a cudaError_t value.
@@ -13,6 +13,14 @@
 #include <stdint.h>
 #include "real.h"
 #include "probes.h"
+
+/*
+ * Streams cross as their handles, except the per-thread default stream
+ * (cudaStreamPerThread), which the front passes as SPILLWAY_PER_THREAD_BIT
+ * plus a number unique to the calling thread: it is a different stream in
+ * every thread.
+ */
+#define SPILLWAY_PER_THREAD_BIT (1ull << 63)
 
 /* What the core did for one call. */
 struct spillway_event {
@@ -41,6 +49,11 @@ typedef int32_t (*spillway_core_free_async_fn)(uint64_t ptr, uint64_t stream,
                                                struct spillway_event *ev);
 typedef int32_t (*spillway_core_mem_get_info_fn)(int32_t device, uint64_t *free, uint64_t *total);
 typedef int32_t (*spillway_core_device_reset_fn)(int32_t device);
+typedef int32_t (*spillway_core_device_synchronize_fn)(int32_t device);
+/* Makes the pools forget the stream, then destroys it. */
+typedef int32_t (*spillway_core_stream_destroy_fn)(uint64_t stream);
+/* Prints the SPILLWAY_REPORT lines; the front calls it at exit. */
+typedef int32_t (*spillway_core_report_fn)(void);
 /* Hands over an allocation the front passed through while the core was starting. */
 typedef int32_t (*spillway_core_adopt_fn)(uint64_t ptr, uint64_t size, int32_t device);
 

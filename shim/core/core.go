@@ -20,27 +20,11 @@ type core struct {
 	rt     *interpose.Runtime
 	probes *interpose.Probes
 	log    *logrus.Logger
+	cfg    config.Config
 	// broken is set when the configuration is invalid: every interposed
 	// allocation then fails with cudaErrorInitializationError.
 	broken error
-	mem    memory
-}
-
-// memory serves the interposed allocation calls once the configuration is
-// valid: passThrough (each call goes to the real runtime, with quota
-// accounting) until the pool is wired in behind the same methods.
-// Sizes in blocks are what the device holds for them.
-type memory interface {
-	malloc(r request) (interpose.DevicePtr, block, interpose.Error)
-	mallocPitch(device int, width, height uint64) (interpose.DevicePtr, uint64, block, interpose.Error)
-	// free releases p; owned is false for a pointer this memory never
-	// handed out, which then went to the real runtime as is.
-	free(p interpose.DevicePtr, s interpose.Stream, async bool) (b block, owned bool, rc interpose.Error)
-	memGetInfo(device int) (free, total uint64, rc interpose.Error)
-	deviceReset(device int) interpose.Error
-	// adopt accounts an allocation the front passed through while the core
-	// was starting.
-	adopt(p interpose.DevicePtr, size uint64, device int)
+	mem    *memory
 }
 
 var theCore atomic.Pointer[core]
@@ -69,8 +53,9 @@ func start(real, probes unsafe.Pointer) interpose.Error {
 	} else if len(cfg.Unknown) > 0 {
 		c.log.Warnf("ignoring unknown variables %v (misspelled?)", cfg.Unknown)
 	}
-	c.mem = newPassThrough(rt, cfg, c.refused)
-	c.log.Debugf("started: memory limit %s, per-device limits %v", cfg.MemoryLimit, cfg.DeviceLimits)
+	c.cfg = cfg
+	c.mem = newMemory(rt, cfg, c.probes, c.log, c.refused)
+	c.log.Debugf("started: memory limit %s, per-device limits %v, pool %v, oversubscribe %v", cfg.MemoryLimit, cfg.DeviceLimits, cfg.Pool, cfg.Oversubscribe)
 	theCore.Store(c)
 	return interpose.Success
 }
@@ -134,6 +119,18 @@ func (c *core) memGetInfo(device int) (free, total uint64, rc interpose.Error) {
 
 func (c *core) deviceReset(device int) interpose.Error { return c.mem.deviceReset(device) }
 
+func (c *core) deviceSynchronize(device int) interpose.Error { return c.mem.deviceSynchronize(device) }
+
+func (c *core) streamDestroy(s interpose.Stream) interpose.Error { return c.mem.streamDestroy(s) }
+
+// report prints the pools' statistics at exit when SPILLWAY_REPORT=1, on
+// the log's output whatever the log level.
+func (c *core) report() {
+	if c.broken == nil && c.cfg.Report {
+		c.mem.report(c.log.Out, c.cfg.LogFormat)
+	}
+}
+
 func (c *core) adopt(p interpose.DevicePtr, size uint64, device int) {
 	c.mem.adopt(p, size, device)
 }
@@ -148,18 +145,27 @@ var refusalLog struct {
 	suppressed int
 }
 
-func (c *core) refused(kind allocKind, size uint64, device int, used, quota uint64) {
-	c.probes.Refuse(size, device, used, quota)
+// allowWarning reports whether a failed-allocation warning may be logged
+// now, and how many were suppressed since the last one.
+func allowWarning() (int, bool) {
 	refusalLog.Lock()
+	defer refusalLog.Unlock()
 	now := time.Now()
 	if now.Sub(refusalLog.last) < refusalWarnInterval {
 		refusalLog.suppressed++
-		refusalLog.Unlock()
-		return
+		return 0, false
 	}
 	suppressed := refusalLog.suppressed
 	refusalLog.last, refusalLog.suppressed = now, 0
-	refusalLog.Unlock()
+	return suppressed, true
+}
+
+// refused logs a refusal; the probe point fires where it is decided.
+func (c *core) refused(kind allocKind, size uint64, device int, used, quota uint64) {
+	suppressed, ok := allowWarning()
+	if !ok {
+		return
+	}
 	c.log.WithFields(logrus.Fields{
 		"device": device, "requested": size, "used": used, "quota": quota,
 		"suppressed": suppressed,

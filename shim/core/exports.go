@@ -82,6 +82,25 @@ func spillway_core_device_reset(device C.int32_t) (rc C.int32_t) {
 	return C.int32_t(running().deviceReset(int(device)))
 }
 
+//export spillway_core_device_synchronize
+func spillway_core_device_synchronize(device C.int32_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaDeviceSynchronize")
+	return C.int32_t(running().deviceSynchronize(int(device)))
+}
+
+//export spillway_core_stream_destroy
+func spillway_core_stream_destroy(stream C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaStreamDestroy")
+	return C.int32_t(running().streamDestroy(interpose.Stream(stream)))
+}
+
+//export spillway_core_report
+func spillway_core_report() (rc C.int32_t) {
+	defer recoverTo(&rc, "report")
+	running().report()
+	return 0
+}
+
 //export spillway_core_adopt
 func spillway_core_adopt(ptr, size C.uint64_t, device C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "adopt")
@@ -98,13 +117,16 @@ func finishAlloc(p interpose.DevicePtr, b block, e interpose.Error, ptr *C.uint6
 }
 
 func finishFree(b block, owned bool, e interpose.Error, ev *C.struct_spillway_event) C.int32_t {
-	if e == interpose.Success && owned {
+	if owned {
 		fillEvent(ev, b)
 	}
 	return C.int32_t(e)
 }
 
 func fillEvent(ev *C.struct_spillway_event, b block) {
+	if !b.ok {
+		return
+	}
 	ev.size = C.uint64_t(b.size)
 	ev.device = C.int32_t(b.device)
 	ev.tier = C.int32_t(b.tier)

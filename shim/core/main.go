@@ -9,8 +9,10 @@
 // at the first interposed CUDA call and calls through the spillway_core_*
 // entry points declared in abi.h.
 //
-// The core holds the logic: configuration, per-device quota accounting, and
-// (later) the pool and spilling. It must never install signal handlers
+// The core holds the logic: configuration, and one pool.Pool per device
+// (memory.go) over a backing that calls the real runtime through interpose
+// (backing.go), which pools, enforces the quota and spills. It must never
+// install signal handlers
 // (no os/signal), never do work in init (the host may call in from a
 // library constructor, and package init runs concurrently with the host),
 // never call an interposed CUDA symbol by name (calls go through interpose),

@@ -20,6 +20,11 @@
  *   - when SPILLWAY_DISABLE=1 (pure pass-through).
  * If the core cannot be loaded, one line says why and how to fix it; with a
  * quota configured, allocations then fail instead of running unlimited.
+ * cudaDeviceSynchronize and cudaStreamDestroy are interposed for the pool's
+ * sake only: they reach the core once it runs and never load it. The
+ * per-thread default stream crosses as a per-thread identity (abi.h). Once
+ * the core runs, an atexit handler lets it print SPILLWAY_REPORT's lines,
+ * except in a forked child.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -197,6 +202,16 @@ enum {
     R_MEM_GET_INFO,
     R_DEVICE_RESET,
     R_GET_DEVICE,
+    R_SET_DEVICE,
+    R_GET_DEVICE_COUNT,
+    R_DEVICE_SYNCHRONIZE,
+    R_STREAM_SYNCHRONIZE,
+    R_EVENT_CREATE,
+    R_EVENT_RECORD,
+    R_EVENT_QUERY,
+    R_EVENT_SYNCHRONIZE,
+    R_EVENT_DESTROY,
+    R_STREAM_DESTROY,
 };
 
 /* Yields a typed pointer to the real function, or returns an error from the caller. */
@@ -229,6 +244,9 @@ static struct {
     spillway_core_free_async_fn free_async;
     spillway_core_mem_get_info_fn mem_get_info;
     spillway_core_device_reset_fn device_reset;
+    spillway_core_device_synchronize_fn device_synchronize;
+    spillway_core_stream_destroy_fn stream_destroy;
+    spillway_core_report_fn report;
     spillway_core_adopt_fn adopt;
 } core;
 
@@ -324,6 +342,11 @@ static int open_core(void)
         (spillway_core_mem_get_info_fn)entry(h, "spillway_core_mem_get_info", &missing);
     core.device_reset =
         (spillway_core_device_reset_fn)entry(h, "spillway_core_device_reset", &missing);
+    core.device_synchronize = (spillway_core_device_synchronize_fn)entry(
+        h, "spillway_core_device_synchronize", &missing);
+    core.stream_destroy =
+        (spillway_core_stream_destroy_fn)entry(h, "spillway_core_stream_destroy", &missing);
+    core.report = (spillway_core_report_fn)entry(h, "spillway_core_report", &missing);
     core.adopt = (spillway_core_adopt_fn)entry(h, "spillway_core_adopt", &missing);
     if (missing) {
         log_line("the core %s lacks an entry point (a front and a core from different builds?)",
@@ -340,12 +363,24 @@ static int open_core(void)
     return 0;
 }
 
+/* At exit, the core prints SPILLWAY_REPORT's lines, unless this is a forked child. */
+static void report_at_exit(void)
+{
+    if (atomic_load(&state) == READY && depth == 0) {
+        depth++;
+        core.report();
+        depth--;
+    }
+}
+
 static void load_core(void)
 {
     pthread_atfork(NULL, NULL, atfork_child);
     loading_thread = 1;
     int ok = open_core() == 0;
     loading_thread = 0;
+    if (ok)
+        atexit(report_at_exit);
     pthread_mutex_lock(&ledger_lock);
     if (ok)
         for (int i = 0; i < ledger_len; i++)
@@ -455,6 +490,21 @@ static int early_forget(void *ptr)
         }
     pthread_mutex_unlock(&ledger_lock);
     return early;
+}
+
+/*
+ * The stream as the core sees it: the per-thread default stream is a
+ * different stream in every thread, so it crosses as a per-thread identity.
+ */
+static uint64_t stream_id(cudaStream_t stream)
+{
+    static atomic_uint_fast64_t next_thread;
+    static __thread uint64_t self __attribute__((tls_model("initial-exec")));
+    if (stream != cudaStreamPerThread)
+        return (uint64_t)(uintptr_t)stream;
+    if (!self)
+        self = SPILLWAY_PER_THREAD_BIT | (atomic_fetch_add(&next_thread, 1) + 1);
+    return self;
 }
 
 static cudaError_t current_device(int32_t *device)
@@ -631,7 +681,7 @@ EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stre
             rc = cudaErrorInvalidValue;
             break;
         }
-        rc = core.malloc_async(device, size, (uint64_t)(uintptr_t)stream, &p, &ev);
+        rc = core.malloc_async(device, size, stream_id(stream), &p, &ev);
         if (rc == cudaSuccess) {
             *devPtr = (void *)(uintptr_t)p;
             fire_alloc(p, &ev);
@@ -685,7 +735,7 @@ EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
     if (r == ROUTE_CORE) {
         struct spillway_event ev = {0};
         uint64_t p = (uint64_t)(uintptr_t)devPtr;
-        rc = core.free_async(p, (uint64_t)(uintptr_t)stream, &ev);
+        rc = core.free_async(p, stream_id(stream), &ev);
         if (rc == cudaSuccess)
             fire_free(p, &ev);
     } else {
@@ -735,4 +785,37 @@ EXPORT cudaError_t cudaDeviceReset(void)
     }
     depth--;
     return rc;
+}
+
+/*
+ * cudaDeviceSynchronize and cudaStreamDestroy matter to the pool only once
+ * the core runs: they never load it.
+ */
+EXPORT cudaError_t cudaDeviceSynchronize(void)
+{
+    REAL(real_device_synchronize, device_synchronize, R_DEVICE_SYNCHRONIZE);
+    cudaError_t rc;
+    if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY) {
+        depth++;
+        int32_t device;
+        if ((rc = current_device(&device)) == cudaSuccess)
+            rc = core.device_synchronize(device);
+        depth--;
+        return rc;
+    }
+    return real_device_synchronize();
+}
+
+EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
+{
+    REAL(real_stream_destroy, stream_destroy, R_STREAM_DESTROY);
+    cudaError_t rc;
+    if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY &&
+        stream != cudaStreamPerThread && stream != cudaStreamLegacy && stream != NULL) {
+        depth++;
+        rc = core.stream_destroy((uint64_t)(uintptr_t)stream);
+        depth--;
+        return rc;
+    }
+    return real_stream_destroy(stream);
 }

@@ -139,8 +139,8 @@ func dynamicSymbols(t *testing.T, lib string) []string {
 
 func TestExportSurface(t *testing.T) {
 	want := []string{
-		"cudaDeviceReset", "cudaFree", "cudaFreeAsync", "cudaMalloc", "cudaMallocAsync",
-		"cudaMallocManaged", "cudaMallocPitch", "cudaMemGetInfo",
+		"cudaDeviceReset", "cudaDeviceSynchronize", "cudaFree", "cudaFreeAsync", "cudaMalloc",
+		"cudaMallocAsync", "cudaMallocManaged", "cudaMallocPitch", "cudaMemGetInfo", "cudaStreamDestroy",
 		"spillway_probe_alloc", "spillway_probe_free", "spillway_probe_promote",
 		"spillway_probe_refuse", "spillway_probe_spill", "spillway_probe_sync",
 	}
@@ -379,8 +379,8 @@ func TestNoRuntimeLoaded(t *testing.T) {
 func TestManyThreads(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/threads.c"}, Cudart: true, ProjectHeaders: true})
 	stats := filepath.Join(t.TempDir(), "stats.json")
-	cmd := shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=4MiB", "SIMCUDA_STATS_FILE=" + stats}, prog, "8", "3000")
-	_, out := run(t, cmd)
+	cmd := shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=4MiB", "SIMCUDA_STATS_FILE=" + stats, "SPILLWAY_REPORT=1"}, prog, "8", "3000")
+	res, out := run(t, cmd)
 	if out.num(t, "refused", 0, 3) != 0 {
 		t.Errorf("calls failed for reasons other than the quota: %v", out)
 	}
@@ -390,9 +390,15 @@ func TestManyThreads(t *testing.T) {
 	if f, tot := out.num(t, "info", 0, 2), out.num(t, "info", 0, 3); f != 4<<20 || tot != 4<<20 {
 		t.Errorf("after every block was freed: free %d total %d, want the whole 4 MiB", f, tot)
 	}
+	// The pool keeps freed memory cached: at exit nothing is live, and what
+	// simcuda still holds is exactly what the pool reserved.
+	rep := reportOf(t, res.Stderr, 0)
+	if rep["live"] != 0 || rep["peak_live"] == 0 {
+		t.Errorf("the pool's report after every block was freed: %v", rep)
+	}
 	s := harness.ReadStats(t, stats)
-	if len(s.Devices) == 0 || s.Devices[0].LiveAllocations != 0 || s.Devices[0].DeviceBytesPeak > 4<<20 {
-		t.Errorf("simcuda saw %+v: the quota was exceeded or blocks leaked", s.Devices)
+	if len(s.Devices) == 0 || s.Devices[0].DeviceBytesPeak > 4<<20 || s.Devices[0].DeviceBytes != rep["reserved"] {
+		t.Errorf("simcuda saw %+v, the pool reported %v: the quota was exceeded or blocks leaked", s.Devices, rep)
 	}
 }
 
@@ -442,6 +448,9 @@ func TestBadConfiguration(t *testing.T) {
 		"SPILLWAY_MEMORY_LIMIT=1e9", "SPILLWAY_MEMORY_LIMIT_1=lots", "SPILLWAY_MEMORY_LIMIT_x=1GiB",
 		"SPILLWAY_LOG_LEVEL=verbose", "SPILLWAY_LOG_FORMAT=xml", "SPILLWAY_DISABLE=yes",
 		"SPILLWAY_LOG_FILE=/nonexistent-dir/spillway.log",
+		"SPILLWAY_POOL=2", "SPILLWAY_POOL_RELEASE_THRESHOLD=101%", "SPILLWAY_POOL_RESERVE=0",
+		"SPILLWAY_FREE_SYNC=yes", "SPILLWAY_REPORT=on", "SPILLWAY_OVERSUBSCRIBE=true", "SPILLWAY_SPILL=disk",
+		"SPILLWAY_HOST_LIMIT=lots",
 	} {
 		t.Run(env, func(t *testing.T) {
 			res, out := run(t, shimmed(t, []string{env}, prog, "m", "4K", "M", "4K", "m", "4K", "n"))

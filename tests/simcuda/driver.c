@@ -405,7 +405,10 @@ static CUresult ctx_activate_locked(int device)
 /*
  * Destroys device's primary context once its work is done: its allocations,
  * streams and bytes go, as they do when a CUDA context is destroyed.
- * force: cuDevicePrimaryCtxReset (regardless of the reference count).
+ * force: cuDevicePrimaryCtxReset, regardless of the reference count, which it
+ * leaves alone: a reset does not release anyone's retain, and the holders may
+ * still call cuDevicePrimaryCtxRelease (the context stays inactive until the
+ * next cuDevicePrimaryCtxRetain).
  */
 static void ctx_deactivate(int device, int force)
 {
@@ -415,7 +418,6 @@ static void ctx_deactivate(int device, int force)
 	if (d->ctx_active && (force || d->ctx_refs == 0)) {
 		mem_release_device(device);
 		streams_destroy_device(device);
-		d->ctx_refs = 0;
 		d->ctx_bytes = 0;
 		d->ctx_active = 0;
 		mem_usage_changed(device);

@@ -49,6 +49,9 @@ struct alloc {
 	uint64_t charge; /* bytes charged to device.plain_bytes (ALLOC_DEVICE) */
 	unsigned int flags;
 	int free_pending; /* a stream-ordered free is queued */
+	int stream_ordered; /* made by cuMemAllocAsync: cuMemFree does not synchronise */
+	struct CUstream_st *free_stream; /* where the queued stream-ordered free sits */
+	uint64_t free_seq;               /* and its sequence number there */
 	size_t nblocks;   /* ALLOC_MANAGED only */
 	struct mblock *blocks;
 };
@@ -173,6 +176,7 @@ struct CUstream_st {
 
 struct CUevent_st {
 	uint32_t magic;
+	int device; /* current when created; it records only on this device's streams */
 	unsigned int flags;
 	int destroyed;
 	uint64_t record_id, done_id;
@@ -193,5 +197,8 @@ void stream_wait_seq(struct CUstream_st *s, uint64_t seq);
 CUresult stream_sync_device(int device);
 void streams_destroy_device(int device);
 struct op *op_new(enum op_type type);
+void op_free(struct op *op);
+/* Makes op, not yet submitted, wait for operation seq of stream s; -1 when out of memory. */
+int op_add_dep(struct op *op, struct CUstream_st *s, uint64_t seq);
 
 #endif

@@ -19,6 +19,7 @@
 #define _GNU_SOURCE
 #include "driver.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -354,8 +355,13 @@ void mem_managed_access(struct alloc *a, size_t off, size_t len, int device)
 		b->last_use = ++sim.clock;
 		if (b->location == device)
 			continue;
-		/* A preferred location elsewhere keeps the data there; the device maps it. */
-		if (b->preferred != CU_DEVICE_INVALID && b->preferred != device)
+		/*
+		 * Data already at a preferred location elsewhere stays there and the
+		 * device maps it; data away from its preferred location migrates to
+		 * the accessing device (cudaMemAdviseSetPreferredLocation).
+		 */
+		if (b->preferred != CU_DEVICE_INVALID && b->preferred != device &&
+		    b->location == b->preferred)
 			continue;
 		/* Accessed-by without a preference for this device: read in place. */
 		if (b->preferred != device && (b->accessed_by & (1u << device)))
@@ -476,9 +482,39 @@ SIM_API CUresult cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 	return alloc_current((CUdeviceptr *)pp, bytesize, ALLOC_HOST, Flags);
 }
 
+/* Whether an operation queued or running on any stream reads or writes a. */
+static int alloc_in_use(const struct alloc *a)
+{
+	for (const struct CUstream_st *s = sim.streams; s != NULL; s = s->next)
+		for (const struct op *op = s->head; op != NULL; op = op->next)
+			if (op->dst.a == a || op->src.a == a)
+				return 1;
+	return 0;
+}
+
+/*
+ * cuMemFree of stream-ordered memory does not synchronise: the caller must
+ * have finished every access. Freeing it under pending work is a
+ * use-after-free on a GPU; here it is refused, loudly, and changes nothing.
+ */
+static CUresult free_stream_ordered(struct alloc *a)
+{
+	if (alloc_in_use(a)) {
+		fprintf(stderr,
+			"simcuda: cuMemFree_v2(%#lx): memory from cuMemAllocAsync is still used by "
+			"pending stream work; cuMemFree does not wait for it (free it with "
+			"cuMemFreeAsync, or synchronise first)\n",
+			(unsigned long)a->base);
+		return CUDA_ERROR_ILLEGAL_STATE;
+	}
+	mem_release(a);
+	return CUDA_SUCCESS;
+}
+
 /*
  * Frees the allocation that starts at addr and has one of the kinds in
- * kinds_mask, after all work on its device has finished (as CUDA does).
+ * kinds_mask, after all work on its device has finished (as CUDA does),
+ * except for cuMemAllocAsync memory, which CUDA frees without waiting.
  */
 static CUresult free_synchronized(uintptr_t addr, unsigned int kinds_mask)
 {
@@ -489,6 +525,11 @@ static CUresult free_synchronized(uintptr_t addr, unsigned int kinds_mask)
 		    a->free_pending) {
 			pthread_mutex_unlock(&sim.lock);
 			return CUDA_ERROR_INVALID_VALUE;
+		}
+		if (a->stream_ordered) {
+			CUresult rc = free_stream_ordered(a);
+			pthread_mutex_unlock(&sim.lock);
+			return rc;
 		}
 		int dev = a->device;
 		pthread_mutex_unlock(&sim.lock);
@@ -590,6 +631,79 @@ SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
 	return rc;
 }
 
+/* Whether a is pool memory of stream s's device whose stream-ordered free is still queued. */
+static int queued_pool_free(const struct alloc *a, const struct CUstream_st *s)
+{
+	return a->free_pending && a->stream_ordered && a->device == s->device && a->charge > 0;
+}
+
+/*
+ * The default pool's reuse policies, all enabled by default
+ * (cudaMemPoolReuseFollowEventDependencies, ...AllowOpportunistic,
+ * ...AllowInternalDependencies): an allocation that does not fit may take
+ * pool memory whose stream-ordered free is still queued. It takes all it can
+ * from the allocating stream's own frees, which stream order makes safe, and
+ * only what is still missing from other streams' frees, making the allocating
+ * stream wait for each of them (the dependencies go into wait). The bytes
+ * move from the freed allocation's charge to the new one, so the device is
+ * never over capacity. With sim.lock held; on failure nothing has changed.
+ */
+static CUresult alloc_from_queued_frees(struct CUstream_st *s, size_t size, struct op *wait,
+					struct alloc **out)
+{
+	const struct sim_device *d = &sim.dev[s->device];
+	uint64_t charge = round_up(size, SIM_ALLOC_GRANULE), same = 0, other = 0;
+	size_t nfrom = 0;
+
+	for (size_t i = 0; i < sim.nallocs; i++) {
+		const struct alloc *a = sim.allocs[i];
+		if (queued_pool_free(a, s)) {
+			*(a->free_stream == s ? &same : &other) += a->charge;
+			nfrom++;
+		}
+	}
+	uint64_t total = d->plain_bytes + d->ctx_bytes + charge, cap = capacity_left_for_us(s->device);
+	uint64_t from_same = same < charge ? same : charge;
+	uint64_t from_other = total - from_same > cap ? total - from_same - cap : 0;
+	if (charge == 0 || nfrom == 0 || total <= cap || from_other > other)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+
+	struct take {
+		struct alloc *from;
+		uint64_t bytes;
+	} *takes = calloc(nfrom, sizeof(*takes));
+	size_t ntakes = 0;
+	if (takes == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; i < sim.nallocs; i++) {
+		struct alloc *a = sim.allocs[i];
+		if (!queued_pool_free(a, s))
+			continue;
+		uint64_t *need = a->free_stream == s ? &from_same : &from_other;
+		if (*need == 0)
+			continue;
+		takes[ntakes].from = a;
+		takes[ntakes].bytes = a->charge < *need ? a->charge : *need;
+		*need -= takes[ntakes].bytes;
+		if (a->free_stream != s && op_add_dep(wait, a->free_stream, a->free_seq) != 0) {
+			free(takes);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		ntakes++;
+	}
+	for (size_t i = 0; i < ntakes; i++) {
+		takes[i].from->charge -= takes[i].bytes;
+		sim.dev[s->device].plain_bytes -= takes[i].bytes;
+	}
+	CUresult rc = mem_alloc(s->device, size, ALLOC_DEVICE, 0, out);
+	for (size_t i = 0; rc != CUDA_SUCCESS && i < ntakes; i++) {
+		takes[i].from->charge += takes[i].bytes;
+		sim.dev[s->device].plain_bytes += takes[i].bytes;
+	}
+	free(takes);
+	return rc;
+}
+
 SIM_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
 	struct CUstream_st *s;
@@ -599,15 +713,31 @@ SIM_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hS
 	CUresult rc = stream_lookup(hStream, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	if (dptr == NULL || bytesize == 0)
+	if (dptr == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
+	if (bytesize == 0) {
+		*dptr = 0; /* unlike cuMemAlloc, the pool serves zero bytes with a null pointer */
+		return CUDA_SUCCESS;
+	}
+	struct op *wait = op_new(OP_BARRIER);
+	if (wait == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
 	mem_refresh_others(s->device);
 	pthread_mutex_lock(&sim.lock);
 	rc = mem_alloc(s->device, bytesize, ALLOC_DEVICE, 0, &a);
-	pthread_mutex_unlock(&sim.lock);
-	if (rc == CUDA_SUCCESS)
+	if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+		rc = alloc_from_queued_frees(s, bytesize, wait, &a);
+	if (rc == CUDA_SUCCESS) {
+		a->stream_ordered = 1;
 		*dptr = a->base;
-	return rc;
+	}
+	pthread_mutex_unlock(&sim.lock);
+	if (rc != CUDA_SUCCESS || wait->ndeps == 0) {
+		op_free(wait);
+		return rc;
+	}
+	/* Memory reused from another stream's free: this stream waits for that free. */
+	return stream_submit(s, wait, NULL);
 }
 
 SIM_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
@@ -616,11 +746,11 @@ SIM_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 
 	ENTER(ENTER_INIT);
 	CUresult rc = stream_lookup(hStream, &s);
-	if (rc != CUDA_SUCCESS)
-		return rc;
+	if (rc != CUDA_SUCCESS || dptr == 0)
+		return rc; /* freeing the null pointer of a zero-byte allocation does nothing */
 	pthread_mutex_lock(&sim.lock);
 	struct alloc *a = mem_find(dptr);
-	if (dptr == 0 || a == NULL || a->base != dptr || a->kind != ALLOC_DEVICE ||
+	if (a == NULL || a->base != dptr || a->kind != ALLOC_DEVICE ||
 	    a->free_pending) {
 		pthread_mutex_unlock(&sim.lock);
 		return CUDA_ERROR_INVALID_VALUE;
@@ -647,8 +777,9 @@ static int device_side(const struct span *s)
  * One copy on a stream. async: the *Async entry points (otherwise the
  * synchronous ones, which run on the legacy stream). Host synchronisation
  * follows CUDA's documented rules: pageable sources are staged so the caller
- * may reuse them at once; copies into pageable memory and synchronous copies
- * return when done, except synchronous device-to-device copies.
+ * may reuse them at once; copies into pageable memory, host-to-host copies
+ * and synchronous copies return when done, except synchronous
+ * device-to-device copies.
  */
 static CUresult copy(uintptr_t dst, uintptr_t src, size_t len, CUstream hStream, int async,
 		     int dst_known, int src_known)
@@ -682,7 +813,8 @@ static CUresult copy(uintptr_t dst, uintptr_t src, size_t len, CUstream hStream,
 		memcpy(op->staging, op->src.host, len);
 		op->src.host = op->staging;
 	}
-	int wait = async ? op->dst.a == NULL
+	int host_to_host = !device_side(&op->dst) && !device_side(&op->src);
+	int wait = async ? op->dst.a == NULL || host_to_host
 			 : !(device_side(&op->dst) && device_side(&op->src) &&
 			     op->dst.a->kind == ALLOC_DEVICE && op->src.a->kind == ALLOC_DEVICE);
 	rc = stream_submit(s, op, &seq);
@@ -1056,8 +1188,22 @@ void mem_execute(struct op *op, int device)
 	case OP_FREE:
 		pthread_mutex_lock(&sim.lock);
 		/* A context reset may have freed it already, with everything of its device. */
-		if (mem_find((uintptr_t)op->dst.host) == op->alloc)
+		if (mem_find((uintptr_t)op->dst.host) == op->alloc) {
+			/*
+			 * Work still queued on another stream would touch freed memory: a
+			 * missing dependency in the program, silent corruption on a GPU.
+			 * There is no caller to return an error to, so stop loudly.
+			 */
+			if (alloc_in_use(op->alloc)) {
+				fprintf(stderr,
+					"simcuda: cuMemFreeAsync(%#lx) reached its stream while work on "
+					"another stream still uses that memory (a missing stream "
+					"dependency); aborting\n",
+					(unsigned long)op->alloc->base);
+				abort();
+			}
 			mem_release(op->alloc);
+		}
 		pthread_mutex_unlock(&sim.lock);
 		break;
 	default:

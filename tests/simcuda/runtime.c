@@ -59,6 +59,7 @@ static struct {
 	CUresult (*DeviceTotalMem)(size_t *, CUdevice);
 	CUresult (*DeviceGetAttribute)(int *, CUdevice_attribute, CUdevice);
 	CUresult (*DevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+	CUresult (*DevicePrimaryCtxRelease)(CUdevice);
 	CUresult (*DevicePrimaryCtxReset)(CUdevice);
 	CUresult (*CtxSetCurrent)(CUcontext);
 	CUresult (*CtxSynchronize)(void);
@@ -111,6 +112,7 @@ static const struct {
 	DRV("cuDeviceGetName", DeviceGetName), DRV("cuDeviceGetUuid", DeviceGetUuid),
 	DRV("cuDeviceTotalMem", DeviceTotalMem), DRV("cuDeviceGetAttribute", DeviceGetAttribute),
 	DRV("cuDevicePrimaryCtxRetain", DevicePrimaryCtxRetain),
+	DRV("cuDevicePrimaryCtxRelease", DevicePrimaryCtxRelease),
 	DRV("cuDevicePrimaryCtxReset", DevicePrimaryCtxReset),
 	DRV("cuCtxSetCurrent", CtxSetCurrent), DRV("cuCtxSynchronize", CtxSynchronize),
 	DRV("cuMemAlloc", MemAlloc), DRV("cuMemFree", MemFree),
@@ -452,8 +454,14 @@ RT_API cudaError_t cudaDeviceReset(void)
 	ENTER(cudaDeviceReset, NEED_DRIVER);
 	CUresult rc = drv.DevicePrimaryCtxReset(device);
 	if (rc == CUDA_SUCCESS) {
+		/*
+		 * A reset leaves the retain count alone: drop the runtime's own retain,
+		 * and the next call that needs the context retains (reactivates) it.
+		 */
 		pthread_mutex_lock(&rt_lock);
-		context_retained[device] = 0; /* the next call that needs it retains it afresh */
+		if (context_retained[device])
+			rc = drv.DevicePrimaryCtxRelease(device);
+		context_retained[device] = 0;
 		pthread_mutex_unlock(&rt_lock);
 	}
 	return DRIVER(rc);
@@ -613,18 +621,30 @@ RT_API cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
 RT_API cudaError_t cudaMallocHost(void **ptr, size_t size)
 {
 	ENTER(cudaMallocHost, NEED_CONTEXT);
+	if (ptr != NULL && size == 0) {
+		*ptr = NULL; /* as cudaMalloc: zero bytes succeed with NULL (the driver refuses 0) */
+		return cudaSuccess;
+	}
 	return DRIVER(drv.MemAllocHost(ptr, size));
 }
 
 RT_API cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags)
 {
 	ENTER(cudaHostAlloc, NEED_CONTEXT);
+	if (pHost != NULL && size == 0 &&
+	    !(flags & ~(unsigned)(cudaHostAllocPortable | cudaHostAllocMapped |
+				  cudaHostAllocWriteCombined))) {
+		*pHost = NULL; /* see cudaMallocHost */
+		return cudaSuccess;
+	}
 	return DRIVER(drv.MemHostAlloc(pHost, size, flags));
 }
 
 RT_API cudaError_t cudaFreeHost(void *ptr)
 {
 	ENTER(cudaFreeHost, NEED_CONTEXT);
+	if (ptr == NULL)
+		return cudaSuccess; /* as cudaFree(NULL), so a zero-byte cudaMallocHost can be freed */
 	return DRIVER(drv.MemFreeHost(ptr));
 }
 
@@ -745,7 +765,13 @@ RT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attrib
 						      : cudaMemoryTypeUnregistered;
 	attributes->device = device;
 	attributes->devicePointer = (void *)dptr;
-	attributes->hostPointer = hptr;
+	/*
+	 * Unregistered memory: CUDA hands the pointer back as the host pointer
+	 * without checking it (cudaPointerAttributes::hostPointer). Only these four
+	 * fields are written: callers built with the older 24-byte struct have no
+	 * reserved[] for us to touch.
+	 */
+	attributes->hostPointer = attributes->type == cudaMemoryTypeUnregistered ? (void *)ptr : hptr;
 	return cudaSuccess;
 }
 
@@ -778,9 +804,11 @@ RT_API cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 RT_API cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
 	ENTER(cudaStreamQuery, NEED_CONTEXT);
-	CUresult rc = drv.StreamQuery(stream);
-	/* Not ready is an answer, not an error: it does not become the last error. */
-	return rc == CUDA_ERROR_NOT_READY ? cudaErrorNotReady : DRIVER(rc);
+	/*
+	 * cudaErrorNotReady becomes the last error like any other code: real
+	 * applications clear it with cudaGetLastError after a not-ready query.
+	 */
+	return DRIVER(drv.StreamQuery(stream));
 }
 
 RT_API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
@@ -810,8 +838,7 @@ RT_API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 RT_API cudaError_t cudaEventQuery(cudaEvent_t event)
 {
 	ENTER(cudaEventQuery, NEED_CONTEXT);
-	CUresult rc = drv.EventQuery(event);
-	return rc == CUDA_ERROR_NOT_READY ? cudaErrorNotReady : DRIVER(rc);
+	return DRIVER(drv.EventQuery(event)); /* not ready is recorded too (see cudaStreamQuery) */
 }
 
 RT_API cudaError_t cudaEventSynchronize(cudaEvent_t event)

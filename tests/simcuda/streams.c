@@ -35,7 +35,7 @@ struct op *op_new(enum op_type type)
 	return op;
 }
 
-static void op_free(struct op *op)
+void op_free(struct op *op)
 {
 	free(op->deps);
 	free(op->staging);
@@ -181,7 +181,7 @@ CUresult stream_lookup(CUstream handle, struct CUstream_st **out)
 	return rc;
 }
 
-static int add_dep(struct op *op, struct CUstream_st *s, uint64_t seq)
+int op_add_dep(struct op *op, struct CUstream_st *s, uint64_t seq)
 {
 	struct dep *d = realloc(op->deps, (size_t)(op->ndeps + 1) * sizeof(*d));
 
@@ -208,11 +208,11 @@ CUresult stream_submit(struct CUstream_st *s, struct op *op, uint64_t *seq)
 		for (struct CUstream_st *t = sim.streams; t != NULL && !err; t = t->next)
 			if (t != s && t->device == s->device && !(t->flags & CU_STREAM_NON_BLOCKING) &&
 			    t->submitted > t->completed)
-				err = add_dep(op, t, t->submitted);
+				err = op_add_dep(op, t, t->submitted);
 	} else if (!(s->flags & CU_STREAM_NON_BLOCKING)) {
 		struct CUstream_st *legacy = sim.dev[s->device].legacy;
 		if (legacy != NULL && legacy->submitted > legacy->completed)
-			err = add_dep(op, legacy, legacy->submitted);
+			err = op_add_dep(op, legacy, legacy->submitted);
 	}
 	if (err) {
 		pthread_mutex_unlock(&sim.lock);
@@ -224,6 +224,10 @@ CUresult stream_submit(struct CUstream_st *s, struct op *op, uint64_t *seq)
 		op->event_id = ++op->event->record_id;
 		op->event->stream = s;
 		op->event->seq = op->seq;
+	}
+	if (op->type == OP_FREE) { /* where the free sits, for the pool's reuse (memory.c) */
+		op->alloc->free_stream = s;
+		op->alloc->free_seq = op->seq;
 	}
 	if (s->tail != NULL)
 		s->tail->next = op;
@@ -370,7 +374,8 @@ SIM_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
 	struct CUstream_st *s;
 
 	ENTER(ENTER_INIT);
-	if (Flags != CU_EVENT_WAIT_DEFAULT)
+	/* There is no stream capture, so an external wait is an ordinary one. */
+	if (Flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult rc = stream_lookup(hStream, &s);
 	if (rc != CUDA_SUCCESS)
@@ -381,7 +386,7 @@ SIM_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
 	pthread_mutex_lock(&sim.lock);
 	rc = event_lookup(hEvent);
 	/* Waiting for an event that was never recorded waits for nothing. */
-	if (rc == CUDA_SUCCESS && hEvent->record_id != 0 && add_dep(op, hEvent->stream, hEvent->seq))
+	if (rc == CUDA_SUCCESS && hEvent->record_id != 0 && op_add_dep(op, hEvent->stream, hEvent->seq))
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_unlock(&sim.lock);
 	if (rc != CUDA_SUCCESS) {
@@ -408,6 +413,7 @@ SIM_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 	if (e == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	e->magic = EVENT_MAGIC;
+	e->device = dev;
 	e->flags = Flags;
 	pthread_mutex_lock(&sim.lock);
 	e->next = sim.events;
@@ -427,6 +433,9 @@ SIM_API CUresult cuEventRecord(CUevent hEvent, CUstream hStream)
 		return rc;
 	pthread_mutex_lock(&sim.lock);
 	rc = event_lookup(hEvent);
+	/* The event and the stream must belong to the same device (cudaEventRecord). */
+	if (rc == CUDA_SUCCESS && hEvent->device != s->device)
+		rc = CUDA_ERROR_INVALID_HANDLE;
 	pthread_mutex_unlock(&sim.lock);
 	if (rc != CUDA_SUCCESS)
 		return rc;

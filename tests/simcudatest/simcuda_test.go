@@ -69,6 +69,14 @@ func TestBehaviour(t *testing.T) {
 		{"pointers", nil, "pointer attributes, pinned host memory and its device pointer, bounds checks"},
 		{"context_bytes", []string{"SIMCUDA_DEVICES=2x1GiB", "SIMCUDA_CONTEXT_BYTES=256MiB"}, "each context takes its bytes on first use; cudaDeviceReset frees a context's memory"},
 		{"properties", []string{"SIMCUDA_DEVICES=80GiB,24GiB"}, "device properties, attributes and versions"},
+		{"managed_preferred", []string{"SIMCUDA_DEVICES=2x1GiB"}, "data away from its preferred location migrates to the device that accesses it"},
+		{"free_async_pointer", nil, "cudaFree of cudaMallocAsync memory does not wait; freeing it under pending work is refused"},
+		{"async_host_copy", nil, "an async host-to-host copy returns only when done"},
+		{"primary_reset", nil, "a primary context reset keeps the retain count; the runtime retains again"},
+		{"event_device", []string{"SIMCUDA_DEVICES=2x1GiB"}, "an event records only on streams of its own device"},
+		{"free_async_race", nil, "a stream-ordered free that races work on another stream aborts with a message"},
+		{"zero_size", nil, "zero-byte runtime allocations succeed with NULL and NULL frees succeed"},
+		{"pool_reuse", []string{"SIMCUDA_DEVICES=1GiB"}, "cudaMallocAsync reuses memory whose cudaFreeAsync is queued, waiting for it across streams"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

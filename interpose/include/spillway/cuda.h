@@ -206,8 +206,9 @@ typedef struct CUmemLocation_st {
 #define CU_EVENT_DISABLE_TIMING 0x2
 #define CU_EVENT_INTERPROCESS 0x4
 
-/* cuStreamWaitEvent flags. */
+/* cuStreamWaitEvent flags (EXTERNAL matters only during stream capture). */
 #define CU_EVENT_WAIT_DEFAULT 0x0
+#define CU_EVENT_WAIT_EXTERNAL 0x1
 
 /* cuGetProcAddress flags (CUdriverProcAddress_flags). */
 typedef enum CUdriverProcAddress_flags_enum {

@@ -100,12 +100,18 @@ enum cudaMemoryType {
     cudaMemoryTypeManaged = 3
 };
 
-/* CUDA 11+ layout (the CUDA 10 memoryType/isManaged fields are gone). */
+/*
+ * CUDA 11+ layout (the CUDA 10 memoryType/isManaged fields are gone); CUDA 12
+ * headers append reserved[8] ("must be zero"). Declaring it keeps a caller's
+ * struct at least as large as any CUDA 12 runtime may write; simcuda itself
+ * writes only the first four fields, so 24-byte structs stay safe with it.
+ */
 struct cudaPointerAttributes {
     enum cudaMemoryType type;
     int device;
     void *devicePointer;
     void *hostPointer;
+    long reserved[8];
 };
 
 /* Device attributes simcuda answers; values equal the driver's CUdevice_attribute. */
@@ -299,6 +305,10 @@ _Static_assert(sizeof(struct cudaDeviceProp) == 1032, "cudaDeviceProp must have 
 #define cudaEventBlockingSync 0x01
 #define cudaEventDisableTiming 0x02
 #define cudaEventInterprocess 0x04
+
+/* cudaStreamWaitEvent flags (External matters only during stream capture). */
+#define cudaEventWaitDefault 0x00
+#define cudaEventWaitExternal 0x01
 
 /* Special device ordinals for cudaMemAdvise/cudaMemPrefetchAsync. */
 #define cudaCpuDeviceId ((int)-1)

@@ -5,9 +5,11 @@
  *   m SIZE       cudaMalloc          -> "m RC SLOT"
  *   M SIZE       cudaMallocManaged   -> "M RC SLOT"
  *   a SIZE       cudaMallocAsync (default stream) -> "a RC SLOT"
+ *   A SIZE       cudaMallocAsync (cudaStreamPerThread) -> "A RC SLOT"
  *   p W H        cudaMallocPitch     -> "p RC SLOT PITCH"
  *   f SLOT       cudaFree            -> "f RC"
  *   F SLOT       cudaFreeAsync       -> "F RC"
+ *   G SLOT       cudaFreeAsync (cudaStreamPerThread) -> "G RC"
  *   x SLOT       cudaFree of a slot already freed (double free) -> "x RC"
  *   n            cudaFree(NULL)      -> "n RC"
  *   i            cudaMemGetInfo      -> "i RC FREE TOTAL"
@@ -92,18 +94,24 @@ int main(int argc, char **argv)
         } else if (!strcmp(op, "a") && i + 1 < argc) {
             rc = cudaMallocAsync(&p, size_arg(argv[++i]), 0);
             printf("a %d %d\n", rc, rc ? -1 : keep(p));
+        } else if (!strcmp(op, "A") && i + 1 < argc) {
+            rc = cudaMallocAsync(&p, size_arg(argv[++i]), cudaStreamPerThread);
+            printf("A %d %d\n", rc, rc ? -1 : keep(p));
         } else if (!strcmp(op, "p") && i + 2 < argc) {
             size_t pitch = 0, w = size_arg(argv[i + 1]), h = size_arg(argv[i + 2]);
             i += 2;
             rc = cudaMallocPitch(&p, &pitch, w, h);
             printf("p %d %d %zu\n", rc, rc ? -1 : keep(p), pitch);
-        } else if ((!strcmp(op, "f") || !strcmp(op, "F") || !strcmp(op, "x")) && i + 1 < argc) {
+        } else if ((!strcmp(op, "f") || !strcmp(op, "F") || !strcmp(op, "G") || !strcmp(op, "x")) &&
+                   i + 1 < argc) {
             int s = atoi(argv[++i]);
             if (s < 0 || s >= nslots) {
                 fprintf(stderr, "cudaops: no slot %d\n", s);
                 return 2;
             }
-            rc = op[0] == 'F' ? cudaFreeAsync(slot[s], 0) : cudaFree(slot[s]);
+            rc = op[0] == 'F'   ? cudaFreeAsync(slot[s], 0)
+                 : op[0] == 'G' ? cudaFreeAsync(slot[s], cudaStreamPerThread)
+                                : cudaFree(slot[s]);
             printf("%s %d\n", op, rc);
         } else if (!strcmp(op, "n")) {
             printf("n %d\n", cudaFree(NULL));

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <spillway/cuda.h>
@@ -222,7 +223,10 @@ static void case_stream_order(void)
 
 	EXPECT(cudaStreamQuery(s), cudaErrorNotReady);
 	EXPECT(cudaEventQuery(done), cudaErrorNotReady);
-	EXPECT(cudaGetLastError(), cudaSuccess); /* not-ready answers are not errors */
+	/* Not ready is recorded as the last error, as CUDA does; applications clear it. */
+	EXPECT(cudaPeekAtLastError(), cudaErrorNotReady);
+	EXPECT(cudaGetLastError(), cudaErrorNotReady);
+	EXPECT(cudaGetLastError(), cudaSuccess);
 	CHECK(pinned[0] == 0 && order_log[0] == '\0');
 	gate_open(&g);
 	EXPECT(cudaStreamSynchronize(s), cudaSuccess);
@@ -341,6 +345,13 @@ static void case_free_waits(void)
 	EXPECT(cudaStreamSynchronize(s), cudaSuccess);
 	CHECK(device_used() == before - 2 * MiB);
 
+	/* A pointer whose stream-ordered free is queued can no longer be used. */
+	EXPECT(cudaMalloc(&q, MiB), cudaSuccess);
+	EXPECT(cudaFreeAsync(q, s), cudaSuccess);
+	EXPECT(cudaMemsetAsync(q, 0, MiB, s), cudaErrorInvalidValue);
+	EXPECT(cudaFree(q), cudaErrorInvalidValue);
+	EXPECT(cudaStreamSynchronize(s), cudaSuccess);
+
 	/* cudaMallocAsync memory is usable in stream order. */
 	char *r, out[8] = {0};
 	EXPECT(cudaMallocAsync((void **)&r, 8, s), cudaSuccess);
@@ -382,7 +393,8 @@ static void case_events(void)
 	EXPECT(cudaEventRecord(stop, s1), cudaSuccess);
 	EXPECT(cudaEventRecord(untimed, s1), cudaSuccess);
 	/* s2 waits for stop, then runs a host function that must not call CUDA. */
-	EXPECT(cudaStreamWaitEvent(s2, stop, 0), cudaSuccess);
+	EXPECT(cudaStreamWaitEvent(s2, stop, cudaEventWaitExternal), cudaSuccess);
+	EXPECT(cudaStreamWaitEvent(s2, stop, 0x2), cudaErrorInvalidValue);
 	EXPECT(cudaLaunchHostFunc(s2, call_cuda, &from_host_fn), cudaSuccess);
 	EXPECT(cudaEventRecord(marker, s2), cudaSuccess);
 	EXPECT(cudaEventQuery(marker), cudaErrorNotReady);
@@ -649,7 +661,14 @@ static void case_pointers(void)
 	EXPECT(cudaPointerGetAttributes(&a, pinned), cudaSuccess);
 	CHECK(a.type == cudaMemoryTypeHost && a.hostPointer == pinned && a.devicePointer == pinned);
 	EXPECT(cudaPointerGetAttributes(&a, stack), cudaSuccess);
-	CHECK(a.type == cudaMemoryTypeUnregistered);
+	/* Unregistered memory: the pointer comes back as the host pointer, unchecked. */
+	CHECK(a.type == cudaMemoryTypeUnregistered && a.hostPointer == stack && a.devicePointer == NULL);
+	/* CUDA 12's struct ends in reserved[8]; the runtime writes only the four fields before it. */
+	CHECK(sizeof(struct cudaPointerAttributes) == 24 + 8 * sizeof(long));
+	memset(a.reserved, 0x5a, sizeof(a.reserved));
+	EXPECT(cudaPointerGetAttributes(&a, d), cudaSuccess);
+	for (size_t i = 0; i < sizeof(a.reserved); i++)
+		CHECK(((unsigned char *)a.reserved)[i] == 0x5a);
 
 	EXPECT(cudaHostGetDevicePointer(&dev_of_pinned, mapped, 0), cudaSuccess);
 	CHECK(dev_of_pinned == mapped);
@@ -731,6 +750,322 @@ static void case_properties(void)
 	CHECK(v == 12040);
 }
 
+/* cudaMemGetInfo's used bytes on device, making it current. */
+static size_t used_on(int device)
+{
+	EXPECT(cudaSetDevice(device), cudaSuccess);
+	return device_used();
+}
+
+/*
+ * SIMCUDA_DEVICES=2x1GiB. A preferred location keeps data from migrating only
+ * while the data is there; data elsewhere migrates to the device that
+ * accesses it (cudaMemAdviseSetPreferredLocation).
+ */
+static void case_managed_preferred(void)
+{
+	const size_t size = 64 * MiB;
+	char *m;
+	cudaStream_t s1;
+
+	size_t base0 = used_on(0), base1 = used_on(1);
+	EXPECT(cudaStreamCreate(&s1), cudaSuccess); /* a stream of device 1 */
+	EXPECT(cudaSetDevice(0), cudaSuccess);
+	EXPECT(cudaMallocManaged((void **)&m, size, cudaMemAttachGlobal), cudaSuccess);
+	EXPECT(cudaMemAdvise(m, size, cudaMemAdviseSetPreferredLocation, 1), cudaSuccess);
+	/* Untouched, so on the host, not at its preferred location: device 0's access moves it. */
+	EXPECT(cudaMemset(m, 1, size), cudaSuccess);
+	CHECK(used_on(0) == base0 + size && used_on(1) == base1);
+	/* At its preferred location, device 0's access leaves it there. */
+	EXPECT(cudaMemPrefetchAsync(m, size, 1, s1), cudaSuccess);
+	EXPECT(cudaStreamSynchronize(s1), cudaSuccess);
+	CHECK(used_on(0) == base0 && used_on(1) == base1 + size);
+	EXPECT(cudaSetDevice(0), cudaSuccess);
+	EXPECT(cudaMemset(m, 2, size), cudaSuccess);
+	CHECK(used_on(0) == base0 && used_on(1) == base1 + size);
+	CHECK(m[0] == 2 && m[size - 1] == 2);
+	EXPECT(cudaFree(m), cudaSuccess);
+}
+
+/* A gate that a watchdog thread opens after delay_ms, unless released earlier. */
+struct watchdog {
+	struct gate gate;
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int released, fired;
+	long delay_ms;
+	pthread_t thread;
+};
+
+static void *watchdog_run(void *arg)
+{
+	struct watchdog *w = arg;
+	struct timespec deadline;
+
+	clock_gettime(CLOCK_REALTIME, &deadline);
+	deadline.tv_sec += w->delay_ms / 1000;
+	deadline.tv_nsec += (w->delay_ms % 1000) * 1000000;
+	if (deadline.tv_nsec >= 1000000000) {
+		deadline.tv_sec++;
+		deadline.tv_nsec -= 1000000000;
+	}
+	pthread_mutex_lock(&w->lock);
+	while (!w->released)
+		if (pthread_cond_timedwait(&w->cond, &w->lock, &deadline) != 0)
+			break;
+	w->fired = !w->released;
+	pthread_mutex_unlock(&w->lock);
+	gate_open(&w->gate);
+	return NULL;
+}
+
+static void watchdog_start(struct watchdog *w, long delay_ms)
+{
+	gate_init(&w->gate);
+	w->delay_ms = delay_ms;
+	pthread_mutex_init(&w->lock, NULL);
+	pthread_cond_init(&w->cond, NULL);
+	w->released = w->fired = 0;
+	CHECK(pthread_create(&w->thread, NULL, watchdog_run, w) == 0);
+}
+
+/* Opens the gate now; returns whether the watchdog had to open it already. */
+static int watchdog_release(struct watchdog *w)
+{
+	pthread_mutex_lock(&w->lock);
+	int fired = w->fired;
+	w->released = 1;
+	pthread_cond_signal(&w->cond);
+	pthread_mutex_unlock(&w->lock);
+	CHECK(pthread_join(w->thread, NULL) == 0);
+	return fired;
+}
+
+/*
+ * cudaFree of cudaMallocAsync memory does not synchronise (cudaFree's note);
+ * freeing it under pending work is refused loudly, a documented deviation.
+ */
+static void case_free_async_pointer(void)
+{
+	cudaStream_t blocked, other;
+	struct watchdog w;
+	void *p, *busy;
+
+	EXPECT(cudaStreamCreateWithFlags(&blocked, cudaStreamNonBlocking), cudaSuccess);
+	EXPECT(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+	EXPECT(cudaMallocAsync(&p, MiB, other), cudaSuccess);
+	EXPECT(cudaMallocAsync(&busy, MiB, other), cudaSuccess);
+	EXPECT(cudaStreamSynchronize(other), cudaSuccess);
+	size_t used = device_used();
+
+	/* Ten seconds: far beyond any scheduling delay, so only a wrong wait reaches it. */
+	watchdog_start(&w, 10000);
+	EXPECT(cudaLaunchHostFunc(blocked, gate_wait, &w.gate), cudaSuccess);
+	EXPECT(cudaMemsetAsync(busy, 0, MiB, blocked), cudaSuccess);
+	/* Returns while the device still has pending work. */
+	EXPECT(cudaFree(p), cudaSuccess);
+	CHECK(device_used() == used - MiB);
+	/* busy is still used by the blocked stream: refused, nothing changes. */
+	EXPECT(cudaFree(busy), cudaErrorIllegalState);
+	EXPECT(cudaGetLastError(), cudaErrorIllegalState);
+	CHECK(device_used() == used - MiB);
+	CHECK(!watchdog_release(&w));
+	EXPECT(cudaStreamSynchronize(blocked), cudaSuccess);
+	EXPECT(cudaFree(busy), cudaSuccess);
+	CHECK(device_used() == used - 2 * MiB);
+}
+
+/* Async copies between host buffers are fully synchronous ("API synchronization behavior"). */
+static void case_async_host_copy(void)
+{
+	cudaStream_t s;
+	struct watchdog w;
+	char *src, *dst;
+
+	EXPECT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+	EXPECT(cudaMallocHost((void **)&src, 64), cudaSuccess);
+	EXPECT(cudaMallocHost((void **)&dst, 64), cudaSuccess);
+	memset(dst, 0, 64);
+	strcpy(src, "pinned to pinned");
+	/* A wrong copy returns before the gate opens; a right one waits, whatever the delay. */
+	watchdog_start(&w, 100);
+	EXPECT(cudaLaunchHostFunc(s, gate_wait, &w.gate), cudaSuccess);
+	/* The stream is blocked until the watchdog fires: the copy can only return after that. */
+	EXPECT(cudaMemcpyAsync(dst, src, 64, cudaMemcpyHostToHost, s), cudaSuccess);
+	CHECK(strcmp(dst, "pinned to pinned") == 0);
+	CHECK(watchdog_release(&w));
+	EXPECT(cudaStreamSynchronize(s), cudaSuccess);
+}
+
+/*
+ * cudaDeviceReset (cuDevicePrimaryCtxReset) destroys the context's state but
+ * releases no one's retain: another holder may still release it afterwards.
+ */
+static void case_primary_reset(void)
+{
+	CUcontext ctx;
+	unsigned int flags;
+	int active = -1;
+	void *p;
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+	EXPECT(cudaMalloc(&p, MiB), cudaSuccess);
+	EXPECT(cudaDeviceReset(), cudaSuccess);
+	EXPECT(cuDevicePrimaryCtxGetState(0, &flags, &active), CUDA_SUCCESS);
+	CHECK(active == 0);
+	EXPECT(cuDevicePrimaryCtxRelease(0), CUDA_SUCCESS); /* the retain above survived the reset */
+	EXPECT(cuDevicePrimaryCtxRelease(0), CUDA_ERROR_INVALID_CONTEXT); /* and was the last one */
+	/* The runtime retains the context again on its next call. */
+	EXPECT(cudaMalloc(&p, MiB), cudaSuccess);
+	EXPECT(cuDevicePrimaryCtxGetState(0, &flags, &active), CUDA_SUCCESS);
+	CHECK(active == 1);
+	EXPECT(cudaFree(p), cudaSuccess);
+}
+
+/*
+ * SIMCUDA_DEVICES=1GiB. The default pool reuses memory whose cudaFreeAsync is
+ * still queued: on the same stream as it is, on another stream by making that
+ * stream wait for the free (cudaMemPoolReuse*, enabled by default).
+ */
+static void case_pool_reuse(void)
+{
+	static const char reused = 'R';
+	cudaStream_t s1, s2;
+	struct gate g;
+	void *p, *q, *r;
+
+	gate_init(&g);
+	EXPECT(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+	EXPECT(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
+	EXPECT(cudaLaunchHostFunc(s1, gate_wait, &g), cudaSuccess);
+	EXPECT(cudaMallocAsync(&p, 768 * MiB, s1), cudaSuccess);
+	EXPECT(cudaFreeAsync(p, s1), cudaSuccess); /* queued behind the gate */
+	/* Same stream: the queued free's memory serves the next allocation. */
+	EXPECT(cudaMallocAsync(&q, 768 * MiB, s1), cudaSuccess);
+	CHECK(device_used() == 768 * MiB);
+	/* Plain cudaMalloc memory is not the pool's: its queued free cannot be reused. */
+	EXPECT(cudaMalloc(&p, 256 * MiB), cudaSuccess);
+	EXPECT(cudaFreeAsync(p, s1), cudaSuccess);
+	EXPECT(cudaMallocAsync(&p, 256 * MiB, s2), cudaErrorMemoryAllocation);
+	/* Another stream: it reuses q's memory once s1 reaches q's free. */
+	EXPECT(cudaFreeAsync(q, s1), cudaSuccess);
+	EXPECT(cudaMallocAsync(&r, 768 * MiB, s2), cudaSuccess);
+	EXPECT(cudaLaunchHostFunc(s2, log_letter, (void *)&reused), cudaSuccess);
+	CHECK(device_used() == GiB);
+	EXPECT(cudaStreamQuery(s2), cudaErrorNotReady); /* waits for s1's free */
+	CHECK(order_log[0] == '\0');
+	gate_open(&g);
+	EXPECT(cudaStreamSynchronize(s2), cudaSuccess);
+	CHECK(strcmp(order_log, "R") == 0);
+	EXPECT(cudaStreamSynchronize(s1), cudaSuccess);
+	CHECK(device_used() == 768 * MiB);
+	EXPECT(cudaFreeAsync(r, s2), cudaSuccess);
+	EXPECT(cudaStreamSynchronize(s2), cudaSuccess);
+	CHECK(device_used() == 0);
+}
+
+/* SIMCUDA_DEVICES=2x1GiB. An event records only on streams of its own device (cudaEventRecord). */
+static void case_event_device(void)
+{
+	cudaStream_t s1;
+	cudaEvent_t e0, e1;
+
+	EXPECT(cudaSetDevice(0), cudaSuccess);
+	EXPECT(cudaEventCreate(&e0), cudaSuccess);
+	EXPECT(cudaSetDevice(1), cudaSuccess);
+	EXPECT(cudaEventCreate(&e1), cudaSuccess);
+	EXPECT(cudaStreamCreate(&s1), cudaSuccess);
+	EXPECT(cudaEventRecord(e0, s1), cudaErrorInvalidResourceHandle);
+	EXPECT(cudaEventRecord(e0, 0), cudaErrorInvalidResourceHandle); /* device 1's legacy stream */
+	EXPECT(cudaEventRecord(e1, s1), cudaSuccess);
+	/* Waiting is allowed across devices. */
+	EXPECT(cudaSetDevice(0), cudaSuccess);
+	EXPECT(cudaStreamWaitEvent(0, e1, 0), cudaSuccess);
+	EXPECT(cudaEventRecord(e0, 0), cudaSuccess);
+	EXPECT(cudaEventSynchronize(e0), cudaSuccess);
+}
+
+/*
+ * Zero-byte requests: the runtime's allocators succeed with NULL and their
+ * frees accept NULL; cudaMallocManaged and cuMemAlloc refuse zero bytes, as
+ * documented.
+ */
+static void case_zero_size(void)
+{
+	void *p = (void *)0x1234;
+	CUdeviceptr d = 1;
+	cudaStream_t s;
+
+	EXPECT(cudaStreamCreate(&s), cudaSuccess);
+	size_t used = device_used();
+	EXPECT(cudaMalloc(&p, 0), cudaSuccess);
+	CHECK(p == NULL);
+	EXPECT(cudaFree(p), cudaSuccess);
+	p = (void *)0x1234;
+	EXPECT(cudaMallocHost(&p, 0), cudaSuccess);
+	CHECK(p == NULL);
+	EXPECT(cudaFreeHost(p), cudaSuccess);
+	p = (void *)0x1234;
+	EXPECT(cudaHostAlloc(&p, 0, cudaHostAllocMapped), cudaSuccess);
+	CHECK(p == NULL);
+	EXPECT(cudaHostAlloc(&p, 0, 0x100), cudaErrorInvalidValue);
+	p = (void *)0x1234;
+	EXPECT(cudaMallocAsync(&p, 0, s), cudaSuccess);
+	CHECK(p == NULL);
+	EXPECT(cudaFreeAsync(p, s), cudaSuccess);
+	EXPECT(cudaStreamSynchronize(s), cudaSuccess);
+	EXPECT(cudaMallocManaged(&p, 0, cudaMemAttachGlobal), cudaErrorInvalidValue);
+	EXPECT(cuMemAlloc_v2(&d, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cudaMalloc(NULL, 16), cudaErrorInvalidValue);
+	EXPECT(cudaMallocHost(NULL, 0), cudaErrorInvalidValue);
+	CHECK(device_used() == used);
+}
+
+/*
+ * cudaFreeAsync reaching its stream while another stream still has work on
+ * that memory (a missing dependency) stops the process with a message
+ * instead of corrupting memory silently. Runs in a child forked before any
+ * CUDA use, which it then initialises itself.
+ */
+static void case_free_async_race(void)
+{
+	int err[2];
+
+	CHECK(pipe(err) == 0);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		struct rlimit no_core = {0, 0};
+		cudaStream_t s1, s2;
+		struct gate g;
+		void *p;
+
+		setrlimit(RLIMIT_CORE, &no_core); /* the abort is the expected outcome */
+		dup2(err[1], 2);
+		gate_init(&g);
+		EXPECT(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking), cudaSuccess);
+		EXPECT(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking), cudaSuccess);
+		EXPECT(cudaMallocAsync(&p, MiB, s1), cudaSuccess);
+		EXPECT(cudaStreamSynchronize(s1), cudaSuccess);
+		EXPECT(cudaLaunchHostFunc(s2, gate_wait, &g), cudaSuccess);
+		EXPECT(cudaMemsetAsync(p, 0, MiB, s2), cudaSuccess);
+		EXPECT(cudaFreeAsync(p, s1), cudaSuccess); /* no dependency on s2's memset */
+		cudaStreamSynchronize(s1);
+		_exit(0);
+	}
+	close(err[1]);
+	char msg[512] = {0};
+	size_t n = 0;
+	ssize_t r;
+	while (n < sizeof(msg) - 1 && (r = read(err[0], msg + n, sizeof(msg) - 1 - n)) > 0)
+		n += (size_t)r;
+	int status;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT);
+	CHECK(strstr(msg, "missing stream dependency") != NULL);
+}
+
 /* Holds 768 MiB of a 1 GiB device until stdin closes (for shared_capacity). */
 static void case_hold(void)
 {
@@ -779,6 +1114,14 @@ static const struct {
 	{"context_bytes", case_context_bytes},
 	{"bad_config", case_bad_config},
 	{"properties", case_properties},
+	{"managed_preferred", case_managed_preferred},
+	{"free_async_pointer", case_free_async_pointer},
+	{"async_host_copy", case_async_host_copy},
+	{"primary_reset", case_primary_reset},
+	{"pool_reuse", case_pool_reuse},
+	{"event_device", case_event_device},
+	{"zero_size", case_zero_size},
+	{"free_async_race", case_free_async_race},
 };
 
 int main(int argc, char **argv)

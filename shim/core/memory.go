@@ -1,0 +1,617 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/spillway-gpu/spillway/interpose"
+	"github.com/spillway-gpu/spillway/pool"
+	"github.com/spillway-gpu/spillway/shim/config"
+)
+
+// allocKind says which CUDA call asked for memory.
+type allocKind int
+
+const (
+	kindDevice allocKind = iota
+	kindManaged
+	kindAsync
+	kindPitch
+)
+
+func (k allocKind) String() string {
+	return [...]string{"cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cudaMallocPitch"}[k]
+}
+
+// request is one allocation call.
+type request struct {
+	device int
+	size   uint64
+	kind   allocKind
+	flags  uint32           // cudaMallocManaged
+	stream interpose.Stream // cudaMallocAsync
+}
+
+// block is what the front reports to the alloc and free probe points for
+// one call; ok is false when there is nothing to report.
+type block struct {
+	size   uint64
+	device int
+	tier   interpose.Tier
+	source interpose.Source
+	ok     bool
+}
+
+// realRuntime is the part of the real CUDA runtime the core calls;
+// *interpose.Runtime implements it, and tests substitute a fake.
+type realRuntime interface {
+	Malloc(size uint64) (interpose.DevicePtr, interpose.Error)
+	MallocManaged(size uint64, flags uint32) (interpose.DevicePtr, interpose.Error)
+	MallocAsync(size uint64, s interpose.Stream) (interpose.DevicePtr, interpose.Error)
+	Free(p interpose.DevicePtr) interpose.Error
+	FreeAsync(p interpose.DevicePtr, s interpose.Stream) interpose.Error
+	MemGetInfo() (free, total uint64, rc interpose.Error)
+	DeviceReset() interpose.Error
+	GetDevice() (int, interpose.Error)
+	SetDevice(device int) interpose.Error
+	DeviceSynchronize() interpose.Error
+	StreamSynchronize(s interpose.Stream) interpose.Error
+	StreamDestroy(s interpose.Stream) interpose.Error
+	EventCreate(flags uint32) (interpose.Event, interpose.Error)
+	EventRecord(e interpose.Event, s interpose.Stream) interpose.Error
+	EventQuery(e interpose.Event) interpose.Error
+	EventSynchronize(e interpose.Event) interpose.Error
+	EventDestroy(e interpose.Event) interpose.Error
+	DeviceGetAttribute(attr interpose.DeviceAttr, device int) (int, interpose.Error)
+	HostAlloc(size uint64, flags uint32) (uint64, interpose.Error)
+	FreeHost(host uint64) interpose.Error
+	HostGetDevicePointer(host uint64) (interpose.DevicePtr, interpose.Error)
+	MemAdvise(p interpose.DevicePtr, size uint64, advice interpose.Advice, device int) interpose.Error
+	MemPrefetchAsync(p interpose.DevicePtr, size uint64, device int, s interpose.Stream) interpose.Error
+}
+
+// probeSink fires the probe points; *interpose.Probes implements it.
+type probeSink interface {
+	Alloc(ptr interpose.DevicePtr, size uint64, device int, tier interpose.Tier, source interpose.Source)
+	Free(ptr interpose.DevicePtr, size uint64, device int, tier interpose.Tier)
+	Sync(device int, freedBytes uint64)
+	Spill(ptr interpose.DevicePtr, size uint64, device int, tier interpose.Tier)
+	Promote(ptr interpose.DevicePtr, size uint64, device int, tier interpose.Tier)
+	Refuse(size uint64, device int, used, quota uint64)
+}
+
+// refusalFunc reports a request refused for the quota (or the host limit).
+type refusalFunc func(kind allocKind, size uint64, device int, used, quota uint64)
+
+// memory serves the interposed calls once the configuration is valid. Each
+// device gets a pool.Pool at its first allocation, over a backing that calls
+// the real runtime (backing.go); with SPILLWAY_POOL=0 the pool passes every
+// request through and keeps only the quota's accounting. Memory the pool
+// does not serve (the application's own managed memory, allocations the
+// front passed through while the core was starting) is accounted beside it,
+// against the same quota.
+type memory struct {
+	rt      realRuntime
+	cfg     config.Config
+	probes  probeSink
+	log     *logrus.Logger
+	refused refusalFunc
+
+	mu      sync.Mutex // creating and dropping devices
+	devices [maxDevices]atomic.Pointer[device]
+	live    atomic.Pointer[[]*device] // the devices in use, by ordinal: the free path's search list
+	warned  atomic.Bool               // the managed-to-pinned fallback was logged
+}
+
+// maxDevices bounds device ordinals, as config does for SPILLWAY_MEMORY_LIMIT_<n>.
+const maxDevices = 1024
+
+// granule is the unit in which memory is accounted: the pool's alignment,
+// which is also what CUDA charges small allocations in.
+const granule = pool.Alignment
+
+// charge is what an allocation of size bytes holds on the device.
+func charge(size uint64) uint64 {
+	if size > ^uint64(0)-granule {
+		return size
+	}
+	return (size + granule - 1) / granule * granule
+}
+
+func newMemory(rt realRuntime, cfg config.Config, probes probeSink, log *logrus.Logger, refused refusalFunc) *memory {
+	m := &memory{rt: rt, cfg: cfg, probes: probes, log: log, refused: refused}
+	m.live.Store(&[]*device{})
+	return m
+}
+
+// device is one device in use: its pool and the accounting it shares with
+// the memory outside the pool.
+type device struct {
+	ordinal int
+	quota   uint64 // the device's quota, or its real total without one
+	limited bool   // a quota is configured
+	pool    *pool.Pool
+	back    *backing
+	err     error // why there is no pool (an invalid pool setting for this device)
+	acct    *account
+	events  eventSlots
+}
+
+// account is one device's bytes against its quota: what the pool holds
+// through its backing, and what is held outside the pool. Without a
+// configured quota, memory outside the pool is recorded but never refused
+// nor counted against the pool: managed memory may exceed the device.
+type account struct {
+	mu      sync.Mutex
+	quota   uint64
+	limited bool
+	pool    uint64
+	ext     uint64
+	// extBlocks are the allocations outside the pool.
+	extBlocks map[interpose.DevicePtr]extBlock
+}
+
+type extBlock struct {
+	size uint64 // charged
+	tier interpose.Tier
+}
+
+// take admits size bytes for the pool or outside it, if the quota holds them.
+func (a *account) take(size uint64, outside bool) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	held := a.pool
+	if a.limited {
+		held += a.ext
+	}
+	if (a.limited || !outside) && (held > a.quota || size > a.quota-held) {
+		return false
+	}
+	if outside {
+		a.ext += size
+	} else {
+		a.pool += size
+	}
+	return true
+}
+
+func (a *account) give(size uint64, outside bool) {
+	a.mu.Lock()
+	if outside {
+		a.ext -= size
+	} else {
+		a.pool -= size
+	}
+	a.mu.Unlock()
+}
+
+func (a *account) used() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.pool + a.ext
+}
+
+// existing returns the device if it is in use.
+func (m *memory) existing(ordinal int) *device {
+	if ordinal < 0 || ordinal >= maxDevices {
+		return nil
+	}
+	return m.devices[ordinal].Load()
+}
+
+// device returns the device, creating its pool at its first use.
+func (m *memory) device(ordinal int) (*device, interpose.Error) {
+	if ordinal < 0 || ordinal >= maxDevices {
+		return nil, interpose.ErrorInvalidDevice
+	}
+	if d := m.devices[ordinal].Load(); d != nil {
+		return d, interpose.Success
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d := m.devices[ordinal].Load(); d != nil {
+		return d, interpose.Success
+	}
+	d, rc := m.newDevice(ordinal)
+	if rc != interpose.Success {
+		return nil, rc
+	}
+	m.devices[ordinal].Store(d)
+	m.refreshLive()
+	return d, interpose.Success
+}
+
+// refreshLive rebuilds the list of devices in use; m.mu is held.
+func (m *memory) refreshLive() {
+	var live []*device
+	for i := range m.devices {
+		if d := m.devices[i].Load(); d != nil {
+			live = append(live, d)
+		}
+	}
+	m.live.Store(&live)
+}
+
+// onDevice runs f with ordinal as the calling thread's current device.
+func onDevice[T any](rt realRuntime, ordinal int, f func() (T, interpose.Error)) (T, interpose.Error) {
+	cur, rc := rt.GetDevice()
+	if rc == interpose.Success && cur == ordinal {
+		return f()
+	}
+	var zero T
+	if rc := rt.SetDevice(ordinal); rc != interpose.Success {
+		return zero, rc
+	}
+	defer rt.SetDevice(cur)
+	return f()
+}
+
+type info struct{ free, total uint64 }
+
+func (m *memory) realInfo(ordinal int) (info, interpose.Error) {
+	return onDevice(m.rt, ordinal, func() (info, interpose.Error) {
+		f, t, rc := m.rt.MemGetInfo()
+		return info{f, t}, rc
+	})
+}
+
+// newDevice resolves the device's quota and creates its pool. An invalid
+// pool setting for this device (a reserve above the quota) leaves it
+// without a pool: its allocations fail, as for any invalid configuration.
+func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
+	real, rc := m.realInfo(ordinal)
+	if rc != interpose.Success {
+		return nil, rc
+	}
+	limit := m.cfg.LimitFor(ordinal)
+	d := &device{ordinal: ordinal, quota: real.total, limited: limit.IsSet()}
+	if d.limited {
+		d.quota = limit.Resolve(real.total)
+	}
+	d.acct = &account{quota: d.quota, limited: d.limited, extBlocks: map[interpose.DevicePtr]extBlock{}}
+	opt := pool.DefaultOptions(d.quota)
+	opt.Pooling = m.cfg.Pool
+	opt.StrictFree = m.cfg.FreeSync
+	if t := m.cfg.ReleaseThreshold; t != nil {
+		opt.ReleaseThreshold = t.Resolve(d.quota)
+	}
+	opt.Reserve = m.cfg.PoolReserve
+	opt.Oversubscribe = m.cfg.Oversubscribe
+	if m.cfg.HostLimit > 0 {
+		opt.HostLimit = m.cfg.HostLimit
+	}
+	if m.cfg.Spill == config.SpillPinned {
+		opt.SpillTier = pool.TierPinned
+	} else if m.cfg.Oversubscribe && !m.managedSupported(ordinal) {
+		opt.SpillTier = pool.TierPinned
+	}
+	opt.Observer = &observer{d: d, probes: m.probes}
+	d.back = newBacking(m.rt, ordinal, d.acct)
+	p, err := pool.New(d.back, opt)
+	if err != nil {
+		d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
+		if m.cfg.PoolReserve > d.quota {
+			d.err = &config.Error{Name: config.EnvPoolReserve, Value: fmt.Sprint(m.cfg.PoolReserve),
+				Reason:  fmt.Sprintf("larger than the quota of device %d (%d bytes)", ordinal, d.quota),
+				Example: config.EnvPoolReserve + "=" + fmt.Sprint(d.quota/2)}
+		}
+		m.log.Errorf("%v; every CUDA allocation on device %d will fail with cudaErrorInitializationError until it is fixed", d.err, ordinal)
+	}
+	d.pool = p
+	m.log.Debugf("device %d: quota %d bytes (configured: %v), pool %v", ordinal, d.quota, d.limited, m.cfg.Pool)
+	return d, interpose.Success
+}
+
+// managedSupported asks the device; a device without managed memory gets
+// pinned spilling, said once in the log.
+func (m *memory) managedSupported(ordinal int) bool {
+	v, rc := m.rt.DeviceGetAttribute(interpose.DevAttrManagedMemory, ordinal)
+	if rc == interpose.Success && v != 0 {
+		return true
+	}
+	if !m.warned.Swap(true) {
+		m.log.Warnf("device %d does not support managed memory (%s=managed): spilling to mapped pinned host memory instead", ordinal, config.EnvSpill)
+	}
+	return false
+}
+
+// stream turns the stream handle the front passes into the pool's stream:
+// cudaStreamLegacy is the legacy stream 0; per-thread identities (see
+// perThreadBit) pass as they are.
+func stream(s interpose.Stream) pool.Stream {
+	if s == interpose.StreamLegacy {
+		return 0
+	}
+	return pool.Stream(s)
+}
+
+// cudaError maps an error of the pool to the CUDA error the call returns.
+func cudaError(err error) interpose.Error {
+	var rc interpose.Error
+	switch {
+	case err == nil:
+		return interpose.Success
+	case errors.Is(err, pool.ErrOutOfMemory), errors.Is(err, pool.ErrTooLarge):
+		return interpose.ErrorMemoryAllocation
+	case errors.Is(err, pool.ErrInvalidFree), errors.Is(err, pool.ErrClosed):
+		return interpose.ErrorInvalidValue
+	case errors.As(err, &rc):
+		return rc
+	}
+	return interpose.ErrorUnknown
+}
+
+func (m *memory) malloc(r request) (interpose.DevicePtr, block, interpose.Error) {
+	d, rc := m.device(r.device)
+	if rc != interpose.Success {
+		return 0, block{}, rc
+	}
+	if d.pool == nil {
+		return 0, block{}, interpose.ErrorInitialization
+	}
+	if r.kind == kindManaged {
+		return m.mallocManaged(d, r)
+	}
+	var p uint64
+	var err error
+	if r.kind == kindAsync {
+		p, err = d.pool.AllocAsync(r.size, stream(r.stream))
+	} else {
+		p, err = d.pool.Alloc(r.size)
+	}
+	if err != nil {
+		return 0, block{}, m.failed(d, r.kind, r.size, err)
+	}
+	return interpose.DevicePtr(p), d.events.take(p, eventAlloc, d.ordinal), interpose.Success
+}
+
+// failed logs a refusal (the probe point fired in the pool's observer) and
+// returns the CUDA error.
+func (m *memory) failed(d *device, kind allocKind, size uint64, err error) interpose.Error {
+	rc := cudaError(err)
+	var spill *spillError
+	if errors.As(err, &spill) {
+		if suppressed, ok := allowWarning(); ok {
+			m.log.WithField("suppressed", suppressed).Warnf("%s of %d bytes on device %d failed: the quota is full and %v", kind, size, d.ordinal, spill)
+		}
+	} else if rc == interpose.ErrorMemoryAllocation {
+		m.refused(kind, size, d.ordinal, d.acct.used(), d.quota)
+	}
+	m.log.Debugf("%s of %d bytes on device %d: %v", kind, size, d.ordinal, err)
+	return rc
+}
+
+// mallocManaged passes the application's own managed memory through,
+// counted against the quota like device memory.
+func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, block, interpose.Error) {
+	size := charge(r.size)
+	if !d.acct.take(size, true) {
+		used := d.acct.used()
+		m.probes.Refuse(r.size, d.ordinal, used, d.quota)
+		m.refused(r.kind, r.size, d.ordinal, used, d.quota)
+		return 0, block{}, interpose.ErrorMemoryAllocation
+	}
+	p, rc := m.rt.MallocManaged(r.size, r.flags)
+	if rc != interpose.Success || p == 0 {
+		d.acct.give(size, true)
+		return 0, block{}, rc
+	}
+	d.acct.mu.Lock()
+	d.acct.extBlocks[p] = extBlock{size, interpose.TierHostManaged}
+	d.acct.mu.Unlock()
+	return p, block{size: size, device: d.ordinal, tier: interpose.TierHostManaged, source: interpose.SourcePassThrough, ok: true}, interpose.Success
+}
+
+// mallocPitch pads rows to the pool's alignment, as CUDA pads them to its
+// pitch alignment, and serves the whole as one allocation.
+func (m *memory) mallocPitch(device int, width, height uint64) (interpose.DevicePtr, uint64, block, interpose.Error) {
+	if width == 0 || height == 0 {
+		return 0, 0, block{}, interpose.ErrorInvalidValue
+	}
+	pitch := charge(width)
+	if pitch < width || height > ^uint64(0)/pitch {
+		return 0, 0, block{}, interpose.ErrorInvalidValue
+	}
+	p, b, rc := m.malloc(request{device: device, size: pitch * height, kind: kindPitch})
+	if rc != interpose.Success {
+		return 0, 0, block{}, rc
+	}
+	return p, pitch, b, interpose.Success
+}
+
+// free releases p. A pointer no pool owns is looked up among the memory
+// held outside the pools, then goes to the real runtime as is, which gives
+// CUDA's own answer (NULL, memory from a path the shim does not see).
+func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) (block, bool, interpose.Error) {
+	for _, d := range *m.live.Load() {
+		if d.pool == nil {
+			continue
+		}
+		var err error
+		if async {
+			spilled := d.back.spilled.Load()
+			if spilled {
+				d.back.freeingOn(uint64(p), stream(s))
+			}
+			err = d.pool.FreeAsync(uint64(p), stream(s))
+			if spilled {
+				d.back.done(uint64(p))
+			}
+		} else {
+			err = d.pool.Free(uint64(p))
+		}
+		switch {
+		case errors.Is(err, pool.ErrNotOwned):
+			continue
+		case errors.Is(err, pool.ErrInvalidFree), errors.Is(err, pool.ErrClosed):
+			return block{}, false, interpose.ErrorInvalidValue
+		}
+		b := d.events.take(uint64(p), eventFree, d.ordinal)
+		if err != nil && !isPromoteError(err) {
+			return b, b.ok, cudaError(err)
+		}
+		if err != nil {
+			// The free itself succeeded; a promotion after it did not.
+			m.log.Debugf("after freeing %#x on device %d: %v", uint64(p), d.ordinal, err)
+		}
+		return b, b.ok, interpose.Success
+	}
+	return m.freeOutside(p, s, async)
+}
+
+func (m *memory) freeOutside(p interpose.DevicePtr, s interpose.Stream, async bool) (block, bool, interpose.Error) {
+	for _, d := range *m.live.Load() {
+		d.acct.mu.Lock()
+		e, ok := d.acct.extBlocks[p]
+		delete(d.acct.extBlocks, p)
+		d.acct.mu.Unlock()
+		if !ok {
+			continue
+		}
+		rc := m.realFree(d, p, s, async)
+		if rc != interpose.Success {
+			d.acct.mu.Lock()
+			d.acct.extBlocks[p] = e // still allocated as far as CUDA is concerned
+			d.acct.mu.Unlock()
+			return block{}, false, rc
+		}
+		d.acct.give(e.size, true)
+		return block{size: e.size, device: d.ordinal, tier: e.tier, source: interpose.SourcePassThrough, ok: true}, true, interpose.Success
+	}
+	if async {
+		return block{}, false, m.rt.FreeAsync(p, s)
+	}
+	return block{}, false, m.rt.Free(p)
+}
+
+// realFree frees memory of d outside its pool. cudaFree synchronizes the
+// device, which the pool is told about.
+func (m *memory) realFree(d *device, p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
+	if async {
+		return m.rt.FreeAsync(p, s)
+	}
+	if d.pool == nil {
+		return m.rt.Free(p)
+	}
+	t := d.pool.SyncBegin()
+	rc := m.rt.Free(p)
+	if rc == interpose.Success {
+		_ = d.pool.SyncEnd(t) // an error here is a failed promotion, counted in the stats
+	}
+	return rc
+}
+
+// memGetInfo describes the device as the quota makes it: total = the quota,
+// free = what is left of it (never more than the device really has free)
+// plus what the pool holds cached, which is the application's to use.
+// Spilled host memory is not counted. Without a quota, the real values plus
+// the cache.
+func (m *memory) memGetInfo(ordinal int) (free, total uint64, rc interpose.Error) {
+	free, total, rc = m.rt.MemGetInfo()
+	if rc != interpose.Success {
+		return 0, 0, rc
+	}
+	d := m.existing(ordinal)
+	if d == nil {
+		limit := m.cfg.LimitFor(ordinal)
+		if !limit.IsSet() {
+			return free, total, interpose.Success
+		}
+		quota := limit.Resolve(total)
+		return min(quota, free), quota, interpose.Success
+	}
+	var cached uint64
+	if d.pool != nil {
+		cached = d.pool.Stats().CachedBytes
+	}
+	if !d.limited {
+		return min(free+cached, total), total, interpose.Success
+	}
+	left := uint64(0)
+	if used := d.acct.used(); used < d.quota {
+		left = d.quota - used
+	}
+	return min(min(left, free)+cached, d.quota), d.quota, interpose.Success
+}
+
+// deviceReset drops the device's pool (closing it releases its memory)
+// before the runtime destroys every allocation; the next allocation creates
+// a new one.
+func (m *memory) deviceReset(ordinal int) interpose.Error {
+	if d := m.existing(ordinal); d != nil {
+		m.mu.Lock()
+		m.devices[ordinal].Store(nil)
+		m.refreshLive()
+		m.mu.Unlock()
+		if d.pool != nil {
+			if err := d.pool.Close(); err != nil {
+				m.log.Debugf("closing the pool of device %d before cudaDeviceReset: %v", ordinal, err)
+			}
+		}
+	}
+	return m.rt.DeviceReset()
+}
+
+// deviceSynchronize tells the pool about the application's synchronization,
+// so that what it freed before becomes reusable without another one.
+func (m *memory) deviceSynchronize(ordinal int) interpose.Error {
+	d := m.existing(ordinal)
+	if d == nil || d.pool == nil {
+		return m.rt.DeviceSynchronize()
+	}
+	t := d.pool.SyncBegin()
+	rc := m.rt.DeviceSynchronize()
+	if rc == interpose.Success {
+		d.back.settleAll()
+		if err := d.pool.SyncEnd(t); err != nil {
+			m.log.Debugf("after cudaDeviceSynchronize on device %d: %v", ordinal, err)
+		}
+	}
+	return rc
+}
+
+// streamDestroy makes the pools forget the stream before it goes away.
+func (m *memory) streamDestroy(s interpose.Stream) interpose.Error {
+	for _, d := range *m.live.Load() {
+		if d.pool != nil {
+			d.pool.ForgetStream(stream(s))
+		}
+	}
+	return m.rt.StreamDestroy(s)
+}
+
+// adopt accounts an allocation the front passed through while the core was
+// starting; it counts against the quota even if that exceeds it.
+func (m *memory) adopt(p interpose.DevicePtr, size uint64, ordinal int) {
+	d, rc := m.device(ordinal)
+	if rc != interpose.Success {
+		return
+	}
+	size = charge(size)
+	d.acct.mu.Lock()
+	d.acct.ext += size
+	d.acct.extBlocks[p] = extBlock{size, interpose.TierDevice}
+	d.acct.mu.Unlock()
+}
+
+// report writes one line of pool statistics per device in use.
+func (m *memory) report(w io.Writer, format config.Format) {
+	live := slices.Clone(*m.live.Load())
+	for _, d := range live {
+		if d.pool == nil {
+			continue
+		}
+		line := fmt.Sprintf("device %d: %s", d.ordinal, d.pool.Stats())
+		if format == config.FormatJSON {
+			fmt.Fprintf(w, "{\"level\":\"info\",\"device\":%d,\"msg\":%q}\n", d.ordinal, line)
+		} else {
+			fmt.Fprintf(w, "spillway: %s\n", line)
+		}
+	}
+}

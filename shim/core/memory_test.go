@@ -1,0 +1,520 @@
+package main
+
+import (
+	"io"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/interpose"
+	"github.com/spillway-gpu/spillway/shim/config"
+)
+
+// fakeRuntime is a device of a given size whose allocations are plain
+// counters; work completes at once, so every event is complete.
+type fakeRuntime struct {
+	mu        sync.Mutex
+	capacity  uint64
+	used      uint64 // device bytes: plain allocations and managed bytes on the device
+	next      interpose.DevicePtr
+	live      map[interpose.DevicePtr]fakeAlloc
+	current   int
+	failNext  interpose.Error
+	noManaged bool
+	events    int // live events
+	calls     map[string]int
+}
+
+type fakeAlloc struct {
+	size     uint64
+	kind     string // "device", "managed", "pinned"
+	onDevice bool   // managed memory prefetched to the device
+}
+
+func newFake(capacity uint64) *fakeRuntime {
+	return &fakeRuntime{capacity: capacity, next: 0x100000, live: map[interpose.DevicePtr]fakeAlloc{}, calls: map[string]int{}}
+}
+
+func (f *fakeRuntime) alloc(size uint64, kind string) (interpose.DevicePtr, interpose.Error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[kind]++
+	if rc := f.failNext; rc != interpose.Success {
+		f.failNext = interpose.Success
+		return 0, rc
+	}
+	if kind == "device" && f.used+size > f.capacity {
+		return 0, interpose.ErrorMemoryAllocation
+	}
+	p := f.next
+	f.next += interpose.DevicePtr((size + 1<<20) &^ 511)
+	f.live[p] = fakeAlloc{size: size, kind: kind}
+	if kind == "device" {
+		f.used += size
+	}
+	return p, interpose.Success
+}
+
+func (f *fakeRuntime) Malloc(size uint64) (interpose.DevicePtr, interpose.Error) {
+	return f.alloc(size, "device")
+}
+func (f *fakeRuntime) MallocManaged(size uint64, _ uint32) (interpose.DevicePtr, interpose.Error) {
+	return f.alloc(size, "managed")
+}
+func (f *fakeRuntime) MallocAsync(size uint64, _ interpose.Stream) (interpose.DevicePtr, interpose.Error) {
+	return f.alloc(size, "device")
+}
+func (f *fakeRuntime) release(p interpose.DevicePtr, kind string) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p == 0 {
+		return interpose.Success
+	}
+	a, ok := f.live[p]
+	if !ok || (a.kind == "pinned") != (kind == "pinned") {
+		return interpose.ErrorInvalidValue
+	}
+	delete(f.live, p)
+	if a.kind == "device" || a.onDevice {
+		f.used -= a.size
+	}
+	return interpose.Success
+}
+func (f *fakeRuntime) Free(p interpose.DevicePtr) interpose.Error { return f.release(p, "device") }
+func (f *fakeRuntime) FreeAsync(p interpose.DevicePtr, _ interpose.Stream) interpose.Error {
+	return f.release(p, "device")
+}
+func (f *fakeRuntime) MemGetInfo() (uint64, uint64, interpose.Error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.capacity - f.used, f.capacity, interpose.Success
+}
+func (f *fakeRuntime) DeviceReset() interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.live = map[interpose.DevicePtr]fakeAlloc{}
+	f.used = 0
+	return interpose.Success
+}
+func (f *fakeRuntime) GetDevice() (int, interpose.Error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.current, interpose.Success
+}
+func (f *fakeRuntime) SetDevice(d int) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.current = d
+	return interpose.Success
+}
+func (f *fakeRuntime) DeviceSynchronize() interpose.Error                 { return interpose.Success }
+func (f *fakeRuntime) StreamSynchronize(interpose.Stream) interpose.Error { return interpose.Success }
+func (f *fakeRuntime) StreamDestroy(interpose.Stream) interpose.Error     { return interpose.Success }
+func (f *fakeRuntime) EventCreate(uint32) (interpose.Event, interpose.Error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events++
+	return interpose.Event(f.events), interpose.Success
+}
+func (f *fakeRuntime) EventRecord(interpose.Event, interpose.Stream) interpose.Error {
+	return interpose.Success
+}
+func (f *fakeRuntime) EventQuery(interpose.Event) interpose.Error       { return interpose.Success }
+func (f *fakeRuntime) EventSynchronize(interpose.Event) interpose.Error { return interpose.Success }
+func (f *fakeRuntime) EventDestroy(interpose.Event) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.events--
+	return interpose.Success
+}
+func (f *fakeRuntime) DeviceGetAttribute(interpose.DeviceAttr, int) (int, interpose.Error) {
+	if f.noManaged {
+		return 0, interpose.Success
+	}
+	return 1, interpose.Success
+}
+func (f *fakeRuntime) HostAlloc(size uint64, _ uint32) (uint64, interpose.Error) {
+	p, rc := f.alloc(size, "pinned")
+	return uint64(p), rc
+}
+func (f *fakeRuntime) FreeHost(host uint64) interpose.Error {
+	return f.release(interpose.DevicePtr(host), "pinned")
+}
+func (f *fakeRuntime) HostGetDevicePointer(host uint64) (interpose.DevicePtr, interpose.Error) {
+	return interpose.DevicePtr(host), interpose.Success
+}
+func (f *fakeRuntime) MemAdvise(interpose.DevicePtr, uint64, interpose.Advice, int) interpose.Error {
+	return interpose.Success
+}
+func (f *fakeRuntime) MemPrefetchAsync(p interpose.DevicePtr, _ uint64, device int, _ interpose.Stream) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	a := f.live[p]
+	if device >= 0 && !a.onDevice {
+		a.onDevice = true
+		f.used += a.size
+		f.live[p] = a
+	}
+	return interpose.Success
+}
+
+func (f *fakeRuntime) count(kind string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[kind]
+}
+
+// probeLog records the probes fired from Go.
+type probeLog struct {
+	mu                                           sync.Mutex
+	allocs, frees, syncs, spills, promotes, refs int
+}
+
+func (p *probeLog) Alloc(interpose.DevicePtr, uint64, int, interpose.Tier, interpose.Source) {
+	p.mu.Lock()
+	p.allocs++
+	p.mu.Unlock()
+}
+func (p *probeLog) Free(interpose.DevicePtr, uint64, int, interpose.Tier) {
+	p.mu.Lock()
+	p.frees++
+	p.mu.Unlock()
+}
+func (p *probeLog) Sync(int, uint64) { p.mu.Lock(); p.syncs++; p.mu.Unlock() }
+func (p *probeLog) Spill(interpose.DevicePtr, uint64, int, interpose.Tier) {
+	p.mu.Lock()
+	p.spills++
+	p.mu.Unlock()
+}
+func (p *probeLog) Promote(interpose.DevicePtr, uint64, int, interpose.Tier) {
+	p.mu.Lock()
+	p.promotes++
+	p.mu.Unlock()
+}
+func (p *probeLog) Refuse(uint64, int, uint64, uint64) { p.mu.Lock(); p.refs++; p.mu.Unlock() }
+
+type refusal struct {
+	size, used, quota uint64
+	device            int
+}
+
+type testMemory struct {
+	*memory
+	probes   *probeLog
+	refusals *[]refusal
+	logged   *strings.Builder
+}
+
+func newTestMemory(t *testing.T, rt realRuntime, env ...string) testMemory {
+	t.Helper()
+	cfg, err := config.Parse(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var refusals []refusal
+	logged := &strings.Builder{}
+	log := newLogger(io.Discard, config.FormatText, config.LevelWarn)
+	log.SetOutput(logged)
+	probes := &probeLog{}
+	m := newMemory(rt, cfg, probes, log, func(_ allocKind, size uint64, device int, used, quota uint64) {
+		mu.Lock()
+		refusals = append(refusals, refusal{size, used, quota, device})
+		mu.Unlock()
+	})
+	return testMemory{m, probes, &refusals, logged}
+}
+
+func TestQuotaAdmitsAndRefuses(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=1MiB")
+	a, b, rc := m.malloc(request{device: 0, size: 768 << 10})
+	if rc != interpose.Success || !b.ok || b.source != interpose.SourceReservation || b.size != 768<<10 {
+		t.Fatalf("first allocation: %+v %v", b, rc)
+	}
+	if _, _, rc := m.malloc(request{device: 0, size: 512 << 10}); rc != interpose.ErrorMemoryAllocation {
+		t.Fatalf("over quota: %v", rc)
+	}
+	if len(*m.refusals) != 1 || (*m.refusals)[0] != (refusal{512 << 10, 768 << 10, 1 << 20, 0}) {
+		t.Errorf("refusals %+v", *m.refusals)
+	}
+	if m.probes.refs != 1 {
+		t.Errorf("%d refusal probes, want 1", m.probes.refs)
+	}
+	if b, owned, rc := m.free(a, 0, false); rc != interpose.Success || !owned || b.size != 768<<10 {
+		t.Errorf("free: %+v %v %v", b, owned, rc)
+	}
+	// The pool synchronizes for the freed block, then releases its segment.
+	if _, _, rc := m.malloc(request{device: 0, size: 1 << 20}); rc != interpose.Success {
+		t.Errorf("after the free the whole quota is available: %v", rc)
+	}
+}
+
+func TestCacheHitAfterSynchronize(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=64MiB")
+	a, _, _ := m.malloc(request{size: 4096})
+	m.free(a, 0, false)
+	if rc := m.deviceSynchronize(0); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	b, ev, rc := m.malloc(request{size: 4096})
+	if rc != interpose.Success || a != b || ev.source != interpose.SourceCache || !ev.ok {
+		t.Errorf("after cudaDeviceSynchronize the block is reused from the cache: %#x vs %#x %+v", uint64(a), uint64(b), ev)
+	}
+	st := m.existing(0).pool.Stats()
+	if st.ExternalSyncs != 1 || st.CacheHits != 1 {
+		t.Errorf("stats %v", st)
+	}
+}
+
+func TestPassThroughMode(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_POOL=0", "SPILLWAY_MEMORY_LIMIT=1MiB")
+	a, ev, rc := m.malloc(request{size: 4096})
+	if rc != interpose.Success || ev.source != interpose.SourcePassThrough || rt.count("device") != 1 {
+		t.Fatalf("%+v %v", ev, rc)
+	}
+	if _, _, rc := m.free(a, 0, false); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	m.malloc(request{size: 4096})
+	if rt.count("device") != 2 {
+		t.Errorf("with the pool off every allocation reaches the runtime: %d calls", rt.count("device"))
+	}
+}
+
+func TestFailedCallsRollBack(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_POOL=0")
+	m.malloc(request{size: 512}) // creates the pool
+	rt.failNext = interpose.ErrorInitialization
+	if _, _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.ErrorInitialization {
+		t.Fatalf("the runtime's error must pass: %v", rc)
+	}
+	if free, total, _ := m.memGetInfo(0); free != 1<<20-512 || total != 1<<20 {
+		t.Errorf("a failed call left accounting behind: free %d total %d", free, total)
+	}
+	// Unknown pointers get the runtime's answer and change nothing.
+	if _, owned, rc := m.free(0xdead000, 0, false); owned || rc != interpose.ErrorInvalidValue {
+		t.Errorf("unknown pointer: owned %v rc %v", owned, rc)
+	}
+}
+
+func TestDoubleFreeInPool(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=64MiB")
+	a, _, _ := m.malloc(request{size: 4096})
+	m.malloc(request{size: 4096}) // keeps the segment
+	if _, _, rc := m.free(a, 0, false); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if _, owned, rc := m.free(a, 0, false); owned || rc != interpose.ErrorInvalidValue {
+		t.Errorf("double free: owned %v rc %v", owned, rc)
+	}
+	if _, _, rc := m.free(0, 0, false); rc != interpose.Success {
+		t.Errorf("cudaFree(NULL): %v", rc)
+	}
+}
+
+func TestPitch(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=100000")
+	// 100 rows of 600 bytes fit unpadded (60000) but not padded to 1024 (102400).
+	if _, _, _, rc := m.mallocPitch(0, 600, 100); rc != interpose.ErrorMemoryAllocation {
+		t.Errorf("padded allocation over quota: %v", rc)
+	}
+	p, pitch, b, rc := m.mallocPitch(0, 600, 50)
+	if rc != interpose.Success || pitch != 1024 || b.size != 1024*50 || p == 0 {
+		t.Errorf("pitched allocation: pitch %d block %+v rc %v", pitch, b, rc)
+	}
+	if _, _, _, rc := m.mallocPitch(0, 0, 5); rc != interpose.ErrorInvalidValue {
+		t.Errorf("zero width: %v", rc)
+	}
+}
+
+func TestMemGetInfoAndPercent(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=25%", "SPILLWAY_MEMORY_LIMIT_1=4GiB")
+	if free, total, _ := m.memGetInfo(0); free != 256<<20 || total != 256<<20 {
+		t.Errorf("25%% of 1 GiB: free %d total %d", free, total)
+	}
+	p, _, _ := m.malloc(request{device: 0, size: 56 << 20})
+	if free, _, _ := m.memGetInfo(0); free != 200<<20 {
+		t.Errorf("free %d after 56 MiB", free)
+	}
+	m.free(p, 0, false)
+	if free, _, _ := m.memGetInfo(0); free != 256<<20 {
+		t.Errorf("free %d after the free: cached memory is the application's", free)
+	}
+	// A quota above the device: free is what the device really has.
+	rt.SetDevice(1)
+	if free, total, _ := m.memGetInfo(1); free != 1<<30-56<<20 || total != 4<<30 {
+		t.Errorf("device 1: free %d total %d", free, total)
+	}
+}
+
+func TestManagedAndAdoptedCountAgainstTheQuota(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=1MiB")
+	m.adopt(0x42000, 256<<10, 0)
+	p, ev, rc := m.malloc(request{size: 512 << 10, kind: kindManaged})
+	if rc != interpose.Success || ev.tier != interpose.TierHostManaged || ev.source != interpose.SourcePassThrough {
+		t.Fatalf("managed: %+v %v", ev, rc)
+	}
+	if _, _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.ErrorMemoryAllocation {
+		t.Errorf("managed and adopted memory do not count: %v", rc)
+	}
+	if _, _, rc := m.malloc(request{size: 512 << 10, kind: kindManaged}); rc != interpose.ErrorMemoryAllocation {
+		t.Errorf("managed memory over the quota: %v", rc)
+	}
+	if _, owned, rc := m.free(p, 0, false); !owned || rc != interpose.Success {
+		t.Errorf("free of managed memory: %v %v", owned, rc)
+	}
+	if _, _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.Success {
+		t.Errorf("after the managed free: %v", rc)
+	}
+}
+
+func TestDeviceReset(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=1MiB")
+	m.malloc(request{size: 768 << 10})
+	rt.SetDevice(1)
+	m.malloc(request{device: 1, size: 768 << 10})
+	rt.SetDevice(0)
+	if rc := m.deviceReset(0); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if free, _, _ := m.memGetInfo(0); free != 1<<20 {
+		t.Errorf("device 0 after reset: free %d", free)
+	}
+	if _, _, rc := m.malloc(request{size: 1 << 20}); rc != interpose.Success {
+		t.Errorf("a new pool after the reset: %v", rc)
+	}
+	if free, _, _ := m.memGetInfo(1); free != 256<<10 {
+		t.Errorf("a reset of device 0 changed device 1: free %d", free)
+	}
+}
+
+func TestSpillAndPromote(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		env       []string
+		noManaged bool
+		tier      interpose.Tier
+	}{
+		{"managed", nil, false, interpose.TierHostManaged},
+		{"pinned", []string{"SPILLWAY_SPILL=pinned"}, false, interpose.TierHostPinned},
+		{"fallback", nil, true, interpose.TierHostPinned},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := newFake(1 << 30)
+			rt.noManaged = tc.noManaged
+			m := newTestMemory(t, rt, append(tc.env, "SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_HOST_LIMIT=2MiB")...)
+			a, _, _ := m.malloc(request{size: 768 << 10})
+			s, ev, rc := m.malloc(request{size: 768 << 10})
+			if rc != interpose.Success || ev.tier != tc.tier || m.probes.spills != 1 {
+				t.Fatalf("spilled allocation: %+v %v, %d spill probes", ev, rc, m.probes.spills)
+			}
+			if free, total, _ := m.memGetInfo(0); total != 1<<20 || free != 256<<10 {
+				t.Errorf("cudaMemGetInfo counts host memory: free %d total %d", free, total)
+			}
+			if _, _, rc := m.malloc(request{size: 2 << 20}); rc != interpose.ErrorMemoryAllocation {
+				t.Errorf("past the host limit: %v", rc)
+			}
+			if strings.Contains(m.logged.String(), "does not support managed memory") != tc.noManaged {
+				t.Errorf("log: %q", m.logged.String())
+			}
+			m.free(a, 0, false)
+			m.deviceSynchronize(0)
+			st := m.existing(0).pool.Stats()
+			if tc.tier == interpose.TierHostManaged {
+				if st.PromotedBytes != 768<<10 || m.probes.promotes != 1 || rt.used != 768<<10 {
+					t.Errorf("no promotion after the free: %v, device holds %d", st, rt.used)
+				}
+			} else if st.PromotedBytes != 0 {
+				t.Errorf("pinned memory promoted: %v", st)
+			}
+			if _, _, rc := m.free(s, 0, false); rc != interpose.Success {
+				t.Errorf("free of the spilled block: %v", rc)
+			}
+			// The empty segment exceeds the release threshold (1/8 of the quota).
+			if n := len(rt.live); n != 0 || rt.used != 0 {
+				t.Errorf("%d allocations (%d device bytes) left in the runtime", n, rt.used)
+			}
+		})
+	}
+}
+
+func TestConcurrentAccounting(t *testing.T) {
+	rt := newFake(1 << 40)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=8MiB")
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var held []interpose.DevicePtr
+			for i := range 2000 {
+				size := uint64(1+(g*7919+i*104729)%(1<<20)) | 1
+				if p, _, rc := m.malloc(request{size: size}); rc == interpose.Success {
+					held = append(held, p)
+				}
+				if len(held) > 4 {
+					m.free(held[0], 0, false)
+					held = held[1:]
+				}
+				if used := m.existing(0).acct.used(); used > 8<<20 {
+					t.Errorf("used %d over the quota", used)
+					return
+				}
+			}
+			for _, p := range held {
+				m.free(p, 0, false)
+			}
+		}()
+	}
+	wg.Wait()
+	d := m.existing(0)
+	if st := d.pool.Stats(); st.LiveBytes != 0 || st.ReservedBytes != d.acct.used() || rt.used != d.acct.used() {
+		t.Errorf("after every block was freed: %v, account %d, runtime %d", st, d.acct.used(), rt.used)
+	}
+}
+
+func TestEventSlots(t *testing.T) {
+	var e eventSlots
+	if !e.put(0x1000, pack(eventAlloc, 4096, 0, 1)) {
+		t.Fatal("empty slot refused")
+	}
+	if e.put(0x1000, pack(eventFree, 1, 0, 0)) {
+		t.Error("an occupied slot accepted a second event")
+	}
+	if b := e.take(0x1000, eventFree, 0); b.ok {
+		t.Error("took an event of the wrong kind")
+	}
+	if b := e.take(0x1000, eventAlloc, 3); !b.ok || b.size != 4096 || b.source != 1 || b.device != 3 {
+		t.Errorf("took %+v", b)
+	}
+	if b := e.take(0x1000, eventAlloc, 3); b.ok {
+		t.Error("an event was taken twice")
+	}
+}
+
+func TestPanicBecomesCUDAError(t *testing.T) {
+	call := func() (rc int32) {
+		defer recoverTo(&rc, "cudaMalloc")
+		var m *memory
+		m.malloc(request{size: 1}) // nil dereference
+		return 0
+	}
+	if rc := call(); interpose.Error(rc) != interpose.ErrorUnknown {
+		t.Errorf("a panic returned %d, want cudaErrorUnknown", rc)
+	}
+}
+
+func TestManagedWithoutQuotaMayExceedTheDevice(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<20))
+	if _, _, rc := m.malloc(request{size: 4 << 20, kind: kindManaged}); rc != interpose.Success {
+		t.Errorf("managed memory larger than the device, without a quota: %v", rc)
+	}
+	if _, _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.Success {
+		t.Errorf("device memory beside it: %v", rc)
+	}
+}
