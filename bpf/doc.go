@@ -11,7 +11,10 @@
 //     runtime. Each call is counted once, at the outermost probed layer: the
 //     layer the application called. Calls one layer makes into another while
 //     serving it (the shim into the runtime, the runtime into the driver) are
-//     nested and not reported;
+//     nested and not reported. cudaDeviceSynchronize, cudaStreamDestroy,
+//     cudaMemGetInfo and cudaDeviceReset are probed (and counted) for that
+//     reason too: the shim releases segments and promotes spilled memory
+//     inside them;
 //   - the shim's probe points (spillway_probe_alloc, _free, _sync, _spill,
 //     _promote, _refuse in libspillway.so), the pool's own view;
 //   - CPU page faults, from the exceptions:page_fault_user tracepoint,

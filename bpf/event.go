@@ -109,7 +109,11 @@ func (e *Event) Size() uint64 {
 		if !e.Func.valid() || funcs[e.Func].sizeArg < 0 {
 			return 0
 		}
-		return e.Args[funcs[e.Func].sizeArg]
+		spec := funcs[e.Func]
+		if spec.rowsArg > 0 {
+			return e.Args[spec.sizeArg] * e.Args[spec.rowsArg]
+		}
+		return e.Args[spec.sizeArg]
 	case KindProbe:
 		switch e.Probe {
 		case ProbeRefuse:

@@ -13,6 +13,10 @@ const (
 	OpFree                   // releases memory
 	OpMemcpy                 // copies Size bytes in a Direction
 	OpPrefetch               // migrates Size bytes of managed memory
+	// OpOther does not change memory itself, but a layer below may do so
+	// while serving it (the shim releases and promotes memory inside
+	// cudaDeviceSynchronize): probing it makes those calls nested.
+	OpOther
 )
 
 // Direction is a copy's direction, numbered as cudaMemcpyKind.
@@ -56,46 +60,55 @@ type funcSpec struct {
 	sizeArg int       // byte count
 	kindArg int       // cudaMemcpyKind argument
 	dir     Direction // fixed direction when kindArg is -1
+	// rowsArg multiplies sizeArg when the size is given as width and
+	// height (cudaMallocPitch); 0 when there is none.
+	rowsArg int
 }
 
 // funcs is indexed by Func; entry 0 is unused so that a zero Func is invalid.
 var funcs = [...]funcSpec{
 	{},
 	// Runtime API.
-	{"cudaMalloc", OpAlloc, 0, 1, -1, 0},
-	{"cudaFree", OpFree, -1, -1, -1, 0},
-	{"cudaMallocManaged", OpAlloc, 0, 1, -1, 0},
-	{"cudaMallocHost", OpAlloc, 0, 1, -1, 0},
-	{"cudaHostAlloc", OpAlloc, 0, 1, -1, 0},
-	{"cudaFreeHost", OpFree, -1, -1, -1, 0},
-	{"cudaMallocAsync", OpAlloc, 0, 1, -1, 0},
-	{"cudaFreeAsync", OpFree, -1, -1, -1, 0},
-	{"cudaMemcpy", OpMemcpy, -1, 2, 3, 0},
-	{"cudaMemcpyAsync", OpMemcpy, -1, 2, 3, 0},
-	{"cudaMemcpyPeer", OpMemcpy, -1, 4, -1, DeviceToDevice},
-	{"cudaMemcpyPeerAsync", OpMemcpy, -1, 4, -1, DeviceToDevice},
-	{"cudaMemPrefetchAsync", OpPrefetch, -1, 1, -1, 0},
+	{"cudaMalloc", OpAlloc, 0, 1, -1, 0, 0},
+	{"cudaFree", OpFree, -1, -1, -1, 0, 0},
+	{"cudaMallocManaged", OpAlloc, 0, 1, -1, 0, 0},
+	{"cudaMallocHost", OpAlloc, 0, 1, -1, 0, 0},
+	{"cudaHostAlloc", OpAlloc, 0, 1, -1, 0, 0},
+	{"cudaFreeHost", OpFree, -1, -1, -1, 0, 0},
+	{"cudaMallocAsync", OpAlloc, 0, 1, -1, 0, 0},
+	{"cudaFreeAsync", OpFree, -1, -1, -1, 0, 0},
+	{"cudaMemcpy", OpMemcpy, -1, 2, 3, 0, 0},
+	{"cudaMemcpyAsync", OpMemcpy, -1, 2, 3, 0, 0},
+	{"cudaMemcpyPeer", OpMemcpy, -1, 4, -1, DeviceToDevice, 0},
+	{"cudaMemcpyPeerAsync", OpMemcpy, -1, 4, -1, DeviceToDevice, 0},
+	{"cudaMemPrefetchAsync", OpPrefetch, -1, 1, -1, 0, 0},
 	// Driver API.
-	{"cuMemAlloc_v2", OpAlloc, 0, 1, -1, 0},
-	{"cuMemAlloc", OpAlloc, 0, 1, -1, 0},
-	{"cuMemFree_v2", OpFree, -1, -1, -1, 0},
-	{"cuMemFree", OpFree, -1, -1, -1, 0},
-	{"cuMemAllocManaged", OpAlloc, 0, 1, -1, 0},
-	{"cuMemAllocHost_v2", OpAlloc, 0, 1, -1, 0},
-	{"cuMemHostAlloc", OpAlloc, 0, 1, -1, 0},
-	{"cuMemFreeHost", OpFree, -1, -1, -1, 0},
-	{"cuMemAllocAsync", OpAlloc, 0, 1, -1, 0},
-	{"cuMemFreeAsync", OpFree, -1, -1, -1, 0},
-	{"cuMemcpy", OpMemcpy, -1, 2, -1, DirectionDefault},
-	{"cuMemcpyAsync", OpMemcpy, -1, 2, -1, DirectionDefault},
-	{"cuMemcpyHtoD_v2", OpMemcpy, -1, 2, -1, HostToDevice},
-	{"cuMemcpyDtoH_v2", OpMemcpy, -1, 2, -1, DeviceToHost},
-	{"cuMemcpyDtoD_v2", OpMemcpy, -1, 2, -1, DeviceToDevice},
-	{"cuMemcpyHtoDAsync_v2", OpMemcpy, -1, 2, -1, HostToDevice},
-	{"cuMemcpyDtoHAsync_v2", OpMemcpy, -1, 2, -1, DeviceToHost},
-	{"cuMemcpyDtoDAsync_v2", OpMemcpy, -1, 2, -1, DeviceToDevice},
-	{"cuMemPrefetchAsync", OpPrefetch, -1, 1, -1, 0},
-	{"cuMemPrefetchAsync_v2", OpPrefetch, -1, 1, -1, 0},
+	{"cuMemAlloc_v2", OpAlloc, 0, 1, -1, 0, 0},
+	{"cuMemAlloc", OpAlloc, 0, 1, -1, 0, 0},
+	{"cuMemFree_v2", OpFree, -1, -1, -1, 0, 0},
+	{"cuMemFree", OpFree, -1, -1, -1, 0, 0},
+	{"cuMemAllocManaged", OpAlloc, 0, 1, -1, 0, 0},
+	{"cuMemAllocHost_v2", OpAlloc, 0, 1, -1, 0, 0},
+	{"cuMemHostAlloc", OpAlloc, 0, 1, -1, 0, 0},
+	{"cuMemFreeHost", OpFree, -1, -1, -1, 0, 0},
+	{"cuMemAllocAsync", OpAlloc, 0, 1, -1, 0, 0},
+	{"cuMemFreeAsync", OpFree, -1, -1, -1, 0, 0},
+	{"cuMemcpy", OpMemcpy, -1, 2, -1, DirectionDefault, 0},
+	{"cuMemcpyAsync", OpMemcpy, -1, 2, -1, DirectionDefault, 0},
+	{"cuMemcpyHtoD_v2", OpMemcpy, -1, 2, -1, HostToDevice, 0},
+	{"cuMemcpyDtoH_v2", OpMemcpy, -1, 2, -1, DeviceToHost, 0},
+	{"cuMemcpyDtoD_v2", OpMemcpy, -1, 2, -1, DeviceToDevice, 0},
+	{"cuMemcpyHtoDAsync_v2", OpMemcpy, -1, 2, -1, HostToDevice, 0},
+	{"cuMemcpyDtoHAsync_v2", OpMemcpy, -1, 2, -1, DeviceToHost, 0},
+	{"cuMemcpyDtoDAsync_v2", OpMemcpy, -1, 2, -1, DeviceToDevice, 0},
+	{"cuMemPrefetchAsync", OpPrefetch, -1, 1, -1, 0, 0},
+	{"cuMemPrefetchAsync_v2", OpPrefetch, -1, 1, -1, 0, 0},
+	// Added later, so that the ids above keep their values.
+	{"cudaMallocPitch", OpAlloc, 0, 2, -1, 0, 3},
+	{"cudaMemGetInfo", OpOther, -1, -1, -1, 0, 0},
+	{"cudaDeviceSynchronize", OpOther, -1, -1, -1, 0, 0},
+	{"cudaStreamDestroy", OpOther, -1, -1, -1, 0, 0},
+	{"cudaDeviceReset", OpOther, -1, -1, -1, 0, 0},
 }
 
 // Funcs returns every probed function, in a stable order.
@@ -164,6 +177,13 @@ func (p ProbePoint) String() string {
 	}
 	return fmt.Sprintf("probe(%d)", uint16(p))
 }
+
+// Tiers of the alloc, free, spill and promote probe points.
+const (
+	TierDevice      = 0
+	TierHostManaged = 1
+	TierHostPinned  = 2
+)
 
 // Allocation sources of spillway_probe_alloc.
 const (

@@ -40,19 +40,44 @@ type FaultCounts struct {
 	Spilled uint64 `json:"spilled"`
 }
 
-// PoolCounts is the shim's view, from its probe points.
+// PoolCounts is the shim's view, from its probe points. Each allocation the
+// shim serves is counted once in Allocs and in exactly one of CacheHits,
+// DeviceReservations, SpilledAllocs, PassThrough and ManagedAllocs.
 type PoolCounts struct {
-	Allocs             uint64 `json:"allocs"`
+	Allocs uint64 `json:"allocs"`
+	// CacheHits were served from memory the pool held; DeviceReservations
+	// needed a new device segment (SPILLWAY_REPORT's cache_hits and
+	// device_reservations).
 	CacheHits          uint64 `json:"cache_hits"`
 	DeviceReservations uint64 `json:"device_reservations"`
-	PassThrough        uint64 `json:"pass_through"`
-	Frees              uint64 `json:"frees"`
-	Syncs              uint64 `json:"syncs"`
-	SyncReusableBytes  uint64 `json:"sync_reusable_bytes"`
-	Spills             uint64 `json:"spills"`
-	Promotes           uint64 `json:"promotes"`
-	Refusals           uint64 `json:"refusals"`
-	RefusedBytes       uint64 `json:"refused_bytes"`
+	// SpilledAllocs were served from host memory (oversubscription): one per
+	// spill.
+	SpilledAllocs uint64 `json:"spilled_allocs"`
+	// PassThrough went to CUDA with the pool off (the report's pass_through).
+	PassThrough uint64 `json:"pass_through"`
+	// ManagedAllocs are the application's own cudaMallocManaged
+	// allocations, counted against the quota but never pooled.
+	ManagedAllocs uint64 `json:"managed_allocs"`
+	Frees         uint64 `json:"frees"`
+	// Syncs are the synchronizations after which freed memory became
+	// reusable: those the pool forced and those the application made (the
+	// report's syncs plus external_syncs), and the bytes they made reusable.
+	Syncs             uint64 `json:"syncs"`
+	SyncReusableBytes uint64 `json:"sync_reusable_bytes"`
+	Spills            uint64 `json:"spills"`
+	Promotes          uint64 `json:"promotes"`
+	Refusals          uint64 `json:"refusals"`
+	RefusedBytes      uint64 `json:"refused_bytes"`
+}
+
+// HitRate is the share of the pool's allocations served from its cache (a
+// spilled allocation is a miss), and false when the pool served none.
+func (p PoolCounts) HitRate() (float64, bool) {
+	served := p.CacheHits + p.DeviceReservations + p.SpilledAllocs
+	if served == 0 {
+		return 0, false
+	}
+	return float64(p.CacheHits) / float64(served), true
 }
 
 // UVMCounts is nvidia-uvm's view, where it is traced.
@@ -146,13 +171,18 @@ func (s *Summary) addProbe(e *Event) {
 	switch e.Probe {
 	case ProbeAlloc:
 		s.Pool.Allocs++
-		switch e.Source() {
-		case SourceCache:
-			s.Pool.CacheHits++
-		case SourceDevice:
-			s.Pool.DeviceReservations++
-		case SourcePassThrough:
+		host := e.Tier() != TierDevice
+		switch src := e.Source(); {
+		case src == SourcePassThrough && host:
+			s.Pool.ManagedAllocs++
+		case src == SourcePassThrough:
 			s.Pool.PassThrough++
+		case host:
+			s.Pool.SpilledAllocs++
+		case src == SourceCache:
+			s.Pool.CacheHits++
+		default:
+			s.Pool.DeviceReservations++
 		}
 	case ProbeFree:
 		s.Pool.Frees++

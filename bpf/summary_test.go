@@ -101,6 +101,43 @@ func TestSummaryAdd(t *testing.T) {
 	}
 }
 
+// Every allocation the shim reports lands in exactly one class, as the
+// report line counts them: a spilled allocation (a host tier served by the
+// pool) is not a device reservation, and the application's own managed
+// memory is not the pool-off pass-through.
+func TestSummaryPoolClasses(t *testing.T) {
+	s := NewSummary()
+	alloc := func(tier, source uint64) {
+		s.Add(decode(t, spillwayEvent{Type: uint16(KindProbe), Func: uint16(ProbeAlloc), Pid: 7,
+			Args: [6]uint64{0xd000, 4096, 0, tier, source}}))
+	}
+	alloc(TierDevice, SourceCache)
+	alloc(TierDevice, SourceCache)
+	alloc(TierDevice, SourceDevice)
+	alloc(TierHostManaged, SourceDevice)
+	alloc(TierHostPinned, SourceDevice)
+	alloc(TierDevice, SourcePassThrough)
+	alloc(TierHostManaged, SourcePassThrough)
+	want := PoolCounts{Allocs: 7, CacheHits: 2, DeviceReservations: 1, SpilledAllocs: 2, PassThrough: 1, ManagedAllocs: 1}
+	if s.Pool != want {
+		t.Errorf("pool %+v, want %+v", s.Pool, want)
+	}
+	if r, ok := s.Pool.HitRate(); !ok || r != 0.4 {
+		t.Errorf("hit rate %v %v, want 2 hits in 5 pooled allocations", r, ok)
+	}
+	if _, ok := (PoolCounts{PassThrough: 3}).HitRate(); ok {
+		t.Error("a hit rate without pooled allocations")
+	}
+}
+
+// cudaMallocPitch's size is width times height.
+func TestPitchSize(t *testing.T) {
+	e := decode(t, spillwayEvent{Type: uint16(KindAPI), Func: uint16(funcID(t, "cudaMallocPitch")), Args: [6]uint64{0x10, 0x18, 1000, 30}, Out: 0xd000})
+	if e.Size() != 30000 || e.Pointer() != 0xd000 || e.Func.Op() != OpAlloc {
+		t.Errorf("cudaMallocPitch: size %d, pointer %#x, op %v", e.Size(), e.Pointer(), e.Func.Op())
+	}
+}
+
 func TestDecodeShortRecord(t *testing.T) {
 	var e Event
 	err := DecodeEvent(make([]byte, EventSize-1), &e)

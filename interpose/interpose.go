@@ -4,6 +4,10 @@
 // (see real.h). It is the only Go code that calls real CUDA, and the only
 // place besides the core's exported entry points where cgo appears.
 //
+// The calls Spillway makes for its own purposes go through Runtime.On: they
+// run on the device they concern and leave the thread's last error
+// (cudaGetLastError) as the application left it, whatever they return.
+//
 // It must never call an interposed symbol by name (that would resolve to the
 // shim itself), never keep Go pointers in C, and never decide anything:
 // policy (quotas, pooling) lives above it.
@@ -14,97 +18,218 @@ package interpose
 #include <stdint.h>
 #include "real.h"
 
-static cudaError_t call_malloc(const struct spillway_real *r, uint64_t size, uint64_t *ptr) {
+// A guard brackets an internal call (device >= 0): the call runs with that
+// device current, and the thread's last error is left as the application
+// left it. device < 0: a call made on the application's behalf, unguarded,
+// whose outcome is the application's.
+struct guard {
+	int device, prev;
+	cudaError_t pending;
+};
+
+// producible reports whether produce can make code the thread's last error.
+static int producible(cudaError_t code) {
+	return code == cudaErrorInvalidValue || code == cudaErrorMemoryAllocation ||
+	       code == cudaErrorInvalidDevice;
+}
+
+// produce makes code the thread's last error with a real call that fails
+// with it and changes nothing else.
+static void produce(const struct spillway_real *r, cudaError_t code) {
 	void *p = 0;
-	cudaError_t rc = r->malloc(&p, (size_t)size);
-	*ptr = (uint64_t)(uintptr_t)p;
+	size_t pitch = 0;
+	switch (code) {
+	case cudaErrorInvalidValue:
+		r->get_device(0);
+		break;
+	case cudaErrorMemoryAllocation: // 2^59 bytes: more than any device holds
+		r->malloc_pitch(&p, &pitch, 1, (size_t)1 << 50);
+		break;
+	case cudaErrorInvalidDevice:
+		if (r->set_device)
+			r->set_device(-1);
+		break;
+	default:
+		break;
+	}
+}
+
+// set_last_error makes code the thread's last error, as the real call the
+// shim answered without would have; a code produce cannot make leaves the
+// last error alone.
+static void set_last_error(const struct spillway_real *r, cudaError_t code) {
+	if (!r->peek_at_last_error || !r->get_last_error || r->peek_at_last_error() == code ||
+	    !producible(code))
+		return;
+	r->get_last_error();
+	produce(r, code);
+}
+
+// restore puts back the last error an internal call found. An error that
+// cannot be produced again stays replaced by the internal one: an error
+// still shows, rather than none.
+static void restore(const struct spillway_real *r, cudaError_t pending) {
+	if (!r->peek_at_last_error || !r->get_last_error || r->peek_at_last_error() == pending)
+		return;
+	if (pending == cudaSuccess) {
+		r->get_last_error();
+		return;
+	}
+	set_last_error(r, pending);
+}
+
+static cudaError_t enter(const struct spillway_real *r, int device, struct guard *g) {
+	g->device = device;
+	g->prev = -1;
+	if (device < 0)
+		return cudaSuccess;
+	g->pending = r->peek_at_last_error ? r->peek_at_last_error() : cudaSuccess;
+	int cur = -1;
+	cudaError_t rc = r->get_device(&cur);
+	if (rc != cudaSuccess || cur == device)
+		return rc;
+	if (!r->set_device)
+		return cudaErrorSymbolNotFound;
+	if ((rc = r->set_device(device)) == cudaSuccess)
+		g->prev = cur;
 	return rc;
 }
-static cudaError_t call_free(const struct spillway_real *r, uint64_t ptr) {
-	return r->free((void *)(uintptr_t)ptr);
-}
-static cudaError_t call_malloc_managed(const struct spillway_real *r, uint64_t size, unsigned flags, uint64_t *ptr) {
-	void *p = 0;
-	cudaError_t rc = r->malloc_managed(&p, (size_t)size, flags);
-	*ptr = (uint64_t)(uintptr_t)p;
+
+static cudaError_t leave(const struct spillway_real *r, const struct guard *g, cudaError_t rc) {
+	if (g->device < 0)
+		return rc;
+	int failed = rc != cudaSuccess;
+	if (g->prev >= 0 && r->set_device(g->prev) != cudaSuccess)
+		failed = 1;
+	if (failed)
+		restore(r, g->pending);
 	return rc;
 }
-static cudaError_t call_malloc_pitch(const struct spillway_real *r, uint64_t width, uint64_t height, uint64_t *ptr, uint64_t *pitch) {
+
+// out is what a call returns besides its error: returned by value, it
+// spares the Go side a pointer into its memory (which would move to the
+// heap) for every call.
+struct out {
+	uint64_t v, w;
+	cudaError_t rc;
+};
+
+// GUARDED runs call between enter and leave; the helpers below use it.
+#define GUARDED(call)                                  \
+	struct guard g;                                    \
+	cudaError_t rc = enter(r, device, &g);             \
+	if (rc == cudaSuccess)                             \
+		rc = (call);                                   \
+	rc = leave(r, &g, rc)
+
+static struct out call_malloc(const struct spillway_real *r, int device, uint64_t size) {
+	void *p = 0;
+	GUARDED(r->malloc(&p, (size_t)size));
+	return (struct out){(uint64_t)(uintptr_t)p, 0, rc};
+}
+static cudaError_t call_free(const struct spillway_real *r, int device, uint64_t ptr) {
+	GUARDED(r->free((void *)(uintptr_t)ptr));
+	return rc;
+}
+static struct out call_malloc_managed(const struct spillway_real *r, int device, uint64_t size, unsigned flags) {
+	void *p = 0;
+	GUARDED(r->malloc_managed(&p, (size_t)size, flags));
+	return (struct out){(uint64_t)(uintptr_t)p, 0, rc};
+}
+static struct out call_malloc_pitch(const struct spillway_real *r, int device, uint64_t width, uint64_t height) {
 	void *p = 0;
 	size_t pt = 0;
-	cudaError_t rc = r->malloc_pitch(&p, &pt, (size_t)width, (size_t)height);
-	*ptr = (uint64_t)(uintptr_t)p;
-	*pitch = pt;
-	return rc;
+	GUARDED(r->malloc_pitch(&p, &pt, (size_t)width, (size_t)height));
+	return (struct out){(uint64_t)(uintptr_t)p, pt, rc};
 }
-static cudaError_t call_malloc_async(const struct spillway_real *r, uint64_t size, uint64_t stream, uint64_t *ptr) {
+static struct out call_malloc_async(const struct spillway_real *r, int device, uint64_t size, uint64_t stream) {
 	void *p = 0;
-	cudaError_t rc = r->malloc_async(&p, (size_t)size, (cudaStream_t)(uintptr_t)stream);
-	*ptr = (uint64_t)(uintptr_t)p;
+	GUARDED(r->malloc_async(&p, (size_t)size, (cudaStream_t)(uintptr_t)stream));
+	return (struct out){(uint64_t)(uintptr_t)p, 0, rc};
+}
+static cudaError_t call_free_async(const struct spillway_real *r, int device, uint64_t ptr, uint64_t stream) {
+	GUARDED(r->free_async((void *)(uintptr_t)ptr, (cudaStream_t)(uintptr_t)stream));
 	return rc;
 }
-static cudaError_t call_free_async(const struct spillway_real *r, uint64_t ptr, uint64_t stream) {
-	return r->free_async((void *)(uintptr_t)ptr, (cudaStream_t)(uintptr_t)stream);
-}
-static cudaError_t call_mem_get_info(const struct spillway_real *r, uint64_t *free, uint64_t *total) {
+static struct out call_mem_get_info(const struct spillway_real *r, int device) {
 	size_t f = 0, t = 0;
-	cudaError_t rc = r->mem_get_info(&f, &t);
-	*free = f;
-	*total = t;
+	GUARDED(r->mem_get_info(&f, &t));
+	return (struct out){f, t, rc};
+}
+static cudaError_t call_device_reset(const struct spillway_real *r, int device) {
+	GUARDED(r->device_reset());
 	return rc;
 }
-static cudaError_t call_device_reset(const struct spillway_real *r) { return r->device_reset(); }
-static cudaError_t call_get_device(const struct spillway_real *r, int *device) { return r->get_device(device); }
+static struct out call_get_device(const struct spillway_real *r) {
+	int d = 0;
+	cudaError_t rc = r->get_device(&d);
+	return (struct out){(uint64_t)d, 0, rc};
+}
 static cudaError_t call_set_device(const struct spillway_real *r, int device) { return r->set_device(device); }
-static cudaError_t call_get_device_count(const struct spillway_real *r, int *count) { return r->get_device_count(count); }
-static cudaError_t call_device_synchronize(const struct spillway_real *r) { return r->device_synchronize(); }
-static cudaError_t call_stream_synchronize(const struct spillway_real *r, uint64_t stream) {
-	return r->stream_synchronize((cudaStream_t)(uintptr_t)stream);
+static struct out call_get_device_count(const struct spillway_real *r) {
+	int n = 0;
+	cudaError_t rc = r->get_device_count(&n);
+	return (struct out){(uint64_t)n, 0, rc};
 }
-static cudaError_t call_event_create(const struct spillway_real *r, unsigned flags, uint64_t *event) {
+static cudaError_t call_device_synchronize(const struct spillway_real *r, int device) {
+	GUARDED(r->device_synchronize());
+	return rc;
+}
+static cudaError_t call_stream_synchronize(const struct spillway_real *r, int device, uint64_t stream) {
+	GUARDED(r->stream_synchronize((cudaStream_t)(uintptr_t)stream));
+	return rc;
+}
+static struct out call_event_create(const struct spillway_real *r, int device, unsigned flags) {
 	cudaEvent_t e = 0;
-	cudaError_t rc = r->event_create_with_flags(&e, flags);
-	*event = (uint64_t)(uintptr_t)e;
+	GUARDED(r->event_create_with_flags(&e, flags));
+	return (struct out){(uint64_t)(uintptr_t)e, 0, rc};
+}
+static cudaError_t call_event_record(const struct spillway_real *r, int device, uint64_t event, uint64_t stream) {
+	GUARDED(r->event_record((cudaEvent_t)(uintptr_t)event, (cudaStream_t)(uintptr_t)stream));
 	return rc;
 }
-static cudaError_t call_event_record(const struct spillway_real *r, uint64_t event, uint64_t stream) {
-	return r->event_record((cudaEvent_t)(uintptr_t)event, (cudaStream_t)(uintptr_t)stream);
+static cudaError_t call_event_query(const struct spillway_real *r, int device, uint64_t event) {
+	GUARDED(r->event_query((cudaEvent_t)(uintptr_t)event));
+	return rc;
 }
-static cudaError_t call_event_query(const struct spillway_real *r, uint64_t event) {
-	return r->event_query((cudaEvent_t)(uintptr_t)event);
+static cudaError_t call_event_synchronize(const struct spillway_real *r, int device, uint64_t event) {
+	GUARDED(r->event_synchronize((cudaEvent_t)(uintptr_t)event));
+	return rc;
 }
-static cudaError_t call_event_synchronize(const struct spillway_real *r, uint64_t event) {
-	return r->event_synchronize((cudaEvent_t)(uintptr_t)event);
+static cudaError_t call_event_destroy(const struct spillway_real *r, int device, uint64_t event) {
+	GUARDED(r->event_destroy((cudaEvent_t)(uintptr_t)event));
+	return rc;
 }
-static cudaError_t call_event_destroy(const struct spillway_real *r, uint64_t event) {
-	return r->event_destroy((cudaEvent_t)(uintptr_t)event);
+static cudaError_t call_stream_destroy(const struct spillway_real *r, int device, uint64_t stream) {
+	GUARDED(r->stream_destroy((cudaStream_t)(uintptr_t)stream));
+	return rc;
 }
-static cudaError_t call_stream_destroy(const struct spillway_real *r, uint64_t stream) {
-	return r->stream_destroy((cudaStream_t)(uintptr_t)stream);
+static struct out call_device_get_attribute(const struct spillway_real *r, int device, int attr, int of) {
+	int v = 0;
+	GUARDED(r->device_get_attribute(&v, (enum cudaDeviceAttr)attr, of));
+	return (struct out){(uint64_t)(int64_t)v, 0, rc};
 }
-static cudaError_t call_device_get_attribute(const struct spillway_real *r, int attr, int device, int *value) {
-	return r->device_get_attribute(value, (enum cudaDeviceAttr)attr, device);
-}
-static cudaError_t call_host_alloc(const struct spillway_real *r, uint64_t size, unsigned flags, uint64_t *ptr) {
+static struct out call_host_alloc(const struct spillway_real *r, int device, uint64_t size, unsigned flags) {
 	void *p = 0;
-	cudaError_t rc = r->host_alloc(&p, (size_t)size, flags);
-	*ptr = (uint64_t)(uintptr_t)p;
+	GUARDED(r->host_alloc(&p, (size_t)size, flags));
+	return (struct out){(uint64_t)(uintptr_t)p, 0, rc};
+}
+static cudaError_t call_free_host(const struct spillway_real *r, int device, uint64_t ptr) {
+	GUARDED(r->free_host((void *)(uintptr_t)ptr));
 	return rc;
 }
-static cudaError_t call_free_host(const struct spillway_real *r, uint64_t ptr) {
-	return r->free_host((void *)(uintptr_t)ptr);
-}
-static cudaError_t call_host_get_device_pointer(const struct spillway_real *r, uint64_t host, uint64_t *dev) {
+static struct out call_host_get_device_pointer(const struct spillway_real *r, int device, uint64_t host) {
 	void *p = 0;
-	cudaError_t rc = r->host_get_device_pointer(&p, (void *)(uintptr_t)host, 0);
-	*dev = (uint64_t)(uintptr_t)p;
+	GUARDED(r->host_get_device_pointer(&p, (void *)(uintptr_t)host, 0));
+	return (struct out){(uint64_t)(uintptr_t)p, 0, rc};
+}
+static cudaError_t call_mem_advise(const struct spillway_real *r, int device, uint64_t ptr, uint64_t size, int advice, int on) {
+	GUARDED(r->mem_advise((const void *)(uintptr_t)ptr, (size_t)size, (enum cudaMemoryAdvise)advice, on));
 	return rc;
 }
-static cudaError_t call_mem_advise(const struct spillway_real *r, uint64_t ptr, uint64_t size, int advice, int device) {
-	return r->mem_advise((const void *)(uintptr_t)ptr, (size_t)size, (enum cudaMemoryAdvise)advice, device);
-}
-static cudaError_t call_mem_prefetch_async(const struct spillway_real *r, uint64_t ptr, uint64_t size, int device, uint64_t stream) {
-	return r->mem_prefetch_async((const void *)(uintptr_t)ptr, (size_t)size, device, (cudaStream_t)(uintptr_t)stream);
+static cudaError_t call_mem_prefetch_async(const struct spillway_real *r, int device, uint64_t ptr, uint64_t size, int to, uint64_t stream) {
+	GUARDED(r->mem_prefetch_async((const void *)(uintptr_t)ptr, (size_t)size, to, (cudaStream_t)(uintptr_t)stream));
+	return rc;
 }
 
 // Which entries are present, as a bit set in field order (bit 0: malloc).
@@ -208,6 +333,9 @@ const DevAttrManagedMemory = DeviceAttr(C.cudaDevAttrManagedMemory)
 // after the core starts.
 type Runtime struct {
 	t *C.struct_spillway_real
+	// device is the device the calls run on, or -1 for the calling
+	// thread's current device (see On).
+	device C.int
 }
 
 // required are the entries without which no call can be served, in field order.
@@ -229,62 +357,83 @@ func NewRuntime(table unsafe.Pointer) (*Runtime, error) {
 			return nil, fmt.Errorf("the real %s was not found", name)
 		}
 	}
-	return &Runtime{t: t}, nil
+	return &Runtime{t: t, device: -1}, nil
+}
+
+// On returns a Runtime for calls the caller makes for its own purposes
+// (the pool's reservations, events and queries), not on an application's
+// behalf. Each call runs with device made current and the caller's current
+// device restored, in one crossing into C; and it leaves the thread's last
+// error (cudaGetLastError) as it found it: the application must not see
+// the failures its allocator recovers from. When the application had an
+// error pending that cannot be produced again (see SetLastError), the
+// internal call's error replaces it, so that an error still shows.
+func (r *Runtime) On(device int) *Runtime {
+	return &Runtime{t: r.t, device: C.int(device)}
+}
+
+// SetLastError makes code the thread's last error, as a real call that
+// failed with it would have, for a call the shim answers without calling
+// the runtime. It uses a real call that fails with that code and changes
+// nothing else: cudaGetDevice(NULL) for ErrorInvalidValue, a
+// cudaMallocPitch of 2^59 bytes for ErrorMemoryAllocation,
+// cudaSetDevice(-1) for ErrorInvalidDevice. Other codes have no such call
+// (ErrorInitialization, ErrorUnknown): the last error is left as it is.
+// It does nothing when code is already the last error, or without
+// cudaPeekAtLastError and cudaGetLastError in the table.
+func (r *Runtime) SetLastError(code Error) {
+	if code != Success {
+		C.set_last_error(r.t, C.cudaError_t(code))
+	}
 }
 
 // Malloc calls cudaMalloc.
 func (r *Runtime) Malloc(size uint64) (DevicePtr, Error) {
-	var p C.uint64_t
-	rc := C.call_malloc(r.t, C.uint64_t(size), &p)
-	return DevicePtr(p), Error(rc)
+	o := C.call_malloc(r.t, r.device, C.uint64_t(size))
+	return DevicePtr(o.v), Error(o.rc)
 }
 
 // Free calls cudaFree.
 func (r *Runtime) Free(p DevicePtr) Error {
-	return Error(C.call_free(r.t, C.uint64_t(p)))
+	return Error(C.call_free(r.t, r.device, C.uint64_t(p)))
 }
 
 // MallocManaged calls cudaMallocManaged.
 func (r *Runtime) MallocManaged(size uint64, flags uint32) (DevicePtr, Error) {
-	var p C.uint64_t
-	rc := C.call_malloc_managed(r.t, C.uint64_t(size), C.unsigned(flags), &p)
-	return DevicePtr(p), Error(rc)
+	o := C.call_malloc_managed(r.t, r.device, C.uint64_t(size), C.unsigned(flags))
+	return DevicePtr(o.v), Error(o.rc)
 }
 
 // MallocPitch calls cudaMallocPitch and returns the pointer and the pitch.
 func (r *Runtime) MallocPitch(width, height uint64) (DevicePtr, uint64, Error) {
-	var p, pitch C.uint64_t
-	rc := C.call_malloc_pitch(r.t, C.uint64_t(width), C.uint64_t(height), &p, &pitch)
-	return DevicePtr(p), uint64(pitch), Error(rc)
+	o := C.call_malloc_pitch(r.t, r.device, C.uint64_t(width), C.uint64_t(height))
+	return DevicePtr(o.v), uint64(o.w), Error(o.rc)
 }
 
 // MallocAsync calls cudaMallocAsync.
 func (r *Runtime) MallocAsync(size uint64, s Stream) (DevicePtr, Error) {
-	var p C.uint64_t
-	rc := C.call_malloc_async(r.t, C.uint64_t(size), C.uint64_t(s), &p)
-	return DevicePtr(p), Error(rc)
+	o := C.call_malloc_async(r.t, r.device, C.uint64_t(size), C.uint64_t(s))
+	return DevicePtr(o.v), Error(o.rc)
 }
 
 // FreeAsync calls cudaFreeAsync.
 func (r *Runtime) FreeAsync(p DevicePtr, s Stream) Error {
-	return Error(C.call_free_async(r.t, C.uint64_t(p), C.uint64_t(s)))
+	return Error(C.call_free_async(r.t, r.device, C.uint64_t(p), C.uint64_t(s)))
 }
 
 // MemGetInfo calls cudaMemGetInfo for the current device.
 func (r *Runtime) MemGetInfo() (free, total uint64, rc Error) {
-	var f, t C.uint64_t
-	rc = Error(C.call_mem_get_info(r.t, &f, &t))
-	return uint64(f), uint64(t), rc
+	o := C.call_mem_get_info(r.t, r.device)
+	return uint64(o.v), uint64(o.w), Error(o.rc)
 }
 
 // DeviceReset calls cudaDeviceReset for the current device.
-func (r *Runtime) DeviceReset() Error { return Error(C.call_device_reset(r.t)) }
+func (r *Runtime) DeviceReset() Error { return Error(C.call_device_reset(r.t, r.device)) }
 
 // GetDevice calls cudaGetDevice.
 func (r *Runtime) GetDevice() (int, Error) {
-	var d C.int
-	rc := C.call_get_device(r.t, &d)
-	return int(d), Error(rc)
+	o := C.call_get_device(r.t)
+	return int(o.v), Error(o.rc)
 }
 
 // The entries below are optional in the table; a missing one answers
@@ -303,9 +452,8 @@ func (r *Runtime) GetDeviceCount() (int, Error) {
 	if r.t.get_device_count == nil {
 		return 0, ErrorSymbolNotFound
 	}
-	var n C.int
-	rc := C.call_get_device_count(r.t, &n)
-	return int(n), Error(rc)
+	o := C.call_get_device_count(r.t)
+	return int(o.v), Error(o.rc)
 }
 
 // DeviceSynchronize calls cudaDeviceSynchronize for the current device.
@@ -313,7 +461,7 @@ func (r *Runtime) DeviceSynchronize() Error {
 	if r.t.device_synchronize == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_device_synchronize(r.t))
+	return Error(C.call_device_synchronize(r.t, r.device))
 }
 
 // StreamSynchronize calls cudaStreamSynchronize.
@@ -321,7 +469,7 @@ func (r *Runtime) StreamSynchronize(s Stream) Error {
 	if r.t.stream_synchronize == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_stream_synchronize(r.t, C.uint64_t(s)))
+	return Error(C.call_stream_synchronize(r.t, r.device, C.uint64_t(s)))
 }
 
 // EventCreate calls cudaEventCreateWithFlags.
@@ -329,9 +477,8 @@ func (r *Runtime) EventCreate(flags uint32) (Event, Error) {
 	if r.t.event_create_with_flags == nil {
 		return 0, ErrorSymbolNotFound
 	}
-	var e C.uint64_t
-	rc := C.call_event_create(r.t, C.unsigned(flags), &e)
-	return Event(e), Error(rc)
+	o := C.call_event_create(r.t, r.device, C.unsigned(flags))
+	return Event(o.v), Error(o.rc)
 }
 
 // EventRecord calls cudaEventRecord.
@@ -339,7 +486,7 @@ func (r *Runtime) EventRecord(e Event, s Stream) Error {
 	if r.t.event_record == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_event_record(r.t, C.uint64_t(e), C.uint64_t(s)))
+	return Error(C.call_event_record(r.t, r.device, C.uint64_t(e), C.uint64_t(s)))
 }
 
 // EventQuery calls cudaEventQuery: Success when complete, ErrorNotReady when not.
@@ -347,7 +494,7 @@ func (r *Runtime) EventQuery(e Event) Error {
 	if r.t.event_query == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_event_query(r.t, C.uint64_t(e)))
+	return Error(C.call_event_query(r.t, r.device, C.uint64_t(e)))
 }
 
 // EventSynchronize calls cudaEventSynchronize.
@@ -355,7 +502,7 @@ func (r *Runtime) EventSynchronize(e Event) Error {
 	if r.t.event_synchronize == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_event_synchronize(r.t, C.uint64_t(e)))
+	return Error(C.call_event_synchronize(r.t, r.device, C.uint64_t(e)))
 }
 
 // EventDestroy calls cudaEventDestroy.
@@ -363,7 +510,7 @@ func (r *Runtime) EventDestroy(e Event) Error {
 	if r.t.event_destroy == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_event_destroy(r.t, C.uint64_t(e)))
+	return Error(C.call_event_destroy(r.t, r.device, C.uint64_t(e)))
 }
 
 // StreamDestroy calls cudaStreamDestroy.
@@ -371,7 +518,7 @@ func (r *Runtime) StreamDestroy(s Stream) Error {
 	if r.t.stream_destroy == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_stream_destroy(r.t, C.uint64_t(s)))
+	return Error(C.call_stream_destroy(r.t, r.device, C.uint64_t(s)))
 }
 
 // DeviceGetAttribute calls cudaDeviceGetAttribute.
@@ -379,9 +526,8 @@ func (r *Runtime) DeviceGetAttribute(attr DeviceAttr, device int) (int, Error) {
 	if r.t.device_get_attribute == nil {
 		return 0, ErrorSymbolNotFound
 	}
-	var v C.int
-	rc := C.call_device_get_attribute(r.t, C.int(attr), C.int(device), &v)
-	return int(v), Error(rc)
+	o := C.call_device_get_attribute(r.t, r.device, C.int(attr), C.int(device))
+	return int(int64(o.v)), Error(o.rc)
 }
 
 // HostAlloc calls cudaHostAlloc and returns the host pointer.
@@ -389,9 +535,8 @@ func (r *Runtime) HostAlloc(size uint64, flags uint32) (uint64, Error) {
 	if r.t.host_alloc == nil {
 		return 0, ErrorSymbolNotFound
 	}
-	var p C.uint64_t
-	rc := C.call_host_alloc(r.t, C.uint64_t(size), C.unsigned(flags), &p)
-	return uint64(p), Error(rc)
+	o := C.call_host_alloc(r.t, r.device, C.uint64_t(size), C.unsigned(flags))
+	return uint64(o.v), Error(o.rc)
 }
 
 // FreeHost calls cudaFreeHost with a host pointer from HostAlloc.
@@ -399,7 +544,7 @@ func (r *Runtime) FreeHost(host uint64) Error {
 	if r.t.free_host == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_free_host(r.t, C.uint64_t(host)))
+	return Error(C.call_free_host(r.t, r.device, C.uint64_t(host)))
 }
 
 // HostGetDevicePointer calls cudaHostGetDevicePointer for mapped pinned memory.
@@ -407,9 +552,8 @@ func (r *Runtime) HostGetDevicePointer(host uint64) (DevicePtr, Error) {
 	if r.t.host_get_device_pointer == nil {
 		return 0, ErrorSymbolNotFound
 	}
-	var p C.uint64_t
-	rc := C.call_host_get_device_pointer(r.t, C.uint64_t(host), &p)
-	return DevicePtr(p), Error(rc)
+	o := C.call_host_get_device_pointer(r.t, r.device, C.uint64_t(host))
+	return DevicePtr(o.v), Error(o.rc)
 }
 
 // MemAdvise calls cudaMemAdvise (CUDA 12's int-device form); device may be CPUDevice.
@@ -417,7 +561,7 @@ func (r *Runtime) MemAdvise(p DevicePtr, size uint64, advice Advice, device int)
 	if r.t.mem_advise == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_mem_advise(r.t, C.uint64_t(p), C.uint64_t(size), C.int(advice), C.int(device)))
+	return Error(C.call_mem_advise(r.t, r.device, C.uint64_t(p), C.uint64_t(size), C.int(advice), C.int(device)))
 }
 
 // MemPrefetchAsync calls cudaMemPrefetchAsync (CUDA 12's int-device form).
@@ -425,5 +569,5 @@ func (r *Runtime) MemPrefetchAsync(p DevicePtr, size uint64, device int, s Strea
 	if r.t.mem_prefetch_async == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_mem_prefetch_async(r.t, C.uint64_t(p), C.uint64_t(size), C.int(device), C.uint64_t(s)))
+	return Error(C.call_mem_prefetch_async(r.t, r.device, C.uint64_t(p), C.uint64_t(size), C.int(device), C.uint64_t(s)))
 }

@@ -41,6 +41,9 @@ struct spillway_real {
                               int device);
     cudaError_t (*mem_prefetch_async)(const void *devPtr, size_t count, int dstDevice,
                                       cudaStream_t stream);
+    /* Added to keep the application's last error as CUDA would leave it. */
+    cudaError_t (*peek_at_last_error)(void);
+    cudaError_t (*get_last_error)(void);
 };
 
 /* The CUDA names of the table's entries, in field order after `size`. */
@@ -51,6 +54,6 @@ struct spillway_real {
         "cudaStreamSynchronize", "cudaEventCreateWithFlags", "cudaEventRecord",            \
         "cudaEventQuery", "cudaEventSynchronize", "cudaEventDestroy", "cudaStreamDestroy",      \
         "cudaDeviceGetAttribute", "cudaHostAlloc", "cudaFreeHost", "cudaHostGetDevicePointer", \
-        "cudaMemAdvise", "cudaMemPrefetchAsync"
+        "cudaMemAdvise", "cudaMemPrefetchAsync", "cudaPeekAtLastError", "cudaGetLastError"
 
 #endif /* SPILLWAY_REAL_H */

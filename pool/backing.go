@@ -87,7 +87,11 @@ type HostBacking interface {
 	// be advised to stay on the host so it does not count against the device.
 	ReserveHost(size uint64, tier Tier) (uint64, error)
 	// ReleaseHost frees memory from ReserveHost, with the same size and tier.
-	ReleaseHost(base, size uint64, tier Tier) error
+	// s is the stream of a stream-ordered free (FreeAsync): the memory may
+	// still be in use by work queued on *s before the call, and must be
+	// freed only once that work completes, without waiting for it on the
+	// host. It is nil for Free and Close, which free at once.
+	ReleaseHost(base, size uint64, tier Tier, s *Stream) error
 	// Promote moves a managed block to the device and makes the device its
 	// preferred location. The address and contents do not change.
 	Promote(base, size uint64) error
@@ -108,6 +112,15 @@ type Observer interface {
 	// Refuse reports a refused request, with the device bytes reserved and
 	// the quota at the time.
 	Refuse(size, used, quota uint64)
+}
+
+// FailureObserver is implemented by an Observer that also wants the Backing
+// failures that did not fail the call that met them: a promotion that
+// failed after a successful Free, FreeAsync or SyncEnd. Each is counted in
+// Stats.BackingErrors as well. BackingFailed runs with the pool's lock held,
+// like the Observer's other methods.
+type FailureObserver interface {
+	BackingFailed(err error)
 }
 
 // Errors returned by the pool; test for them with errors.Is.

@@ -131,6 +131,13 @@ func benchPair(b *testing.B, random, stream bool, live int, randomVictim bool) {
 		}
 	}
 	b.StopTimer()
+	want := uint64(live)
+	if !randomVictim {
+		want += uint64(min(b.N, pairWindow))
+	}
+	if got := p.Stats().LiveBlocks; got != want {
+		b.Fatalf("%d live blocks at the end, want %d", got, want)
+	}
 	b.ReportMetric(float64(f.Counts().Syncs-syncs)/float64(b.N), "syncs/pair")
 }
 
@@ -212,7 +219,10 @@ func loadTrace(b *testing.B, file string) []traces.Op {
 
 // BenchmarkTrace replays each reference trace on top of a given number of
 // background live blocks and reports the time per allocation+free pair and,
-// for a replay on a fresh pool, the trace's peak reserved ÷ peak live.
+// for replays on fresh pools, the trace's peak reserved ÷ peak live with an
+// unbounded quota (how far the pool grows when nothing stops it) and the
+// share of requests refused under a quota of 1.10 × the trace's peak live
+// bytes (whether the pool fits in that much when it must).
 func BenchmarkTrace(b *testing.B) {
 	for _, ref := range traces.References {
 		ops := loadTrace(b, ref.File)
@@ -223,6 +233,7 @@ func BenchmarkTrace(b *testing.B) {
 			}
 		}
 		ratio := traceRatio(b, ops)
+		refused := traceRefusals(b, ops, 1.10)
 		for _, live := range liveCounts {
 			b.Run(fmt.Sprintf("%s/live=%d", ref.File, live), func(b *testing.B) {
 				p, f := benchPool(b)
@@ -244,6 +255,7 @@ func BenchmarkTrace(b *testing.B) {
 				}
 				b.ReportMetric(float64(time.Since(start).Nanoseconds())/float64(b.N*allocs), "ns/pair")
 				b.ReportMetric(ratio, "reserved/live")
+				b.ReportMetric(refused, "refused-%-at-1.1x")
 			})
 		}
 	}
@@ -256,6 +268,68 @@ func traceRatio(b *testing.B, ops []traces.Op) float64 {
 	}
 	st := p.Stats()
 	return float64(st.PeakReservedBytes) / float64(st.PeakLiveBytes)
+}
+
+// refusingTarget replays a trace under a quota, counting the requests the
+// pool refuses instead of failing: a refused request gets an address no pool
+// hands out, whose free is dropped.
+type refusingTarget struct {
+	replayTarget
+	refused, requests *int
+}
+
+const refusedBase = 1 << 62
+
+func (t refusingTarget) result(ptr uint64, err error) (uint64, error) {
+	*t.requests++
+	if errors.Is(err, pool.ErrQuota) {
+		*t.refused++
+		return refusedBase + uint64(*t.requests)*pool.Alignment, nil
+	}
+	return ptr, err
+}
+
+func (t refusingTarget) Alloc(size uint64) (uint64, error) {
+	return t.result(t.replayTarget.Alloc(size))
+}
+
+func (t refusingTarget) AllocAsync(size, s uint64) (uint64, error) {
+	return t.result(t.replayTarget.AllocAsync(size, s))
+}
+
+func (t refusingTarget) Free(ptr uint64) error {
+	if ptr >= refusedBase {
+		return nil
+	}
+	return t.replayTarget.Free(ptr)
+}
+
+func (t refusingTarget) FreeAsync(ptr, s uint64) error {
+	if ptr >= refusedBase {
+		return nil
+	}
+	return t.replayTarget.FreeAsync(ptr, s)
+}
+
+// traceRefusals replays ops on a fresh pool whose quota is ratio × the
+// trace's peak live bytes and returns the percentage of requests refused.
+// Every refusal there is one the live bytes alone would not justify.
+func traceRefusals(b *testing.B, ops []traces.Op, ratio float64) float64 {
+	st, err := traces.Summarize(ops)
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := pooltest.New(0)
+	p, err := pool.New(f, pool.DefaultOptions(uint64(float64(st.PeakLive)*ratio)))
+	if err != nil {
+		b.Fatal(err)
+	}
+	refused, requests := 0, 0
+	target := refusingTarget{newReplayTarget(p, f), &refused, &requests}
+	if _, err := traces.Replay(target, ops, nil); err != nil {
+		b.Fatal(err)
+	}
+	return 100 * float64(refused) / float64(requests)
 }
 
 // BenchmarkChurnNearQuota keeps live bytes near 75% of the quota with random

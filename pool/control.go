@@ -3,6 +3,7 @@ package pool
 import (
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // SyncTicket is handed out by SyncBegin and given back to SyncEnd.
@@ -32,7 +33,8 @@ func (p *Pool) SyncEnd(t SyncTicket) error {
 		p.obs.Sync(made)
 	}
 	p.trim()
-	return p.promote()
+	p.promoteAfterFree()
+	return nil
 }
 
 // ForgetStream is called before stream s is destroyed: the blocks freed on it
@@ -57,6 +59,7 @@ func (p *Pool) ForgetStream(s Stream) {
 		p.back.DestroyMarker(c.marker)
 	}
 	delete(p.streams, s)
+	p.streamOrder = slices.DeleteFunc(p.streamOrder, func(x *streamCache) bool { return x == c })
 	if p.lastCache == c {
 		p.lastCache = nil
 	}
@@ -106,7 +109,7 @@ func (p *Pool) Close() error {
 			if err := p.back.Release(b.base, b.size); err != nil {
 				errs = append(errs, fmt.Errorf("pool: releasing pass-through allocation %#x: %w", b.base, err))
 			}
-		} else if err := p.host.ReleaseHost(b.base, b.size, b.tier); err != nil {
+		} else if err := p.host.ReleaseHost(b.base, b.size, b.tier, nil); err != nil {
 			errs = append(errs, fmt.Errorf("pool: releasing spilled allocation %#x: %w", b.base, err))
 		}
 	})
@@ -116,6 +119,7 @@ func (p *Pool) Close() error {
 		}
 	}
 	p.live, p.segs, p.streams, p.spare, p.lastCache = ptrMap{}, nil, nil, nil, nil
+	p.streamOrder = nil
 	p.devBytes, p.hostBytes, p.segBytes, p.segLive = 0, 0, 0, 0
 	p.idx = [numClasses]index{}
 	p.pending, p.spilled, p.empty = queue{}, queue{}, segList{}

@@ -53,6 +53,17 @@ func (p *Pool) Promote() (uint64, error) {
 	return p.stats.PromotedTotal - before, err
 }
 
+// promoteAfterFree promotes after a free or an announced synchronization,
+// which succeeded whatever the promotion does: a failure is counted in
+// Stats.BackingErrors and told to a FailureObserver, never returned.
+func (p *Pool) promoteAfterFree() {
+	if err := p.promote(); err != nil {
+		if f, ok := p.obs.(FailureObserver); ok {
+			f.BackingFailed(err)
+		}
+	}
+}
+
 // promote applies the promotion policy: oldest spilled first, stopping at the
 // first block that cannot fit even with every empty segment released, so a
 // large old block is never overtaken by younger small ones.

@@ -118,6 +118,76 @@ func TestPromotionOldestFirstWhileItFits(t *testing.T) {
 	h.close()
 }
 
+// failures is an Observer that also hears of the backing failures that did
+// not fail a call.
+type failures struct {
+	recorder
+	errs []error
+}
+
+func (f *failures) BackingFailed(err error) { f.errs = append(f.errs, err) }
+
+// A promotion that fails after a free does not fail the free, nor the
+// application's synchronization: it is counted and told to the observer.
+func TestFailedPromotionDoesNotFailTheFree(t *testing.T) {
+	f := pooltest.New(0)
+	broken := errors.New("prefetch failed")
+	f.FailPromote = func(uint64, uint64) error { return broken }
+	obs := &failures{recorder: recorder{sources: map[pool.Source]int{}}}
+	opt := oversubscribed(8*miB, pool.TierManaged)
+	opt.Pooling = false // a free gives its room back at once
+	opt.Observer = obs
+	h := newHarness(t, f, opt)
+	dev := h.mustAlloc(8 * miB)
+	spilled := h.mustAlloc(4 * miB)
+	if a, _ := h.p.Lookup(spilled); a.Tier != pool.TierManaged {
+		t.Fatalf("%#x not spilled", spilled)
+	}
+	if err := h.free(dev); err != nil {
+		t.Fatalf("Free with a failing promotion after it: %v", err)
+	}
+	if err := h.p.SyncEnd(h.p.SyncBegin()); err != nil {
+		t.Fatalf("SyncEnd with a failing promotion after it: %v", err)
+	}
+	st := h.p.Stats()
+	if st.BackingErrors != 2 || st.PromotedTotal != 0 || len(obs.errs) != 2 || !errors.Is(obs.errs[0], broken) {
+		t.Fatalf("backing errors %d, promoted %d, observer told %v; want 2 failures told", st.BackingErrors, st.PromotedTotal, obs.errs)
+	}
+	if _, err := h.p.Promote(); !errors.Is(err, broken) {
+		t.Fatalf("Promote() = %v, want the failure: an explicit promotion reports it", err)
+	}
+	f.FailPromote = nil
+	if err := h.freeAsync(h.mustAlloc(kiB), 7); err != nil { // promotes now
+		t.Fatalf("FreeAsync: %v", err)
+	}
+	if st := h.p.Stats(); st.PromotedTotal != 4*miB {
+		t.Fatalf("after the failures: promoted %d bytes, want the 4 MiB block", st.PromotedTotal)
+	}
+	h.close()
+}
+
+// A spilled block freed by FreeAsync is released in the order of its
+// stream; by Free, at once.
+func TestSpilledBlockReleasedOnItsStream(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, oversubscribed(4*miB, pool.TierPinned))
+	h.mustAlloc(4 * miB)
+	a, b := h.mustAlloc(miB), h.mustAlloc(miB)
+	if err := h.freeAsync(a, 3); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.Counts(); c.HostReleases != 1 || c.AsyncHostReleases != 1 {
+		t.Fatalf("FreeAsync of a spilled block: %+v, want one release ordered on the stream", c)
+	}
+	if err := h.free(b); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.Counts(); c.HostReleases != 2 || c.AsyncHostReleases != 1 {
+		t.Fatalf("Free of a spilled block: %+v, want a release at once", c)
+	}
+	h.close()
+}
+
 func TestPinnedSpillIsNeverPromoted(t *testing.T) {
 	f := pooltest.New(0)
 	h := newHarness(t, f, oversubscribed(8*miB, pool.TierPinned))

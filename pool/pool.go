@@ -90,8 +90,8 @@ type block struct {
 	prevQ, nextQ       *block // pending, stream or spill queue, oldest first
 	cache              *streamCache
 	seq                uint64 // value of Pool.seq when freed
-	state              blockState
 	tier               Tier
+	state              blockState
 	promoted           bool // a managed block now resident on the device
 }
 
@@ -211,10 +211,11 @@ type Pool struct {
 	// synchronization could serve a miss.
 	pendingBytes [numClasses]uint64
 	streams      map[Stream]*streamCache
-	lastCache    *streamCache // the stream cache used last; see cacheOf
-	spilled      queue        // managed blocks on the host, oldest first: promotion order
+	streamOrder  []*streamCache // caches in creation order, the order they are visited in: repeatable runs
+	lastCache    *streamCache   // the stream cache used last; see cacheOf
+	spilled      queue          // managed blocks on the host, oldest first: promotion order
 	seq          uint64
-	spare        []*block
+	spare        *block // unused descriptors, linked through nextFree
 
 	segBytes  uint64 // bytes of all segments
 	segLive   uint64 // bytes of live blocks in segments
@@ -286,7 +287,8 @@ func (p *Pool) Free(ptr uint64) error {
 			return err
 		}
 	}
-	return p.promote()
+	p.promoteAfterFree()
+	return nil
 }
 
 // FreeAsync serves cudaFreeAsync: the memory is reusable at once by AllocAsync
@@ -306,6 +308,7 @@ func (p *Pool) FreeAsync(ptr uint64, s Stream) error {
 	if c == nil {
 		c = &streamCache{stream: s}
 		p.streams[s] = c
+		p.streamOrder = append(p.streamOrder, c)
 	}
 	b.state = stateStream
 	b.cache = c
@@ -319,7 +322,8 @@ func (p *Pool) FreeAsync(ptr uint64, s Stream) error {
 		// itself has succeeded.
 		_ = p.recordMarker(c) // counted in BackingErrors
 	}
-	return p.promote()
+	p.promoteAfterFree()
+	return nil
 }
 
 // cacheOf returns the cache of stream s, or nil. The last one found is kept

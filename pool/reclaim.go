@@ -31,7 +31,7 @@ func (p *Pool) completeBefore(cut uint64) uint64 {
 		made += b.size
 		p.makeFree(b)
 	}
-	for _, c := range p.streams {
+	for _, c := range p.streamOrder {
 		made += p.drain(c, cut)
 		if c.hasMarker && c.markerCut <= cut {
 			p.back.DestroyMarker(c.marker)
@@ -55,7 +55,7 @@ func (p *Pool) drain(c *streamCache, cut uint64) uint64 {
 
 func (p *Pool) streamBytes() uint64 {
 	var n uint64
-	for _, c := range p.streams {
+	for _, c := range p.streamOrder {
 		n += c.queue.bytes
 	}
 	return n
@@ -78,7 +78,7 @@ func (p *Pool) recordMarker(c *streamCache) error {
 // synchronization, and are counted in the stats.
 func (p *Pool) pollMarkers() bool {
 	moved := false
-	for _, c := range p.streams {
+	for _, c := range p.streamOrder {
 		if c.hasMarker {
 			done, err := p.back.MarkerDone(c.marker)
 			if err != nil {

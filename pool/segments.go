@@ -8,18 +8,29 @@ import (
 	"slices"
 )
 
+// descriptorSlab is how many descriptors are allocated together. Slabs keep
+// descriptors dense in memory and the garbage collector's object count low;
+// a descriptor is never returned to the heap, only to the spare list, so a
+// slab lives as long as the pool.
+const descriptorSlab = 256
+
 func (p *Pool) newBlock() *block {
-	if n := len(p.spare); n > 0 {
-		b := p.spare[n-1]
-		p.spare = p.spare[:n-1]
-		return b
+	if p.spare == nil {
+		slab := make([]block, descriptorSlab)
+		for i := range slab[:len(slab)-1] {
+			slab[i].nextFree = &slab[i+1]
+		}
+		p.spare = &slab[0]
 	}
-	return &block{}
+	b := p.spare
+	p.spare = b.nextFree
+	b.nextFree = nil
+	return b
 }
 
 func (p *Pool) recycle(b *block) {
-	*b = block{}
-	p.spare = append(p.spare, b)
+	*b = block{nextFree: p.spare}
+	p.spare = b
 }
 
 // grow reserves a segment of size bytes for class and returns its single free

@@ -70,7 +70,7 @@ func (p *Pool) releaseUnpooled(b *block, s *Stream) error {
 			p.hostBytes -= b.size
 			p.stats.SpilledBytes -= b.size
 		}
-		err = p.host.ReleaseHost(b.base, b.size, b.tier)
+		err = p.host.ReleaseHost(b.base, b.size, b.tier, s)
 	}
 	base, size, tier := b.base, b.size, b.tier
 	p.recycle(b)
@@ -78,5 +78,6 @@ func (p *Pool) releaseUnpooled(b *block, s *Stream) error {
 		p.stats.BackingErrors++
 		return fmt.Errorf("pool: releasing the %d-byte %v allocation at %#x: %w", size, tier, base, err)
 	}
-	return p.promote()
+	p.promoteAfterFree()
+	return nil
 }

@@ -67,7 +67,8 @@ func writeMetrics(w io.Writer, sum *bpf.Summary) {
 	single("promote_bytes_total", "Bytes the shim promoted back to the device.", sum.PromoteBytes)
 	counter("pool_allocations_total", "Allocations the shim served, by source.")
 	labelled("pool_allocations_total", "source", map[string]uint64{
-		"cache": sum.Pool.CacheHits, "device": sum.Pool.DeviceReservations, "pass_through": sum.Pool.PassThrough,
+		"cache": sum.Pool.CacheHits, "device": sum.Pool.DeviceReservations, "spilled": sum.Pool.SpilledAllocs,
+		"pass_through": sum.Pool.PassThrough, "managed": sum.Pool.ManagedAllocs,
 	})
 	single("pool_frees_total", "Frees the shim handled.", sum.Pool.Frees)
 	single("quota_refusals_total", "Allocations the shim refused for quota.", sum.Pool.Refusals)

@@ -69,18 +69,22 @@ func intervalOf(prev, cur *bpf.Summary, elapsed, secs float64) interval {
 			iv.Calls[k] = d
 		}
 	}
-	iv.PoolHitRate = hitRate(cur.Pool.CacheHits-prev.Pool.CacheHits, cur.Pool.DeviceReservations-prev.Pool.DeviceReservations)
-	iv.totalPoolHitRate = hitRate(cur.Pool.CacheHits, cur.Pool.DeviceReservations)
+	iv.PoolHitRate = hitRate(bpf.PoolCounts{
+		CacheHits:          cur.Pool.CacheHits - prev.Pool.CacheHits,
+		DeviceReservations: cur.Pool.DeviceReservations - prev.Pool.DeviceReservations,
+		SpilledAllocs:      cur.Pool.SpilledAllocs - prev.Pool.SpilledAllocs,
+	})
+	iv.totalPoolHitRate = hitRate(cur.Pool)
 	return iv
 }
 
 // hitRate is the share of the pool's allocations served from its cache; nil
 // when the pool served none (it is off, or idle).
-func hitRate(hits, reservations uint64) *float64 {
-	if hits+reservations == 0 {
+func hitRate(p bpf.PoolCounts) *float64 {
+	r, ok := p.HitRate()
+	if !ok {
 		return nil
 	}
-	r := float64(hits) / float64(hits+reservations)
 	return &r
 }
 

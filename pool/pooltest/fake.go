@@ -22,6 +22,8 @@ type Fake struct {
 	HostCapacity uint64
 	// FailReserve, if set, is consulted before every Reserve.
 	FailReserve func(size uint64) error
+	// FailPromote, if set, is consulted before every Promote.
+	FailPromote func(base, size uint64) error
 
 	next      uint64
 	clock     uint64
@@ -51,6 +53,7 @@ type marker struct {
 type Counts struct {
 	Reserves, Releases, Syncs, Markers, MarkerQueries int
 	HostReserves, HostReleases, Promotions            int
+	AsyncHostReleases                                 int // host releases ordered on a stream
 	AsyncReserves, AsyncReleases                      int
 }
 
@@ -218,8 +221,10 @@ func (f *Fake) ReserveHost(size uint64, tier pool.Tier) (uint64, error) {
 	return base, nil
 }
 
-// ReleaseHost implements pool.HostBacking.
-func (f *Fake) ReleaseHost(base, size uint64, tier pool.Tier) error {
+// ReleaseHost implements pool.HostBacking. Work completes at once on the
+// fake device, so a stream-ordered release (s not nil) is counted and then
+// made like any other.
+func (f *Fake) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h, ok := f.host[base]
@@ -233,11 +238,19 @@ func (f *Fake) ReleaseHost(base, size uint64, tier pool.Tier) error {
 		f.hostBytes -= size
 	}
 	f.counts.HostReleases++
+	if s != nil {
+		f.counts.AsyncHostReleases++
+	}
 	return nil
 }
 
 // Promote implements pool.HostBacking.
 func (f *Fake) Promote(base, size uint64) error {
+	if f.FailPromote != nil {
+		if err := f.FailPromote(base, size); err != nil {
+			return err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h, ok := f.host[base]

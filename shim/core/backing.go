@@ -1,10 +1,11 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
+
+	"github.com/sirupsen/logrus"
 
 	"github.com/spillway-gpu/spillway/interpose"
 	"github.com/spillway-gpu/spillway/pool"
@@ -19,10 +20,13 @@ const perThreadBit = 1 << 63
 
 // backing is a pool.Backing (with stream-ordered and host reservation) over
 // the real runtime for one device. The pool calls it with its lock held,
-// from whichever thread made the call; every method makes the device current
-// for its calls and restores the caller's. Reservations are admitted by the
-// device's account, which also holds the memory outside the pool, so the
-// quota covers both.
+// from whichever thread made the call. Its runtime is bound to the device
+// (interpose.Runtime.On): every call runs on the device, restores the
+// caller's, and leaves the thread's last error as the application left it,
+// so the failures the pool recovers from (a reservation refused before a
+// spill, a marker not yet reached) never reach cudaGetLastError.
+// Reservations are admitted by the device's account, which also holds the
+// memory outside the pool, so the quota covers both.
 type backing struct {
 	rt      realRuntime
 	ordinal int
@@ -33,18 +37,12 @@ type backing struct {
 	// promoted are the managed blocks moved to the device: device bytes.
 	promoted map[uint64]uint64
 	spare    []interpose.Event // markers destroyed, ready for reuse
-	// spilled is set once the pool has spilled: from then on a
-	// cudaFreeAsync names its stream in asyncFrees before calling the pool,
-	// so that ReleaseHost can free a spilled block in stream order instead
-	// of waiting for the device.
-	spilled atomic.Bool
 
 	// mu guards what the core also reaches outside the pool's lock.
 	mu sync.Mutex
 	// inflight are stream-ordered frees the device has not reached yet: the
 	// device still holds their bytes, so the account keeps them.
-	inflight   []inflightFree
-	asyncFrees map[uint64]pool.Stream
+	inflight []inflightFree
 }
 
 // maxInflight is how many frees in flight are kept before the completed
@@ -70,42 +68,35 @@ func cudaErr(call string, rc interpose.Error) error {
 	return fmt.Errorf("%s: %w", call, rc)
 }
 
-func (b *backing) on(f func() (uint64, interpose.Error)) (uint64, interpose.Error) {
-	return onDevice(b.rt, b.ordinal, f)
-}
-
-func (b *backing) do(f func() interpose.Error) interpose.Error {
-	_, rc := onDevice(b.rt, b.ordinal, func() (uint64, interpose.Error) { return 0, f() })
-	return rc
-}
-
 var errQuota = fmt.Errorf("the device quota is held by memory outside the pool: %w", pool.ErrOutOfMemory)
 
-func (b *backing) reserve(size uint64, call string, f func() (interpose.DevicePtr, interpose.Error)) (uint64, error) {
+// admit takes size bytes from the account, giving back what the
+// stream-ordered frees in flight hold if the quota needs it.
+func (b *backing) admit(size uint64) bool {
 	for !b.acct.take(size, false) {
 		if !b.makeRoom() {
-			return 0, errQuota
+			return false
 		}
 	}
-	p, rc := b.on(func() (uint64, interpose.Error) {
-		p, rc := f()
-		return uint64(p), rc
-	})
-	if rc != interpose.Success {
-		b.acct.give(size, false)
-		return 0, cudaErr(fmt.Sprintf("%s of %d bytes on device %d", call, size, b.ordinal), rc)
-	}
-	return p, nil
+	return true
 }
 
 // Reserve calls cudaMalloc.
 func (b *backing) Reserve(size uint64) (uint64, error) {
-	return b.reserve(size, "cudaMalloc", func() (interpose.DevicePtr, interpose.Error) { return b.rt.Malloc(size) })
+	if !b.admit(size) {
+		return 0, errQuota
+	}
+	p, rc := b.rt.Malloc(size)
+	if rc != interpose.Success {
+		b.acct.give(size, false)
+		return 0, cudaErr(fmt.Sprintf("cudaMalloc of %d bytes on device %d", size, b.ordinal), rc)
+	}
+	return uint64(p), nil
 }
 
 // Release calls cudaFree.
 func (b *backing) Release(base, size uint64) error {
-	if rc := b.do(func() interpose.Error { return b.rt.Free(interpose.DevicePtr(base)) }); rc != interpose.Success {
+	if rc := b.rt.Free(interpose.DevicePtr(base)); rc != interpose.Success {
 		return cudaErr(fmt.Sprintf("cudaFree(%#x) on device %d", base, b.ordinal), rc)
 	}
 	b.acct.give(size, false)
@@ -122,41 +113,51 @@ func asyncStream(s pool.Stream) interpose.Stream {
 
 // ReserveAsync calls cudaMallocAsync (pass-through mode only).
 func (b *backing) ReserveAsync(size uint64, s pool.Stream) (uint64, error) {
-	return b.reserve(size, "cudaMallocAsync", func() (interpose.DevicePtr, interpose.Error) {
-		return b.rt.MallocAsync(size, asyncStream(s))
-	})
+	if !b.admit(size) {
+		return 0, errQuota
+	}
+	p, rc := b.rt.MallocAsync(size, asyncStream(s))
+	if rc != interpose.Success {
+		b.acct.give(size, false)
+		return 0, cudaErr(fmt.Sprintf("cudaMallocAsync of %d bytes on device %d", size, b.ordinal), rc)
+	}
+	return uint64(p), nil
 }
 
 // ReleaseAsync calls cudaFreeAsync (pass-through mode only). The bytes stay
 // accounted until an event recorded after the free completes.
 func (b *backing) ReleaseAsync(base, size uint64, s pool.Stream) error {
-	var done interpose.Event
-	rc := b.do(func() interpose.Error {
-		on := asyncStream(s)
-		if rc := b.rt.FreeAsync(interpose.DevicePtr(base), on); rc != interpose.Success {
-			return rc
-		}
-		var rc interpose.Error
-		if done, rc = b.rt.EventCreate(interpose.EventDisableTiming); rc == interpose.Success {
-			if rc = b.rt.EventRecord(done, on); rc != interpose.Success {
-				b.rt.EventDestroy(done)
-			}
-		}
-		if rc != interpose.Success {
-			done = 0
-			b.rt.StreamSynchronize(on) // the free is complete when this returns
-		}
-		return interpose.Success
-	})
-	if rc != interpose.Success {
+	on := asyncStream(s)
+	if rc := b.rt.FreeAsync(interpose.DevicePtr(base), on); rc != interpose.Success {
 		return cudaErr(fmt.Sprintf("cudaFreeAsync(%#x) on device %d", base, b.ordinal), rc)
 	}
-	if done == 0 {
-		b.acct.give(size, false)
-		return nil
-	}
-	b.queue(inflightFree{done: done, size: size})
+	b.afterStream(on, inflightFree{size: size}) // nothing to release: no failure
 	return nil
+}
+
+// afterStream settles f once the device reaches the work queued on stream
+// on so far: at an event recorded there, or at once after synchronizing the
+// stream if no event can be recorded, returning then how f's release went.
+func (b *backing) afterStream(on interpose.Stream, f inflightFree) interpose.Error {
+	done, rc := b.rt.EventCreate(interpose.EventDisableTiming)
+	if rc == interpose.Success {
+		if rc = b.rt.EventRecord(done, on); rc != interpose.Success {
+			b.rt.EventDestroy(done)
+		}
+	}
+	if rc != interpose.Success {
+		b.rt.StreamSynchronize(on) // the free is complete when this returns
+		if f.release != nil {
+			if rc := f.release(); rc != interpose.Success {
+				return rc
+			}
+		}
+		b.acct.give(f.size, false)
+		return interpose.Success
+	}
+	f.done = done
+	b.queue(f)
+	return interpose.Success
 }
 
 // queue adds a free in flight, collecting those done when there are many.
@@ -226,31 +227,12 @@ func (b *backing) settleAll() {
 	b.inflight = b.inflight[:0]
 }
 
-// freeingOn names the stream of the cudaFreeAsync of p about to reach the
-// pool; done forgets it after the pool returns.
-func (b *backing) freeingOn(p uint64, s pool.Stream) {
-	b.mu.Lock()
-	if b.asyncFrees == nil {
-		b.asyncFrees = map[uint64]pool.Stream{}
-	}
-	b.asyncFrees[p] = s
-	b.mu.Unlock()
-}
-
-func (b *backing) done(p uint64) (pool.Stream, bool) {
-	b.mu.Lock()
-	s, ok := b.asyncFrees[p]
-	delete(b.asyncFrees, p)
-	b.mu.Unlock()
-	return s, ok
-}
-
 // Synchronize calls cudaDeviceSynchronize.
 func (b *backing) Synchronize() error {
-	if rc := b.do(b.rt.DeviceSynchronize); rc != interpose.Success {
+	if rc := b.rt.DeviceSynchronize(); rc != interpose.Success {
 		return cudaErr(fmt.Sprintf("cudaDeviceSynchronize on device %d", b.ordinal), rc)
 	}
-	b.do(func() interpose.Error { b.settleAll(); return interpose.Success })
+	b.settleAll()
 	return nil
 }
 
@@ -264,22 +246,18 @@ func (b *backing) RecordMarker(s pool.Stream) (pool.Marker, error) {
 	if s&perThreadBit != 0 {
 		on = 0
 	}
-	e, rc := b.on(func() (uint64, interpose.Error) {
-		var e interpose.Event
-		if n := len(b.spare); n > 0 {
-			e, b.spare = b.spare[n-1], b.spare[:n-1]
-		} else {
-			var rc interpose.Error
-			if e, rc = b.rt.EventCreate(interpose.EventDisableTiming); rc != interpose.Success {
-				return 0, rc
-			}
-		}
-		if rc := b.rt.EventRecord(e, on); rc != interpose.Success {
+	var e interpose.Event
+	rc := interpose.Success
+	if n := len(b.spare); n > 0 {
+		e, b.spare = b.spare[n-1], b.spare[:n-1]
+	} else {
+		e, rc = b.rt.EventCreate(interpose.EventDisableTiming)
+	}
+	if rc == interpose.Success {
+		if rc = b.rt.EventRecord(e, on); rc != interpose.Success {
 			b.rt.EventDestroy(e)
-			return 0, rc
 		}
-		return uint64(e), interpose.Success
-	})
+	}
 	if rc != interpose.Success {
 		return 0, cudaErr(fmt.Sprintf("recording an event on stream %#x of device %d", uint64(s), b.ordinal), rc)
 	}
@@ -315,22 +293,17 @@ func (b *backing) DestroyMarker(m pool.Marker) {
 // rather than migrating it, and the quota holds), or mapped pinned memory,
 // whose device pointer is what the application gets.
 func (b *backing) ReserveHost(size uint64, tier pool.Tier) (uint64, error) {
-	call := fmt.Sprintf("spilling %d bytes to managed memory (cudaMallocManaged, cudaMemAdvise) for device %d", size, b.ordinal)
-	reserve := b.reserveManaged
+	how, reserve := "managed memory (cudaMallocManaged, cudaMemAdvise)", b.reserveManaged
 	if tier == pool.TierPinned {
-		call = fmt.Sprintf("spilling %d bytes to pinned memory (cudaHostAlloc, cudaHostGetDevicePointer) for device %d", size, b.ordinal)
-		reserve = b.reservePinned
+		how, reserve = "pinned memory (cudaHostAlloc, cudaHostGetDevicePointer)", b.reservePinned
 	}
-	p, rc := b.on(func() (uint64, interpose.Error) {
-		b.mu.Lock()
-		b.inflightDone() // spilled blocks freed in stream order, now reached
-		b.mu.Unlock()
-		return reserve(size)
-	})
+	b.mu.Lock()
+	b.inflightDone() // spilled blocks freed in stream order, now reached
+	b.mu.Unlock()
+	p, rc := reserve(size)
 	if rc != interpose.Success {
-		return 0, &spillError{cudaErr(call, rc)}
+		return 0, &spillError{cudaErr(fmt.Sprintf("spilling %d bytes to %s for device %d", size, how, b.ordinal), rc)}
 	}
-	b.spilled.Store(true)
 	return p, nil
 }
 
@@ -371,10 +344,11 @@ func (b *backing) reserveManaged(size uint64) (uint64, interpose.Error) {
 }
 
 // ReleaseHost frees a spilled block; a promoted one gives its device bytes
-// back. Freed by cudaFreeAsync, it is freed once the device reaches an event
-// recorded on that stream (cudaFree of managed memory and cudaFreeHost would
-// wait for the device); by cudaFree, at once.
-func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier) error {
+// back. Freed by cudaFreeAsync (s names the stream), it is freed once the
+// device reaches an event recorded on that stream, since cudaFree of
+// managed memory and cudaFreeHost would wait for the device; by cudaFree,
+// at once.
+func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream) error {
 	var release func() interpose.Error
 	call := fmt.Sprintf("cudaFree(%#x) of a spilled block", base)
 	if tier == pool.TierPinned {
@@ -387,42 +361,19 @@ func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier) error {
 		release = func() interpose.Error { return b.rt.Free(interpose.DevicePtr(base)) }
 	}
 	deviceBytes := b.promoted[base]
-	if s, ok := b.done(base); ok {
-		var done interpose.Event
-		rc := b.do(func() interpose.Error {
-			var rc interpose.Error
-			if done, rc = b.rt.EventCreate(interpose.EventDisableTiming); rc == interpose.Success {
-				if rc = b.rt.EventRecord(done, asyncStream(s)); rc != interpose.Success {
-					b.rt.EventDestroy(done)
-				}
-			}
-			return rc
-		})
-		if rc == interpose.Success {
-			b.queue(inflightFree{done: done, size: deviceBytes, release: release})
-			delete(b.pinned, base)
-			delete(b.promoted, base)
-			return nil
+	if s != nil {
+		if rc := b.afterStream(asyncStream(*s), inflightFree{size: deviceBytes, release: release}); rc != interpose.Success {
+			return cudaErr(call, rc)
 		}
-	}
-	if rc := b.do(release); rc != interpose.Success {
-		return cudaErr(call, rc)
+	} else {
+		if rc := release(); rc != interpose.Success {
+			return cudaErr(call, rc)
+		}
+		b.acct.give(deviceBytes, false)
 	}
 	delete(b.pinned, base)
 	delete(b.promoted, base)
-	b.acct.give(deviceBytes, false)
 	return nil
-}
-
-// promoteError is a promotion that failed; the free that ran it succeeded.
-type promoteError struct{ err error }
-
-func (e *promoteError) Error() string { return e.err.Error() }
-func (e *promoteError) Unwrap() error { return e.err }
-
-func isPromoteError(err error) bool {
-	var p *promoteError
-	return errors.As(err, &p)
 }
 
 // Promote moves a managed block to the device: preferred location the
@@ -430,23 +381,21 @@ func isPromoteError(err error) bool {
 // queued on every blocking stream), and waits for the move.
 func (b *backing) Promote(base, size uint64) error {
 	if !b.acct.take(size, false) {
-		return &promoteError{errQuota}
+		return errQuota
 	}
 	p := interpose.DevicePtr(base)
-	rc := b.do(func() interpose.Error {
-		if rc := b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, b.ordinal); rc != interpose.Success {
-			return rc
-		}
-		if rc := b.rt.MemPrefetchAsync(p, size, b.ordinal, 0); rc != interpose.Success {
-			return rc
-		}
-		return b.rt.StreamSynchronize(0)
-	})
+	rc := b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, b.ordinal)
+	if rc == interpose.Success {
+		rc = b.rt.MemPrefetchAsync(p, size, b.ordinal, 0)
+	}
+	if rc == interpose.Success {
+		rc = b.rt.StreamSynchronize(0)
+	}
 	if rc != interpose.Success {
 		b.acct.give(size, false)
 		// Back to the host's preference, so the block is where the pool thinks.
 		b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, interpose.CPUDevice)
-		return &promoteError{cudaErr(fmt.Sprintf("promoting %#x (%d bytes) to device %d", base, size, b.ordinal), rc)}
+		return cudaErr(fmt.Sprintf("promoting %#x (%d bytes) to device %d", base, size, b.ordinal), rc)
 	}
 	b.promoted[base] = size
 	return nil
@@ -458,6 +407,7 @@ func (b *backing) Promote(base, size uint64) error {
 type observer struct {
 	d      *device
 	probes probeSink
+	log    *logrus.Logger
 }
 
 func (o *observer) Alloc(ptr, size uint64, tier pool.Tier, source pool.Source) {
@@ -484,6 +434,12 @@ func (o *observer) Promote(ptr, size uint64, tier pool.Tier) {
 
 func (o *observer) Refuse(size, _, quota uint64) {
 	o.probes.Refuse(size, o.d.ordinal, o.d.acct.used(), quota)
+}
+
+// BackingFailed logs a failure the call that met it recovered from (a
+// promotion after a free); the pool counts it in its stats.
+func (o *observer) BackingFailed(err error) {
+	o.log.Debugf("device %d: %v", o.d.ordinal, err)
 }
 
 // Event kinds in the slots.

@@ -25,6 +25,8 @@ type core struct {
 	// allocation then fails with cudaErrorInitializationError.
 	broken error
 	mem    *memory
+	// debug: each call is logged (SPILLWAY_LOG_LEVEL=debug, fixed at start).
+	debug bool
 }
 
 var theCore atomic.Pointer[core]
@@ -54,7 +56,8 @@ func start(real, probes unsafe.Pointer) interpose.Error {
 		c.log.Warnf("ignoring unknown variables %v (misspelled?)", cfg.Unknown)
 	}
 	c.cfg = cfg
-	c.mem = newMemory(rt, cfg, c.probes, c.log, c.refused)
+	c.debug = c.log.IsLevelEnabled(logrus.DebugLevel)
+	c.mem = newMemory(rt, func(ordinal int) realRuntime { return rt.On(ordinal) }, cfg, c.probes, c.log, c.refused)
 	c.log.Debugf("started: memory limit %s, per-device limits %v, pool %v, oversubscribe %v", cfg.MemoryLimit, cfg.DeviceLimits, cfg.Pool, cfg.Oversubscribe)
 	theCore.Store(c)
 	return interpose.Success
@@ -89,10 +92,14 @@ func (c *core) malloc(r request) (interpose.DevicePtr, block, interpose.Error) {
 	if c.broken != nil {
 		return 0, block{}, interpose.ErrorInitialization
 	}
-	if c.log.IsLevelEnabled(logrus.DebugLevel) {
-		defer c.log.Debugf("%s of %d bytes on device %d", r.kind, r.size, r.device)
+	if c.debug {
+		c.logMalloc(r)
 	}
 	return c.mem.malloc(r)
+}
+
+func (c *core) logMalloc(r request) {
+	c.log.Debugf("%s of %d bytes on device %d", r.kind, r.size, r.device)
 }
 
 func (c *core) mallocPitch(device int, width, height uint64) (interpose.DevicePtr, uint64, block, interpose.Error) {
@@ -103,14 +110,18 @@ func (c *core) mallocPitch(device int, width, height uint64) (interpose.DevicePt
 }
 
 func (c *core) free(p interpose.DevicePtr, s interpose.Stream, async bool) (block, bool, interpose.Error) {
-	if c.log.IsLevelEnabled(logrus.DebugLevel) {
-		name := "cudaFree"
-		if async {
-			name = "cudaFreeAsync"
-		}
-		c.log.Debugf("%s of %#x", name, uint64(p))
+	if c.debug {
+		c.logFree(p, async)
 	}
 	return c.mem.free(p, s, async)
+}
+
+func (c *core) logFree(p interpose.DevicePtr, async bool) {
+	name := "cudaFree"
+	if async {
+		name = "cudaFreeAsync"
+	}
+	c.log.Debugf("%s of %#x", name, uint64(p))
 }
 
 func (c *core) memGetInfo(device int) (free, total uint64, rc interpose.Error) {

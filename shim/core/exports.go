@@ -73,25 +73,25 @@ func spillway_core_mem_get_info(device C.int32_t, free, total *C.uint64_t) (rc C
 	if e == interpose.Success {
 		*free, *total = C.uint64_t(f), C.uint64_t(t)
 	}
-	return C.int32_t(e)
+	return answer(e)
 }
 
 //export spillway_core_device_reset
 func spillway_core_device_reset(device C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaDeviceReset")
-	return C.int32_t(running().deviceReset(int(device)))
+	return answer(running().deviceReset(int(device)))
 }
 
 //export spillway_core_device_synchronize
 func spillway_core_device_synchronize(device C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaDeviceSynchronize")
-	return C.int32_t(running().deviceSynchronize(int(device)))
+	return answer(running().deviceSynchronize(int(device)))
 }
 
 //export spillway_core_stream_destroy
 func spillway_core_stream_destroy(stream C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaStreamDestroy")
-	return C.int32_t(running().streamDestroy(interpose.Stream(stream)))
+	return answer(running().streamDestroy(interpose.Stream(stream)))
 }
 
 //export spillway_core_report
@@ -113,15 +113,28 @@ func finishAlloc(p interpose.DevicePtr, b block, e interpose.Error, ptr *C.uint6
 		*ptr = C.uint64_t(p)
 		fillEvent(ev, b)
 	}
-	return C.int32_t(e)
+	return answer(e)
 }
 
 func finishFree(b block, owned bool, e interpose.Error, ev *C.struct_spillway_event) C.int32_t {
 	if owned {
 		fillEvent(ev, b)
 	}
+	return answer(e)
+}
+
+// answer returns an interposed call's result. A failure becomes the
+// thread's last error, as the real call's would (interpose.Runtime's
+// SetLastError), also when the core refused the call without calling the
+// runtime (a quota, a double free); the core's own calls left none.
+func answer(e interpose.Error) C.int32_t {
+	if e != interpose.Success {
+		setLastError(e)
+	}
 	return C.int32_t(e)
 }
+
+func setLastError(e interpose.Error) { running().rt.SetLastError(e) }
 
 func fillEvent(ev *C.struct_spillway_event, b block) {
 	if !b.ok {

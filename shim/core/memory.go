@@ -58,8 +58,6 @@ type realRuntime interface {
 	FreeAsync(p interpose.DevicePtr, s interpose.Stream) interpose.Error
 	MemGetInfo() (free, total uint64, rc interpose.Error)
 	DeviceReset() interpose.Error
-	GetDevice() (int, interpose.Error)
-	SetDevice(device int) interpose.Error
 	DeviceSynchronize() interpose.Error
 	StreamSynchronize(s interpose.Stream) interpose.Error
 	StreamDestroy(s interpose.Stream) interpose.Error
@@ -86,6 +84,11 @@ type probeSink interface {
 	Refuse(size uint64, device int, used, quota uint64)
 }
 
+// onDevice returns the runtime for the core's own calls on a device
+// (interpose.Runtime.On): they run on that device and leave the thread's
+// last error as the application left it.
+type onDevice func(ordinal int) realRuntime
+
 // refusalFunc reports a request refused for the quota (or the host limit).
 type refusalFunc func(kind allocKind, size uint64, device int, used, quota uint64)
 
@@ -97,7 +100,8 @@ type refusalFunc func(kind allocKind, size uint64, device int, used, quota uint6
 // front passed through while the core was starting) is accounted beside it,
 // against the same quota.
 type memory struct {
-	rt      realRuntime
+	rt      realRuntime // the application's calls, passed through
+	on      onDevice    // the core's own calls
 	cfg     config.Config
 	probes  probeSink
 	log     *logrus.Logger
@@ -124,8 +128,8 @@ func charge(size uint64) uint64 {
 	return (size + granule - 1) / granule * granule
 }
 
-func newMemory(rt realRuntime, cfg config.Config, probes probeSink, log *logrus.Logger, refused refusalFunc) *memory {
-	m := &memory{rt: rt, cfg: cfg, probes: probes, log: log, refused: refused}
+func newMemory(rt realRuntime, on onDevice, cfg config.Config, probes probeSink, log *logrus.Logger, refused refusalFunc) *memory {
+	m := &memory{rt: rt, on: on, cfg: cfg, probes: probes, log: log, refused: refused}
 	m.live.Store(&[]*device{})
 	return m
 }
@@ -165,20 +169,18 @@ type extBlock struct {
 // take admits size bytes for the pool or outside it, if the quota holds them.
 func (a *account) take(size uint64, outside bool) bool {
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	held := a.pool
 	if a.limited {
 		held += a.ext
 	}
-	if (a.limited || !outside) && (held > a.quota || size > a.quota-held) {
-		return false
-	}
-	if outside {
+	ok := !(a.limited || !outside) || (held <= a.quota && size <= a.quota-held)
+	if ok && outside {
 		a.ext += size
-	} else {
+	} else if ok {
 		a.pool += size
 	}
-	return true
+	a.mu.Unlock()
+	return ok
 }
 
 func (a *account) give(size uint64, outside bool) {
@@ -205,13 +207,20 @@ func (m *memory) existing(ordinal int) *device {
 	return m.devices[ordinal].Load()
 }
 
-// device returns the device, creating its pool at its first use.
+// device returns the device, creating its pool at its first use. It is
+// small enough to be inlined into every call.
 func (m *memory) device(ordinal int) (*device, interpose.Error) {
+	if uint(ordinal) < maxDevices {
+		if d := m.devices[ordinal].Load(); d != nil {
+			return d, interpose.Success
+		}
+	}
+	return m.firstUse(ordinal)
+}
+
+func (m *memory) firstUse(ordinal int) (*device, interpose.Error) {
 	if ordinal < 0 || ordinal >= maxDevices {
 		return nil, interpose.ErrorInvalidDevice
-	}
-	if d := m.devices[ordinal].Load(); d != nil {
-		return d, interpose.Success
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -238,41 +247,19 @@ func (m *memory) refreshLive() {
 	m.live.Store(&live)
 }
 
-// onDevice runs f with ordinal as the calling thread's current device.
-func onDevice[T any](rt realRuntime, ordinal int, f func() (T, interpose.Error)) (T, interpose.Error) {
-	cur, rc := rt.GetDevice()
-	if rc == interpose.Success && cur == ordinal {
-		return f()
-	}
-	var zero T
-	if rc := rt.SetDevice(ordinal); rc != interpose.Success {
-		return zero, rc
-	}
-	defer rt.SetDevice(cur)
-	return f()
-}
-
-type info struct{ free, total uint64 }
-
-func (m *memory) realInfo(ordinal int) (info, interpose.Error) {
-	return onDevice(m.rt, ordinal, func() (info, interpose.Error) {
-		f, t, rc := m.rt.MemGetInfo()
-		return info{f, t}, rc
-	})
-}
-
 // newDevice resolves the device's quota and creates its pool. An invalid
 // pool setting for this device (a reserve above the quota) leaves it
 // without a pool: its allocations fail, as for any invalid configuration.
 func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
-	real, rc := m.realInfo(ordinal)
+	rt := m.on(ordinal)
+	_, total, rc := rt.MemGetInfo()
 	if rc != interpose.Success {
 		return nil, rc
 	}
 	limit := m.cfg.LimitFor(ordinal)
-	d := &device{ordinal: ordinal, quota: real.total, limited: limit.IsSet()}
+	d := &device{ordinal: ordinal, quota: total, limited: limit.IsSet()}
 	if d.limited {
-		d.quota = limit.Resolve(real.total)
+		d.quota = limit.Resolve(total)
 	}
 	d.acct = &account{quota: d.quota, limited: d.limited, extBlocks: map[interpose.DevicePtr]extBlock{}}
 	opt := pool.DefaultOptions(d.quota)
@@ -288,11 +275,11 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	}
 	if m.cfg.Spill == config.SpillPinned {
 		opt.SpillTier = pool.TierPinned
-	} else if m.cfg.Oversubscribe && !m.managedSupported(ordinal) {
+	} else if m.cfg.Oversubscribe && !m.managedSupported(rt, ordinal) {
 		opt.SpillTier = pool.TierPinned
 	}
-	opt.Observer = &observer{d: d, probes: m.probes}
-	d.back = newBacking(m.rt, ordinal, d.acct)
+	opt.Observer = &observer{d: d, probes: m.probes, log: m.log}
+	d.back = newBacking(rt, ordinal, d.acct)
 	p, err := pool.New(d.back, opt)
 	if err != nil {
 		d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
@@ -310,8 +297,8 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 
 // managedSupported asks the device; a device without managed memory gets
 // pinned spilling, said once in the log.
-func (m *memory) managedSupported(ordinal int) bool {
-	v, rc := m.rt.DeviceGetAttribute(interpose.DevAttrManagedMemory, ordinal)
+func (m *memory) managedSupported(rt realRuntime, ordinal int) bool {
+	v, rc := rt.DeviceGetAttribute(interpose.DevAttrManagedMemory, ordinal)
 	if rc == interpose.Success && v != 0 {
 		return true
 	}
@@ -435,16 +422,13 @@ func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) (bl
 		}
 		var err error
 		if async {
-			spilled := d.back.spilled.Load()
-			if spilled {
-				d.back.freeingOn(uint64(p), stream(s))
-			}
 			err = d.pool.FreeAsync(uint64(p), stream(s))
-			if spilled {
-				d.back.done(uint64(p))
-			}
 		} else {
 			err = d.pool.Free(uint64(p))
+		}
+		if err == nil {
+			b := d.events.take(uint64(p), eventFree, d.ordinal)
+			return b, b.ok, interpose.Success
 		}
 		switch {
 		case errors.Is(err, pool.ErrNotOwned):
@@ -453,14 +437,7 @@ func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) (bl
 			return block{}, false, interpose.ErrorInvalidValue
 		}
 		b := d.events.take(uint64(p), eventFree, d.ordinal)
-		if err != nil && !isPromoteError(err) {
-			return b, b.ok, cudaError(err)
-		}
-		if err != nil {
-			// The free itself succeeded; a promotion after it did not.
-			m.log.Debugf("after freeing %#x on device %d: %v", uint64(p), d.ordinal, err)
-		}
-		return b, b.ok, interpose.Success
+		return b, b.ok, cudaError(err)
 	}
 	return m.freeOutside(p, s, async)
 }
@@ -485,7 +462,7 @@ func (m *memory) freeOutside(p interpose.DevicePtr, s interpose.Stream, async bo
 		return block{size: e.size, device: d.ordinal, tier: e.tier, source: interpose.SourcePassThrough, ok: true}, true, interpose.Success
 	}
 	if async {
-		return block{}, false, m.rt.FreeAsync(p, s)
+		return block{}, false, m.rt.FreeAsync(p, asyncStream(pool.Stream(s)))
 	}
 	return block{}, false, m.rt.Free(p)
 }
@@ -494,7 +471,7 @@ func (m *memory) freeOutside(p interpose.DevicePtr, s interpose.Stream, async bo
 // device, which the pool is told about.
 func (m *memory) realFree(d *device, p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
 	if async {
-		return m.rt.FreeAsync(p, s)
+		return m.rt.FreeAsync(p, asyncStream(pool.Stream(s)))
 	}
 	if d.pool == nil {
 		return m.rt.Free(p)
@@ -502,7 +479,7 @@ func (m *memory) realFree(d *device, p interpose.DevicePtr, s interpose.Stream, 
 	t := d.pool.SyncBegin()
 	rc := m.rt.Free(p)
 	if rc == interpose.Success {
-		_ = d.pool.SyncEnd(t) // an error here is a failed promotion, counted in the stats
+		_ = d.pool.SyncEnd(t) // fails only once the pool is closed
 	}
 	return rc
 }
@@ -569,9 +546,7 @@ func (m *memory) deviceSynchronize(ordinal int) interpose.Error {
 	rc := m.rt.DeviceSynchronize()
 	if rc == interpose.Success {
 		d.back.settleAll()
-		if err := d.pool.SyncEnd(t); err != nil {
-			m.log.Debugf("after cudaDeviceSynchronize on device %d: %v", ordinal, err)
-		}
+		_ = d.pool.SyncEnd(t) // fails only once the pool is closed
 	}
 	return rc
 }

@@ -18,7 +18,6 @@ type fakeRuntime struct {
 	used      uint64 // device bytes: plain allocations and managed bytes on the device
 	next      interpose.DevicePtr
 	live      map[interpose.DevicePtr]fakeAlloc
-	current   int
 	failNext  interpose.Error
 	noManaged bool
 	events    int // live events
@@ -94,17 +93,6 @@ func (f *fakeRuntime) DeviceReset() interpose.Error {
 	defer f.mu.Unlock()
 	f.live = map[interpose.DevicePtr]fakeAlloc{}
 	f.used = 0
-	return interpose.Success
-}
-func (f *fakeRuntime) GetDevice() (int, interpose.Error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.current, interpose.Success
-}
-func (f *fakeRuntime) SetDevice(d int) interpose.Error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.current = d
 	return interpose.Success
 }
 func (f *fakeRuntime) DeviceSynchronize() interpose.Error                 { return interpose.Success }
@@ -217,7 +205,8 @@ func newTestMemory(t *testing.T, rt realRuntime, env ...string) testMemory {
 	log := newLogger(io.Discard, config.FormatText, config.LevelWarn)
 	log.SetOutput(logged)
 	probes := &probeLog{}
-	m := newMemory(rt, cfg, probes, log, func(_ allocKind, size uint64, device int, used, quota uint64) {
+	on := func(int) realRuntime { return rt }
+	m := newMemory(rt, on, cfg, probes, log, func(_ allocKind, size uint64, device int, used, quota uint64) {
 		mu.Lock()
 		refusals = append(refusals, refusal{size, used, quota, device})
 		mu.Unlock()
@@ -344,7 +333,6 @@ func TestMemGetInfoAndPercent(t *testing.T) {
 		t.Errorf("free %d after the free: cached memory is the application's", free)
 	}
 	// A quota above the device: free is what the device really has.
-	rt.SetDevice(1)
 	if free, total, _ := m.memGetInfo(1); free != 1<<30-56<<20 || total != 4<<30 {
 		t.Errorf("device 1: free %d total %d", free, total)
 	}
@@ -376,9 +364,7 @@ func TestDeviceReset(t *testing.T) {
 	rt := newFake(1 << 30)
 	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=1MiB")
 	m.malloc(request{size: 768 << 10})
-	rt.SetDevice(1)
 	m.malloc(request{device: 1, size: 768 << 10})
-	rt.SetDevice(0)
 	if rc := m.deviceReset(0); rc != interpose.Success {
 		t.Fatal(rc)
 	}

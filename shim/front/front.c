@@ -558,8 +558,8 @@ EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
         uint64_t p = 0;
         if ((rc = current_device(&device)) != cudaSuccess)
             break;
-        if (!devPtr) {
-            rc = cudaErrorInvalidValue;
+        if (!devPtr) { /* CUDA's own answer, which also sets the last error */
+            rc = real_malloc(devPtr, size);
             break;
         }
         rc = core.malloc(device, size, &p, &ev);
@@ -598,7 +598,7 @@ EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int fl
         if ((rc = current_device(&device)) != cudaSuccess)
             break;
         if (!devPtr) {
-            rc = cudaErrorInvalidValue;
+            rc = real_malloc_managed(devPtr, size, flags);
             break;
         }
         rc = core.malloc_managed(device, size, flags, &p, &ev);
@@ -637,7 +637,7 @@ EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
         if ((rc = current_device(&device)) != cudaSuccess)
             break;
         if (!devPtr || !pitch) {
-            rc = cudaErrorInvalidValue;
+            rc = real_malloc_pitch(devPtr, pitch, width, height);
             break;
         }
         rc = core.malloc_pitch(device, width, height, &p, &pt, &ev);
@@ -678,7 +678,7 @@ EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stre
         if ((rc = current_device(&device)) != cudaSuccess)
             break;
         if (!devPtr) {
-            rc = cudaErrorInvalidValue;
+            rc = real_malloc_async(devPtr, size, stream);
             break;
         }
         rc = core.malloc_async(device, size, stream_id(stream), &p, &ev);

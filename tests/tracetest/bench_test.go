@@ -16,8 +16,14 @@ import (
 // timePerPair runs `workload pairs n` and returns the nanoseconds per pair
 // the workload measured around its loop (so process start-up is left out).
 func timePerPair(b *testing.B, workload string, n int, env ...string) float64 {
+	return timePerOp(b, workload, "pairs", n, env...)
+}
+
+// timePerOp runs `workload mode n`, which prints the nanoseconds its loop
+// of n operations took, and returns the nanoseconds per operation.
+func timePerOp(b *testing.B, workload, mode string, n int, env ...string) float64 {
 	b.Helper()
-	cmd := exec.Command(workload, "pairs", strconv.Itoa(n))
+	cmd := exec.Command(workload, mode, strconv.Itoa(n))
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}
@@ -95,6 +101,32 @@ func BenchmarkFaultRecordRate(b *testing.B) {
 		b.Errorf("faults on spilled memory = %d, want %d", sum.PageFaults.Spilled, pages)
 	}
 	b.ReportMetric(float64(sum.PageFaults.Total)/elapsed.Seconds(), "records/s")
+	b.ReportMetric(float64(sum.Drops), "drops")
+}
+
+// The rate of records the session takes without drops from a process firing
+// a probe point as fast as it can, one record per call: what the ring
+// buffer and its reader sustain, with the cheapest kind of uprobe.
+func BenchmarkProbeRecordRate(b *testing.B) {
+	harness.RequireBPF(b)
+	lib, workload := fakeCUDA(b)
+	tr := newTracer(b, bpf.Options{})
+	if err := tr.AttachFile(lib); err != nil {
+		b.Fatal(err)
+	}
+	if err := tr.Follow(selfPID()); err != nil {
+		b.Fatal(err)
+	}
+	wait := collect(b, tr)
+	n := max(b.N, 100000)
+	b.ResetTimer()
+	ns := timePerOp(b, workload, "probes", n)
+	b.StopTimer()
+	sum := wait()
+	if sum.Pool.Syncs+sum.Drops != uint64(n) {
+		b.Errorf("read %d records and dropped %d of %d", sum.Pool.Syncs, sum.Drops, n)
+	}
+	b.ReportMetric(1e9/ns, "records/s")
 	b.ReportMetric(float64(sum.Drops), "drops")
 }
 

@@ -8,6 +8,10 @@
 
 #define EXPORT __attribute__((noinline, used, visibility("default")))
 #define BARRIER() __asm__ volatile("" ::: "memory")
+/* The probe points start with a 5-byte nop: a uprobe there is emulated, or
+ * on x86-64 Linux 6.18 turned into a call, instead of single-stepping the
+ * function's first instruction out of line, which costs tens of times more. */
+#define PROBE_BARRIER() __asm__ volatile(".byte 0x0f, 0x1f, 0x44, 0x00, 0x00" ::: "memory")
 
 typedef unsigned long long CUdeviceptr;
 typedef void *cudaStream_t;
@@ -92,35 +96,35 @@ EXPORT int cudaMemcpyAsync(void *dst, const void *src, size_t count, int kind, c
 EXPORT void spillway_probe_alloc(uint64_t ptr, uint64_t size, int32_t device, int32_t tier, int32_t source)
 {
 	(void)ptr, (void)size, (void)device, (void)tier, (void)source;
-	BARRIER();
+	PROBE_BARRIER();
 }
 
 EXPORT void spillway_probe_free(uint64_t ptr, uint64_t size, int32_t device, int32_t tier)
 {
 	(void)ptr, (void)size, (void)device, (void)tier;
-	BARRIER();
+	PROBE_BARRIER();
 }
 
 EXPORT void spillway_probe_sync(int32_t device, uint64_t freed_bytes_made_reusable)
 {
 	(void)device, (void)freed_bytes_made_reusable;
-	BARRIER();
+	PROBE_BARRIER();
 }
 
 EXPORT void spillway_probe_spill(uint64_t ptr, uint64_t size, int32_t device, int32_t tier)
 {
 	(void)ptr, (void)size, (void)device, (void)tier;
-	BARRIER();
+	PROBE_BARRIER();
 }
 
 EXPORT void spillway_probe_promote(uint64_t ptr, uint64_t size, int32_t device, int32_t tier)
 {
 	(void)ptr, (void)size, (void)device, (void)tier;
-	BARRIER();
+	PROBE_BARRIER();
 }
 
 EXPORT void spillway_probe_refuse(uint64_t size, int32_t device, uint64_t used, uint64_t quota)
 {
 	(void)size, (void)device, (void)used, (void)quota;
-	BARRIER();
+	PROBE_BARRIER();
 }

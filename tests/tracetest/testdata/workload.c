@@ -11,6 +11,8 @@
  *                                    unspilled range, then frees both
  *   workload [-w FD] pairs N         N cudaMalloc+cudaFree pairs; prints
  *                                    the nanoseconds they took
+ *   workload [-w FD] probes N        fires spillway_probe_sync N times as
+ *                                    fast as it can; prints the nanoseconds
  *   workload [-w FD] edges N         spills the unaligned range [p+100,
  *                                    p+3*4096+107) of N fresh pages at p and
  *                                    writes one byte on each of pages 0..4:
@@ -134,6 +136,16 @@ static void pairs(long n)
 	printf("%lld\n", (long long)(end.tv_sec - start.tv_sec) * 1000000000LL + (end.tv_nsec - start.tv_nsec));
 }
 
+static void probes(long n)
+{
+	struct timespec start, end;
+	clock_gettime(CLOCK_MONOTONIC, &start);
+	for (long i = 0; i < n; i++)
+		spillway_probe_sync(0, (uint64_t)i);
+	clock_gettime(CLOCK_MONOTONIC, &end);
+	printf("%lld\n", (long long)(end.tv_sec - start.tv_sec) * 1000000000LL + (end.tv_nsec - start.tv_nsec));
+}
+
 int main(int argc, char **argv)
 {
 	int arg = 1;
@@ -146,7 +158,7 @@ int main(int argc, char **argv)
 		arg = 3;
 	}
 	if (argc != arg + 2) {
-		fprintf(stderr, "usage: workload [-w FD] counts|spill|edges|pairs N\n");
+		fprintf(stderr, "usage: workload [-w FD] counts|spill|edges|pairs|probes N\n");
 		return 2;
 	}
 	long n = atol(argv[arg + 1]);
@@ -158,6 +170,8 @@ int main(int argc, char **argv)
 		edges(n);
 	else if (strcmp(argv[arg], "pairs") == 0)
 		pairs(n);
+	else if (strcmp(argv[arg], "probes") == 0)
+		probes(n);
 	else {
 		fprintf(stderr, "workload: unknown mode %s\n", argv[arg]);
 		return 2;
