@@ -47,4 +47,4 @@ RACE_PACKAGES += ./shim/core/
 .PHONY: demo-shim
 demo: demo-shim
 demo-shim: simcuda shim spillway-cmd
-	BUILD=$(BUILD) CC=$(CC) sh build/shim-demo.sh
+	BUILD=$(BUILD) CC=$(CC) sh build/demo.sh

@@ -47,4 +47,4 @@ $(SIMCUDA_DIR)/libcudart.so: $(SIMCUDA_DIR)/libcudart.so.12
 
 # `make demo-simcuda` runs a sample application on simcuda (`make demo` is the shim's story).
 demo-simcuda: simcuda
-	BUILD=$(BUILD) CC=$(CC) sh build/demo.sh
+	BUILD=$(BUILD) CC=$(CC) sh build/simcuda-demo.sh
