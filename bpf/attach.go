@@ -105,7 +105,7 @@ func (t *Tracer) attachFile(id fileID, path string) error {
 	}
 	tf := &tracedFile{path: path}
 	t.files[id] = tf
-	defined, err := definedFunctions(path)
+	defined, semaphore, err := readSymbols(path)
 	if err != nil {
 		return err
 	}
@@ -135,15 +135,19 @@ func (t *Tracer) attachFile(id fileID, path string) error {
 	// The return probes go first: a call that enters between the two
 	// attachments then returns unseen instead of leaving its thread inside
 	// a call forever.
+	// The probe points take the shim's probe semaphore as their reference
+	// counter: while they are attached, the kernel keeps it non-zero in
+	// every process that maps the file, and the shim fires them only then.
 	probes := []struct {
 		syms          []string
 		cookies       []uint64
 		multi, single *ebpf.Program
 		ret           bool
+		refCtr        uint64
 	}{
-		{apiSyms, apiCookies, t.objs.ApiExitMulti, t.objs.ApiExit, true},
-		{apiSyms, apiCookies, t.objs.ApiEnterMulti, t.objs.ApiEnter, false},
-		{probeSyms, probeCookies, t.objs.ProbePointMulti, t.objs.ProbePoint, false},
+		{apiSyms, apiCookies, t.objs.ApiExitMulti, t.objs.ApiExit, true, 0},
+		{apiSyms, apiCookies, t.objs.ApiEnterMulti, t.objs.ApiEnter, false, 0},
+		{probeSyms, probeCookies, t.objs.ProbePointMulti, t.objs.ProbePoint, false, semaphore},
 	}
 	for _, p := range probes {
 		if len(p.syms) == 0 {
@@ -154,9 +158,9 @@ func (t *Tracer) attachFile(id fileID, path string) error {
 			err   error
 		)
 		if t.multi {
-			links, err = attachMulti(ex, p.syms, p.cookies, p.multi, p.ret)
+			links, err = attachMulti(ex, p.syms, p.cookies, p.multi, p.ret, p.refCtr)
 		} else {
-			links, err = attachEach(ex, p.syms, p.cookies, p.single, p.ret)
+			links, err = attachEach(ex, p.syms, p.cookies, p.single, p.ret, p.refCtr)
 		}
 		tf.links = append(tf.links, links...)
 		if err != nil {
@@ -168,9 +172,16 @@ func (t *Tracer) attachFile(id fileID, path string) error {
 }
 
 // attachMulti attaches prog to every symbol with one uprobe_multi link:
-// detaching a link costs a grace period, once per link.
-func attachMulti(ex *link.Executable, syms []string, cookies []uint64, prog *ebpf.Program, ret bool) ([]link.Link, error) {
+// detaching a link costs a grace period, once per link. refCtr, if not
+// zero, is the file offset of their reference counter.
+func attachMulti(ex *link.Executable, syms []string, cookies []uint64, prog *ebpf.Program, ret bool, refCtr uint64) ([]link.Link, error) {
 	opts := &link.UprobeMultiOptions{Cookies: cookies}
+	if refCtr != 0 {
+		opts.RefCtrOffsets = make([]uint64, len(syms))
+		for i := range opts.RefCtrOffsets {
+			opts.RefCtrOffsets[i] = refCtr
+		}
+	}
 	var (
 		l   link.Link
 		err error
@@ -187,14 +198,14 @@ func attachMulti(ex *link.Executable, syms []string, cookies []uint64, prog *ebp
 }
 
 // attachEach attaches prog to every symbol with a link each.
-func attachEach(ex *link.Executable, syms []string, cookies []uint64, prog *ebpf.Program, ret bool) ([]link.Link, error) {
+func attachEach(ex *link.Executable, syms []string, cookies []uint64, prog *ebpf.Program, ret bool, refCtr uint64) ([]link.Link, error) {
 	var links []link.Link
 	for i, sym := range syms {
 		var (
 			l   link.Link
 			err error
 		)
-		o := &link.UprobeOptions{Cookie: cookies[i]}
+		o := &link.UprobeOptions{Cookie: cookies[i], RefCtrOffset: refCtr}
 		if ret {
 			l, err = ex.Uretprobe(sym, prog, o)
 		} else {
@@ -208,27 +219,67 @@ func attachEach(ex *link.Executable, syms []string, cookies []uint64, prog *ebpf
 	return links, nil
 }
 
-// definedFunctions returns the names of the functions a file defines (not
-// those it imports), from its symbol table and dynamic symbol table.
-func definedFunctions(path string) (map[string]bool, error) {
+// ProbeSemaphoreSymbol names the shim's probe semaphore: a 2-byte counter
+// the probe points' uprobes take as their reference counter.
+const ProbeSemaphoreSymbol = "spillway_probe_semaphore"
+
+// readSymbols returns the names of the functions a file defines (not those
+// it imports), from its symbol table and dynamic symbol table, and the file
+// offset of the probe semaphore if it defines one (0 if not).
+func readSymbols(path string) (defined map[string]bool, semaphore uint64, err error) {
 	f, err := elf.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("read symbols of %s: %w", path, err)
+		return nil, 0, fmt.Errorf("read symbols of %s: %w", path, err)
 	}
 	defer f.Close()
-	out := map[string]bool{}
+	defined = map[string]bool{}
 	for _, read := range []func() ([]elf.Symbol, error){f.Symbols, f.DynamicSymbols} {
 		syms, err := read()
 		if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-			return nil, fmt.Errorf("read symbols of %s: %w", path, err)
+			return nil, 0, fmt.Errorf("read symbols of %s: %w", path, err)
 		}
 		for _, s := range syms {
-			if elf.ST_TYPE(s.Info) == elf.STT_FUNC && s.Section != elf.SHN_UNDEF && s.Value != 0 {
-				out[s.Name] = true
+			if s.Section == elf.SHN_UNDEF || s.Value == 0 {
+				continue
+			}
+			switch {
+			case elf.ST_TYPE(s.Info) == elf.STT_FUNC:
+				defined[s.Name] = true
+			case s.Name == ProbeSemaphoreSymbol && semaphore == 0:
+				if semaphore, err = fileOffset(f, s); err != nil {
+					return nil, 0, fmt.Errorf("%s in %s: %w", s.Name, path, err)
+				}
 			}
 		}
 	}
-	return out, nil
+	return defined, semaphore, nil
+}
+
+// ProbeSemaphoreOffset returns the file offset of the probe semaphore in
+// the ELF file at path, or an error if it defines none.
+func ProbeSemaphoreOffset(path string) (uint64, error) {
+	_, off, err := readSymbols(path)
+	if err == nil && off == 0 {
+		err = fmt.Errorf("%s defines no %s", path, ProbeSemaphoreSymbol)
+	}
+	return off, err
+}
+
+// fileOffset returns where a symbol's 2 bytes lie in the file. The kernel
+// updates a reference counter only in a writable mapping of the file, so
+// the symbol must be in a writable section with contents in the file.
+func fileOffset(f *elf.File, s elf.Symbol) (uint64, error) {
+	if int(s.Section) >= len(f.Sections) {
+		return 0, fmt.Errorf("in section %d, which is not in the file", s.Section)
+	}
+	sec := f.Sections[s.Section]
+	if sec.Type != elf.SHT_PROGBITS || sec.Flags&elf.SHF_WRITE == 0 || sec.Flags&elf.SHF_ALLOC == 0 {
+		return 0, fmt.Errorf("in section %s (%v, %v), want a writable one with contents in the file", sec.Name, sec.Type, sec.Flags)
+	}
+	if s.Value < sec.Addr || s.Value+2 > sec.Addr+sec.Size {
+		return 0, fmt.Errorf("at %#x, outside its section %s", s.Value, sec.Name)
+	}
+	return s.Value - sec.Addr + sec.Offset, nil
 }
 
 // mappingID parses the device of a maps line ("fd:01", hex).

@@ -16,7 +16,10 @@
 //     reason too: the shim releases segments and promotes spilled memory
 //     inside them;
 //   - the shim's probe points (spillway_probe_alloc, _free, _sync, _spill,
-//     _promote, _refuse in libspillway.so), the pool's own view;
+//     _promote, _refuse in libspillway.so), the pool's own view. Their
+//     uprobes take the shim's spillway_probe_semaphore as reference counter:
+//     the kernel keeps it non-zero while they are attached, and the shim
+//     fires them only then;
 //   - CPU page faults, from the exceptions:page_fault_user tracepoint,
 //     classified in the kernel by whether the address lies in memory the shim
 //     has spilled to the host (the spill, promote and free probe points keep

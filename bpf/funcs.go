@@ -188,6 +188,6 @@ const (
 // Allocation sources of spillway_probe_alloc.
 const (
 	SourceCache       = 0 // served from the pool's cache
-	SourceDevice      = 1 // served by a new device reservation
-	SourcePassThrough = 2 // the pool is off
+	SourceDevice      = 1 // a new reservation: a device segment, or host memory when the tier is not TierDevice
+	SourcePassThrough = 2 // not pooled: the pool is off, or the application's own cudaMallocManaged memory
 )

@@ -34,53 +34,77 @@ type Source int32
 // Sources.
 const (
 	SourceCache       Source = 0 // the pool's cache
-	SourceReservation Source = 1 // a new device reservation
-	SourcePassThrough Source = 2 // pool off
+	SourceReservation Source = 1 // a new reservation: a device segment, or host memory when the tier is not TierDevice
+	SourcePassThrough Source = 2 // not pooled: pool off, or the application's own managed memory
 )
 
-// Probes fires the probe points for events only the Go side sees; the
-// front fires alloc and free itself from what the core reports, and Alloc
-// and Free here serve only when the core cannot report them.
+// Probes fires the shim's probe points, and only while the probe semaphore
+// is non-zero, that is while a tracer's uprobes are attached to them: each
+// method first reads the semaphore (one plain load, which a tracer that
+// attaches meanwhile may miss: that event goes unreported) and returns at
+// once when it is zero.
 type Probes struct {
-	p *C.struct_spillway_probes
+	p   *C.struct_spillway_probes
+	sem *uint16 // the kernel updates it from outside Go
 }
 
 // NewProbes wraps the table at table, a const struct spillway_probes *.
 func NewProbes(table unsafe.Pointer) (*Probes, error) {
 	p := (*C.struct_spillway_probes)(table)
 	if p == nil || uintptr(p.size) < unsafe.Sizeof(*p) || p.alloc == nil || p.free == nil || p.sync == nil || p.spill == nil ||
-		p.promote == nil || p.refuse == nil {
+		p.promote == nil || p.refuse == nil || p.semaphore == nil {
 		return nil, fmt.Errorf("incomplete probe table (front and core from different builds?)")
 	}
-	return &Probes{p: p}, nil
+	return &Probes{p: p, sem: (*uint16)(unsafe.Pointer(p.semaphore))}, nil
 }
+
+// Enabled reports whether a tracer is attached to the probe points.
+func (p *Probes) Enabled() bool { return *p.sem != 0 }
 
 // Alloc fires spillway_probe_alloc.
 func (p *Probes) Alloc(ptr DevicePtr, size uint64, device int, tier Tier, source Source) {
+	if *p.sem == 0 {
+		return
+	}
 	C.fire_alloc(p.p, C.uint64_t(ptr), C.uint64_t(size), C.int32_t(device), C.int32_t(tier), C.int32_t(source))
 }
 
 // Free fires spillway_probe_free.
 func (p *Probes) Free(ptr DevicePtr, size uint64, device int, tier Tier) {
+	if *p.sem == 0 {
+		return
+	}
 	C.fire_free(p.p, C.uint64_t(ptr), C.uint64_t(size), C.int32_t(device), C.int32_t(tier))
 }
 
 // Sync fires spillway_probe_sync.
 func (p *Probes) Sync(device int, freedBytes uint64) {
+	if *p.sem == 0 {
+		return
+	}
 	C.fire_sync(p.p, C.int32_t(device), C.uint64_t(freedBytes))
 }
 
 // Spill fires spillway_probe_spill.
 func (p *Probes) Spill(ptr DevicePtr, size uint64, device int, tier Tier) {
+	if *p.sem == 0 {
+		return
+	}
 	C.fire_spill(p.p, C.uint64_t(ptr), C.uint64_t(size), C.int32_t(device), C.int32_t(tier))
 }
 
 // Promote fires spillway_probe_promote.
 func (p *Probes) Promote(ptr DevicePtr, size uint64, device int, tier Tier) {
+	if *p.sem == 0 {
+		return
+	}
 	C.fire_promote(p.p, C.uint64_t(ptr), C.uint64_t(size), C.int32_t(device), C.int32_t(tier))
 }
 
 // Refuse fires spillway_probe_refuse.
 func (p *Probes) Refuse(size uint64, device int, used, quota uint64) {
+	if *p.sem == 0 {
+		return
+	}
 	C.fire_refuse(p.p, C.uint64_t(size), C.int32_t(device), C.uint64_t(used), C.uint64_t(quota))
 }

@@ -1,7 +1,9 @@
 /*
  * probes.h: the table of probe points (no-op functions defined by the shim's
- * front, for uprobes to attach to) that the Go side fires for events only it
- * sees. Append new fields at the end and never reorder.
+ * front, for uprobes to attach to) that the Go side fires at the pool's and
+ * the tiers' events, and the probe semaphore: a counter the kernel keeps
+ * non-zero while a tracer's uprobes are attached (see front.c). Append new
+ * fields at the end and never reorder.
  */
 #ifndef SPILLWAY_PROBES_H
 #define SPILLWAY_PROBES_H
@@ -16,6 +18,8 @@ struct spillway_probes {
     void (*spill)(uint64_t ptr, uint64_t size, int32_t device, int32_t tier);
     void (*promote)(uint64_t ptr, uint64_t size, int32_t device, int32_t tier);
     void (*refuse)(uint64_t size, int32_t device, uint64_t used, uint64_t quota);
+    /* Added with the semaphore: the probes fire only while it is non-zero. */
+    const volatile uint16_t *semaphore;
 };
 
 #endif /* SPILLWAY_PROBES_H */

@@ -2,9 +2,9 @@
  * abi.h: the C interface between the shim's front (libspillway.so) and its
  * Go core (libspillway-core.so). The front resolves the real CUDA functions,
  * picks the current device, and calls these entry points; the core decides
- * (quotas, the pool, spilling) and reports what it did in a spillway_event
- * so that the front can fire the alloc/free probe points in C, where they
- * cost nothing. Pointers and streams cross as integers.
+ * (quotas, the pool, spilling) and fires the probe points itself, at the
+ * events, while a tracer holds the probe semaphore (probes.h). Pointers and
+ * streams cross as integers.
  * Every entry point returns a cudaError_t value.
  */
 #ifndef SPILLWAY_CORE_ABI_H
@@ -22,31 +22,18 @@
  */
 #define SPILLWAY_PER_THREAD_BIT (1ull << 63)
 
-/* What the core did for one call. */
-struct spillway_event {
-    uint64_t size;  /* bytes accounted to the block */
-    int32_t device;
-    int32_t tier;   /* 0 device, 1 host managed, 2 host pinned */
-    int32_t source; /* 0 pool cache, 1 new device reservation, 2 pass-through */
-    int32_t valid;  /* 1: fire the probe; 0: nothing to report (unknown pointer, failure) */
-};
-
-
 /* Entry points, looked up by the front with dlsym. */
 typedef int32_t (*spillway_core_init_fn)(const struct spillway_real *real,
                                          const struct spillway_probes *probes);
-typedef int32_t (*spillway_core_malloc_fn)(int32_t device, uint64_t size, uint64_t *ptr,
-                                           struct spillway_event *ev);
+typedef int32_t (*spillway_core_malloc_fn)(int32_t device, uint64_t size, uint64_t *ptr);
 typedef int32_t (*spillway_core_malloc_managed_fn)(int32_t device, uint64_t size, uint32_t flags,
-                                                   uint64_t *ptr, struct spillway_event *ev);
+                                                   uint64_t *ptr);
 typedef int32_t (*spillway_core_malloc_pitch_fn)(int32_t device, uint64_t width, uint64_t height,
-                                                 uint64_t *ptr, uint64_t *pitch,
-                                                 struct spillway_event *ev);
+                                                 uint64_t *ptr, uint64_t *pitch);
 typedef int32_t (*spillway_core_malloc_async_fn)(int32_t device, uint64_t size, uint64_t stream,
-                                                 uint64_t *ptr, struct spillway_event *ev);
-typedef int32_t (*spillway_core_free_fn)(uint64_t ptr, struct spillway_event *ev);
-typedef int32_t (*spillway_core_free_async_fn)(uint64_t ptr, uint64_t stream,
-                                               struct spillway_event *ev);
+                                                 uint64_t *ptr);
+typedef int32_t (*spillway_core_free_fn)(uint64_t ptr);
+typedef int32_t (*spillway_core_free_async_fn)(uint64_t ptr, uint64_t stream);
 typedef int32_t (*spillway_core_mem_get_info_fn)(int32_t device, uint64_t *free, uint64_t *total);
 typedef int32_t (*spillway_core_device_reset_fn)(int32_t device);
 typedef int32_t (*spillway_core_device_synchronize_fn)(int32_t device);

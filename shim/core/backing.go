@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"sync"
-	"sync/atomic"
 
 	"github.com/sirupsen/logrus"
 
@@ -401,9 +400,12 @@ func (b *backing) Promote(base, size uint64) error {
 	return nil
 }
 
-// observer fires the probe points for a device's pool. Alloc and free
-// events go to the event slots, from which the call that caused them hands
-// them to the front (which fires the probe in C); the others fire here.
+// observer fires the probe points for a device's pool. The pool calls it
+// with its lock held, at each event, so the probe points fire in the order
+// the events happen: a block's free before its memory is released (a
+// spilled block's host memory included), hence before any thread can be
+// handed the same address again. Without a tracer attached each event costs
+// the probes' one load of the semaphore.
 type observer struct {
 	d      *device
 	probes probeSink
@@ -411,15 +413,11 @@ type observer struct {
 }
 
 func (o *observer) Alloc(ptr, size uint64, tier pool.Tier, source pool.Source) {
-	if !o.d.events.put(ptr, pack(eventAlloc, size, tier, source)) {
-		o.probes.Alloc(interpose.DevicePtr(ptr), size, o.d.ordinal, interpose.Tier(tier), interpose.Source(source))
-	}
+	o.probes.Alloc(interpose.DevicePtr(ptr), size, o.d.ordinal, interpose.Tier(tier), interpose.Source(source))
 }
 
 func (o *observer) Free(ptr, size uint64, tier pool.Tier) {
-	if !o.d.events.put(ptr, pack(eventFree, size, tier, 0)) {
-		o.probes.Free(interpose.DevicePtr(ptr), size, o.d.ordinal, interpose.Tier(tier))
-	}
+	o.probes.Free(interpose.DevicePtr(ptr), size, o.d.ordinal, interpose.Tier(tier))
 }
 
 func (o *observer) Sync(madeReusable uint64) { o.probes.Sync(o.d.ordinal, madeReusable) }
@@ -433,59 +431,13 @@ func (o *observer) Promote(ptr, size uint64, tier pool.Tier) {
 }
 
 func (o *observer) Refuse(size, _, quota uint64) {
-	o.probes.Refuse(size, o.d.ordinal, o.d.acct.used(), quota)
+	if o.probes.Enabled() { // the account's figure takes its lock
+		o.probes.Refuse(size, o.d.ordinal, o.d.acct.used(), quota)
+	}
 }
 
 // BackingFailed logs a failure the call that met it recovered from (a
 // promotion after a free); the pool counts it in its stats.
 func (o *observer) BackingFailed(err error) {
 	o.log.Debugf("device %d: %v", o.d.ordinal, err)
-}
-
-// Event kinds in the slots.
-const (
-	eventAlloc = 1
-	eventFree  = 2
-)
-
-// pack encodes an event: size in the low 48 bits (the pool's sizes are at
-// most 2^46), then tier, source and kind.
-func pack(kind int, size uint64, tier pool.Tier, source pool.Source) uint64 {
-	return size&(1<<48-1) | uint64(tier&0xf)<<48 | uint64(source&0xf)<<52 | uint64(kind)<<56
-}
-
-// eventSlots hand the pool's alloc and free events, reported under the
-// pool's lock, to the call that caused them, without a lock: an event waits
-// in the slot its pointer hashes to until that call takes it. An event
-// whose slot is taken is fired from Go at once instead, so none is lost.
-type eventSlots [256]struct {
-	ptr  atomic.Uint64 // 0: empty
-	info atomic.Uint64
-}
-
-func slotOf(ptr uint64) int { return int((ptr >> 9) * 0x9E3779B97F4A7C15 >> 56) }
-
-// put is called with the pool's lock held, so puts never race each other.
-func (e *eventSlots) put(ptr, info uint64) bool {
-	s := &e[slotOf(ptr)]
-	if s.ptr.Load() != 0 {
-		return false
-	}
-	s.info.Store(info)
-	s.ptr.Store(ptr)
-	return true
-}
-
-// take returns the event of the given kind waiting for ptr, if any.
-func (e *eventSlots) take(ptr uint64, kind int, device int) block {
-	s := &e[slotOf(ptr)]
-	if ptr == 0 || s.ptr.Load() != ptr {
-		return block{}
-	}
-	info := s.info.Load()
-	if int(info>>56) != kind || !s.ptr.CompareAndSwap(ptr, 0) {
-		return block{}
-	}
-	return block{size: info & (1<<48 - 1), device: device, tier: interpose.Tier(info >> 48 & 0xf),
-		source: interpose.Source(info >> 52 & 0xf), ok: true}
 }

@@ -88,9 +88,9 @@ func recoverTo[T ~int32](rc *T, call string) {
 	}
 }
 
-func (c *core) malloc(r request) (interpose.DevicePtr, block, interpose.Error) {
+func (c *core) malloc(r request) (interpose.DevicePtr, interpose.Error) {
 	if c.broken != nil {
-		return 0, block{}, interpose.ErrorInitialization
+		return 0, interpose.ErrorInitialization
 	}
 	if c.debug {
 		c.logMalloc(r)
@@ -102,14 +102,14 @@ func (c *core) logMalloc(r request) {
 	c.log.Debugf("%s of %d bytes on device %d", r.kind, r.size, r.device)
 }
 
-func (c *core) mallocPitch(device int, width, height uint64) (interpose.DevicePtr, uint64, block, interpose.Error) {
+func (c *core) mallocPitch(device int, width, height uint64) (interpose.DevicePtr, uint64, interpose.Error) {
 	if c.broken != nil {
-		return 0, 0, block{}, interpose.ErrorInitialization
+		return 0, 0, interpose.ErrorInitialization
 	}
 	return c.mem.mallocPitch(device, width, height)
 }
 
-func (c *core) free(p interpose.DevicePtr, s interpose.Stream, async bool) (block, bool, interpose.Error) {
+func (c *core) free(p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
 	if c.debug {
 		c.logFree(p, async)
 	}

@@ -22,48 +22,46 @@ func spillway_core_init(real *C.struct_spillway_real, probes *C.struct_spillway_
 }
 
 //export spillway_core_malloc
-func spillway_core_malloc(device C.int32_t, size C.uint64_t, ptr *C.uint64_t, ev *C.struct_spillway_event) (rc C.int32_t) {
+func spillway_core_malloc(device C.int32_t, size C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMalloc")
-	p, b, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindDevice})
-	return finishAlloc(p, b, e, ptr, ev)
+	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindDevice})
+	return finishAlloc(p, e, ptr)
 }
 
 //export spillway_core_malloc_managed
-func spillway_core_malloc_managed(device C.int32_t, size C.uint64_t, flags C.uint32_t, ptr *C.uint64_t, ev *C.struct_spillway_event) (rc C.int32_t) {
+func spillway_core_malloc_managed(device C.int32_t, size C.uint64_t, flags C.uint32_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMallocManaged")
-	p, b, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindManaged, flags: uint32(flags)})
-	return finishAlloc(p, b, e, ptr, ev)
+	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindManaged, flags: uint32(flags)})
+	return finishAlloc(p, e, ptr)
 }
 
 //export spillway_core_malloc_pitch
-func spillway_core_malloc_pitch(device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t, ev *C.struct_spillway_event) (rc C.int32_t) {
+func spillway_core_malloc_pitch(device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMallocPitch")
-	p, pt, b, e := running().mallocPitch(int(device), uint64(width), uint64(height))
+	p, pt, e := running().mallocPitch(int(device), uint64(width), uint64(height))
 	if e == interpose.Success {
 		*pitch = C.uint64_t(pt)
 	}
-	return finishAlloc(p, b, e, ptr, ev)
+	return finishAlloc(p, e, ptr)
 }
 
 //export spillway_core_malloc_async
-func spillway_core_malloc_async(device C.int32_t, size, stream C.uint64_t, ptr *C.uint64_t, ev *C.struct_spillway_event) (rc C.int32_t) {
+func spillway_core_malloc_async(device C.int32_t, size, stream C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMallocAsync")
-	p, b, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindAsync, stream: interpose.Stream(stream)})
-	return finishAlloc(p, b, e, ptr, ev)
+	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindAsync, stream: interpose.Stream(stream)})
+	return finishAlloc(p, e, ptr)
 }
 
 //export spillway_core_free
-func spillway_core_free(ptr C.uint64_t, ev *C.struct_spillway_event) (rc C.int32_t) {
+func spillway_core_free(ptr C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaFree")
-	b, owned, e := running().free(interpose.DevicePtr(ptr), 0, false)
-	return finishFree(b, owned, e, ev)
+	return answer(running().free(interpose.DevicePtr(ptr), 0, false))
 }
 
 //export spillway_core_free_async
-func spillway_core_free_async(ptr, stream C.uint64_t, ev *C.struct_spillway_event) (rc C.int32_t) {
+func spillway_core_free_async(ptr, stream C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaFreeAsync")
-	b, owned, e := running().free(interpose.DevicePtr(ptr), interpose.Stream(stream), true)
-	return finishFree(b, owned, e, ev)
+	return answer(running().free(interpose.DevicePtr(ptr), interpose.Stream(stream), true))
 }
 
 //export spillway_core_mem_get_info
@@ -108,17 +106,9 @@ func spillway_core_adopt(ptr, size C.uint64_t, device C.int32_t) (rc C.int32_t) 
 	return 0
 }
 
-func finishAlloc(p interpose.DevicePtr, b block, e interpose.Error, ptr *C.uint64_t, ev *C.struct_spillway_event) C.int32_t {
+func finishAlloc(p interpose.DevicePtr, e interpose.Error, ptr *C.uint64_t) C.int32_t {
 	if e == interpose.Success {
 		*ptr = C.uint64_t(p)
-		fillEvent(ev, b)
-	}
-	return answer(e)
-}
-
-func finishFree(b block, owned bool, e interpose.Error, ev *C.struct_spillway_event) C.int32_t {
-	if owned {
-		fillEvent(ev, b)
 	}
 	return answer(e)
 }
@@ -135,14 +125,3 @@ func answer(e interpose.Error) C.int32_t {
 }
 
 func setLastError(e interpose.Error) { running().rt.SetLastError(e) }
-
-func fillEvent(ev *C.struct_spillway_event, b block) {
-	if !b.ok {
-		return
-	}
-	ev.size = C.uint64_t(b.size)
-	ev.device = C.int32_t(b.device)
-	ev.tier = C.int32_t(b.tier)
-	ev.source = C.int32_t(b.source)
-	ev.valid = 1
-}

@@ -38,16 +38,6 @@ type request struct {
 	stream interpose.Stream // cudaMallocAsync
 }
 
-// block is what the front reports to the alloc and free probe points for
-// one call; ok is false when there is nothing to report.
-type block struct {
-	size   uint64
-	device int
-	tier   interpose.Tier
-	source interpose.Source
-	ok     bool
-}
-
 // realRuntime is the part of the real CUDA runtime the core calls;
 // *interpose.Runtime implements it, and tests substitute a fake.
 type realRuntime interface {
@@ -74,8 +64,10 @@ type realRuntime interface {
 	MemPrefetchAsync(p interpose.DevicePtr, size uint64, device int, s interpose.Stream) interpose.Error
 }
 
-// probeSink fires the probe points; *interpose.Probes implements it.
+// probeSink fires the probe points; *interpose.Probes implements it, firing
+// only while a tracer is attached (Enabled).
 type probeSink interface {
+	Enabled() bool
 	Alloc(ptr interpose.DevicePtr, size uint64, device int, tier interpose.Tier, source interpose.Source)
 	Free(ptr interpose.DevicePtr, size uint64, device int, tier interpose.Tier)
 	Sync(device int, freedBytes uint64)
@@ -144,7 +136,6 @@ type device struct {
 	back    *backing
 	err     error // why there is no pool (an invalid pool setting for this device)
 	acct    *account
-	events  eventSlots
 }
 
 // account is one device's bytes against its quota: what the pool holds
@@ -334,13 +325,14 @@ func cudaError(err error) interpose.Error {
 	return interpose.ErrorUnknown
 }
 
-func (m *memory) malloc(r request) (interpose.DevicePtr, block, interpose.Error) {
+// malloc serves an allocation; the pool's observer fires the probe points.
+func (m *memory) malloc(r request) (interpose.DevicePtr, interpose.Error) {
 	d, rc := m.device(r.device)
 	if rc != interpose.Success {
-		return 0, block{}, rc
+		return 0, rc
 	}
 	if d.pool == nil {
-		return 0, block{}, interpose.ErrorInitialization
+		return 0, interpose.ErrorInitialization
 	}
 	if r.kind == kindManaged {
 		return m.mallocManaged(d, r)
@@ -353,9 +345,9 @@ func (m *memory) malloc(r request) (interpose.DevicePtr, block, interpose.Error)
 		p, err = d.pool.Alloc(r.size)
 	}
 	if err != nil {
-		return 0, block{}, m.failed(d, r.kind, r.size, err)
+		return 0, m.failed(d, r.kind, r.size, err)
 	}
-	return interpose.DevicePtr(p), d.events.take(p, eventAlloc, d.ordinal), interpose.Success
+	return interpose.DevicePtr(p), interpose.Success
 }
 
 // failed logs a refusal (the probe point fired in the pool's observer) and
@@ -376,46 +368,51 @@ func (m *memory) failed(d *device, kind allocKind, size uint64, err error) inter
 
 // mallocManaged passes the application's own managed memory through,
 // counted against the quota like device memory.
-func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, block, interpose.Error) {
+func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, interpose.Error) {
 	size := charge(r.size)
 	if !d.acct.take(size, true) {
 		used := d.acct.used()
 		m.probes.Refuse(r.size, d.ordinal, used, d.quota)
 		m.refused(r.kind, r.size, d.ordinal, used, d.quota)
-		return 0, block{}, interpose.ErrorMemoryAllocation
+		return 0, interpose.ErrorMemoryAllocation
 	}
 	p, rc := m.rt.MallocManaged(r.size, r.flags)
 	if rc != interpose.Success || p == 0 {
 		d.acct.give(size, true)
-		return 0, block{}, rc
+		return 0, rc
 	}
 	d.acct.mu.Lock()
 	d.acct.extBlocks[p] = extBlock{size, interpose.TierHostManaged}
 	d.acct.mu.Unlock()
-	return p, block{size: size, device: d.ordinal, tier: interpose.TierHostManaged, source: interpose.SourcePassThrough, ok: true}, interpose.Success
+	// No other thread can free p before this call returns it: the event
+	// cannot be overtaken by p's free.
+	m.probes.Alloc(p, size, d.ordinal, interpose.TierHostManaged, interpose.SourcePassThrough)
+	return p, interpose.Success
 }
 
 // mallocPitch pads rows to the pool's alignment, as CUDA pads them to its
 // pitch alignment, and serves the whole as one allocation.
-func (m *memory) mallocPitch(device int, width, height uint64) (interpose.DevicePtr, uint64, block, interpose.Error) {
+func (m *memory) mallocPitch(device int, width, height uint64) (interpose.DevicePtr, uint64, interpose.Error) {
 	if width == 0 || height == 0 {
-		return 0, 0, block{}, interpose.ErrorInvalidValue
+		return 0, 0, interpose.ErrorInvalidValue
 	}
 	pitch := charge(width)
 	if pitch < width || height > ^uint64(0)/pitch {
-		return 0, 0, block{}, interpose.ErrorInvalidValue
+		return 0, 0, interpose.ErrorInvalidValue
 	}
-	p, b, rc := m.malloc(request{device: device, size: pitch * height, kind: kindPitch})
+	p, rc := m.malloc(request{device: device, size: pitch * height, kind: kindPitch})
 	if rc != interpose.Success {
-		return 0, 0, block{}, rc
+		return 0, 0, rc
 	}
-	return p, pitch, b, interpose.Success
+	return p, pitch, interpose.Success
 }
 
 // free releases p. A pointer no pool owns is looked up among the memory
 // held outside the pools, then goes to the real runtime as is, which gives
 // CUDA's own answer (NULL, memory from a path the shim does not see).
-func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) (block, bool, interpose.Error) {
+// The pool's observer fires the free probe point, under the pool's lock and
+// before the memory is released.
+func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
 	for _, d := range *m.live.Load() {
 		if d.pool == nil {
 			continue
@@ -426,23 +423,23 @@ func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) (bl
 		} else {
 			err = d.pool.Free(uint64(p))
 		}
-		if err == nil {
-			b := d.events.take(uint64(p), eventFree, d.ordinal)
-			return b, b.ok, interpose.Success
-		}
 		switch {
+		case err == nil:
+			return interpose.Success
 		case errors.Is(err, pool.ErrNotOwned):
 			continue
 		case errors.Is(err, pool.ErrInvalidFree), errors.Is(err, pool.ErrClosed):
-			return block{}, false, interpose.ErrorInvalidValue
+			return interpose.ErrorInvalidValue
 		}
-		b := d.events.take(uint64(p), eventFree, d.ordinal)
-		return b, b.ok, cudaError(err)
+		return cudaError(err) // freed by the pool, released with an error
 	}
 	return m.freeOutside(p, s, async)
 }
 
-func (m *memory) freeOutside(p interpose.DevicePtr, s interpose.Stream, async bool) (block, bool, interpose.Error) {
+// freeOutside frees memory held outside the pools. Its free probe fires
+// before the real free, for the same reason as the pool's; a real free that
+// fails leaves the block allocated, and an alloc probe says so again.
+func (m *memory) freeOutside(p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
 	for _, d := range *m.live.Load() {
 		d.acct.mu.Lock()
 		e, ok := d.acct.extBlocks[p]
@@ -451,20 +448,22 @@ func (m *memory) freeOutside(p interpose.DevicePtr, s interpose.Stream, async bo
 		if !ok {
 			continue
 		}
+		m.probes.Free(p, e.size, d.ordinal, e.tier)
 		rc := m.realFree(d, p, s, async)
 		if rc != interpose.Success {
 			d.acct.mu.Lock()
 			d.acct.extBlocks[p] = e // still allocated as far as CUDA is concerned
 			d.acct.mu.Unlock()
-			return block{}, false, rc
+			m.probes.Alloc(p, e.size, d.ordinal, e.tier, interpose.SourcePassThrough)
+			return rc
 		}
 		d.acct.give(e.size, true)
-		return block{size: e.size, device: d.ordinal, tier: e.tier, source: interpose.SourcePassThrough, ok: true}, true, interpose.Success
+		return interpose.Success
 	}
 	if async {
-		return block{}, false, m.rt.FreeAsync(p, asyncStream(pool.Stream(s)))
+		return m.rt.FreeAsync(p, asyncStream(pool.Stream(s)))
 	}
-	return block{}, false, m.rt.Free(p)
+	return m.rt.Free(p)
 }
 
 // realFree frees memory of d outside its pool. cudaFree synchronizes the

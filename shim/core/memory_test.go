@@ -152,21 +152,40 @@ func (f *fakeRuntime) count(kind string) int {
 	return f.calls[kind]
 }
 
-// probeLog records the probes fired from Go.
+// probeLog records the probes fired, as a tracer attached all along would.
 type probeLog struct {
 	mu                                           sync.Mutex
 	allocs, frees, syncs, spills, promotes, refs int
+	alloc, free                                  block // the last of each
+	onFree                                       func(interpose.DevicePtr)
 }
 
-func (p *probeLog) Alloc(interpose.DevicePtr, uint64, int, interpose.Tier, interpose.Source) {
+// block is what an alloc or free probe reported.
+type block struct {
+	ptr    interpose.DevicePtr
+	size   uint64
+	device int
+	tier   interpose.Tier
+	source interpose.Source
+}
+
+func (p *probeLog) Enabled() bool { return true }
+
+func (p *probeLog) Alloc(ptr interpose.DevicePtr, size uint64, device int, tier interpose.Tier, source interpose.Source) {
 	p.mu.Lock()
 	p.allocs++
+	p.alloc = block{ptr, size, device, tier, source}
 	p.mu.Unlock()
 }
-func (p *probeLog) Free(interpose.DevicePtr, uint64, int, interpose.Tier) {
+func (p *probeLog) Free(ptr interpose.DevicePtr, size uint64, device int, tier interpose.Tier) {
 	p.mu.Lock()
 	p.frees++
+	p.free = block{ptr, size, device, tier, 0}
+	onFree := p.onFree
 	p.mu.Unlock()
+	if onFree != nil {
+		onFree(ptr)
+	}
 }
 func (p *probeLog) Sync(int, uint64) { p.mu.Lock(); p.syncs++; p.mu.Unlock() }
 func (p *probeLog) Spill(interpose.DevicePtr, uint64, int, interpose.Tier) {
@@ -216,11 +235,11 @@ func newTestMemory(t *testing.T, rt realRuntime, env ...string) testMemory {
 
 func TestQuotaAdmitsAndRefuses(t *testing.T) {
 	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=1MiB")
-	a, b, rc := m.malloc(request{device: 0, size: 768 << 10})
-	if rc != interpose.Success || !b.ok || b.source != interpose.SourceReservation || b.size != 768<<10 {
+	a, rc := m.malloc(request{device: 0, size: 768 << 10})
+	if b := m.probes.alloc; rc != interpose.Success || b != (block{a, 768 << 10, 0, interpose.TierDevice, interpose.SourceReservation}) {
 		t.Fatalf("first allocation: %+v %v", b, rc)
 	}
-	if _, _, rc := m.malloc(request{device: 0, size: 512 << 10}); rc != interpose.ErrorMemoryAllocation {
+	if _, rc := m.malloc(request{device: 0, size: 512 << 10}); rc != interpose.ErrorMemoryAllocation {
 		t.Fatalf("over quota: %v", rc)
 	}
 	if len(*m.refusals) != 1 || (*m.refusals)[0] != (refusal{512 << 10, 768 << 10, 1 << 20, 0}) {
@@ -229,24 +248,24 @@ func TestQuotaAdmitsAndRefuses(t *testing.T) {
 	if m.probes.refs != 1 {
 		t.Errorf("%d refusal probes, want 1", m.probes.refs)
 	}
-	if b, owned, rc := m.free(a, 0, false); rc != interpose.Success || !owned || b.size != 768<<10 {
-		t.Errorf("free: %+v %v %v", b, owned, rc)
+	if rc := m.free(a, 0, false); rc != interpose.Success || m.probes.free != (block{a, 768 << 10, 0, interpose.TierDevice, 0}) {
+		t.Errorf("free: %+v %v", m.probes.free, rc)
 	}
 	// The pool synchronizes for the freed block, then releases its segment.
-	if _, _, rc := m.malloc(request{device: 0, size: 1 << 20}); rc != interpose.Success {
+	if _, rc := m.malloc(request{device: 0, size: 1 << 20}); rc != interpose.Success {
 		t.Errorf("after the free the whole quota is available: %v", rc)
 	}
 }
 
 func TestCacheHitAfterSynchronize(t *testing.T) {
 	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=64MiB")
-	a, _, _ := m.malloc(request{size: 4096})
+	a, _ := m.malloc(request{size: 4096})
 	m.free(a, 0, false)
 	if rc := m.deviceSynchronize(0); rc != interpose.Success {
 		t.Fatal(rc)
 	}
-	b, ev, rc := m.malloc(request{size: 4096})
-	if rc != interpose.Success || a != b || ev.source != interpose.SourceCache || !ev.ok {
+	b, rc := m.malloc(request{size: 4096})
+	if ev := m.probes.alloc; rc != interpose.Success || a != b || ev.source != interpose.SourceCache || ev.ptr != b {
 		t.Errorf("after cudaDeviceSynchronize the block is reused from the cache: %#x vs %#x %+v", uint64(a), uint64(b), ev)
 	}
 	st := m.existing(0).pool.Stats()
@@ -258,11 +277,11 @@ func TestCacheHitAfterSynchronize(t *testing.T) {
 func TestPassThroughMode(t *testing.T) {
 	rt := newFake(1 << 30)
 	m := newTestMemory(t, rt, "SPILLWAY_POOL=0", "SPILLWAY_MEMORY_LIMIT=1MiB")
-	a, ev, rc := m.malloc(request{size: 4096})
-	if rc != interpose.Success || ev.source != interpose.SourcePassThrough || rt.count("device") != 1 {
+	a, rc := m.malloc(request{size: 4096})
+	if ev := m.probes.alloc; rc != interpose.Success || ev.source != interpose.SourcePassThrough || rt.count("device") != 1 {
 		t.Fatalf("%+v %v", ev, rc)
 	}
-	if _, _, rc := m.free(a, 0, false); rc != interpose.Success {
+	if rc := m.free(a, 0, false); rc != interpose.Success {
 		t.Fatal(rc)
 	}
 	m.malloc(request{size: 4096})
@@ -276,29 +295,29 @@ func TestFailedCallsRollBack(t *testing.T) {
 	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_POOL=0")
 	m.malloc(request{size: 512}) // creates the pool
 	rt.failNext = interpose.ErrorInitialization
-	if _, _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.ErrorInitialization {
+	if _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.ErrorInitialization {
 		t.Fatalf("the runtime's error must pass: %v", rc)
 	}
 	if free, total, _ := m.memGetInfo(0); free != 1<<20-512 || total != 1<<20 {
 		t.Errorf("a failed call left accounting behind: free %d total %d", free, total)
 	}
 	// Unknown pointers get the runtime's answer and change nothing.
-	if _, owned, rc := m.free(0xdead000, 0, false); owned || rc != interpose.ErrorInvalidValue {
-		t.Errorf("unknown pointer: owned %v rc %v", owned, rc)
+	if rc := m.free(0xdead000, 0, false); m.probes.frees != 0 || rc != interpose.ErrorInvalidValue {
+		t.Errorf("unknown pointer: %d free probes, rc %v", m.probes.frees, rc)
 	}
 }
 
 func TestDoubleFreeInPool(t *testing.T) {
 	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=64MiB")
-	a, _, _ := m.malloc(request{size: 4096})
+	a, _ := m.malloc(request{size: 4096})
 	m.malloc(request{size: 4096}) // keeps the segment
-	if _, _, rc := m.free(a, 0, false); rc != interpose.Success {
+	if rc := m.free(a, 0, false); rc != interpose.Success {
 		t.Fatal(rc)
 	}
-	if _, owned, rc := m.free(a, 0, false); owned || rc != interpose.ErrorInvalidValue {
-		t.Errorf("double free: owned %v rc %v", owned, rc)
+	if rc := m.free(a, 0, false); m.probes.frees != 1 || rc != interpose.ErrorInvalidValue {
+		t.Errorf("double free: %d free probes, rc %v", m.probes.frees, rc)
 	}
-	if _, _, rc := m.free(0, 0, false); rc != interpose.Success {
+	if rc := m.free(0, 0, false); rc != interpose.Success {
 		t.Errorf("cudaFree(NULL): %v", rc)
 	}
 }
@@ -306,14 +325,14 @@ func TestDoubleFreeInPool(t *testing.T) {
 func TestPitch(t *testing.T) {
 	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=100000")
 	// 100 rows of 600 bytes fit unpadded (60000) but not padded to 1024 (102400).
-	if _, _, _, rc := m.mallocPitch(0, 600, 100); rc != interpose.ErrorMemoryAllocation {
+	if _, _, rc := m.mallocPitch(0, 600, 100); rc != interpose.ErrorMemoryAllocation {
 		t.Errorf("padded allocation over quota: %v", rc)
 	}
-	p, pitch, b, rc := m.mallocPitch(0, 600, 50)
-	if rc != interpose.Success || pitch != 1024 || b.size != 1024*50 || p == 0 {
+	p, pitch, rc := m.mallocPitch(0, 600, 50)
+	if b := m.probes.alloc; rc != interpose.Success || pitch != 1024 || b.size != 1024*50 || p == 0 || b.ptr != p {
 		t.Errorf("pitched allocation: pitch %d block %+v rc %v", pitch, b, rc)
 	}
-	if _, _, _, rc := m.mallocPitch(0, 0, 5); rc != interpose.ErrorInvalidValue {
+	if _, _, rc := m.mallocPitch(0, 0, 5); rc != interpose.ErrorInvalidValue {
 		t.Errorf("zero width: %v", rc)
 	}
 }
@@ -324,7 +343,7 @@ func TestMemGetInfoAndPercent(t *testing.T) {
 	if free, total, _ := m.memGetInfo(0); free != 256<<20 || total != 256<<20 {
 		t.Errorf("25%% of 1 GiB: free %d total %d", free, total)
 	}
-	p, _, _ := m.malloc(request{device: 0, size: 56 << 20})
+	p, _ := m.malloc(request{device: 0, size: 56 << 20})
 	if free, _, _ := m.memGetInfo(0); free != 200<<20 {
 		t.Errorf("free %d after 56 MiB", free)
 	}
@@ -342,20 +361,20 @@ func TestManagedAndAdoptedCountAgainstTheQuota(t *testing.T) {
 	rt := newFake(1 << 30)
 	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=1MiB")
 	m.adopt(0x42000, 256<<10, 0)
-	p, ev, rc := m.malloc(request{size: 512 << 10, kind: kindManaged})
-	if rc != interpose.Success || ev.tier != interpose.TierHostManaged || ev.source != interpose.SourcePassThrough {
+	p, rc := m.malloc(request{size: 512 << 10, kind: kindManaged})
+	if ev := m.probes.alloc; rc != interpose.Success || ev.tier != interpose.TierHostManaged || ev.source != interpose.SourcePassThrough || ev.ptr != p {
 		t.Fatalf("managed: %+v %v", ev, rc)
 	}
-	if _, _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.ErrorMemoryAllocation {
+	if _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.ErrorMemoryAllocation {
 		t.Errorf("managed and adopted memory do not count: %v", rc)
 	}
-	if _, _, rc := m.malloc(request{size: 512 << 10, kind: kindManaged}); rc != interpose.ErrorMemoryAllocation {
+	if _, rc := m.malloc(request{size: 512 << 10, kind: kindManaged}); rc != interpose.ErrorMemoryAllocation {
 		t.Errorf("managed memory over the quota: %v", rc)
 	}
-	if _, owned, rc := m.free(p, 0, false); !owned || rc != interpose.Success {
-		t.Errorf("free of managed memory: %v %v", owned, rc)
+	if rc := m.free(p, 0, false); rc != interpose.Success || m.probes.free != (block{p, 512 << 10, 0, interpose.TierHostManaged, 0}) {
+		t.Errorf("free of managed memory: %+v %v", m.probes.free, rc)
 	}
-	if _, _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.Success {
+	if _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.Success {
 		t.Errorf("after the managed free: %v", rc)
 	}
 }
@@ -371,7 +390,7 @@ func TestDeviceReset(t *testing.T) {
 	if free, _, _ := m.memGetInfo(0); free != 1<<20 {
 		t.Errorf("device 0 after reset: free %d", free)
 	}
-	if _, _, rc := m.malloc(request{size: 1 << 20}); rc != interpose.Success {
+	if _, rc := m.malloc(request{size: 1 << 20}); rc != interpose.Success {
 		t.Errorf("a new pool after the reset: %v", rc)
 	}
 	if free, _, _ := m.memGetInfo(1); free != 256<<10 {
@@ -394,15 +413,15 @@ func TestSpillAndPromote(t *testing.T) {
 			rt := newFake(1 << 30)
 			rt.noManaged = tc.noManaged
 			m := newTestMemory(t, rt, append(tc.env, "SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_HOST_LIMIT=2MiB")...)
-			a, _, _ := m.malloc(request{size: 768 << 10})
-			s, ev, rc := m.malloc(request{size: 768 << 10})
-			if rc != interpose.Success || ev.tier != tc.tier || m.probes.spills != 1 {
+			a, _ := m.malloc(request{size: 768 << 10})
+			s, rc := m.malloc(request{size: 768 << 10})
+			if ev := m.probes.alloc; rc != interpose.Success || ev.tier != tc.tier || ev.source != interpose.SourceReservation || m.probes.spills != 1 {
 				t.Fatalf("spilled allocation: %+v %v, %d spill probes", ev, rc, m.probes.spills)
 			}
 			if free, total, _ := m.memGetInfo(0); total != 1<<20 || free != 256<<10 {
 				t.Errorf("cudaMemGetInfo counts host memory: free %d total %d", free, total)
 			}
-			if _, _, rc := m.malloc(request{size: 2 << 20}); rc != interpose.ErrorMemoryAllocation {
+			if _, rc := m.malloc(request{size: 2 << 20}); rc != interpose.ErrorMemoryAllocation {
 				t.Errorf("past the host limit: %v", rc)
 			}
 			if strings.Contains(m.logged.String(), "does not support managed memory") != tc.noManaged {
@@ -418,7 +437,7 @@ func TestSpillAndPromote(t *testing.T) {
 			} else if st.PromotedBytes != 0 {
 				t.Errorf("pinned memory promoted: %v", st)
 			}
-			if _, _, rc := m.free(s, 0, false); rc != interpose.Success {
+			if rc := m.free(s, 0, false); rc != interpose.Success {
 				t.Errorf("free of the spilled block: %v", rc)
 			}
 			// The empty segment exceeds the release threshold (1/8 of the quota).
@@ -440,7 +459,7 @@ func TestConcurrentAccounting(t *testing.T) {
 			var held []interpose.DevicePtr
 			for i := range 2000 {
 				size := uint64(1+(g*7919+i*104729)%(1<<20)) | 1
-				if p, _, rc := m.malloc(request{size: size}); rc == interpose.Success {
+				if p, rc := m.malloc(request{size: size}); rc == interpose.Success {
 					held = append(held, p)
 				}
 				if len(held) > 4 {
@@ -464,22 +483,39 @@ func TestConcurrentAccounting(t *testing.T) {
 	}
 }
 
-func TestEventSlots(t *testing.T) {
-	var e eventSlots
-	if !e.put(0x1000, pack(eventAlloc, 4096, 0, 1)) {
-		t.Fatal("empty slot refused")
+// The free probe of memory on the host (spilled by the pool, or the
+// application's own managed memory) fires while the runtime still holds the
+// memory: fired after, another thread could be handed the same address and
+// report it first, and a tracer would forget the new block's range.
+func TestFreeProbeFiresBeforeRelease(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_OVERSUBSCRIBE=1")
+	held := map[interpose.DevicePtr]bool{}
+	m.probes.onFree = func(p interpose.DevicePtr) {
+		rt.mu.Lock()
+		_, ok := rt.live[p]
+		rt.mu.Unlock()
+		held[p] = ok
 	}
-	if e.put(0x1000, pack(eventFree, 1, 0, 0)) {
-		t.Error("an occupied slot accepted a second event")
+	m.malloc(request{size: 768 << 10})
+	spilled, rc := m.malloc(request{size: 768 << 10})
+	if rc != interpose.Success || m.probes.spills != 1 || rt.live[spilled].kind != "managed" {
+		t.Fatalf("no managed spill: %v, %d spills", rc, m.probes.spills)
 	}
-	if b := e.take(0x1000, eventFree, 0); b.ok {
-		t.Error("took an event of the wrong kind")
+	managed, rc := m.malloc(request{size: 4096, kind: kindManaged})
+	if rc != interpose.Success {
+		t.Fatal(rc)
 	}
-	if b := e.take(0x1000, eventAlloc, 3); !b.ok || b.size != 4096 || b.source != 1 || b.device != 3 {
-		t.Errorf("took %+v", b)
-	}
-	if b := e.take(0x1000, eventAlloc, 3); b.ok {
-		t.Error("an event was taken twice")
+	for _, p := range []interpose.DevicePtr{spilled, managed} {
+		if rc := m.free(p, 0, false); rc != interpose.Success {
+			t.Fatal(rc)
+		}
+		if held, fired := held[p]; !fired || !held {
+			t.Errorf("free of %#x: probe fired %v, while the runtime held it %v", uint64(p), fired, held)
+		}
+		if _, ok := rt.live[p]; ok {
+			t.Errorf("%#x was not released", uint64(p))
+		}
 	}
 }
 
@@ -497,10 +533,10 @@ func TestPanicBecomesCUDAError(t *testing.T) {
 
 func TestManagedWithoutQuotaMayExceedTheDevice(t *testing.T) {
 	m := newTestMemory(t, newFake(1<<20))
-	if _, _, rc := m.malloc(request{size: 4 << 20, kind: kindManaged}); rc != interpose.Success {
+	if _, rc := m.malloc(request{size: 4 << 20, kind: kindManaged}); rc != interpose.Success {
 		t.Errorf("managed memory larger than the device, without a quota: %v", rc)
 	}
-	if _, _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.Success {
+	if _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.Success {
 		t.Errorf("device memory beside it: %v", rc)
 	}
 }

@@ -1,8 +1,9 @@
 /*
  * front.c: libspillway.so, the object users put in LD_PRELOAD.
  *
- * It defines the interposed CUDA runtime memory functions and the probe
- * points, and nothing else (everything else is hidden). It has no
+ * It defines the interposed CUDA runtime memory functions, the probe
+ * points and their semaphore, and nothing else (everything else is
+ * hidden). It has no
  * constructor: a process that never calls one of these functions pays for
  * mapping the object and nothing more, and never starts a Go runtime.
  *
@@ -46,37 +47,73 @@
 #define EXPORT __attribute__((visibility("default")))
 #define PROBE __attribute__((noinline, noipa, used, visibility("default")))
 
-/* ---- probe points: no-ops that uprobes attach to ---- */
+/*
+ * ---- probe points: no-ops that uprobes attach to ----
+ *
+ * The core calls them (through the table below) at the pool's and the
+ * tiers' events, in the order the events happen, under the lock that orders
+ * them, and only while a tracer is attached:
+ *
+ *   spillway_probe_alloc(ptr, size, device, tier, source)
+ *       source: 0 = served from the pool's cache; 1 = new reservation (a
+ *       device segment, or host memory when tier != 0); 2 = not pooled (pool
+ *       off, or the application's own cudaMallocManaged memory)
+ *   spillway_probe_free(ptr, size, device, tier)
+ *       fired before the memory is released, so that no other thread can be
+ *       handed the same address (and report it) first
+ *   spillway_probe_sync(device, freed_bytes_made_reusable)
+ *   spillway_probe_spill(ptr, size, device, tier)     to host memory
+ *   spillway_probe_promote(ptr, size, device, tier)   back to the device
+ *   spillway_probe_refuse(size, device, used, quota)
+ *
+ * tier: 0 = device, 1 = host managed, 2 = host pinned. Sizes are the bytes
+ * the pool accounts (aligned).
+ *
+ * Each starts with a 5-byte NOP, which the kernel emulates when a uprobe
+ * sits on it, instead of single-stepping an instruction out of line (tens
+ * of times dearer). spillway_probe_semaphore is a USDT-style semaphore: a
+ * tracer attaches its uprobes with this counter's file offset as their
+ * reference counter (ref_ctr_offset), and the kernel keeps it non-zero in
+ * every process mapping this file while any of them is attached, processes
+ * that map it later included. The core reads it once per event and builds
+ * and fires nothing while it is zero. It must stay in a writable
+ * file-backed section (.probes, as for USDT), where the kernel finds it.
+ */
+__attribute__((used, visibility("default"), section(".probes"))) volatile uint16_t
+    spillway_probe_semaphore;
+
+#define PROBE_NOP ".byte 0x0f, 0x1f, 0x44, 0x00, 0x00" /* nopl 0x0(%rax,%rax,1) */
 
 PROBE void spillway_probe_alloc(uint64_t ptr, uint64_t size, int32_t device, int32_t tier,
                                 int32_t source)
 {
-    __asm__ volatile("" : : "r"(ptr), "r"(size), "r"(device), "r"(tier), "r"(source) : "memory");
+    __asm__ volatile(PROBE_NOP : : "r"(ptr), "r"(size), "r"(device), "r"(tier), "r"(source)
+                     : "memory");
 }
 
 PROBE void spillway_probe_free(uint64_t ptr, uint64_t size, int32_t device, int32_t tier)
 {
-    __asm__ volatile("" : : "r"(ptr), "r"(size), "r"(device), "r"(tier) : "memory");
+    __asm__ volatile(PROBE_NOP : : "r"(ptr), "r"(size), "r"(device), "r"(tier) : "memory");
 }
 
 PROBE void spillway_probe_sync(int32_t device, uint64_t freed_bytes_made_reusable)
 {
-    __asm__ volatile("" : : "r"(device), "r"(freed_bytes_made_reusable) : "memory");
+    __asm__ volatile(PROBE_NOP : : "r"(device), "r"(freed_bytes_made_reusable) : "memory");
 }
 
 PROBE void spillway_probe_spill(uint64_t ptr, uint64_t size, int32_t device, int32_t tier)
 {
-    __asm__ volatile("" : : "r"(ptr), "r"(size), "r"(device), "r"(tier) : "memory");
+    __asm__ volatile(PROBE_NOP : : "r"(ptr), "r"(size), "r"(device), "r"(tier) : "memory");
 }
 
 PROBE void spillway_probe_promote(uint64_t ptr, uint64_t size, int32_t device, int32_t tier)
 {
-    __asm__ volatile("" : : "r"(ptr), "r"(size), "r"(device), "r"(tier) : "memory");
+    __asm__ volatile(PROBE_NOP : : "r"(ptr), "r"(size), "r"(device), "r"(tier) : "memory");
 }
 
 PROBE void spillway_probe_refuse(uint64_t size, int32_t device, uint64_t used, uint64_t quota)
 {
-    __asm__ volatile("" : : "r"(size), "r"(device), "r"(used), "r"(quota) : "memory");
+    __asm__ volatile(PROBE_NOP : : "r"(size), "r"(device), "r"(used), "r"(quota) : "memory");
 }
 
 static const struct spillway_probes probes = {
@@ -87,6 +124,7 @@ static const struct spillway_probes probes = {
     .spill = spillway_probe_spill,
     .promote = spillway_probe_promote,
     .refuse = spillway_probe_refuse,
+    .semaphore = &spillway_probe_semaphore,
 };
 
 /* ---- logging: one line to SPILLWAY_LOG_FILE or stderr ---- */
@@ -516,18 +554,6 @@ static cudaError_t current_device(int32_t *device)
     return rc;
 }
 
-static void fire_alloc(uint64_t ptr, const struct spillway_event *ev)
-{
-    if (ev->valid)
-        spillway_probe_alloc(ptr, ev->size, ev->device, ev->tier, ev->source);
-}
-
-static void fire_free(uint64_t ptr, const struct spillway_event *ev)
-{
-    if (ev->valid)
-        spillway_probe_free(ptr, ev->size, ev->device, ev->tier);
-}
-
 /* Records an allocation passed through on the early route; undoes it if it cannot be recorded. */
 static cudaError_t early_alloc(cudaError_t rc, void *ptr, uint64_t size)
 {
@@ -554,7 +580,6 @@ EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
     switch (r) {
     case ROUTE_CORE: {
         int32_t device;
-        struct spillway_event ev = {0};
         uint64_t p = 0;
         if ((rc = current_device(&device)) != cudaSuccess)
             break;
@@ -562,11 +587,9 @@ EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
             rc = real_malloc(devPtr, size);
             break;
         }
-        rc = core.malloc(device, size, &p, &ev);
-        if (rc == cudaSuccess) {
+        rc = core.malloc(device, size, &p);
+        if (rc == cudaSuccess)
             *devPtr = (void *)(uintptr_t)p;
-            fire_alloc(p, &ev);
-        }
         break;
     }
     case ROUTE_EARLY: {
@@ -593,7 +616,6 @@ EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int fl
     switch (r) {
     case ROUTE_CORE: {
         int32_t device;
-        struct spillway_event ev = {0};
         uint64_t p = 0;
         if ((rc = current_device(&device)) != cudaSuccess)
             break;
@@ -601,11 +623,9 @@ EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int fl
             rc = real_malloc_managed(devPtr, size, flags);
             break;
         }
-        rc = core.malloc_managed(device, size, flags, &p, &ev);
-        if (rc == cudaSuccess) {
+        rc = core.malloc_managed(device, size, flags, &p);
+        if (rc == cudaSuccess)
             *devPtr = (void *)(uintptr_t)p;
-            fire_alloc(p, &ev);
-        }
         break;
     }
     case ROUTE_EARLY: {
@@ -632,7 +652,6 @@ EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
     switch (r) {
     case ROUTE_CORE: {
         int32_t device;
-        struct spillway_event ev = {0};
         uint64_t p = 0, pt = 0;
         if ((rc = current_device(&device)) != cudaSuccess)
             break;
@@ -640,11 +659,10 @@ EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
             rc = real_malloc_pitch(devPtr, pitch, width, height);
             break;
         }
-        rc = core.malloc_pitch(device, width, height, &p, &pt, &ev);
+        rc = core.malloc_pitch(device, width, height, &p, &pt);
         if (rc == cudaSuccess) {
             *devPtr = (void *)(uintptr_t)p;
             *pitch = (size_t)pt;
-            fire_alloc(p, &ev);
         }
         break;
     }
@@ -673,7 +691,6 @@ EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stre
     switch (r) {
     case ROUTE_CORE: {
         int32_t device;
-        struct spillway_event ev = {0};
         uint64_t p = 0;
         if ((rc = current_device(&device)) != cudaSuccess)
             break;
@@ -681,11 +698,9 @@ EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stre
             rc = real_malloc_async(devPtr, size, stream);
             break;
         }
-        rc = core.malloc_async(device, size, stream_id(stream), &p, &ev);
-        if (rc == cudaSuccess) {
+        rc = core.malloc_async(device, size, stream_id(stream), &p);
+        if (rc == cudaSuccess)
             *devPtr = (void *)(uintptr_t)p;
-            fire_alloc(p, &ev);
-        }
         break;
     }
     case ROUTE_EARLY: {
@@ -712,11 +727,7 @@ EXPORT cudaError_t cudaFree(void *devPtr)
     if (r == ROUTE_EARLY && !early_forget(devPtr))
         r = ROUTE_CORE;
     if (r == ROUTE_CORE) {
-        struct spillway_event ev = {0};
-        uint64_t p = (uint64_t)(uintptr_t)devPtr;
-        rc = core.free(p, &ev);
-        if (rc == cudaSuccess)
-            fire_free(p, &ev);
+        rc = core.free((uint64_t)(uintptr_t)devPtr);
     } else {
         rc = real_free(devPtr);
     }
@@ -733,11 +744,7 @@ EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
     if (r == ROUTE_EARLY && !early_forget(devPtr))
         r = ROUTE_CORE;
     if (r == ROUTE_CORE) {
-        struct spillway_event ev = {0};
-        uint64_t p = (uint64_t)(uintptr_t)devPtr;
-        rc = core.free_async(p, stream_id(stream), &ev);
-        if (rc == cudaSuccess)
-            fire_free(p, &ev);
+        rc = core.free_async((uint64_t)(uintptr_t)devPtr, stream_id(stream));
     } else {
         rc = real_free_async(devPtr, stream);
     }

@@ -7,6 +7,8 @@ package shimtest
 
 import (
 	"bufio"
+	"bytes"
+	"debug/elf"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -137,12 +139,48 @@ func dynamicSymbols(t *testing.T, lib string) []string {
 	return names
 }
 
+// Every probe point starts with a 5-byte NOP, which the kernel emulates
+// under a uprobe instead of single-stepping the instruction out of line.
+func TestProbePointsStartWithNOP(t *testing.T) {
+	f, err := elf.Open(front(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nop := []byte{0x0f, 0x1f, 0x44, 0x00, 0x00}
+	found := 0
+	for _, s := range syms {
+		if !strings.HasPrefix(s.Name, "spillway_probe_") || elf.ST_TYPE(s.Info) != elf.STT_FUNC {
+			continue
+		}
+		found++
+		text := f.Section(".text")
+		if text == nil || s.Value < text.Addr || s.Value+uint64(len(nop)) > text.Addr+text.Size {
+			t.Fatalf("%s at %#x is not in .text", s.Name, s.Value)
+		}
+		code := make([]byte, len(nop))
+		if _, err := text.ReadAt(code, int64(s.Value-text.Addr)); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(code, nop) {
+			t.Errorf("%s starts with % x, want the 5-byte NOP % x", s.Name, code, nop)
+		}
+	}
+	if found != 6 {
+		t.Errorf("found %d probe points, want 6", found)
+	}
+}
+
 func TestExportSurface(t *testing.T) {
 	want := []string{
 		"cudaDeviceReset", "cudaDeviceSynchronize", "cudaFree", "cudaFreeAsync", "cudaMalloc",
 		"cudaMallocAsync", "cudaMallocManaged", "cudaMallocPitch", "cudaMemGetInfo", "cudaStreamDestroy",
 		"spillway_probe_alloc", "spillway_probe_free", "spillway_probe_promote",
-		"spillway_probe_refuse", "spillway_probe_spill", "spillway_probe_sync",
+		"spillway_probe_refuse", "spillway_probe_semaphore", "spillway_probe_spill", "spillway_probe_sync",
 	}
 	if got := dynamicSymbols(t, front(t)); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("libspillway.so exports %v\nwant exactly %v", got, want)
