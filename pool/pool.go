@@ -348,25 +348,12 @@ func (p *Pool) mergeStreamNeighbours(b *block) {
 	if prev := b.prevPhys; prev != nil && prev.state == stateStream && prev.cache == c {
 		c.idx[prev.seg.class].remove(prev)
 		c.queue.remove(prev)
-		b.base = prev.base
-		b.size += prev.size
-		b.prevPhys = prev.prevPhys
-		if b.prevPhys != nil {
-			b.prevPhys.nextPhys = b
-		} else {
-			b.seg.head = b
-		}
-		p.recycle(prev)
+		p.absorbPrev(b)
 	}
 	if next := b.nextPhys; next != nil && next.state == stateStream && next.cache == c {
 		c.idx[next.seg.class].remove(next)
 		c.queue.remove(next)
-		b.size += next.size
-		b.nextPhys = next.nextPhys
-		if b.nextPhys != nil {
-			b.nextPhys.prevPhys = b
-		}
-		p.recycle(next)
+		p.absorbNext(b)
 	}
 }
 

@@ -4,6 +4,7 @@ package pool
 // free index.
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 )
@@ -48,15 +49,7 @@ func (p *Pool) grow(size uint64, class int) (*block, error) {
 	b := p.newBlock()
 	b.base, b.size, b.seg, b.state = base, size, seg, stateFree
 	seg.head = b
-	i, _ := slices.BinarySearchFunc(p.segs, base, func(s *segment, base uint64) int {
-		switch {
-		case s.base < base:
-			return -1
-		case s.base > base:
-			return 1
-		}
-		return 0
-	})
+	i, _ := slices.BinarySearchFunc(p.segs, base, bySegmentBase)
 	p.segs = slices.Insert(p.segs, i, seg)
 	p.idx[class].insert(b)
 	p.empty.push(seg)
@@ -83,15 +76,7 @@ func (p *Pool) releaseSegment(seg *segment) error {
 	}
 	p.idx[seg.class].remove(b)
 	p.recycle(b)
-	i, _ := slices.BinarySearchFunc(p.segs, seg.base, func(s *segment, base uint64) int {
-		switch {
-		case s.base < base:
-			return -1
-		case s.base > base:
-			return 1
-		}
-		return 0
-	})
+	i, _ := slices.BinarySearchFunc(p.segs, seg.base, bySegmentBase)
 	p.segs = slices.Delete(p.segs, i, i+1)
 	p.segBytes -= seg.size
 	p.devBytes -= seg.size
@@ -121,24 +106,11 @@ func (p *Pool) makeFree(b *block) {
 	idx := &p.idx[seg.class]
 	if prev := b.prevPhys; prev != nil && prev.state == stateFree {
 		idx.remove(prev)
-		b.base = prev.base
-		b.size += prev.size
-		b.prevPhys = prev.prevPhys
-		if b.prevPhys != nil {
-			b.prevPhys.nextPhys = b
-		} else {
-			seg.head = b
-		}
-		p.recycle(prev)
+		p.absorbPrev(b)
 	}
 	if next := b.nextPhys; next != nil && next.state == stateFree {
 		idx.remove(next)
-		b.size += next.size
-		b.nextPhys = next.nextPhys
-		if b.nextPhys != nil {
-			b.nextPhys.prevPhys = b
-		}
-		p.recycle(next)
+		p.absorbNext(b)
 	}
 	b.state = stateFree
 	b.cache = nil
@@ -159,4 +131,36 @@ func (p *Pool) reserveAtFirstUse() error {
 	p.empty.remove(b.seg)
 	p.reserved = true
 	return nil
+}
+
+// bySegmentBase orders p.segs, which are sorted by base address.
+func bySegmentBase(s *segment, base uint64) int {
+	return cmp.Compare(s.base, base)
+}
+
+// absorbPrev merges b's physical predecessor, already taken out of every
+// index and queue, into b.
+func (p *Pool) absorbPrev(b *block) {
+	prev := b.prevPhys
+	b.base = prev.base
+	b.size += prev.size
+	b.prevPhys = prev.prevPhys
+	if b.prevPhys != nil {
+		b.prevPhys.nextPhys = b
+	} else {
+		b.seg.head = b
+	}
+	p.recycle(prev)
+}
+
+// absorbNext merges b's physical successor, already taken out of every index
+// and queue, into b.
+func (p *Pool) absorbNext(b *block) {
+	next := b.nextPhys
+	b.size += next.size
+	b.nextPhys = next.nextPhys
+	if b.nextPhys != nil {
+		b.nextPhys.prevPhys = b
+	}
+	p.recycle(next)
 }
