@@ -10,15 +10,15 @@
 // entry points declared in abi.h.
 //
 // The core holds the logic: configuration, and one pool.Pool per device
-// (memory.go) over a backing that calls the real runtime through interpose
-// (backing.go), which pools, enforces the quota and spills. It must never
-// install signal handlers
-// (no os/signal), never do work in init (the host may call in from a
-// library constructor, and package init runs concurrently with the host),
-// never call an interposed CUDA symbol by name (calls go through interpose),
-// never let a panic cross into C, and export nothing but spillway_core_*.
-// The front never calls it from a forked child, re-entrantly, or before
-// spillway_core_init has returned.
+// (memory.go), which pools, enforces the quota and spills, over a backing
+// that calls the real runtime through interpose (backing.go).
+//
+// It must never install signal handlers (no os/signal), never do work in
+// init (the host may call in from a library constructor, and package init
+// runs concurrently with the host), never call an interposed CUDA symbol by
+// name (calls go through interpose), never let a panic cross into C, and
+// export nothing but spillway_core_*. The front never calls it from a forked
+// child, re-entrantly, or before spillway_core_init has returned.
 package main
 
 func main() {}
