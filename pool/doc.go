@@ -56,9 +56,10 @@
 // Device memory cannot hold allocator metadata, so every block has an
 // out-of-band descriptor: address, size, neighbours in its segment (for
 // coalescing) and list links. Descriptors are allocated in slabs of 256 and
-// recycled through a spare list, never returned to the Go heap. Live blocks
-// are found by address in an open-addressing hash table (ptrMap). Segments are kept sorted by address
-// only to tell a double free (inside a segment) from a foreign pointer.
+// recycled through a spare list, never returned to the Go heap. Live blocks are
+// found by address in an open-addressing hash table (ptrMap). Segments are kept
+// sorted by address only to tell a double free (inside a segment) from a
+// foreign pointer.
 //
 // # Finding a free block
 //
@@ -165,23 +166,24 @@
 // max(size/8, 2 MiB) for a huge block reused whole. External fragmentation:
 // free memory is stranded only inside segments that still hold a live block,
 // never more than the segment size (2 MiB, 20 MiB or 1/32 of the quota) per
-// such segment; a huge segment strands nothing unless quota pressure split it. A request is refused only when
-// after synchronizing and releasing every empty segment the quota cannot hold
-// it and no free block of any class fits it. No allocator that never moves
-// live blocks can do better than the fifty-percent rule (Knuth): under random
-// churn in equilibrium there are about half as many holes as live blocks, so
-// random churn of uniform sizes costs about 25% when nothing limits growth
-// (peak reserved ÷ peak live 1.25 on the random-churn reference trace), while
-// the model traces, whose sizes repeat, stay within 4%. Under a quota the pool
-// searches harder before growing: the random-churn trace runs under a quota
-// of 1.10 × its peak live bytes with 0.8% of its requests refused, and under
-// 1.20 × with one refusal in 50,259 requests; the model traces run under 1.02 × without a refusal
-// (BenchmarkTrace reports both figures). Address-ordered best fit over whole
-// classes, medium segments of 8 or 64 MiB instead of 20, and small segments
-// of 8 MiB were measured on that trace and did not lower either figure by
-// more than 0.01 (larger segments raise the first: growth overshoots more).
-// Visiting streams in creation order keeps the pool deterministic: the same
-// calls give the same addresses and the same figures.
+// such segment; a huge segment strands nothing unless quota pressure split it.
+// A request is refused only when after synchronizing and releasing every empty
+// segment the quota cannot hold it and no free block of any class fits it. No
+// allocator that never moves live blocks can do better than the fifty-percent
+// rule (Knuth): under random churn in equilibrium there are about half as many
+// holes as live blocks, so random churn of uniform sizes costs about 25% when
+// nothing limits growth (peak reserved ÷ peak live 1.25 on the random-churn
+// reference trace), while the model traces, whose sizes repeat, stay within 4%.
+// Under a quota the pool searches harder before growing: the random-churn trace
+// runs under a quota of 1.10 × its peak live bytes with 0.8% of its requests
+// refused, and under 1.20 × with one refusal in 50,259 requests; the model
+// traces run under 1.02 × without a refusal (BenchmarkTrace reports both
+// figures). Address-ordered best fit over whole classes, medium segments of 8
+// or 64 MiB instead of 20, and small segments of 8 MiB were measured on that
+// trace and did not lower either figure by more than 0.01 (larger segments
+// raise the first: growth overshoots more). Visiting streams in creation order
+// keeps the pool deterministic: the same calls give the same addresses and the
+// same figures.
 //
 // # Concurrency
 //
