@@ -196,8 +196,7 @@ func (t *Tracer) Follow(pid int) error {
 
 // Untrace removes a process from the traced set and forgets its spilled ranges.
 func (t *Tracer) Untrace(pid int) error {
-	key := uint32(pid)
-	if err := t.objs.Traced.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if err := t.objs.Traced.Delete(uint32(pid)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("untrace pid %d: %w", pid, err)
 	}
 	return t.forgetSpills(uint32(pid))
@@ -205,39 +204,36 @@ func (t *Tracer) Untrace(pid int) error {
 
 // forgetSpills drops the spilled ranges of a process that has gone.
 func (t *Tracer) forgetSpills(tgid uint32) error {
+	if err := deleteKeys(t.objs.Spilled, func(k *spillwaySpillKey, _ *uint64) bool { return k.Tgid == tgid }); err != nil {
+		return fmt.Errorf("forget spills of %d: %w", tgid, err)
+	}
+	if err := deleteKeys(t.objs.SpilledRanges, func(k *spillwayRangeKey, _ *uint64) bool { return k.Tgid == tgid }); err != nil {
+		return fmt.Errorf("forget spilled ranges of %d: %w", tgid, err)
+	}
+	return nil
+}
+
+// deleteKeys deletes the entries of m that match. The keys are collected
+// first, as deleting while iterating a hash map can make the iteration restart
+// or skip entries.
+func deleteKeys[K, V any](m *ebpf.Map, match func(*K, *V) bool) error {
 	var (
-		sk   spillwaySpillKey
-		size uint64
-		sks  []spillwaySpillKey
+		k    K
+		v    V
+		keys []K
 	)
-	it := t.objs.Spilled.Iterate()
-	for it.Next(&sk, &size) {
-		if sk.Tgid == tgid {
-			sks = append(sks, sk)
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if match(&k, &v) {
+			keys = append(keys, k)
 		}
 	}
-	var (
-		rk    spillwayRangeKey
-		start uint64
-		rks   []spillwayRangeKey
-	)
-	it2 := t.objs.SpilledRanges.Iterate()
-	for it2.Next(&rk, &start) {
-		if rk.Tgid == tgid {
-			rks = append(rks, rk)
+	for _, k := range keys {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
 		}
 	}
-	for _, k := range sks {
-		if err := t.objs.Spilled.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("forget spills of %d: %w", tgid, err)
-		}
-	}
-	for _, k := range rks {
-		if err := t.objs.SpilledRanges.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("forget spilled ranges of %d: %w", tgid, err)
-		}
-	}
-	return errors.Join(it.Err(), it2.Err())
+	return it.Err()
 }
 
 // TracedPIDs returns the ids in the kernel's traced set: the processes asked
