@@ -51,12 +51,7 @@ func BenchmarkAllocFreePairUntraced(b *testing.B) {
 // each enter the runtime and the driver (two uprobes, two uretprobes) and emit
 // one record.
 func BenchmarkAllocFreePairTraced(b *testing.B) {
-	harness.RequireBPF(b)
-	lib, workload := fakeCUDA(b)
-	tr := newTracer(b, bpf.Options{})
-	if err := tr.AttachFile(lib); err != nil {
-		b.Fatal(err)
-	}
+	tr, workload := tracedFakeCUDA(b, bpf.Options{})
 	// Trace every workload this benchmark starts: they are children of this
 	// process.
 	if err := tr.Follow(selfPID()); err != nil {
@@ -78,12 +73,7 @@ func BenchmarkAllocFreePairTraced(b *testing.B) {
 // The rate of records the session takes without drops: a process faulting on
 // fresh pages as fast as it can, one record per fault.
 func BenchmarkFaultRecordRate(b *testing.B) {
-	harness.RequireBPF(b)
-	lib, workload := fakeCUDA(b)
-	tr := newTracer(b, bpf.Options{})
-	if err := tr.AttachFile(lib); err != nil {
-		b.Fatal(err)
-	}
+	tr, workload := tracedFakeCUDA(b, bpf.Options{})
 	if err := tr.Follow(selfPID()); err != nil {
 		b.Fatal(err)
 	}
@@ -108,12 +98,7 @@ func BenchmarkFaultRecordRate(b *testing.B) {
 // a probe point as fast as it can, one record per call: what the ring
 // buffer and its reader sustain, with the cheapest kind of uprobe.
 func BenchmarkProbeRecordRate(b *testing.B) {
-	harness.RequireBPF(b)
-	lib, workload := fakeCUDA(b)
-	tr := newTracer(b, bpf.Options{})
-	if err := tr.AttachFile(lib); err != nil {
-		b.Fatal(err)
-	}
+	tr, workload := tracedFakeCUDA(b, bpf.Options{})
 	if err := tr.Follow(selfPID()); err != nil {
 		b.Fatal(err)
 	}

@@ -114,12 +114,7 @@ func TestAttachRunning(t *testing.T) {
 // what was read and what was dropped add up to at least its 800 call and
 // probe-point records.
 func TestDropsCounted(t *testing.T) {
-	harness.RequireBPF(t)
-	lib, workload := fakeCUDA(t)
-	tr := newTracer(t, bpf.Options{RingBufferSize: os.Getpagesize()})
-	if err := tr.AttachFile(lib); err != nil {
-		t.Fatal(err)
-	}
+	tr, workload := tracedFakeCUDA(t, bpf.Options{RingBufferSize: os.Getpagesize()})
 	w := startGated(t, workload, "counts", "50")
 	if err := tr.Trace(w.pid()); err != nil {
 		t.Fatal(err)

@@ -4,7 +4,8 @@
 // count exactly, then the real shim over simcuda, whose SPILLWAY_REPORT line
 // the traced events must agree with. It holds no code that other packages use.
 //
-// Every test that needs eBPF calls harness.RequireBPF first, and every
-// session is closed with its test: a test must never pass by skipping where
-// SPILLWAY_REQUIRE_BPF=1 is set, nor leave probes attached after it ends.
+// Every test that needs eBPF calls harness.RequireBPF first (directly or
+// through tracedFakeCUDA), and every session is closed with its test: a test
+// must never pass by skipping where SPILLWAY_REQUIRE_BPF=1 is set, nor leave
+// probes attached after it ends.
 package tracetest

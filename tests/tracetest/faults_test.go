@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/spillway-gpu/spillway/bpf"
-	"github.com/spillway-gpu/spillway/tests/harness"
 )
 
 // Faults on a range the shim reported spilled are told apart from others,
@@ -12,12 +11,7 @@ import (
 // spillway_probe_spill itself on a fresh host range, writes each page of it,
 // then as many pages of an unspilled range.
 func TestSpilledFaultsClassified(t *testing.T) {
-	harness.RequireBPF(t)
-	lib, workload := fakeCUDA(t)
-	tr := newTracer(t, bpf.Options{})
-	if err := tr.AttachFile(lib); err != nil {
-		t.Fatal(err)
-	}
+	tr, workload := tracedFakeCUDA(t, bpf.Options{})
 	wait := collect(t, tr)
 	const pages = 64
 	w := startGated(t, workload, "spill", "64")
@@ -54,12 +48,7 @@ func TestSpilledFaultsClassified(t *testing.T) {
 // the kernel keeps it as aligned power-of-two blocks, and the faults on its
 // three pages are spilled while those just outside are not.
 func TestSpilledRangeEdges(t *testing.T) {
-	harness.RequireBPF(t)
-	lib, workload := fakeCUDA(t)
-	tr := newTracer(t, bpf.Options{})
-	if err := tr.AttachFile(lib); err != nil {
-		t.Fatal(err)
-	}
+	tr, workload := tracedFakeCUDA(t, bpf.Options{})
 	wait := collect(t, tr)
 	w := startGated(t, workload, "edges", "8")
 	if err := tr.Trace(w.pid()); err != nil {

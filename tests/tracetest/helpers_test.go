@@ -24,6 +24,19 @@ func fakeCUDA(t testing.TB) (lib, workload string) {
 	return lib, workload
 }
 
+// tracedFakeCUDA builds the stand-in CUDA library and its workload and opens
+// a session, closed with the test, attached to the library. It requires eBPF.
+func tracedFakeCUDA(t testing.TB, opts bpf.Options) (tr *bpf.Tracer, workload string) {
+	t.Helper()
+	harness.RequireBPF(t)
+	lib, workload := fakeCUDA(t)
+	tr = newTracer(t, opts)
+	if err := tr.AttachFile(lib); err != nil {
+		t.Fatal(err)
+	}
+	return tr, workload
+}
+
 // newTracer opens a session closed with the test.
 func newTracer(t testing.TB, opts bpf.Options) *bpf.Tracer {
 	t.Helper()
