@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -576,8 +575,8 @@ func (m *memory) adopt(p interpose.DevicePtr, size uint64, ordinal int) {
 
 // report writes one line of pool statistics per device in use.
 func (m *memory) report(w io.Writer, format config.Format) {
-	live := slices.Clone(*m.live.Load())
-	for _, d := range live {
+	// The list is replaced, never modified, when devices come and go.
+	for _, d := range *m.live.Load() {
 		if d.pool == nil {
 			continue
 		}
