@@ -157,13 +157,14 @@ type extBlock struct {
 }
 
 // take admits size bytes for the pool or outside it, if the quota holds them.
+// Without a configured quota, memory outside the pool is always admitted.
 func (a *account) take(size uint64, outside bool) bool {
 	a.mu.Lock()
 	held := a.pool
 	if a.limited {
 		held += a.ext
 	}
-	ok := !(a.limited || !outside) || (held <= a.quota && size <= a.quota-held)
+	ok := (outside && !a.limited) || (held <= a.quota && size <= a.quota-held)
 	if ok && outside {
 		a.ext += size
 	} else if ok {
