@@ -2,10 +2,10 @@
 // run under the preloaded shim against simcuda, and their observations, the
 // shim's SPILLWAY_REPORT line and simcuda's ground truth are compared.
 //
-// Besides its tests it exports the helpers that the host-tier tests
-// (tests/spilltest) share: running a program under the shim, reading its
-// output, and parsing the report line. It must never be imported outside
-// tests.
+// Besides its tests it exports the helpers that the shim's and the host
+// tier's tests (tests/shimtest, tests/spilltest) share: running a program
+// under the shim, reading its output, and parsing the report line. It must
+// never be imported outside tests.
 package pooltest
 
 import (

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
+	"github.com/spillway-gpu/spillway/tests/pooltest"
 )
 
 // TestLastError: after an interposed call, cudaPeekAtLastError and
@@ -40,14 +41,14 @@ func TestLastError(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, out := run(t, shimmed(t, tc.env, prog, tc.name))
+			res, out := pooltest.Run(t, pooltest.Shimmed(t, tc.env, prog, tc.name))
 			if res.ExitCode != 0 {
 				t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
 			}
 			for name, want := range tc.want {
 				var got [4]int
 				for i := range got {
-					got[i] = out.num(t, name, 0, i+1)
+					got[i] = int(out.Num(t, name, 0, i+1))
 				}
 				if got != want {
 					t.Errorf("%s: result, peek, get, get again = %v, want %v\nstderr: %s", name, got, want, res.Stderr)

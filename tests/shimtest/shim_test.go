@@ -6,7 +6,6 @@
 package shimtest
 
 import (
-	"bufio"
 	"bytes"
 	"debug/elf"
 	"encoding/json"
@@ -21,6 +20,7 @@ import (
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
+	"github.com/spillway-gpu/spillway/tests/pooltest"
 )
 
 const (
@@ -30,87 +30,9 @@ const (
 	errSymbolNotFound   = 500
 )
 
-// front returns the path of the preloaded library, failing if it is not built.
-func front(t testing.TB) string {
-	t.Helper()
-	lib := filepath.Join(harness.LibDir(t), "libspillway.so")
-	for _, p := range []string{lib, filepath.Join(harness.LibDir(t), "libspillway-core.so")} {
-		if _, err := os.Stat(p); err != nil {
-			t.Fatalf("%s is missing (run `make` first): %v", p, err)
-		}
-	}
-	return lib
-}
-
 func cudaops(t testing.TB, flags ...string) string {
 	return harness.Compile(t, harness.CBuild{Sources: []string{"testdata/cudaops.c"}, Cudart: true,
 		ProjectHeaders: true, Flags: flags})
-}
-
-// shimmed prepares prog under the shim with the given extra variables.
-func shimmed(t testing.TB, env []string, prog string, args ...string) *exec.Cmd {
-	t.Helper()
-	cmd := harness.Command(t, prog, args...)
-	harness.SetEnv(cmd, "LD_PRELOAD="+front(t))
-	harness.SetEnv(cmd, env...)
-	return cmd
-}
-
-// output is a program's stdout as lines of fields.
-type output [][]string
-
-func parse(s string) output {
-	var out output
-	sc := bufio.NewScanner(strings.NewReader(s))
-	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) > 0 {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
-// line returns the i-th line starting with op.
-func (o output) line(t testing.TB, op string, i int) []string {
-	t.Helper()
-	for _, l := range o {
-		if l[0] == op {
-			if i == 0 {
-				return l
-			}
-			i--
-		}
-	}
-	t.Fatalf("no line %q #%d in output %v", op, i, o)
-	return nil
-}
-
-// code returns field 1 of the i-th line for op as a number.
-func (o output) code(t testing.TB, op string, i int) int {
-	t.Helper()
-	return o.num(t, op, i, 1)
-}
-
-func (o output) num(t testing.TB, op string, i, field int) int {
-	t.Helper()
-	l := o.line(t, op, i)
-	if field >= len(l) {
-		t.Fatalf("line %v has no field %d", l, field)
-	}
-	n, err := strconv.ParseInt(l[field], 10, 64)
-	if err != nil {
-		t.Fatalf("line %v field %d: %v", l, field, err)
-	}
-	return int(n)
-}
-
-func run(t testing.TB, cmd *exec.Cmd) (harness.Result, output) {
-	t.Helper()
-	res := harness.Run(t, cmd)
-	if res.ExitCode != 0 {
-		t.Fatalf("%v exited %d\nstdout:\n%s\nstderr:\n%s", cmd.Args, res.ExitCode, res.Stdout, res.Stderr)
-	}
-	return res, parse(res.Stdout)
 }
 
 func nonEmptyLines(s string) []string {
@@ -141,7 +63,7 @@ func dynamicSymbols(t *testing.T, lib string) []string {
 // Every probe point starts with a 5-byte NOP, which the kernel emulates
 // under a uprobe instead of single-stepping the instruction out of line.
 func TestProbePointsStartWithNOP(t *testing.T) {
-	f, err := elf.Open(front(t))
+	f, err := elf.Open(pooltest.Front(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,7 +103,7 @@ func TestExportSurface(t *testing.T) {
 		"spillway_probe_alloc", "spillway_probe_free", "spillway_probe_promote",
 		"spillway_probe_refuse", "spillway_probe_semaphore", "spillway_probe_spill", "spillway_probe_sync",
 	}
-	if got := dynamicSymbols(t, front(t)); strings.Join(got, " ") != strings.Join(want, " ") {
+	if got := dynamicSymbols(t, pooltest.Front(t)); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("libspillway.so exports %v\nwant exactly %v", got, want)
 	}
 	core := dynamicSymbols(t, filepath.Join(harness.LibDir(t), "libspillway-core.so"))
@@ -216,15 +138,15 @@ func TestCoreDoesNotImportSignal(t *testing.T) {
 func TestProgramWithoutCUDAUnaffected(t *testing.T) {
 	// Even an invalid quota must not disturb a program that never calls CUDA.
 	bad := "SPILLWAY_MEMORY_LIMIT=lots"
-	res := harness.Run(t, shimmed(t, []string{bad}, "/bin/true"))
+	res := harness.Run(t, pooltest.Shimmed(t, []string{bad}, "/bin/true"))
 	if res.ExitCode != 0 || res.Stderr != "" {
 		t.Errorf("/bin/true under the shim: exit %d, stderr %q", res.ExitCode, res.Stderr)
 	}
-	res, out := run(t, shimmed(t, []string{bad}, cudaops(t), "L", "T"))
-	if out.code(t, "L", 0) != 0 {
+	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{bad}, cudaops(t), "L", "T"))
+	if out.Code(t, "L", 0) != 0 {
 		t.Error("the Go core was loaded although no CUDA call was made")
 	}
-	if n := out.code(t, "T", 0); n != 1 {
+	if n := out.Code(t, "T", 0); n != 1 {
 		t.Errorf("a program without CUDA calls has %d threads under the shim, want 1", n)
 	}
 	if res.Stderr != "" {
@@ -235,21 +157,21 @@ func TestProgramWithoutCUDAUnaffected(t *testing.T) {
 func TestTimeoutUnderShim(t *testing.T) {
 	// GNU timeout breaks when a preloaded runtime leaves SIGCHLD unblocked in
 	// its threads: it then waits the full second and returns 124.
-	res := harness.Run(t, shimmed(t, nil, "timeout", "1", "/bin/true"))
+	res := harness.Run(t, pooltest.Shimmed(t, nil, "timeout", "1", "/bin/true"))
 	if res.ExitCode != 0 {
 		t.Errorf("timeout 1 /bin/true under the shim returned %d, want 0; stderr %q", res.ExitCode, res.Stderr)
 	}
 }
 
 func TestQuotaRefusal(t *testing.T) {
-	res, out := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
+	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
 		"m", "512K", "m", "512K", "m", "1", "f", "0", "m", "256K", "m", "512K", "L"))
 	for i, want := range []int{0, 0, errMemoryAllocation, 0, errMemoryAllocation} {
-		if got := out.code(t, "m", i); got != want {
+		if got := out.Code(t, "m", i); got != want {
 			t.Errorf("allocation %d returned %d, want %d", i, got, want)
 		}
 	}
-	if out.code(t, "f", 0) != 0 || out.code(t, "L", 0) != 1 {
+	if out.Code(t, "f", 0) != 0 || out.Code(t, "L", 0) != 1 {
 		t.Errorf("output %v", out)
 	}
 	warn := nonEmptyLines(res.Stderr)
@@ -264,41 +186,41 @@ func TestQuotaRefusal(t *testing.T) {
 }
 
 func TestOtherAllocationKinds(t *testing.T) {
-	_, out := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
+	_, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
 		"M", "768K", "m", "512K", // managed memory counts against the quota
 		"f", "0", "a", "768K", "m", "512K", "F", "1",
 		"p", "1000", "300", // padded rows: the pitch decides what is held
 		"r", "m", "1M"))
-	if out.code(t, "M", 0) != 0 || out.code(t, "m", 0) != errMemoryAllocation {
+	if out.Code(t, "M", 0) != 0 || out.Code(t, "m", 0) != errMemoryAllocation {
 		t.Errorf("managed memory not counted: %v", out)
 	}
-	if out.code(t, "a", 0) != 0 || out.code(t, "m", 1) != errMemoryAllocation || out.code(t, "F", 0) != 0 {
+	if out.Code(t, "a", 0) != 0 || out.Code(t, "m", 1) != errMemoryAllocation || out.Code(t, "F", 0) != 0 {
 		t.Errorf("cudaMallocAsync not counted: %v", out)
 	}
-	if out.code(t, "p", 0) != 0 || out.num(t, "p", 0, 3) < 1000 {
+	if out.Code(t, "p", 0) != 0 || out.Num(t, "p", 0, 3) < 1000 {
 		t.Errorf("cudaMallocPitch: %v", out)
 	}
 	// cudaDeviceReset destroys every allocation, and the quota follows.
-	if out.code(t, "r", 0) != 0 || out.code(t, "m", 2) != 0 {
+	if out.Code(t, "r", 0) != 0 || out.Code(t, "m", 2) != 0 {
 		t.Errorf("after cudaDeviceReset the full quota must be available again: %v", out)
 	}
 }
 
 func TestPitchPaddingCounts(t *testing.T) {
 	// Without the shim, learn the pitch simcuda picks for 1000-byte rows.
-	_, plain := run(t, harness.Command(t, cudaops(t), "p", "1000", "1"))
-	pitch := plain.num(t, "p", 0, 3)
+	_, plain := pooltest.Run(t, harness.Command(t, cudaops(t), "p", "1000", "1"))
+	pitch := plain.Num(t, "p", 0, 3)
 	if pitch <= 1000 {
 		t.Fatalf("simcuda does not pad 1000-byte rows (pitch %d): the test needs a padded pitch", pitch)
 	}
 	rows := 1000
-	quota := pitch*rows - 1 // fits the unpadded size, not the padded one
-	_, out := run(t, shimmed(t, []string{fmt.Sprintf("SPILLWAY_MEMORY_LIMIT=%d", quota)}, cudaops(t),
+	quota := pitch*uint64(rows) - 1 // fits the unpadded size, not the padded one
+	_, out := pooltest.Run(t, pooltest.Shimmed(t, []string{fmt.Sprintf("SPILLWAY_MEMORY_LIMIT=%d", quota)}, cudaops(t),
 		"p", "1000", strconv.Itoa(rows), "i"))
-	if out.code(t, "p", 0) != errMemoryAllocation {
-		t.Errorf("a pitched allocation of %d bytes under a quota of %d: %v", pitch*rows, quota, out)
+	if out.Code(t, "p", 0) != errMemoryAllocation {
+		t.Errorf("a pitched allocation of %d bytes under a quota of %d: %v", pitch*uint64(rows), quota, out)
 	}
-	if free := out.num(t, "i", 0, 2); free != quota {
+	if free := out.Num(t, "i", 0, 2); free != quota {
 		t.Errorf("a refused pitched allocation left %d of %d free", free, quota)
 	}
 }
@@ -308,56 +230,56 @@ func TestMemGetInfo(t *testing.T) {
 	prog := cudaops(t)
 	plainCmd := harness.Command(t, prog, "i")
 	harness.SetEnv(plainCmd, dev)
-	_, plain := run(t, plainCmd)
-	realFree, realTotal := plain.num(t, "i", 0, 2), plain.num(t, "i", 0, 3)
+	_, plain := pooltest.Run(t, plainCmd)
+	realFree, realTotal := plain.Num(t, "i", 0, 2), plain.Num(t, "i", 0, 3)
 	if realTotal != 1<<30 || realFree <= 0 || realFree > realTotal {
 		t.Fatalf("simcuda reports free %d of %d", realFree, realTotal)
 	}
 
-	_, noQuota := run(t, shimmed(t, []string{dev}, prog, "i"))
-	if noQuota.num(t, "i", 0, 2) != realFree || noQuota.num(t, "i", 0, 3) != realTotal {
+	_, noQuota := pooltest.Run(t, pooltest.Shimmed(t, []string{dev}, prog, "i"))
+	if noQuota.Num(t, "i", 0, 2) != realFree || noQuota.Num(t, "i", 0, 3) != realTotal {
 		t.Errorf("without a quota the real values must pass: %v vs %v", noQuota, plain)
 	}
 
-	_, q := run(t, shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=256MiB"}, prog, "i", "m", "64M", "i", "f", "0", "i"))
-	for i, wantFree := range []int{256 << 20, 192 << 20, 256 << 20} {
-		if f, tot := q.num(t, "i", i, 2), q.num(t, "i", i, 3); f != wantFree || tot != 256<<20 {
+	_, q := pooltest.Run(t, pooltest.Shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=256MiB"}, prog, "i", "m", "64M", "i", "f", "0", "i"))
+	for i, wantFree := range []uint64{256 << 20, 192 << 20, 256 << 20} {
+		if f, tot := q.Num(t, "i", i, 2), q.Num(t, "i", i, 3); f != wantFree || tot != 256<<20 {
 			t.Errorf("cudaMemGetInfo #%d = free %d total %d, want %d and %d", i, f, tot, wantFree, 256<<20)
 		}
 	}
 
 	// A quota above what the device has free reports the real free memory.
-	_, big := run(t, shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=4GiB"}, prog, "i"))
-	if f, tot := big.num(t, "i", 0, 2), big.num(t, "i", 0, 3); f != realFree || tot != 4<<30 {
+	_, big := pooltest.Run(t, pooltest.Shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=4GiB"}, prog, "i"))
+	if f, tot := big.Num(t, "i", 0, 2), big.Num(t, "i", 0, 3); f != realFree || tot != 4<<30 {
 		t.Errorf("quota above the device: free %d total %d, want %d and %d", f, tot, realFree, 4<<30)
 	}
 
 	// A percentage is of the device's real total.
-	_, pct := run(t, shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=25%"}, prog, "i", "m", "200M", "m", "100M"))
-	if tot := pct.num(t, "i", 0, 3); tot != 256<<20 {
+	_, pct := pooltest.Run(t, pooltest.Shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=25%"}, prog, "i", "m", "200M", "m", "100M"))
+	if tot := pct.Num(t, "i", 0, 3); tot != 256<<20 {
 		t.Errorf("25%% of 1GiB reported as total %d", tot)
 	}
-	if pct.code(t, "m", 0) != 0 || pct.code(t, "m", 1) != errMemoryAllocation {
+	if pct.Code(t, "m", 0) != 0 || pct.Code(t, "m", 1) != errMemoryAllocation {
 		t.Errorf("25%% quota: %v", pct)
 	}
 }
 
 func TestPerDeviceQuotas(t *testing.T) {
 	env := []string{"SIMCUDA_DEVICES=2x1GiB", "SPILLWAY_MEMORY_LIMIT=100MiB", "SPILLWAY_MEMORY_LIMIT_1=200MiB"}
-	_, out := run(t, shimmed(t, env, cudaops(t),
+	_, out := pooltest.Run(t, pooltest.Shimmed(t, env, cudaops(t),
 		"d", "0", "m", "150M", "m", "60M", "i",
 		"d", "1", "m", "150M", "i", "m", "60M",
 		"d", "0", "m", "60M"))
 	want := []int{errMemoryAllocation, 0, 0, errMemoryAllocation, errMemoryAllocation}
 	for i, w := range want {
-		if got := out.code(t, "m", i); got != w {
+		if got := out.Code(t, "m", i); got != w {
 			t.Errorf("allocation %d returned %d, want %d (%v)", i, got, w, out)
 		}
 	}
-	if tot0, tot1 := out.num(t, "i", 0, 3), out.num(t, "i", 1, 3); tot0 != 100<<20 || tot1 != 200<<20 {
+	if tot0, tot1 := out.Num(t, "i", 0, 3), out.Num(t, "i", 1, 3); tot0 != 100<<20 || tot1 != 200<<20 {
 		t.Errorf("per-device totals %d and %d, want %d and %d", tot0, tot1, 100<<20, 200<<20)
 	}
-	if f1 := out.num(t, "i", 1, 2); f1 != 50<<20 {
+	if f1 := out.Num(t, "i", 1, 2); f1 != 50<<20 {
 		t.Errorf("device 1 free %d, want %d", f1, 50<<20)
 	}
 }
@@ -366,12 +288,12 @@ func TestConstructorCallsCUDA(t *testing.T) {
 	lib := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctorlib.c"}, Shared: true,
 		Cudart: true, ProjectHeaders: true})
 	prog := cudaops(t, "-Wl,--no-as-needed", lib, "-Wl,-rpath,"+filepath.Dir(lib))
-	_, out := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, "m", "768K", "m", "256K", "L"))
-	if out.code(t, "ctor", 0) != 0 {
+	_, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, "m", "768K", "m", "256K", "L"))
+	if out.Code(t, "ctor", 0) != 0 {
 		t.Fatalf("cudaMalloc in a constructor: %v", out)
 	}
 	// The constructor's 512 KiB is held: 768 KiB more does not fit, 256 KiB does.
-	if out.code(t, "m", 0) != errMemoryAllocation || out.code(t, "m", 1) != 0 || out.code(t, "L", 0) != 1 {
+	if out.Code(t, "m", 0) != errMemoryAllocation || out.Code(t, "m", 1) != 0 || out.Code(t, "L", 0) != 1 {
 		t.Errorf("the constructor's allocation was not accounted: %v", out)
 	}
 }
@@ -385,16 +307,16 @@ func TestRuntimeInLocalScope(t *testing.T) {
 	lib := userLib(t)
 	app := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/dlapp.c"}, Flags: []string{"-ldl"}})
 	for name, cmd := range map[string]*exec.Cmd{
-		"C":      shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, app, lib, "524288", "786432", "524288"),
-		"ctypes": shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, "python3", "testdata/ctypes_local.py", lib, "524288", "786432", "524288"),
+		"C":      pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, app, lib, "524288", "786432", "524288"),
+		"ctypes": pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, "python3", "testdata/ctypes_local.py", lib, "524288", "786432", "524288"),
 	} {
 		t.Run(name, func(t *testing.T) {
-			res, out := run(t, cmd)
-			if out.code(t, "global", 0) != 0 {
+			res, out := pooltest.Run(t, cmd)
+			if out.Code(t, "global", 0) != 0 {
 				t.Fatal("the runtime is in the global scope: this does not test RTLD_LOCAL")
 			}
 			for i, want := range []int{0, errMemoryAllocation, 0} {
-				if got := out.code(t, "m", i); got != want {
+				if got := out.Code(t, "m", i); got != want {
 					t.Errorf("allocation %d returned %d, want %d\nstderr: %s", i, got, want, res.Stderr)
 				}
 			}
@@ -404,8 +326,8 @@ func TestRuntimeInLocalScope(t *testing.T) {
 
 func TestNoRuntimeLoaded(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/noruntime.c"}, Flags: []string{"-ldl"}})
-	res, out := run(t, shimmed(t, nil, prog))
-	if out.code(t, "m", 0) != errSymbolNotFound {
+	res, out := pooltest.Run(t, pooltest.Shimmed(t, nil, prog))
+	if out.Code(t, "m", 0) != errSymbolNotFound {
 		t.Errorf("cudaMalloc without a runtime returned %v, want %d", out, errSymbolNotFound)
 	}
 	if lines := nonEmptyLines(res.Stderr); len(lines) != 1 || !strings.Contains(lines[0], "no CUDA runtime") {
@@ -416,15 +338,15 @@ func TestNoRuntimeLoaded(t *testing.T) {
 func TestManyThreads(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/threads.c"}, Cudart: true, ProjectHeaders: true})
 	stats := filepath.Join(t.TempDir(), "stats.json")
-	cmd := shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=4MiB", "SIMCUDA_STATS_FILE=" + stats, "SPILLWAY_REPORT=1"}, prog, "8", "3000")
-	res, out := run(t, cmd)
-	if out.num(t, "refused", 0, 3) != 0 {
+	cmd := pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=4MiB", "SIMCUDA_STATS_FILE=" + stats, "SPILLWAY_REPORT=1"}, prog, "8", "3000")
+	res, out := pooltest.Run(t, cmd)
+	if out.Num(t, "refused", 0, 3) != 0 {
 		t.Errorf("calls failed for reasons other than the quota: %v", out)
 	}
-	if out.num(t, "refused", 0, 1) == 0 {
+	if out.Num(t, "refused", 0, 1) == 0 {
 		t.Errorf("8 threads holding up to 8 blocks of up to 1 MiB never hit a 4 MiB quota: %v", out)
 	}
-	if f, tot := out.num(t, "info", 0, 2), out.num(t, "info", 0, 3); f != 4<<20 || tot != 4<<20 {
+	if f, tot := out.Num(t, "info", 0, 2), out.Num(t, "info", 0, 3); f != 4<<20 || tot != 4<<20 {
 		t.Errorf("after every block was freed: free %d total %d, want the whole 4 MiB", f, tot)
 	}
 	// The pool keeps freed memory cached: at exit nothing is live, and what
@@ -441,20 +363,20 @@ func TestManyThreads(t *testing.T) {
 
 func TestForkAfterCUDA(t *testing.T) {
 	forker := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/forker.c"}, Cudart: true, ProjectHeaders: true})
-	_, plain := run(t, harness.Command(t, forker, "call"))
+	_, plain := pooltest.Run(t, harness.Command(t, forker, "call"))
 	// The parent holds 1 MiB of a 1.5 MiB quota: a child that went through
 	// the core (inheriting its accounting) would be refused; one that goes
 	// straight to CUDA gets CUDA's own answer, as without the shim.
-	res, out := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1536K", "SPILLWAY_LOG_LEVEL=debug"}, forker, "call"))
-	if out.code(t, "parent", 0) != 0 {
+	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1536K", "SPILLWAY_LOG_LEVEL=debug"}, forker, "call"))
+	if out.Code(t, "parent", 0) != 0 {
 		t.Fatalf("parent: %v", out)
 	}
 	// A hang would show as SIGALRM from the child's watchdog.
-	if l := out.line(t, "child", 1); strings.Join(l, " ") != "child exit 0" {
+	if l := out.Line(t, "child", 1); strings.Join(l, " ") != "child exit 0" {
 		t.Fatalf("the forked child ended with %v", l)
 	}
 	for field, call := range map[int]string{1: "cudaMalloc", 2: "cudaFreeAsync"} {
-		if got, want := out.num(t, "child", 0, field), plain.num(t, "child", 0, field); got != want {
+		if got, want := out.Num(t, "child", 0, field), plain.Num(t, "child", 0, field); got != want {
 			t.Errorf("the forked child's %s returned %d under the shim, %d without", call, got, want)
 		}
 	}
@@ -462,16 +384,16 @@ func TestForkAfterCUDA(t *testing.T) {
 	if strings.Contains(res.Stderr, "cudaFreeAsync") {
 		t.Errorf("the forked child entered the core:\n%s", res.Stderr)
 	}
-	if out.num(t, "parent", 1, 3) != 0 {
+	if out.Num(t, "parent", 1, 3) != 0 {
 		t.Errorf("the parent's free after fork: %v", out)
 	}
 
 	// A child that execs starts afresh: the shim loads again and enforces the quota.
-	_, ex := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=2MiB"}, forker, "exec", cudaops(t), "m", "3M", "L"))
-	if ex.code(t, "m", 0) != errMemoryAllocation || ex.code(t, "L", 0) != 1 {
+	_, ex := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=2MiB"}, forker, "exec", cudaops(t), "m", "3M", "L"))
+	if ex.Code(t, "m", 0) != errMemoryAllocation || ex.Code(t, "L", 0) != 1 {
 		t.Errorf("exec'd child: %v", ex)
 	}
-	if l := ex.line(t, "child", 0); strings.Join(l, " ") != "child exit 0" {
+	if l := ex.Line(t, "child", 0); strings.Join(l, " ") != "child exit 0" {
 		t.Errorf("the exec'd child ended with %v", l)
 	}
 }
@@ -490,13 +412,13 @@ func TestBadConfiguration(t *testing.T) {
 		"SPILLWAY_HOST_LIMIT=lots",
 	} {
 		t.Run(env, func(t *testing.T) {
-			res, out := run(t, shimmed(t, []string{env}, prog, "m", "4K", "M", "4K", "m", "4K", "n"))
+			res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{env}, prog, "m", "4K", "M", "4K", "m", "4K", "n"))
 			for i := 0; i < 2; i++ {
-				if got := out.code(t, "m", i); got != errInitialization {
+				if got := out.Code(t, "m", i); got != errInitialization {
 					t.Errorf("allocation %d returned %d, want %d (cudaErrorInitializationError)", i, got, errInitialization)
 				}
 			}
-			if out.code(t, "M", 0) != errInitialization {
+			if out.Code(t, "M", 0) != errInitialization {
 				t.Errorf("managed allocation: %v", out)
 			}
 			name, value, _ := strings.Cut(env, "=")
@@ -515,7 +437,7 @@ func TestBadConfiguration(t *testing.T) {
 
 func TestLogSettings(t *testing.T) {
 	prog := cudaops(t)
-	res, _ := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_FORMAT=json"}, prog, "m", "2M"))
+	res, _ := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_FORMAT=json"}, prog, "m", "2M"))
 	var entry map[string]any
 	if err := json.Unmarshal([]byte(strings.TrimSpace(res.Stderr)), &entry); err != nil {
 		t.Fatalf("json log line %q: %v", res.Stderr, err)
@@ -525,20 +447,20 @@ func TestLogSettings(t *testing.T) {
 	}
 
 	file := filepath.Join(t.TempDir(), "spillway.log")
-	res, _ = run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_FILE=" + file}, prog, "m", "2M"))
+	res, _ = pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_FILE=" + file}, prog, "m", "2M"))
 	logged, err := os.ReadFile(file)
 	if err != nil || !strings.Contains(string(logged), "refused") || res.Stderr != "" {
 		t.Errorf("log file: %q (%v); stderr %q", logged, err, res.Stderr)
 	}
 
-	res, _ = run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_LEVEL=error"}, prog, "m", "2M"))
+	res, _ = pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_LEVEL=error"}, prog, "m", "2M"))
 	if res.Stderr != "" {
 		t.Errorf("warning printed at level error: %q", res.Stderr)
 	}
 
 	// A burst of refusals is reported, not repeated a thousand times.
-	res, out := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, "R", "1000", "2M"))
-	if out.num(t, "R", 0, 2) != 1000 {
+	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, "R", "1000", "2M"))
+	if out.Num(t, "R", 0, 2) != 1000 {
 		t.Fatalf("refusals: %v", out)
 	}
 	if n := len(nonEmptyLines(res.Stderr)); n < 1 || n > 10 {
@@ -547,12 +469,12 @@ func TestLogSettings(t *testing.T) {
 }
 
 func TestDisable(t *testing.T) {
-	_, out := run(t, shimmed(t, []string{"SPILLWAY_DISABLE=1", "SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
+	_, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_DISABLE=1", "SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
 		"m", "2M", "i", "L", "T"))
-	if out.code(t, "m", 0) != 0 || out.code(t, "L", 0) != 0 {
+	if out.Code(t, "m", 0) != 0 || out.Code(t, "L", 0) != 0 {
 		t.Errorf("SPILLWAY_DISABLE=1 must pass through without loading the core: %v", out)
 	}
-	if out.num(t, "i", 0, 3) == 1<<20 {
+	if out.Num(t, "i", 0, 3) == 1<<20 {
 		t.Errorf("SPILLWAY_DISABLE=1 still reports the quota: %v", out)
 	}
 }
@@ -560,16 +482,16 @@ func TestDisable(t *testing.T) {
 func TestCoreLoadFailure(t *testing.T) {
 	missing := "SPILLWAY_CORE=" + filepath.Join(t.TempDir(), "libspillway-core.so")
 	prog := cudaops(t)
-	res, out := run(t, shimmed(t, []string{missing, "SPILLWAY_MEMORY_LIMIT=1GiB"}, prog, "m", "4K", "m", "4K"))
-	if out.code(t, "m", 0) != errInitialization || out.code(t, "m", 1) != errInitialization {
+	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{missing, "SPILLWAY_MEMORY_LIMIT=1GiB"}, prog, "m", "4K", "m", "4K"))
+	if out.Code(t, "m", 0) != errInitialization || out.Code(t, "m", 1) != errInitialization {
 		t.Errorf("with a quota and no core, allocations must fail: %v", out)
 	}
 	lines := nonEmptyLines(res.Stderr)
 	if len(lines) != 1 || !strings.Contains(lines[0], "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=") {
 		t.Errorf("want one line with the fix, got %q", res.Stderr)
 	}
-	_, out = run(t, shimmed(t, []string{missing}, prog, "m", "4K"))
-	if out.code(t, "m", 0) != 0 {
+	_, out = pooltest.Run(t, pooltest.Shimmed(t, []string{missing}, prog, "m", "4K"))
+	if out.Code(t, "m", 0) != 0 {
 		t.Errorf("without a quota and no core, calls pass through: %v", out)
 	}
 }
@@ -591,11 +513,11 @@ func TestStaticTLSExhausted(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/tlsfill.c"}, Cudart: true,
 		ProjectHeaders: true, Flags: []string{"-ldl"}})
 
-	res, out := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1GiB"}, prog, dir, strconv.Itoa(hogs)))
-	if out.code(t, "hogs", 0) == hogs {
+	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1GiB"}, prog, dir, strconv.Itoa(hogs)))
+	if out.Code(t, "hogs", 0) == hogs {
 		t.Fatalf("%d bytes of TLS did not exhaust the static TLS surplus: the test proves nothing", 8*hogs)
 	}
-	if out.code(t, "m", 0) != errInitialization {
+	if out.Code(t, "m", 0) != errInitialization {
 		t.Errorf("with a quota and no core, the allocation must fail: %v", out)
 	}
 	lines := nonEmptyLines(res.Stderr)
@@ -604,8 +526,8 @@ func TestStaticTLSExhausted(t *testing.T) {
 	}
 
 	// spillway run sets the tunable: the same program loads every hog and the core.
-	res, out = run(t, harness.Command(t, harness.Bin(t, "spillway"), "run", "--memory-limit", "1GiB", "--", prog, dir, strconv.Itoa(hogs)))
-	if out.code(t, "hogs", 0) != hogs || out.code(t, "m", 0) != 0 {
+	res, out = pooltest.Run(t, harness.Command(t, harness.Bin(t, "spillway"), "run", "--memory-limit", "1GiB", "--", prog, dir, strconv.Itoa(hogs)))
+	if out.Code(t, "hogs", 0) != hogs || out.Code(t, "m", 0) != 0 {
 		t.Errorf("under spillway run: %v\nstderr: %s", out, res.Stderr)
 	}
 }
@@ -615,22 +537,22 @@ func TestFreeEdgeCases(t *testing.T) {
 	// G: cudaFreeAsync on cudaStreamPerThread of memory outside the pool
 	// (managed), which reaches the runtime with the stream it was given.
 	args := []string{"n", "m", "4K", "f", "0", "x", "0", "M", "4K", "G", "1"}
-	_, plain := run(t, harness.Command(t, prog, args...))
-	_, shim := run(t, shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, append(args, "i")...))
+	_, plain := pooltest.Run(t, harness.Command(t, prog, args...))
+	_, shim := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, append(args, "i")...))
 	for _, op := range []string{"n", "f", "x", "G"} {
-		if plain.code(t, op, 0) != shim.code(t, op, 0) {
-			t.Errorf("%s: %d under the shim, %d without", op, shim.code(t, op, 0), plain.code(t, op, 0))
+		if plain.Code(t, op, 0) != shim.Code(t, op, 0) {
+			t.Errorf("%s: %d under the shim, %d without", op, shim.Code(t, op, 0), plain.Code(t, op, 0))
 		}
 	}
-	if shim.code(t, "x", 0) == 0 {
+	if shim.Code(t, "x", 0) == 0 {
 		t.Error("a double free succeeded")
 	}
 	// The managed block is still held if its cudaFreeAsync failed.
-	held := 0
-	if shim.code(t, "G", 0) != 0 {
+	held := uint64(0)
+	if shim.Code(t, "G", 0) != 0 {
 		held = 4 << 10
 	}
-	if f := shim.num(t, "i", 0, 2); f != 1<<20-held {
+	if f := shim.Num(t, "i", 0, 2); f != 1<<20-held {
 		t.Errorf("a double free changed the accounting: free %d, want %d", f, 1<<20-held)
 	}
 }
@@ -638,16 +560,16 @@ func TestFreeEdgeCases(t *testing.T) {
 func TestSpillwayRun(t *testing.T) {
 	spillway := harness.Bin(t, "spillway")
 	prog := cudaops(t)
-	_, out := run(t, harness.Command(t, spillway, "run", "--memory-limit", "1MiB", "--", prog, "m", "768K", "m", "512K", "L"))
-	if out.code(t, "m", 0) != 0 || out.code(t, "m", 1) != errMemoryAllocation || out.code(t, "L", 0) != 1 {
+	_, out := pooltest.Run(t, harness.Command(t, spillway, "run", "--memory-limit", "1MiB", "--", prog, "m", "768K", "m", "512K", "L"))
+	if out.Code(t, "m", 0) != 0 || out.Code(t, "m", 1) != errMemoryAllocation || out.Code(t, "L", 0) != 1 {
 		t.Errorf("spillway run --memory-limit 1MiB: %v", out)
 	}
 
 	cmd := harness.Command(t, spillway, "run", "--memory-limit", "1GiB", "--memory-limit-device", "1=1MiB",
 		"--log-level", "error", "--", prog, "d", "1", "m", "2M", "d", "0", "m", "2M")
 	harness.SetEnv(cmd, "SIMCUDA_DEVICES=2x1GiB")
-	res, out := run(t, cmd)
-	if out.code(t, "m", 0) != errMemoryAllocation || out.code(t, "m", 1) != 0 || res.Stderr != "" {
+	res, out := pooltest.Run(t, cmd)
+	if out.Code(t, "m", 0) != errMemoryAllocation || out.Code(t, "m", 1) != 0 || res.Stderr != "" {
 		t.Errorf("per-device flag: %v, stderr %q", out, res.Stderr)
 	}
 
@@ -677,8 +599,8 @@ func TestSpillwayRun(t *testing.T) {
 	cmd = harness.Command(t, spillway, "run", "--memory-limit", "50%", "--", "sh", "-c",
 		`echo "$LD_PRELOAD|$SPILLWAY_MEMORY_LIMIT|$GLIBC_TUNABLES"`)
 	harness.SetEnv(cmd, "LD_PRELOAD=/lib/other.so")
-	res, _ = run(t, cmd)
-	want := front(t) + ":/lib/other.so|50%|glibc.rtld.optional_static_tls="
+	res, _ = pooltest.Run(t, cmd)
+	want := pooltest.Front(t) + ":/lib/other.so|50%|glibc.rtld.optional_static_tls="
 	if !strings.HasPrefix(strings.TrimSpace(res.Stdout), want) {
 		t.Errorf("child environment %q, want prefix %q", res.Stdout, want)
 	}
