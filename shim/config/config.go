@@ -18,6 +18,7 @@
 //
 // The single letters are binary, as in docker run -m, ulimit and most
 // GPU tooling; only the two-letter "B" forms are decimal.
+//
 // A limit is either a size or a percentage of the device's real total
 // memory ("50%", "12.5%"), in (0, 100].
 package config
