@@ -443,16 +443,7 @@ func TestBadPoolVariables(t *testing.T) {
 			if out.Code(t, "m", 0) != ErrInitialization || out.Code(t, "a", 0) != ErrInitialization {
 				t.Errorf("allocations returned %v, want %d (cudaErrorInitializationError)", out, ErrInitialization)
 			}
-			lines := NonReportLines(res.Stderr)
-			if len(lines) != 1 {
-				t.Fatalf("want exactly one error line, got %q", res.Stderr)
-			}
-			name, value, _ := strings.Cut(env, "=")
-			for _, want := range []string{name, value, "valid example"} {
-				if !strings.Contains(lines[0], want) {
-					t.Errorf("error line %q does not mention %q", lines[0], want)
-				}
-			}
+			CheckConfigError(t, res.Stderr, env)
 		})
 	}
 	// Valid settings are accepted.

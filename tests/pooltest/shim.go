@@ -227,6 +227,23 @@ func ReportFor(t testing.TB, stderr string, dev int) Report {
 	return r
 }
 
+// CheckConfigError fails the test unless stderr holds exactly one line
+// besides the report lines, and that line names the variable of env
+// ("NAME=VALUE"), its value and a valid example.
+func CheckConfigError(t testing.TB, stderr, env string) {
+	t.Helper()
+	lines := NonReportLines(stderr)
+	if len(lines) != 1 {
+		t.Fatalf("want exactly one error line, got %q", stderr)
+	}
+	name, value, _ := strings.Cut(env, "=")
+	for _, want := range []string{name, value, "valid example"} {
+		if !strings.Contains(lines[0], want) {
+			t.Errorf("error line %q does not mention %q", lines[0], want)
+		}
+	}
+}
+
 // NonReportLines returns stderr's non-empty lines other than report lines.
 func NonReportLines(stderr string) []string {
 	var out []string

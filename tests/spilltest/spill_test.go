@@ -427,16 +427,7 @@ func TestBadSpillVariables(t *testing.T) {
 			if out.Code(t, "m", 0) != pooltest.ErrInitialization {
 				t.Errorf("allocation returned %v, want %d (cudaErrorInitializationError)", out, pooltest.ErrInitialization)
 			}
-			lines := pooltest.NonReportLines(res.Stderr)
-			if len(lines) != 1 {
-				t.Fatalf("want exactly one error line, got %q", res.Stderr)
-			}
-			name, value, _ := strings.Cut(env, "=")
-			for _, want := range []string{name, value, "valid example"} {
-				if !strings.Contains(lines[0], want) {
-					t.Errorf("error line %q does not mention %q", lines[0], want)
-				}
-			}
+			pooltest.CheckConfigError(t, res.Stderr, env)
 		})
 	}
 }
