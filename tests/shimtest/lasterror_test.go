@@ -25,7 +25,7 @@ func TestLastError(t *testing.T) {
 	}{
 		{"retry", []string{"SIMCUDA_FAIL=cudaMalloc:1,cudaMalloc:3"}, map[string][4]int{
 			"malloc":  {0, 0, 0, 0},
-			"pending": {0, errInvalidValue, errInvalidValue, 0},
+			"pending": {0, pooltest.ErrInvalidValue, pooltest.ErrInvalidValue, 0},
 		}},
 		{"marker", nil, map[string][4]int{
 			"setup": {0, 0, 0, 0}, "malloc": {0, 0, 0, 0}, "free": {0, 0, 0, 0}, "sync": {0, 0, 0, 0},
@@ -34,10 +34,10 @@ func TestLastError(t *testing.T) {
 			"free": {0, 0, 0, 0}, "sync": {0, 0, 0, 0},
 		}},
 		{"refuse", []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, map[string][4]int{
-			"malloc": {errMemoryAllocation, errMemoryAllocation, errMemoryAllocation, 0},
+			"malloc": {pooltest.ErrMemoryAllocation, pooltest.ErrMemoryAllocation, pooltest.ErrMemoryAllocation, 0},
 		}},
 		{"double", nil, map[string][4]int{
-			"free": {errInvalidValue, errInvalidValue, errInvalidValue, 0},
+			"free": {pooltest.ErrInvalidValue, pooltest.ErrInvalidValue, pooltest.ErrInvalidValue, 0},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -123,7 +123,7 @@ func TestPoolSettings(t *testing.T) {
 	}
 	// A reserve larger than the quota is an invalid setting for that device.
 	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_POOL_RESERVE=2MiB"}, prog, "m", "4K", "M", "4K"))
-	if out.Code(t, "m", 0) != errInitialization || out.Code(t, "M", 0) != errInitialization {
+	if out.Code(t, "m", 0) != pooltest.ErrInitialization || out.Code(t, "M", 0) != pooltest.ErrInitialization {
 		t.Errorf("a reserve above the quota: %v", out)
 	}
 	if lines := nonEmptyLines(res.Stderr); len(lines) != 1 || !strings.Contains(lines[0], "SPILLWAY_POOL_RESERVE") || !strings.Contains(lines[0], "valid example") {

@@ -23,12 +23,9 @@ import (
 	"github.com/spillway-gpu/spillway/tests/pooltest"
 )
 
-const (
-	errInvalidValue     = 1
-	errMemoryAllocation = 2
-	errInitialization   = 3
-	errSymbolNotFound   = 500
-)
+// errSymbolNotFound is cudaErrorSymbolNotFound, which the front returns
+// when no CUDA runtime is loaded.
+const errSymbolNotFound = 500
 
 func cudaops(t testing.TB, flags ...string) string {
 	return harness.Compile(t, harness.CBuild{Sources: []string{"testdata/cudaops.c"}, Cudart: true,
@@ -166,7 +163,7 @@ func TestTimeoutUnderShim(t *testing.T) {
 func TestQuotaRefusal(t *testing.T) {
 	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
 		"m", "512K", "m", "512K", "m", "1", "f", "0", "m", "256K", "m", "512K", "L"))
-	for i, want := range []int{0, 0, errMemoryAllocation, 0, errMemoryAllocation} {
+	for i, want := range []int{0, 0, pooltest.ErrMemoryAllocation, 0, pooltest.ErrMemoryAllocation} {
 		if got := out.Code(t, "m", i); got != want {
 			t.Errorf("allocation %d returned %d, want %d", i, got, want)
 		}
@@ -191,10 +188,10 @@ func TestOtherAllocationKinds(t *testing.T) {
 		"f", "0", "a", "768K", "m", "512K", "F", "1",
 		"p", "1000", "300", // padded rows: the pitch decides what is held
 		"r", "m", "1M"))
-	if out.Code(t, "M", 0) != 0 || out.Code(t, "m", 0) != errMemoryAllocation {
+	if out.Code(t, "M", 0) != 0 || out.Code(t, "m", 0) != pooltest.ErrMemoryAllocation {
 		t.Errorf("managed memory not counted: %v", out)
 	}
-	if out.Code(t, "a", 0) != 0 || out.Code(t, "m", 1) != errMemoryAllocation || out.Code(t, "F", 0) != 0 {
+	if out.Code(t, "a", 0) != 0 || out.Code(t, "m", 1) != pooltest.ErrMemoryAllocation || out.Code(t, "F", 0) != 0 {
 		t.Errorf("cudaMallocAsync not counted: %v", out)
 	}
 	if out.Code(t, "p", 0) != 0 || out.Num(t, "p", 0, 3) < 1000 {
@@ -217,7 +214,7 @@ func TestPitchPaddingCounts(t *testing.T) {
 	quota := pitch*uint64(rows) - 1 // fits the unpadded size, not the padded one
 	_, out := pooltest.Run(t, pooltest.Shimmed(t, []string{fmt.Sprintf("SPILLWAY_MEMORY_LIMIT=%d", quota)}, cudaops(t),
 		"p", "1000", strconv.Itoa(rows), "i"))
-	if out.Code(t, "p", 0) != errMemoryAllocation {
+	if out.Code(t, "p", 0) != pooltest.ErrMemoryAllocation {
 		t.Errorf("a pitched allocation of %d bytes under a quota of %d: %v", pitch*uint64(rows), quota, out)
 	}
 	if free := out.Num(t, "i", 0, 2); free != quota {
@@ -259,7 +256,7 @@ func TestMemGetInfo(t *testing.T) {
 	if tot := pct.Num(t, "i", 0, 3); tot != 256<<20 {
 		t.Errorf("25%% of 1GiB reported as total %d", tot)
 	}
-	if pct.Code(t, "m", 0) != 0 || pct.Code(t, "m", 1) != errMemoryAllocation {
+	if pct.Code(t, "m", 0) != 0 || pct.Code(t, "m", 1) != pooltest.ErrMemoryAllocation {
 		t.Errorf("25%% quota: %v", pct)
 	}
 }
@@ -270,7 +267,7 @@ func TestPerDeviceQuotas(t *testing.T) {
 		"d", "0", "m", "150M", "m", "60M", "i",
 		"d", "1", "m", "150M", "i", "m", "60M",
 		"d", "0", "m", "60M"))
-	want := []int{errMemoryAllocation, 0, 0, errMemoryAllocation, errMemoryAllocation}
+	want := []int{pooltest.ErrMemoryAllocation, 0, 0, pooltest.ErrMemoryAllocation, pooltest.ErrMemoryAllocation}
 	for i, w := range want {
 		if got := out.Code(t, "m", i); got != w {
 			t.Errorf("allocation %d returned %d, want %d (%v)", i, got, w, out)
@@ -293,7 +290,7 @@ func TestConstructorCallsCUDA(t *testing.T) {
 		t.Fatalf("cudaMalloc in a constructor: %v", out)
 	}
 	// The constructor's 512 KiB is held: 768 KiB more does not fit, 256 KiB does.
-	if out.Code(t, "m", 0) != errMemoryAllocation || out.Code(t, "m", 1) != 0 || out.Code(t, "L", 0) != 1 {
+	if out.Code(t, "m", 0) != pooltest.ErrMemoryAllocation || out.Code(t, "m", 1) != 0 || out.Code(t, "L", 0) != 1 {
 		t.Errorf("the constructor's allocation was not accounted: %v", out)
 	}
 }
@@ -315,7 +312,7 @@ func TestRuntimeInLocalScope(t *testing.T) {
 			if out.Code(t, "global", 0) != 0 {
 				t.Fatal("the runtime is in the global scope: this does not test RTLD_LOCAL")
 			}
-			for i, want := range []int{0, errMemoryAllocation, 0} {
+			for i, want := range []int{0, pooltest.ErrMemoryAllocation, 0} {
 				if got := out.Code(t, "m", i); got != want {
 					t.Errorf("allocation %d returned %d, want %d\nstderr: %s", i, got, want, res.Stderr)
 				}
@@ -390,7 +387,7 @@ func TestForkAfterCUDA(t *testing.T) {
 
 	// A child that execs starts afresh: the shim loads again and enforces the quota.
 	_, ex := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=2MiB"}, forker, "exec", cudaops(t), "m", "3M", "L"))
-	if ex.Code(t, "m", 0) != errMemoryAllocation || ex.Code(t, "L", 0) != 1 {
+	if ex.Code(t, "m", 0) != pooltest.ErrMemoryAllocation || ex.Code(t, "L", 0) != 1 {
 		t.Errorf("exec'd child: %v", ex)
 	}
 	if l := ex.Line(t, "child", 0); strings.Join(l, " ") != "child exit 0" {
@@ -414,11 +411,11 @@ func TestBadConfiguration(t *testing.T) {
 		t.Run(env, func(t *testing.T) {
 			res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{env}, prog, "m", "4K", "M", "4K", "m", "4K", "n"))
 			for i := 0; i < 2; i++ {
-				if got := out.Code(t, "m", i); got != errInitialization {
-					t.Errorf("allocation %d returned %d, want %d (cudaErrorInitializationError)", i, got, errInitialization)
+				if got := out.Code(t, "m", i); got != pooltest.ErrInitialization {
+					t.Errorf("allocation %d returned %d, want %d (cudaErrorInitializationError)", i, got, pooltest.ErrInitialization)
 				}
 			}
-			if out.Code(t, "M", 0) != errInitialization {
+			if out.Code(t, "M", 0) != pooltest.ErrInitialization {
 				t.Errorf("managed allocation: %v", out)
 			}
 			name, value, _ := strings.Cut(env, "=")
@@ -483,7 +480,7 @@ func TestCoreLoadFailure(t *testing.T) {
 	missing := "SPILLWAY_CORE=" + filepath.Join(t.TempDir(), "libspillway-core.so")
 	prog := cudaops(t)
 	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{missing, "SPILLWAY_MEMORY_LIMIT=1GiB"}, prog, "m", "4K", "m", "4K"))
-	if out.Code(t, "m", 0) != errInitialization || out.Code(t, "m", 1) != errInitialization {
+	if out.Code(t, "m", 0) != pooltest.ErrInitialization || out.Code(t, "m", 1) != pooltest.ErrInitialization {
 		t.Errorf("with a quota and no core, allocations must fail: %v", out)
 	}
 	lines := nonEmptyLines(res.Stderr)
@@ -517,7 +514,7 @@ func TestStaticTLSExhausted(t *testing.T) {
 	if out.Code(t, "hogs", 0) == hogs {
 		t.Fatalf("%d bytes of TLS did not exhaust the static TLS surplus: the test proves nothing", 8*hogs)
 	}
-	if out.Code(t, "m", 0) != errInitialization {
+	if out.Code(t, "m", 0) != pooltest.ErrInitialization {
 		t.Errorf("with a quota and no core, the allocation must fail: %v", out)
 	}
 	lines := nonEmptyLines(res.Stderr)
@@ -561,7 +558,7 @@ func TestSpillwayRun(t *testing.T) {
 	spillway := harness.Bin(t, "spillway")
 	prog := cudaops(t)
 	_, out := pooltest.Run(t, harness.Command(t, spillway, "run", "--memory-limit", "1MiB", "--", prog, "m", "768K", "m", "512K", "L"))
-	if out.Code(t, "m", 0) != 0 || out.Code(t, "m", 1) != errMemoryAllocation || out.Code(t, "L", 0) != 1 {
+	if out.Code(t, "m", 0) != 0 || out.Code(t, "m", 1) != pooltest.ErrMemoryAllocation || out.Code(t, "L", 0) != 1 {
 		t.Errorf("spillway run --memory-limit 1MiB: %v", out)
 	}
 
@@ -569,7 +566,7 @@ func TestSpillwayRun(t *testing.T) {
 		"--log-level", "error", "--", prog, "d", "1", "m", "2M", "d", "0", "m", "2M")
 	harness.SetEnv(cmd, "SIMCUDA_DEVICES=2x1GiB")
 	res, out := pooltest.Run(t, cmd)
-	if out.Code(t, "m", 0) != errMemoryAllocation || out.Code(t, "m", 1) != 0 || res.Stderr != "" {
+	if out.Code(t, "m", 0) != pooltest.ErrMemoryAllocation || out.Code(t, "m", 1) != 0 || res.Stderr != "" {
 		t.Errorf("per-device flag: %v, stderr %q", out, res.Stderr)
 	}
 
