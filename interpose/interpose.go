@@ -246,6 +246,7 @@ static uint32_t present(const struct spillway_real *r) {
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 )
@@ -346,7 +347,7 @@ var required = []string{"cudaMalloc", "cudaFree", "cudaMallocManaged", "cudaMall
 func NewRuntime(table unsafe.Pointer) (*Runtime, error) {
 	t := (*C.struct_spillway_real)(table)
 	if t == nil {
-		return nil, fmt.Errorf("no real-function table")
+		return nil, errors.New("no real-function table")
 	}
 	if uintptr(t.size) < unsafe.Sizeof(*t) {
 		return nil, fmt.Errorf("real-function table of %d bytes, want at least %d (front and core from different builds?)", t.size, unsafe.Sizeof(*t))

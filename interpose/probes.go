@@ -14,6 +14,7 @@ static void fire_refuse(const struct spillway_probes *p, uint64_t size, int32_t 
 import "C"
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 )
@@ -51,9 +52,13 @@ type Probes struct {
 // NewProbes wraps the table at table, a const struct spillway_probes *.
 func NewProbes(table unsafe.Pointer) (*Probes, error) {
 	p := (*C.struct_spillway_probes)(table)
-	if p == nil || uintptr(p.size) < unsafe.Sizeof(*p) || p.alloc == nil || p.free == nil || p.sync == nil || p.spill == nil ||
-		p.promote == nil || p.refuse == nil || p.semaphore == nil {
-		return nil, fmt.Errorf("incomplete probe table (front and core from different builds?)")
+	switch {
+	case p == nil:
+		return nil, errors.New("no probe table")
+	case uintptr(p.size) < unsafe.Sizeof(*p):
+		return nil, fmt.Errorf("probe table of %d bytes, want at least %d (front and core from different builds?)", p.size, unsafe.Sizeof(*p))
+	case p.alloc == nil || p.free == nil || p.sync == nil || p.spill == nil || p.promote == nil || p.refuse == nil || p.semaphore == nil:
+		return nil, errors.New("probe table with an unset entry: every probe point and the semaphore must be set (front and core from different builds?)")
 	}
 	return &Probes{p: p, sem: (*uint16)(unsafe.Pointer(p.semaphore))}, nil
 }
