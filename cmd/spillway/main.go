@@ -3,6 +3,10 @@
 //	spillway run [flags] -- CMD ARGS...   run CMD with the shim preloaded
 //	spillway trace [flags] -- CMD ARGS... trace CMD's allocations (or a running process)
 //	spillway version                      print the version
+//
+// It must never change what a program sees beyond the variables it is asked
+// to set (LD_PRELOAD, GLIBC_TUNABLES, SPILLWAY_*), and never start one with
+// an invalid flag: a bad value is an error before anything runs.
 package main
 
 import (

@@ -3,6 +3,7 @@
 // quota, cudaMemGetInfo, per-device limits, configuration errors, fork and
 // exec, RTLD_LOCAL runtimes, constructors, the spillway command, and the
 // shim's exported symbols. The benchmarks measure the interposition cost.
+// It holds no code that other packages use.
 package shimtest
 
 import (

@@ -2,7 +2,8 @@
 // programs run under the shim against simcuda with a quota and
 // SPILLWAY_OVERSUBSCRIBE=1, and what they read back, the shim's report and
 // simcuda's ground truth (device-resident bytes, managed residency, pinned
-// bytes, live allocations) must agree.
+// bytes, live allocations) must agree. It holds no code that other packages
+// use.
 package spilltest
 
 import (

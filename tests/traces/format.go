@@ -1,7 +1,8 @@
 // Package traces reads, writes and generates the reference allocation traces
 // the pool is benchmarked with, and replays them against an allocator. The
 // trace format and the models are described in README.md. It is test
-// infrastructure: nothing outside tests, benchmarks and the generator uses it.
+// infrastructure and must never be imported outside tests, benchmarks and
+// the generator.
 package traces
 
 import (

@@ -2,6 +2,10 @@
 // directory (by default the current one):
 //
 //	go run ./tests/traces/gen -o tests/traces
+//
+// Its output must never depend on when or where it runs (the models use
+// seeded generators, and Store writes no name or time): regenerating must
+// reproduce the committed traces, which traces_test checks.
 package main
 
 import (
