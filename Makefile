@@ -29,10 +29,8 @@ ifneq ($(strip $(RACE_PACKAGES)),)
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PACKAGES)
 endif
 
-BENCH_PACKAGES += ./tests/simcudatest/
-
 bench: all
 	$(GO) test -run '^$$' -bench . -benchtime 1s $(BENCH_PACKAGES)
 
 clean:
-	rm -rf $(BUILD)/simcuda $(BUILD)/lib $(BUILD)/bin $(BUILD)/obj $(BUILD)/tmp
+	rm -rf $(BUILD)/simcuda $(BUILD)/lib $(BUILD)/bin $(BUILD)/obj

@@ -20,3 +20,5 @@ $(BUILD)/simcuda/libnvidia-ml.so.1: $(SIMCUDA_NVML_DEPS)
 
 $(BUILD)/simcuda/libnvidia-ml.so: $(BUILD)/simcuda/libnvidia-ml.so.1
 	ln -sf libnvidia-ml.so.1 $@
+
+BENCH_PACKAGES += ./tests/simcudatest/
