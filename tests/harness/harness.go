@@ -4,9 +4,19 @@
 // Every end-to-end test goes through the real dynamic linker: programs are
 // compiled with gcc against build/simcuda and started as separate processes,
 // so the shim and simcuda are exercised exactly as an application would
-// exercise them. The harness only builds, starts and reads results; it must
-// never decide a test's outcome on its own or hide a missing prerequisite
-// (a missing build output fails the test, it is not skipped).
+// exercise them.
+//
+// Besides building and starting programs, it holds what the suites that run
+// programs under the shim share (tests/pooltest, tests/shimtest,
+// tests/spilltest): the preloaded library, the scriptable ops program, the
+// parsing of a program's output lines and of the shim's SPILLWAY_REPORT
+// lines, and the CUDA error codes those suites expect.
+//
+// The harness only builds, starts and reads results; it must never decide a
+// test's outcome on its own or hide a missing prerequisite (a missing build
+// output fails the test, it is not skipped). The functions that take a test
+// and fail it, such as RunOK or CheckConfigError, assert only what their
+// caller asks of them.
 package harness
 
 import (

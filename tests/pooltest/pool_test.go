@@ -1,3 +1,7 @@
+// Package pooltest checks Spillway's pooled allocator end to end: C programs
+// run under the preloaded shim against simcuda, and their observations, the
+// shim's SPILLWAY_REPORT line and simcuda's ground truth are compared. It
+// holds no code that other packages use.
 package pooltest
 
 import (
@@ -31,7 +35,7 @@ func withStats(t *testing.T, env []string) ([]string, string) {
 // it with the freed block's memory, so it must first wait for the queued
 // write; otherwise the write lands in the new owner's data.
 func TestFreedBlockStillWritten(t *testing.T) {
-	prog := Ops(t)
+	prog := harness.Ops(t)
 	writes := map[string][]string{
 		"memset": {"z", "0", "170", "1"}, // cudaMemsetAsync(0xAA) on stream 1
 		"copy":   {"W", "0", "7", "1"},   // cudaMemcpyAsync of seed 7's pattern on stream 1
@@ -59,7 +63,7 @@ func TestFreedBlockStillWritten(t *testing.T) {
 						// stream, which does not wait for stream 1) then writes
 						// seed 9 before the gate opens.
 						script = append(script, "K", "m", "1M", "K", "w", "1", "9", "g", "y", "1", "v", "1", "9")
-						res, out := Run(t, Shimmed(t, env, prog, script...))
+						res, out := harness.RunOK(t, harness.Shimmed(t, env, prog, script...))
 						checkFreedBlockStillWritten(t, out, res.Stderr, mode, fname, quota)
 					})
 				}
@@ -68,7 +72,7 @@ func TestFreedBlockStillWritten(t *testing.T) {
 	}
 }
 
-func checkFreedBlockStillWritten(t *testing.T, out Output, stderr, mode, free string, quota uint64) {
+func checkFreedBlockStillWritten(t *testing.T, out harness.Output, stderr, mode, free string, quota uint64) {
 	t.Helper()
 	if out.Code(t, "m", 0) != 0 || out.Code(t, "m", 1) != 0 {
 		t.Fatalf("allocations failed: %v\nstderr: %s", out, stderr)
@@ -103,11 +107,11 @@ func checkFreedBlockStillWritten(t *testing.T, out Output, stderr, mode, free st
 // once (stream order protects it), without waiting for the stream; on
 // another stream it is not.
 func TestStreamOrderedReuse(t *testing.T) {
-	prog := Ops(t)
+	prog := harness.Ops(t)
 	env, statsFile := withStats(t, []string{limit(1 * miB)})
 	// Stream 1 is held; the old owner's memset and the free are queued
 	// behind the gate; the new owner's copy is queued after them.
-	res, out := Run(t, Shimmed(t, env, prog,
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, prog,
 		"S", "a", "1M", "1", "b", "1", "z", "0", "170", "1", "k", "1", "F", "0", "1", "G", "5000",
 		"a", "1M", "1", "K", "W", "1", "9", "1", "g", "y", "1", "v", "1", "9", "F", "1", "1", "y", "1"))
 	if out.Code(t, "a", 0) != 0 || out.Code(t, "a", 1) != 0 || out.Code(t, "F", 0) != 0 {
@@ -123,7 +127,7 @@ func TestStreamOrderedReuse(t *testing.T) {
 	if out.Code(t, "v", 0) != 0 || out.Num(t, "v", 0, 2) != 1 {
 		t.Errorf("the new owner's data is not intact: %v", out)
 	}
-	r := ReportFor(t, res.Stderr, 0)
+	r := harness.ReportFor(t, res.Stderr, 0)
 	if r.CacheHits < 1 || r.Live != 0 {
 		t.Errorf("report %+v: want a cache hit and nothing live", r)
 	}
@@ -134,7 +138,7 @@ func TestStreamOrderedReuse(t *testing.T) {
 
 	// On another stream the block is not reusable before stream 1 reaches
 	// the free: under a roomy quota the pool grows rather than wait.
-	_, out = Run(t, Shimmed(t, []string{limit(64 * miB)}, prog,
+	_, out = harness.RunOK(t, harness.Shimmed(t, []string{limit(64 * miB)}, prog,
 		"S", "S", "a", "1M", "1", "b", "1", "z", "0", "170", "1", "k", "1", "F", "0", "1", "G", "5000",
 		"a", "1M", "2", "K", "W", "1", "9", "2", "y", "2", "g", "y", "1", "v", "1", "9"))
 	if out.Code(t, "a", 1) != 0 {
@@ -154,7 +158,7 @@ func TestManyThreads(t *testing.T) {
 		ProjectHeaders: true})
 	const quota = 128 * miB // twice the most the threads can hold: 8 threads x 8 blocks x 1 MiB
 	env, statsFile := withStats(t, []string{limit(quota)})
-	res, out := Run(t, Shimmed(t, env, prog, "8", "1500", strconv.Itoa(miB)))
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, prog, "8", "1500", strconv.Itoa(miB)))
 	allocs := out.Num(t, "threads", 0, 1)
 	refused, failed := out.Num(t, "threads", 0, 2), out.Num(t, "threads", 0, 3)
 	overlaps, corrupt := out.Num(t, "threads", 0, 4), out.Num(t, "threads", 0, 5)
@@ -174,7 +178,7 @@ func TestManyThreads(t *testing.T) {
 	if free, total := out.Num(t, "info", 0, 2), out.Num(t, "info", 0, 3); free != quota || total != quota {
 		t.Errorf("after every block was freed cudaMemGetInfo says free %d of %d, want all of %d", free, total, quota)
 	}
-	r := ReportFor(t, res.Stderr, 0)
+	r := harness.ReportFor(t, res.Stderr, 0)
 	if r.Live != 0 || r.Cached != r.Reserved || r.PeakReserved > quota || r.PeakLive > 64*miB {
 		t.Errorf("report at exit %+v: want live=0, cached=reserved, peaks within the quota and 64 MiB", r)
 	}
@@ -206,7 +210,7 @@ func TestChurnRefusals(t *testing.T) {
 			var requests, unjustified uint64
 			for seed := 1; seed <= 3; seed++ {
 				env, statsFile := withStats(t, []string{limit(quota)})
-				res, out := Run(t, Shimmed(t, env, prog, strconv.Itoa(seed), "50000", strconv.Itoa(4*miB), "75", tc.async))
+				res, out := harness.RunOK(t, harness.Shimmed(t, env, prog, strconv.Itoa(seed), "50000", strconv.Itoa(4*miB), "75", tc.async))
 				if got := out.Num(t, "churn", 0, 6); got != quota {
 					t.Fatalf("the program sees a quota of %d, want %d", got, quota)
 				}
@@ -214,7 +218,7 @@ func TestChurnRefusals(t *testing.T) {
 					t.Errorf("seed %d: %d calls failed other than with cudaErrorMemoryAllocation\nstderr: %s", seed, failed, res.Stderr)
 				}
 				req, refused, unj := out.Num(t, "churn", 0, 1), out.Num(t, "churn", 0, 2), out.Num(t, "churn", 0, 3)
-				r := ReportFor(t, res.Stderr, 0)
+				r := harness.ReportFor(t, res.Stderr, 0)
 				if r.Refused != refused {
 					t.Errorf("seed %d: the program saw %d refusals, the report %d", seed, refused, r.Refused)
 				}
@@ -245,7 +249,7 @@ func TestChurnRefusals(t *testing.T) {
 func TestFreeEdgeCases(t *testing.T) {
 	const quota = 4 * miB
 	env, statsFile := withStats(t, []string{limit(quota)})
-	res, out := Run(t, Shimmed(t, env, Ops(t),
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t),
 		"n", "m", "1M", "D", "1M", "i", // slot 0 pooled, slot 1 from the driver
 		"w", "0", "5", "f", "0", "i", "f", "0", "i", // free, then double free
 		"m", "1M", "w", "2", "6", "I", "2", "4K", "i", // slot 2; free of an interior pointer
@@ -263,10 +267,10 @@ func TestFreeEdgeCases(t *testing.T) {
 		i, wantC int
 	}{
 		{"the first free", "f", 0, 0},
-		{"a double free", "f", 1, ErrInvalidValue},
-		{"the free of an interior pointer", "I", 0, ErrInvalidValue},
+		{"a double free", "f", 1, harness.ErrInvalidValue},
+		{"the free of an interior pointer", "I", 0, harness.ErrInvalidValue},
 		{"the free of a driver allocation", "f", 2, 0},
-		{"the second free of a driver allocation", "f", 3, ErrInvalidValue},
+		{"the second free of a driver allocation", "f", 3, harness.ErrInvalidValue},
 		{"the last free", "f", 4, 0},
 	} {
 		if got := out.Code(t, c.op, c.i); got != c.wantC {
@@ -292,7 +296,7 @@ func TestFreeEdgeCases(t *testing.T) {
 	if f := out.Num(t, "i", 4, 2); f != quota {
 		t.Errorf("at the end free = %d, want %d", f, quota)
 	}
-	r := ReportFor(t, res.Stderr, 0)
+	r := harness.ReportFor(t, res.Stderr, 0)
 	if r.Live != 0 || r.PeakLive != 4*miB || r.Refused != 0 {
 		t.Errorf("report %+v: want live=0, peak_live=4MiB, nothing refused", r)
 	}
@@ -306,12 +310,12 @@ func TestFreeEdgeCases(t *testing.T) {
 func TestDeviceReset(t *testing.T) {
 	const quota = 4 * miB
 	env, statsFile := withStats(t, []string{limit(quota), "SIMCUDA_DEVICES=2x1GiB"})
-	res, out := Run(t, Shimmed(t, env, Ops(t),
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t),
 		"d", "1", "m", "1M", "w", "0", "3", // slot 0 on device 1, kept across device 0's reset
 		"d", "0", "m", "2M", "m", "2M", "m", "1M", "f", "1", // slots 1, 2; a refusal; slot 1 pending
 		"r", "i", "f", "2", "m", "4M", // reset; the old pointer; the whole quota again
 		"d", "1", "v", "0", "3", "i", "f", "0"))
-	if out.Code(t, "m", 3) != ErrMemoryAllocation {
+	if out.Code(t, "m", 3) != harness.ErrMemoryAllocation {
 		t.Fatalf("the quota was not full before the reset: %v\nstderr: %s", out, res.Stderr)
 	}
 	if out.Code(t, "r", 0) != 0 {
@@ -320,8 +324,8 @@ func TestDeviceReset(t *testing.T) {
 	if free, total := out.Num(t, "i", 0, 2), out.Num(t, "i", 0, 3); free != quota || total != quota {
 		t.Errorf("after cudaDeviceReset: free %d of %d, want all of %d", free, total, quota)
 	}
-	if got := out.Code(t, "f", 1); got != ErrInvalidValue {
-		t.Errorf("freeing a pointer destroyed by cudaDeviceReset returned %d, want %d", got, ErrInvalidValue)
+	if got := out.Code(t, "f", 1); got != harness.ErrInvalidValue {
+		t.Errorf("freeing a pointer destroyed by cudaDeviceReset returned %d, want %d", got, harness.ErrInvalidValue)
 	}
 	if out.Code(t, "m", 4) != 0 {
 		t.Errorf("the whole quota could not be allocated after the reset: %v", out)
@@ -332,7 +336,7 @@ func TestDeviceReset(t *testing.T) {
 	if free := out.Num(t, "i", 1, 2); free != quota-1*miB {
 		t.Errorf("device 1's accounting changed with device 0's reset: free %d, want %d", free, quota-1*miB)
 	}
-	r := ReportFor(t, res.Stderr, 0)
+	r := harness.ReportFor(t, res.Stderr, 0)
 	if r.Live != 4*miB {
 		t.Errorf("device 0's report %+v: want live = the 4 MiB allocated after the reset", r)
 	}
@@ -348,7 +352,7 @@ func TestDeviceReset(t *testing.T) {
 // with a threshold of 0 it returns them to the device.
 func TestPoolingOff(t *testing.T) {
 	const quota = 4 * miB
-	prog := Ops(t)
+	prog := harness.Ops(t)
 	script := []string{"m", "1M", "m", "1M", "m", "1M", "m", "1M", "m", "1M", "f", "0", "m", "1M", "f", "1",
 		"m", "1M", "i"}
 	for _, tc := range []struct {
@@ -364,8 +368,8 @@ func TestPoolingOff(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			env, statsFile := withStats(t, append([]string{limit(quota)}, tc.env...))
-			res, out := Run(t, Shimmed(t, env, prog, script...))
-			for i, want := range []int{0, 0, 0, 0, ErrMemoryAllocation, 0, 0} {
+			res, out := harness.RunOK(t, harness.Shimmed(t, env, prog, script...))
+			for i, want := range []int{0, 0, 0, 0, harness.ErrMemoryAllocation, 0, 0} {
 				if got := out.Code(t, "m", i); got != want {
 					t.Errorf("allocation %d returned %d, want %d", i, got, want)
 				}
@@ -373,7 +377,7 @@ func TestPoolingOff(t *testing.T) {
 			if free := out.Num(t, "i", 0, 2); free != 0 {
 				t.Errorf("free %d with the quota in use", free)
 			}
-			r := ReportFor(t, res.Stderr, 0)
+			r := harness.ReportFor(t, res.Stderr, 0)
 			s := harness.ReadStats(t, statsFile)
 			if s.Devices[0].DeviceBytesPeak > quota {
 				t.Errorf("simcuda's device_bytes_peak %d is above the quota", s.Devices[0].DeviceBytesPeak)
@@ -395,9 +399,9 @@ func TestPoolingOff(t *testing.T) {
 // allocation, serves what fits in it, and keeps it.
 func TestPoolReserve(t *testing.T) {
 	const quota = 64 * miB
-	prog := Ops(t)
+	prog := harness.Ops(t)
 	env, statsFile := withStats(t, []string{limit(quota), "SPILLWAY_POOL_RESERVE=32MiB"})
-	res, out := Run(t, Shimmed(t, env, prog, "m", "1K", "i", "N", "15", "1M", "i", "f", "0", "s", "i"))
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, prog, "m", "1K", "i", "N", "15", "1M", "i", "f", "0", "s", "i"))
 	if out.Code(t, "m", 0) != 0 || out.Num(t, "N", 0, 1) != 15 {
 		t.Fatalf("%v\nstderr: %s", out, res.Stderr)
 	}
@@ -414,13 +418,13 @@ func TestPoolReserve(t *testing.T) {
 	if d := s.Devices[0]; d.DeviceBytesPeak != 32*miB || d.DeviceBytes != 32*miB {
 		t.Errorf("simcuda %+v: want exactly the 32 MiB reserve on the device", d)
 	}
-	r := ReportFor(t, res.Stderr, 0)
+	r := harness.ReportFor(t, res.Stderr, 0)
 	if r.Reserved != 32*miB || r.Live != 15*miB {
 		t.Errorf("report %+v: want reserved=32MiB live=15MiB", r)
 	}
 
-	res = harness.Run(t, Shimmed(t, []string{limit(quota), "SPILLWAY_POOL_RESERVE=128MiB"}, prog, "m", "1K"))
-	out = ParseOutput(res.Stdout)
+	res = harness.Run(t, harness.Shimmed(t, []string{limit(quota), "SPILLWAY_POOL_RESERVE=128MiB"}, prog, "m", "1K"))
+	out = harness.ParseOutput(res.Stdout)
 	if out.Code(t, "m", 0) == 0 {
 		t.Error("a reserve above the quota was accepted")
 	}
@@ -432,25 +436,25 @@ func TestPoolReserve(t *testing.T) {
 // TestBadPoolVariables: an invalid pool setting is one clear error line and
 // every allocation fails, as for the quota.
 func TestBadPoolVariables(t *testing.T) {
-	prog := Ops(t)
+	prog := harness.Ops(t)
 	for _, env := range []string{
 		"SPILLWAY_POOL=maybe", "SPILLWAY_POOL=2", "SPILLWAY_FREE_SYNC=yes",
 		"SPILLWAY_POOL_RELEASE_THRESHOLD=lots", "SPILLWAY_POOL_RELEASE_THRESHOLD=-1MiB",
 		"SPILLWAY_POOL_RESERVE=8GiBs", "SPILLWAY_POOL_RESERVE=", "SPILLWAY_REPORT=yes",
 	} {
 		t.Run(env, func(t *testing.T) {
-			res, out := Run(t, Shimmed(t, []string{limit(64 * miB), env}, prog, "m", "4K", "a", "4K", "0"))
-			if out.Code(t, "m", 0) != ErrInitialization || out.Code(t, "a", 0) != ErrInitialization {
-				t.Errorf("allocations returned %v, want %d (cudaErrorInitializationError)", out, ErrInitialization)
+			res, out := harness.RunOK(t, harness.Shimmed(t, []string{limit(64 * miB), env}, prog, "m", "4K", "a", "4K", "0"))
+			if out.Code(t, "m", 0) != harness.ErrInitialization || out.Code(t, "a", 0) != harness.ErrInitialization {
+				t.Errorf("allocations returned %v, want %d (cudaErrorInitializationError)", out, harness.ErrInitialization)
 			}
-			CheckConfigError(t, res.Stderr, env)
+			harness.CheckConfigError(t, res.Stderr, env)
 		})
 	}
 	// Valid settings are accepted.
 	for _, env := range []string{"SPILLWAY_POOL_RELEASE_THRESHOLD=0", "SPILLWAY_POOL_RELEASE_THRESHOLD=1GiB",
 		"SPILLWAY_POOL=1", "SPILLWAY_FREE_SYNC=0", "SPILLWAY_REPORT=0"} {
-		res, out := Run(t, Shimmed(t, []string{limit(64 * miB), env}, prog, "m", "4K", "f", "0"))
-		if out.Code(t, "m", 0) != 0 || out.Code(t, "f", 0) != 0 || len(NonReportLines(res.Stderr)) != 0 {
+		res, out := harness.RunOK(t, harness.Shimmed(t, []string{limit(64 * miB), env}, prog, "m", "4K", "f", "0"))
+		if out.Code(t, "m", 0) != 0 || out.Code(t, "f", 0) != 0 || len(harness.NonReportLines(res.Stderr)) != 0 {
 			t.Errorf("%s: %v, stderr %q", env, out, res.Stderr)
 		}
 	}

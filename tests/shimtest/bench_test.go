@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
-	"github.com/spillway-gpu/spillway/tests/pooltest"
 )
 
 // Benchmarks run whole programs, so each reports its own figures (medians
@@ -75,7 +74,7 @@ func reportPairs(b *testing.B, got map[string][]float64) {
 
 func prepared(b *testing.B, shim bool, env []string, prog string, args ...string) *exec.Cmd {
 	if shim {
-		return pooltest.Shimmed(b, env, prog, args...)
+		return harness.Shimmed(b, env, prog, args...)
 	}
 	cmd := harness.Command(b, prog, args...)
 	harness.SetEnv(cmd, env...)

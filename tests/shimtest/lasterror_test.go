@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
-	"github.com/spillway-gpu/spillway/tests/pooltest"
 )
 
 // TestLastError: after an interposed call, cudaPeekAtLastError and
@@ -25,7 +24,7 @@ func TestLastError(t *testing.T) {
 	}{
 		{"retry", []string{"SIMCUDA_FAIL=cudaMalloc:1,cudaMalloc:3"}, map[string][4]int{
 			"malloc":  {0, 0, 0, 0},
-			"pending": {0, pooltest.ErrInvalidValue, pooltest.ErrInvalidValue, 0},
+			"pending": {0, harness.ErrInvalidValue, harness.ErrInvalidValue, 0},
 		}},
 		{"marker", nil, map[string][4]int{
 			"setup": {0, 0, 0, 0}, "malloc": {0, 0, 0, 0}, "free": {0, 0, 0, 0}, "sync": {0, 0, 0, 0},
@@ -34,14 +33,14 @@ func TestLastError(t *testing.T) {
 			"free": {0, 0, 0, 0}, "sync": {0, 0, 0, 0},
 		}},
 		{"refuse", []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, map[string][4]int{
-			"malloc": {pooltest.ErrMemoryAllocation, pooltest.ErrMemoryAllocation, pooltest.ErrMemoryAllocation, 0},
+			"malloc": {harness.ErrMemoryAllocation, harness.ErrMemoryAllocation, harness.ErrMemoryAllocation, 0},
 		}},
 		{"double", nil, map[string][4]int{
-			"free": {pooltest.ErrInvalidValue, pooltest.ErrInvalidValue, pooltest.ErrInvalidValue, 0},
+			"free": {harness.ErrInvalidValue, harness.ErrInvalidValue, harness.ErrInvalidValue, 0},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, out := pooltest.Run(t, pooltest.Shimmed(t, tc.env, prog, tc.name))
+			res, out := harness.RunOK(t, harness.Shimmed(t, tc.env, prog, tc.name))
 			if res.ExitCode != 0 {
 				t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
 			}

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
-	"github.com/spillway-gpu/spillway/tests/pooltest"
 )
 
 // reportKeys are the fields of a SPILLWAY_REPORT line, in order.
@@ -48,7 +47,7 @@ func reportOf(t testing.TB, log string, device int) map[string]uint64 {
 func TestPoolServesFromCache(t *testing.T) {
 	prog := cudaops(t)
 	ops := []string{"m", "4K", "f", "0", "s", "m", "4K", "a", "4K", "F", "2", "a", "4K", "A", "4K", "G", "4", "A", "4K"}
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_REPORT=1"}, prog, ops...))
+	res, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_REPORT=1"}, prog, ops...))
 	for _, op := range []string{"m", "a", "A"} {
 		for i := range 2 {
 			if out.Code(t, op, i) != 0 {
@@ -68,20 +67,20 @@ func TestPoolServesFromCache(t *testing.T) {
 	}
 
 	// With the pool off every allocation is a pass-through.
-	res, _ = pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_REPORT=1", "SPILLWAY_POOL=0"}, prog, ops...))
+	res, _ = harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_REPORT=1", "SPILLWAY_POOL=0"}, prog, ops...))
 	if rep := reportOf(t, res.Stderr, 0); rep["pass_through"] != 6 || rep["cache_hits"] != 0 || rep["live"] != 3*4096 {
 		t.Errorf("SPILLWAY_POOL=0: %v", rep)
 	}
 	// No report unless asked.
-	if res, _ := pooltest.Run(t, pooltest.Shimmed(t, nil, prog, ops...)); res.Stderr != "" {
+	if res, _ := harness.RunOK(t, harness.Shimmed(t, nil, prog, ops...)); res.Stderr != "" {
 		t.Errorf("a report without SPILLWAY_REPORT=1: %q", res.Stderr)
 	}
 }
 
 func TestReportPerDevice(t *testing.T) {
-	cmd := pooltest.Shimmed(t, []string{"SPILLWAY_REPORT=1", "SIMCUDA_DEVICES=2x1GiB", "SPILLWAY_MEMORY_LIMIT_1=256MiB"},
+	cmd := harness.Shimmed(t, []string{"SPILLWAY_REPORT=1", "SIMCUDA_DEVICES=2x1GiB", "SPILLWAY_MEMORY_LIMIT_1=256MiB"},
 		cudaops(t), "d", "0", "m", "1M", "d", "1", "m", "3M", "m", "5M")
-	res, _ := pooltest.Run(t, cmd)
+	res, _ := harness.RunOK(t, cmd)
 	if rep := reportOf(t, res.Stderr, 0); rep["live"] != 1<<20 || rep["quota"] != 1<<30 {
 		t.Errorf("device 0: %v", rep)
 	}
@@ -94,7 +93,7 @@ func TestPoolSettings(t *testing.T) {
 	prog := cudaops(t)
 	report := func(env []string, ops ...string) map[string]uint64 {
 		t.Helper()
-		res, _ := pooltest.Run(t, pooltest.Shimmed(t, append(env, "SPILLWAY_REPORT=1"), prog, ops...))
+		res, _ := harness.RunOK(t, harness.Shimmed(t, append(env, "SPILLWAY_REPORT=1"), prog, ops...))
 		return reportOf(t, res.Stderr, 0)
 	}
 	// Strict mode: the free synchronizes, as cudaFree does.
@@ -122,8 +121,8 @@ func TestPoolSettings(t *testing.T) {
 		t.Errorf("simcuda holds %d bytes, want the 32 MiB reserve", s.Devices[0].DeviceBytes)
 	}
 	// A reserve larger than the quota is an invalid setting for that device.
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_POOL_RESERVE=2MiB"}, prog, "m", "4K", "M", "4K"))
-	if out.Code(t, "m", 0) != pooltest.ErrInitialization || out.Code(t, "M", 0) != pooltest.ErrInitialization {
+	res, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_POOL_RESERVE=2MiB"}, prog, "m", "4K", "M", "4K"))
+	if out.Code(t, "m", 0) != harness.ErrInitialization || out.Code(t, "M", 0) != harness.ErrInitialization {
 		t.Errorf("a reserve above the quota: %v", out)
 	}
 	if lines := nonEmptyLines(res.Stderr); len(lines) != 1 || !strings.Contains(lines[0], "SPILLWAY_POOL_RESERVE") || !strings.Contains(lines[0], "valid example") {
@@ -153,7 +152,7 @@ func TestOversubscription(t *testing.T) {
 			env := append([]string{"SPILLWAY_MEMORY_LIMIT=16MiB", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_REPORT=1",
 				"SIMCUDA_STATS_FILE=" + stats}, tc.env...)
 			// 8 chunks of 4 MiB: twice the quota; the program checks every word.
-			res, _ := pooltest.Run(t, pooltest.Shimmed(t, env, prog, "8", "4"))
+			res, _ := harness.RunOK(t, harness.Shimmed(t, env, prog, "8", "4"))
 			rep := reportOf(t, res.Stderr, 0)
 			dev := harness.ReadStats(t, stats).Devices[0]
 			if dev.DeviceBytesPeak > 16<<20 || rep["peak_reserved"] > 16<<20 {
@@ -178,7 +177,7 @@ func TestOversubscription(t *testing.T) {
 }
 
 func TestHostLimit(t *testing.T) {
-	res := harness.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=16MiB", "SPILLWAY_OVERSUBSCRIBE=1",
+	res := harness.Run(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=16MiB", "SPILLWAY_OVERSUBSCRIBE=1",
 		"SPILLWAY_HOST_LIMIT=8MiB", "SPILLWAY_LOG_LEVEL=error"}, spilldemo(t), "8", "4"))
 	if res.ExitCode != 1 || !strings.Contains(res.Stderr, "cudaMalloc(&chunk[i], bytes) failed: cudaErrorMemoryAllocation") {
 		t.Errorf("past the host limit: exit %d, stderr %q", res.ExitCode, res.Stderr)
@@ -188,13 +187,13 @@ func TestHostLimit(t *testing.T) {
 func TestSpillwayRunOversubscribe(t *testing.T) {
 	cmd := harness.Command(t, harness.Bin(t, "spillway"), "run", "--memory-limit", "16MiB", "--oversubscribe",
 		"--spill", "pinned", "--host-limit", "64MiB", "--report", "--", spilldemo(t), "8", "4")
-	res, _ := pooltest.Run(t, cmd)
+	res, _ := harness.RunOK(t, cmd)
 	if rep := reportOf(t, res.Stderr, 0); rep["spilled"] == 0 || rep["promoted_total"] != 0 {
 		t.Errorf("spillway run --oversubscribe --spill pinned: %v", rep)
 	}
 	cmd = harness.Command(t, harness.Bin(t, "spillway"), "run", "--pool=false", "--free-sync", "--pool-reserve", "1GiB",
 		"--pool-release-threshold", "10%", "--", "sh", "-c", `echo "$SPILLWAY_POOL $SPILLWAY_FREE_SYNC $SPILLWAY_POOL_RESERVE $SPILLWAY_POOL_RELEASE_THRESHOLD $SPILLWAY_OVERSUBSCRIBE"`)
-	if res, _ := pooltest.Run(t, cmd); strings.TrimSpace(res.Stdout) != "0 1 1GiB 10%" {
+	if res, _ := harness.RunOK(t, cmd); strings.TrimSpace(res.Stdout) != "0 1 1GiB 10%" {
 		t.Errorf("flags became %q", res.Stdout)
 	}
 	for _, args := range [][]string{{"--spill", "disk"}, {"--host-limit", "lots"}, {"--pool-release-threshold", "150%"}} {

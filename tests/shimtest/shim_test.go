@@ -21,7 +21,6 @@ import (
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
-	"github.com/spillway-gpu/spillway/tests/pooltest"
 )
 
 // errSymbolNotFound is cudaErrorSymbolNotFound, which the front returns
@@ -61,7 +60,7 @@ func dynamicSymbols(t *testing.T, lib string) []string {
 // Every probe point starts with a 5-byte NOP, which the kernel emulates
 // under a uprobe instead of single-stepping the instruction out of line.
 func TestProbePointsStartWithNOP(t *testing.T) {
-	f, err := elf.Open(pooltest.Front(t))
+	f, err := elf.Open(harness.Front(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +100,7 @@ func TestExportSurface(t *testing.T) {
 		"spillway_probe_alloc", "spillway_probe_free", "spillway_probe_promote",
 		"spillway_probe_refuse", "spillway_probe_semaphore", "spillway_probe_spill", "spillway_probe_sync",
 	}
-	if got := dynamicSymbols(t, pooltest.Front(t)); strings.Join(got, " ") != strings.Join(want, " ") {
+	if got := dynamicSymbols(t, harness.Front(t)); strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Errorf("libspillway.so exports %v\nwant exactly %v", got, want)
 	}
 	core := dynamicSymbols(t, filepath.Join(harness.LibDir(t), "libspillway-core.so"))
@@ -136,11 +135,11 @@ func TestCoreDoesNotImportSignal(t *testing.T) {
 func TestProgramWithoutCUDAUnaffected(t *testing.T) {
 	// Even an invalid quota must not disturb a program that never calls CUDA.
 	bad := "SPILLWAY_MEMORY_LIMIT=lots"
-	res := harness.Run(t, pooltest.Shimmed(t, []string{bad}, "/bin/true"))
+	res := harness.Run(t, harness.Shimmed(t, []string{bad}, "/bin/true"))
 	if res.ExitCode != 0 || res.Stderr != "" {
 		t.Errorf("/bin/true under the shim: exit %d, stderr %q", res.ExitCode, res.Stderr)
 	}
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{bad}, cudaops(t), "L", "T"))
+	res, out := harness.RunOK(t, harness.Shimmed(t, []string{bad}, cudaops(t), "L", "T"))
 	if out.Code(t, "L", 0) != 0 {
 		t.Error("the Go core was loaded although no CUDA call was made")
 	}
@@ -155,16 +154,16 @@ func TestProgramWithoutCUDAUnaffected(t *testing.T) {
 func TestTimeoutUnderShim(t *testing.T) {
 	// GNU timeout breaks when a preloaded runtime leaves SIGCHLD unblocked in
 	// its threads: it then waits the full second and returns 124.
-	res := harness.Run(t, pooltest.Shimmed(t, nil, "timeout", "1", "/bin/true"))
+	res := harness.Run(t, harness.Shimmed(t, nil, "timeout", "1", "/bin/true"))
 	if res.ExitCode != 0 {
 		t.Errorf("timeout 1 /bin/true under the shim returned %d, want 0; stderr %q", res.ExitCode, res.Stderr)
 	}
 }
 
 func TestQuotaRefusal(t *testing.T) {
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
+	res, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
 		"m", "512K", "m", "512K", "m", "1", "f", "0", "m", "256K", "m", "512K", "L"))
-	for i, want := range []int{0, 0, pooltest.ErrMemoryAllocation, 0, pooltest.ErrMemoryAllocation} {
+	for i, want := range []int{0, 0, harness.ErrMemoryAllocation, 0, harness.ErrMemoryAllocation} {
 		if got := out.Code(t, "m", i); got != want {
 			t.Errorf("allocation %d returned %d, want %d", i, got, want)
 		}
@@ -184,15 +183,15 @@ func TestQuotaRefusal(t *testing.T) {
 }
 
 func TestOtherAllocationKinds(t *testing.T) {
-	_, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
 		"M", "768K", "m", "512K", // managed memory counts against the quota
 		"f", "0", "a", "768K", "m", "512K", "F", "1",
 		"p", "1000", "300", // padded rows: the pitch decides what is held
 		"r", "m", "1M"))
-	if out.Code(t, "M", 0) != 0 || out.Code(t, "m", 0) != pooltest.ErrMemoryAllocation {
+	if out.Code(t, "M", 0) != 0 || out.Code(t, "m", 0) != harness.ErrMemoryAllocation {
 		t.Errorf("managed memory not counted: %v", out)
 	}
-	if out.Code(t, "a", 0) != 0 || out.Code(t, "m", 1) != pooltest.ErrMemoryAllocation || out.Code(t, "F", 0) != 0 {
+	if out.Code(t, "a", 0) != 0 || out.Code(t, "m", 1) != harness.ErrMemoryAllocation || out.Code(t, "F", 0) != 0 {
 		t.Errorf("cudaMallocAsync not counted: %v", out)
 	}
 	if out.Code(t, "p", 0) != 0 || out.Num(t, "p", 0, 3) < 1000 {
@@ -206,16 +205,16 @@ func TestOtherAllocationKinds(t *testing.T) {
 
 func TestPitchPaddingCounts(t *testing.T) {
 	// Without the shim, learn the pitch simcuda picks for 1000-byte rows.
-	_, plain := pooltest.Run(t, harness.Command(t, cudaops(t), "p", "1000", "1"))
+	_, plain := harness.RunOK(t, harness.Command(t, cudaops(t), "p", "1000", "1"))
 	pitch := plain.Num(t, "p", 0, 3)
 	if pitch <= 1000 {
 		t.Fatalf("simcuda does not pad 1000-byte rows (pitch %d): the test needs a padded pitch", pitch)
 	}
 	rows := 1000
 	quota := pitch*uint64(rows) - 1 // fits the unpadded size, not the padded one
-	_, out := pooltest.Run(t, pooltest.Shimmed(t, []string{fmt.Sprintf("SPILLWAY_MEMORY_LIMIT=%d", quota)}, cudaops(t),
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{fmt.Sprintf("SPILLWAY_MEMORY_LIMIT=%d", quota)}, cudaops(t),
 		"p", "1000", strconv.Itoa(rows), "i"))
-	if out.Code(t, "p", 0) != pooltest.ErrMemoryAllocation {
+	if out.Code(t, "p", 0) != harness.ErrMemoryAllocation {
 		t.Errorf("a pitched allocation of %d bytes under a quota of %d: %v", pitch*uint64(rows), quota, out)
 	}
 	if free := out.Num(t, "i", 0, 2); free != quota {
@@ -228,18 +227,18 @@ func TestMemGetInfo(t *testing.T) {
 	prog := cudaops(t)
 	plainCmd := harness.Command(t, prog, "i")
 	harness.SetEnv(plainCmd, dev)
-	_, plain := pooltest.Run(t, plainCmd)
+	_, plain := harness.RunOK(t, plainCmd)
 	realFree, realTotal := plain.Num(t, "i", 0, 2), plain.Num(t, "i", 0, 3)
 	if realTotal != 1<<30 || realFree <= 0 || realFree > realTotal {
 		t.Fatalf("simcuda reports free %d of %d", realFree, realTotal)
 	}
 
-	_, noQuota := pooltest.Run(t, pooltest.Shimmed(t, []string{dev}, prog, "i"))
+	_, noQuota := harness.RunOK(t, harness.Shimmed(t, []string{dev}, prog, "i"))
 	if noQuota.Num(t, "i", 0, 2) != realFree || noQuota.Num(t, "i", 0, 3) != realTotal {
 		t.Errorf("without a quota the real values must pass: %v vs %v", noQuota, plain)
 	}
 
-	_, q := pooltest.Run(t, pooltest.Shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=256MiB"}, prog, "i", "m", "64M", "i", "f", "0", "i"))
+	_, q := harness.RunOK(t, harness.Shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=256MiB"}, prog, "i", "m", "64M", "i", "f", "0", "i"))
 	for i, wantFree := range []uint64{256 << 20, 192 << 20, 256 << 20} {
 		if f, tot := q.Num(t, "i", i, 2), q.Num(t, "i", i, 3); f != wantFree || tot != 256<<20 {
 			t.Errorf("cudaMemGetInfo #%d = free %d total %d, want %d and %d", i, f, tot, wantFree, 256<<20)
@@ -247,28 +246,28 @@ func TestMemGetInfo(t *testing.T) {
 	}
 
 	// A quota above what the device has free reports the real free memory.
-	_, big := pooltest.Run(t, pooltest.Shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=4GiB"}, prog, "i"))
+	_, big := harness.RunOK(t, harness.Shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=4GiB"}, prog, "i"))
 	if f, tot := big.Num(t, "i", 0, 2), big.Num(t, "i", 0, 3); f != realFree || tot != 4<<30 {
 		t.Errorf("quota above the device: free %d total %d, want %d and %d", f, tot, realFree, 4<<30)
 	}
 
 	// A percentage is of the device's real total.
-	_, pct := pooltest.Run(t, pooltest.Shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=25%"}, prog, "i", "m", "200M", "m", "100M"))
+	_, pct := harness.RunOK(t, harness.Shimmed(t, []string{dev, "SPILLWAY_MEMORY_LIMIT=25%"}, prog, "i", "m", "200M", "m", "100M"))
 	if tot := pct.Num(t, "i", 0, 3); tot != 256<<20 {
 		t.Errorf("25%% of 1GiB reported as total %d", tot)
 	}
-	if pct.Code(t, "m", 0) != 0 || pct.Code(t, "m", 1) != pooltest.ErrMemoryAllocation {
+	if pct.Code(t, "m", 0) != 0 || pct.Code(t, "m", 1) != harness.ErrMemoryAllocation {
 		t.Errorf("25%% quota: %v", pct)
 	}
 }
 
 func TestPerDeviceQuotas(t *testing.T) {
 	env := []string{"SIMCUDA_DEVICES=2x1GiB", "SPILLWAY_MEMORY_LIMIT=100MiB", "SPILLWAY_MEMORY_LIMIT_1=200MiB"}
-	_, out := pooltest.Run(t, pooltest.Shimmed(t, env, cudaops(t),
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, cudaops(t),
 		"d", "0", "m", "150M", "m", "60M", "i",
 		"d", "1", "m", "150M", "i", "m", "60M",
 		"d", "0", "m", "60M"))
-	want := []int{pooltest.ErrMemoryAllocation, 0, 0, pooltest.ErrMemoryAllocation, pooltest.ErrMemoryAllocation}
+	want := []int{harness.ErrMemoryAllocation, 0, 0, harness.ErrMemoryAllocation, harness.ErrMemoryAllocation}
 	for i, w := range want {
 		if got := out.Code(t, "m", i); got != w {
 			t.Errorf("allocation %d returned %d, want %d (%v)", i, got, w, out)
@@ -286,12 +285,12 @@ func TestConstructorCallsCUDA(t *testing.T) {
 	lib := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctorlib.c"}, Shared: true,
 		Cudart: true, ProjectHeaders: true})
 	prog := cudaops(t, "-Wl,--no-as-needed", lib, "-Wl,-rpath,"+filepath.Dir(lib))
-	_, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, "m", "768K", "m", "256K", "L"))
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, "m", "768K", "m", "256K", "L"))
 	if out.Code(t, "ctor", 0) != 0 {
 		t.Fatalf("cudaMalloc in a constructor: %v", out)
 	}
 	// The constructor's 512 KiB is held: 768 KiB more does not fit, 256 KiB does.
-	if out.Code(t, "m", 0) != pooltest.ErrMemoryAllocation || out.Code(t, "m", 1) != 0 || out.Code(t, "L", 0) != 1 {
+	if out.Code(t, "m", 0) != harness.ErrMemoryAllocation || out.Code(t, "m", 1) != 0 || out.Code(t, "L", 0) != 1 {
 		t.Errorf("the constructor's allocation was not accounted: %v", out)
 	}
 }
@@ -305,15 +304,15 @@ func TestRuntimeInLocalScope(t *testing.T) {
 	lib := userLib(t)
 	app := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/dlapp.c"}, Flags: []string{"-ldl"}})
 	for name, cmd := range map[string]*exec.Cmd{
-		"C":      pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, app, lib, "524288", "786432", "524288"),
-		"ctypes": pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, "python3", "testdata/ctypes_local.py", lib, "524288", "786432", "524288"),
+		"C":      harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, app, lib, "524288", "786432", "524288"),
+		"ctypes": harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, "python3", "testdata/ctypes_local.py", lib, "524288", "786432", "524288"),
 	} {
 		t.Run(name, func(t *testing.T) {
-			res, out := pooltest.Run(t, cmd)
+			res, out := harness.RunOK(t, cmd)
 			if out.Code(t, "global", 0) != 0 {
 				t.Fatal("the runtime is in the global scope: this does not test RTLD_LOCAL")
 			}
-			for i, want := range []int{0, pooltest.ErrMemoryAllocation, 0} {
+			for i, want := range []int{0, harness.ErrMemoryAllocation, 0} {
 				if got := out.Code(t, "m", i); got != want {
 					t.Errorf("allocation %d returned %d, want %d\nstderr: %s", i, got, want, res.Stderr)
 				}
@@ -324,7 +323,7 @@ func TestRuntimeInLocalScope(t *testing.T) {
 
 func TestNoRuntimeLoaded(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/noruntime.c"}, Flags: []string{"-ldl"}})
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, nil, prog))
+	res, out := harness.RunOK(t, harness.Shimmed(t, nil, prog))
 	if out.Code(t, "m", 0) != errSymbolNotFound {
 		t.Errorf("cudaMalloc without a runtime returned %v, want %d", out, errSymbolNotFound)
 	}
@@ -336,8 +335,8 @@ func TestNoRuntimeLoaded(t *testing.T) {
 func TestManyThreads(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/threads.c"}, Cudart: true, ProjectHeaders: true})
 	stats := filepath.Join(t.TempDir(), "stats.json")
-	cmd := pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=4MiB", "SIMCUDA_STATS_FILE=" + stats, "SPILLWAY_REPORT=1"}, prog, "8", "3000")
-	res, out := pooltest.Run(t, cmd)
+	cmd := harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=4MiB", "SIMCUDA_STATS_FILE=" + stats, "SPILLWAY_REPORT=1"}, prog, "8", "3000")
+	res, out := harness.RunOK(t, cmd)
 	if out.Num(t, "refused", 0, 3) != 0 {
 		t.Errorf("calls failed for reasons other than the quota: %v", out)
 	}
@@ -361,11 +360,11 @@ func TestManyThreads(t *testing.T) {
 
 func TestForkAfterCUDA(t *testing.T) {
 	forker := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/forker.c"}, Cudart: true, ProjectHeaders: true})
-	_, plain := pooltest.Run(t, harness.Command(t, forker, "call"))
+	_, plain := harness.RunOK(t, harness.Command(t, forker, "call"))
 	// The parent holds 1 MiB of a 1.5 MiB quota: a child that went through
 	// the core (inheriting its accounting) would be refused; one that goes
 	// straight to CUDA gets CUDA's own answer, as without the shim.
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1536K", "SPILLWAY_LOG_LEVEL=debug"}, forker, "call"))
+	res, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1536K", "SPILLWAY_LOG_LEVEL=debug"}, forker, "call"))
 	if out.Code(t, "parent", 0) != 0 {
 		t.Fatalf("parent: %v", out)
 	}
@@ -387,8 +386,8 @@ func TestForkAfterCUDA(t *testing.T) {
 	}
 
 	// A child that execs starts afresh: the shim loads again and enforces the quota.
-	_, ex := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=2MiB"}, forker, "exec", cudaops(t), "m", "3M", "L"))
-	if ex.Code(t, "m", 0) != pooltest.ErrMemoryAllocation || ex.Code(t, "L", 0) != 1 {
+	_, ex := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=2MiB"}, forker, "exec", cudaops(t), "m", "3M", "L"))
+	if ex.Code(t, "m", 0) != harness.ErrMemoryAllocation || ex.Code(t, "L", 0) != 1 {
 		t.Errorf("exec'd child: %v", ex)
 	}
 	if l := ex.Line(t, "child", 0); strings.Join(l, " ") != "child exit 0" {
@@ -410,13 +409,13 @@ func TestBadConfiguration(t *testing.T) {
 		"SPILLWAY_HOST_LIMIT=lots",
 	} {
 		t.Run(env, func(t *testing.T) {
-			res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{env}, prog, "m", "4K", "M", "4K", "m", "4K", "n"))
+			res, out := harness.RunOK(t, harness.Shimmed(t, []string{env}, prog, "m", "4K", "M", "4K", "m", "4K", "n"))
 			for i := 0; i < 2; i++ {
-				if got := out.Code(t, "m", i); got != pooltest.ErrInitialization {
-					t.Errorf("allocation %d returned %d, want %d (cudaErrorInitializationError)", i, got, pooltest.ErrInitialization)
+				if got := out.Code(t, "m", i); got != harness.ErrInitialization {
+					t.Errorf("allocation %d returned %d, want %d (cudaErrorInitializationError)", i, got, harness.ErrInitialization)
 				}
 			}
-			if out.Code(t, "M", 0) != pooltest.ErrInitialization {
+			if out.Code(t, "M", 0) != harness.ErrInitialization {
 				t.Errorf("managed allocation: %v", out)
 			}
 			name, value, _ := strings.Cut(env, "=")
@@ -435,7 +434,7 @@ func TestBadConfiguration(t *testing.T) {
 
 func TestLogSettings(t *testing.T) {
 	prog := cudaops(t)
-	res, _ := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_FORMAT=json"}, prog, "m", "2M"))
+	res, _ := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_FORMAT=json"}, prog, "m", "2M"))
 	var entry map[string]any
 	if err := json.Unmarshal([]byte(strings.TrimSpace(res.Stderr)), &entry); err != nil {
 		t.Fatalf("json log line %q: %v", res.Stderr, err)
@@ -445,19 +444,19 @@ func TestLogSettings(t *testing.T) {
 	}
 
 	file := filepath.Join(t.TempDir(), "spillway.log")
-	res, _ = pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_FILE=" + file}, prog, "m", "2M"))
+	res, _ = harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_FILE=" + file}, prog, "m", "2M"))
 	logged, err := os.ReadFile(file)
 	if err != nil || !strings.Contains(string(logged), "refused") || res.Stderr != "" {
 		t.Errorf("log file: %q (%v); stderr %q", logged, err, res.Stderr)
 	}
 
-	res, _ = pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_LEVEL=error"}, prog, "m", "2M"))
+	res, _ = harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_LEVEL=error"}, prog, "m", "2M"))
 	if res.Stderr != "" {
 		t.Errorf("warning printed at level error: %q", res.Stderr)
 	}
 
 	// A burst of refusals is reported, not repeated a thousand times.
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, "R", "1000", "2M"))
+	res, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, "R", "1000", "2M"))
 	if out.Num(t, "R", 0, 2) != 1000 {
 		t.Fatalf("refusals: %v", out)
 	}
@@ -467,7 +466,7 @@ func TestLogSettings(t *testing.T) {
 }
 
 func TestDisable(t *testing.T) {
-	_, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_DISABLE=1", "SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_DISABLE=1", "SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
 		"m", "2M", "i", "L", "T"))
 	if out.Code(t, "m", 0) != 0 || out.Code(t, "L", 0) != 0 {
 		t.Errorf("SPILLWAY_DISABLE=1 must pass through without loading the core: %v", out)
@@ -480,15 +479,15 @@ func TestDisable(t *testing.T) {
 func TestCoreLoadFailure(t *testing.T) {
 	missing := "SPILLWAY_CORE=" + filepath.Join(t.TempDir(), "libspillway-core.so")
 	prog := cudaops(t)
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{missing, "SPILLWAY_MEMORY_LIMIT=1GiB"}, prog, "m", "4K", "m", "4K"))
-	if out.Code(t, "m", 0) != pooltest.ErrInitialization || out.Code(t, "m", 1) != pooltest.ErrInitialization {
+	res, out := harness.RunOK(t, harness.Shimmed(t, []string{missing, "SPILLWAY_MEMORY_LIMIT=1GiB"}, prog, "m", "4K", "m", "4K"))
+	if out.Code(t, "m", 0) != harness.ErrInitialization || out.Code(t, "m", 1) != harness.ErrInitialization {
 		t.Errorf("with a quota and no core, allocations must fail: %v", out)
 	}
 	lines := nonEmptyLines(res.Stderr)
 	if len(lines) != 1 || !strings.Contains(lines[0], "GLIBC_TUNABLES=glibc.rtld.optional_static_tls=") {
 		t.Errorf("want one line with the fix, got %q", res.Stderr)
 	}
-	_, out = pooltest.Run(t, pooltest.Shimmed(t, []string{missing}, prog, "m", "4K"))
+	_, out = harness.RunOK(t, harness.Shimmed(t, []string{missing}, prog, "m", "4K"))
 	if out.Code(t, "m", 0) != 0 {
 		t.Errorf("without a quota and no core, calls pass through: %v", out)
 	}
@@ -511,11 +510,11 @@ func TestStaticTLSExhausted(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/tlsfill.c"}, Cudart: true,
 		ProjectHeaders: true, Flags: []string{"-ldl"}})
 
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1GiB"}, prog, dir, strconv.Itoa(hogs)))
+	res, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1GiB"}, prog, dir, strconv.Itoa(hogs)))
 	if out.Code(t, "hogs", 0) == hogs {
 		t.Fatalf("%d bytes of TLS did not exhaust the static TLS surplus: the test proves nothing", 8*hogs)
 	}
-	if out.Code(t, "m", 0) != pooltest.ErrInitialization {
+	if out.Code(t, "m", 0) != harness.ErrInitialization {
 		t.Errorf("with a quota and no core, the allocation must fail: %v", out)
 	}
 	lines := nonEmptyLines(res.Stderr)
@@ -524,7 +523,7 @@ func TestStaticTLSExhausted(t *testing.T) {
 	}
 
 	// spillway run sets the tunable: the same program loads every hog and the core.
-	res, out = pooltest.Run(t, harness.Command(t, harness.Bin(t, "spillway"), "run", "--memory-limit", "1GiB", "--", prog, dir, strconv.Itoa(hogs)))
+	res, out = harness.RunOK(t, harness.Command(t, harness.Bin(t, "spillway"), "run", "--memory-limit", "1GiB", "--", prog, dir, strconv.Itoa(hogs)))
 	if out.Code(t, "hogs", 0) != hogs || out.Code(t, "m", 0) != 0 {
 		t.Errorf("under spillway run: %v\nstderr: %s", out, res.Stderr)
 	}
@@ -535,8 +534,8 @@ func TestFreeEdgeCases(t *testing.T) {
 	// G: cudaFreeAsync on cudaStreamPerThread of memory outside the pool
 	// (managed), which reaches the runtime with the stream it was given.
 	args := []string{"n", "m", "4K", "f", "0", "x", "0", "M", "4K", "G", "1"}
-	_, plain := pooltest.Run(t, harness.Command(t, prog, args...))
-	_, shim := pooltest.Run(t, pooltest.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, append(args, "i")...))
+	_, plain := harness.RunOK(t, harness.Command(t, prog, args...))
+	_, shim := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, append(args, "i")...))
 	for _, op := range []string{"n", "f", "x", "G"} {
 		if plain.Code(t, op, 0) != shim.Code(t, op, 0) {
 			t.Errorf("%s: %d under the shim, %d without", op, shim.Code(t, op, 0), plain.Code(t, op, 0))
@@ -558,16 +557,16 @@ func TestFreeEdgeCases(t *testing.T) {
 func TestSpillwayRun(t *testing.T) {
 	spillway := harness.Bin(t, "spillway")
 	prog := cudaops(t)
-	_, out := pooltest.Run(t, harness.Command(t, spillway, "run", "--memory-limit", "1MiB", "--", prog, "m", "768K", "m", "512K", "L"))
-	if out.Code(t, "m", 0) != 0 || out.Code(t, "m", 1) != pooltest.ErrMemoryAllocation || out.Code(t, "L", 0) != 1 {
+	_, out := harness.RunOK(t, harness.Command(t, spillway, "run", "--memory-limit", "1MiB", "--", prog, "m", "768K", "m", "512K", "L"))
+	if out.Code(t, "m", 0) != 0 || out.Code(t, "m", 1) != harness.ErrMemoryAllocation || out.Code(t, "L", 0) != 1 {
 		t.Errorf("spillway run --memory-limit 1MiB: %v", out)
 	}
 
 	cmd := harness.Command(t, spillway, "run", "--memory-limit", "1GiB", "--memory-limit-device", "1=1MiB",
 		"--log-level", "error", "--", prog, "d", "1", "m", "2M", "d", "0", "m", "2M")
 	harness.SetEnv(cmd, "SIMCUDA_DEVICES=2x1GiB")
-	res, out := pooltest.Run(t, cmd)
-	if out.Code(t, "m", 0) != pooltest.ErrMemoryAllocation || out.Code(t, "m", 1) != 0 || res.Stderr != "" {
+	res, out := harness.RunOK(t, cmd)
+	if out.Code(t, "m", 0) != harness.ErrMemoryAllocation || out.Code(t, "m", 1) != 0 || res.Stderr != "" {
 		t.Errorf("per-device flag: %v, stderr %q", out, res.Stderr)
 	}
 
@@ -597,8 +596,8 @@ func TestSpillwayRun(t *testing.T) {
 	cmd = harness.Command(t, spillway, "run", "--memory-limit", "50%", "--", "sh", "-c",
 		`echo "$LD_PRELOAD|$SPILLWAY_MEMORY_LIMIT|$GLIBC_TUNABLES"`)
 	harness.SetEnv(cmd, "LD_PRELOAD=/lib/other.so")
-	res, _ = pooltest.Run(t, cmd)
-	want := pooltest.Front(t) + ":/lib/other.so|50%|glibc.rtld.optional_static_tls="
+	res, _ = harness.RunOK(t, cmd)
+	want := harness.Front(t) + ":/lib/other.so|50%|glibc.rtld.optional_static_tls="
 	if !strings.HasPrefix(strings.TrimSpace(res.Stdout), want) {
 		t.Errorf("child environment %q, want prefix %q", res.Stdout, want)
 	}

@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
-	"github.com/spillway-gpu/spillway/tests/pooltest"
 )
 
 const (
@@ -69,7 +68,7 @@ func script(parts ...[]string) []string {
 
 // consistent checks that simcuda's residency is what the report says and
 // that the device never held more than the quota.
-func consistent(t *testing.T, s harness.DeviceStats, r pooltest.Report, quota uint64) {
+func consistent(t *testing.T, s harness.DeviceStats, r harness.Report, quota uint64) {
 	t.Helper()
 	if s.DeviceBytesPeak > quota {
 		t.Errorf("simcuda's device_bytes_peak %d is above the quota %d", s.DeviceBytesPeak, quota)
@@ -89,7 +88,7 @@ func consistent(t *testing.T, s harness.DeviceStats, r pooltest.Report, quota ui
 func TestTwiceTheQuota(t *testing.T) {
 	const quota, n = 64 * miB, 32
 	env, statsFile := spillEnv(t, quota, 64*miB)
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, env, pooltest.Ops(t),
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t),
 		script([]string{"N", fmt.Sprint(n), "4M", "V", "i"}, each("t", 0, n))...))
 	if ok, failed := out.Num(t, "N", 0, 1), out.Num(t, "N", 0, 2); ok != n || failed != 0 {
 		t.Fatalf("%d of %d chunks allocated and filled, %d failed\nstderr: %s", ok, n, failed, res.Stderr)
@@ -110,7 +109,7 @@ func TestTwiceTheQuota(t *testing.T) {
 	if types[memoryTypeDevice] != quota/chunk || types[memoryTypeManaged] != n-quota/chunk {
 		t.Errorf("memory types by count %v: want %d device chunks and %d managed", types, quota/chunk, n-quota/chunk)
 	}
-	r := pooltest.ReportFor(t, res.Stderr, 0)
+	r := harness.ReportFor(t, res.Stderr, 0)
 	if r.Live != n*chunk || r.Spilled != n*chunk-quota || r.SpilledTotal != r.Spilled || r.PromotedTotal != 0 {
 		t.Errorf("report %+v: want live=%d spilled=spilled_total=%d, nothing promoted", r, n*chunk, n*chunk-quota)
 	}
@@ -127,7 +126,7 @@ func TestTwiceTheQuota(t *testing.T) {
 func TestPromotion(t *testing.T) {
 	const quota = 64 * miB
 	env, statsFile := spillEnv(t, quota, 64*miB)
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, env, pooltest.Ops(t), script(
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t), script(
 		[]string{"N", "24", "4M"}, // 16 on the device, 8 spilled
 		each("f", 0, 4),           // 16 MiB of the quota freed
 		[]string{"s", "V", "i"},
@@ -144,7 +143,7 @@ func TestPromotion(t *testing.T) {
 			t.Errorf("cudaMemGetInfo #%d after promotion: free %d total %d, want 0 and %d", i, free, total, quota)
 		}
 	}
-	r := pooltest.ReportFor(t, res.Stderr, 0)
+	r := harness.ReportFor(t, res.Stderr, 0)
 	if r.Promoted != 4*chunk || r.PromotedTotal != 4*chunk || r.Spilled != 5*chunk || r.SpilledTotal != 9*chunk {
 		t.Errorf("report %+v: want promoted=promoted_total=%d spilled=%d spilled_total=%d", r, 4*chunk, 5*chunk, 9*chunk)
 	}
@@ -159,13 +158,13 @@ func TestPromotion(t *testing.T) {
 func TestHostLimit(t *testing.T) {
 	const quota = 16 * miB
 	env, statsFile := spillEnv(t, quota, 8*miB)
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, env, pooltest.Ops(t),
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t),
 		"N", "6", "4M", // 4 on the device, 2 on the host: both limits reached
 		"m", "4M", "m", "512", "f", "5", "m", "4M", "w", "6", "9", "m", "12M", "V", "i"))
 	if out.Num(t, "N", 0, 1) != 6 {
 		t.Fatalf("%v\nstderr: %s", out, res.Stderr)
 	}
-	for i, want := range []int{pooltest.ErrMemoryAllocation, pooltest.ErrMemoryAllocation, 0, pooltest.ErrMemoryAllocation} {
+	for i, want := range []int{harness.ErrMemoryAllocation, harness.ErrMemoryAllocation, 0, harness.ErrMemoryAllocation} {
 		if got := out.Code(t, "m", i); got != want {
 			t.Errorf("allocation %d beyond the device quota returned %d, want %d", i, got, want)
 		}
@@ -176,7 +175,7 @@ func TestHostLimit(t *testing.T) {
 	if free, total := out.Num(t, "i", 0, 2), out.Num(t, "i", 0, 3); free != 0 || total != quota {
 		t.Errorf("cudaMemGetInfo: free %d total %d, want 0 and %d", free, total, quota)
 	}
-	r := pooltest.ReportFor(t, res.Stderr, 0)
+	r := harness.ReportFor(t, res.Stderr, 0)
 	if r.Refused != 3 || r.Spilled != 8*miB || r.Live != 6*chunk {
 		t.Errorf("report %+v: want refused=3 spilled=%d live=%d", r, 8*miB, 6*chunk)
 	}
@@ -193,7 +192,7 @@ var pinnedScript = script(
 	[]string{"N", "8", "4M", "V"}, each("t", 0, 8),
 	[]string{"f", "0", "f", "1", "s", "f", "4", "V", "i"})
 
-func checkPinned(t *testing.T, res harness.Result, out pooltest.Output, statsFile string, quota uint64) {
+func checkPinned(t *testing.T, res harness.Result, out harness.Output, statsFile string, quota uint64) {
 	t.Helper()
 	if ok := out.Num(t, "N", 0, 1); ok != 8 {
 		t.Fatalf("%d of 8 chunks allocated\nstderr: %s", ok, res.Stderr)
@@ -215,7 +214,7 @@ func checkPinned(t *testing.T, res harness.Result, out pooltest.Output, statsFil
 	if free := out.Num(t, "i", 0, 2); free != 2*chunk {
 		t.Errorf("cudaMemGetInfo free %d, want the two freed device chunks, %d", free, 2*chunk)
 	}
-	r := pooltest.ReportFor(t, res.Stderr, 0)
+	r := harness.ReportFor(t, res.Stderr, 0)
 	if r.Spilled != 3*chunk || r.PromotedTotal != 0 {
 		t.Errorf("report %+v: want spilled=%d and nothing promoted (pinned memory stays)", r, 3*chunk)
 	}
@@ -229,10 +228,10 @@ func checkPinned(t *testing.T, res harness.Result, out pooltest.Output, statsFil
 func TestNoManagedFallsBackToPinned(t *testing.T) {
 	const quota = 16 * miB
 	env, statsFile := spillEnv(t, quota, 32*miB, "SIMCUDA_NO_MANAGED=1")
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, env, pooltest.Ops(t), pinnedScript...))
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t), pinnedScript...))
 	checkPinned(t, res, out, statsFile, quota)
 	var said []string
-	for _, l := range pooltest.NonReportLines(res.Stderr) {
+	for _, l := range harness.NonReportLines(res.Stderr) {
 		if strings.Contains(strings.ToLower(l), "pinned") {
 			said = append(said, l)
 		}
@@ -246,9 +245,9 @@ func TestNoManagedFallsBackToPinned(t *testing.T) {
 func TestSpillPinned(t *testing.T) {
 	const quota = 16 * miB
 	env, statsFile := spillEnv(t, quota, 32*miB, "SPILLWAY_SPILL=pinned")
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, env, pooltest.Ops(t), pinnedScript...))
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t), pinnedScript...))
 	checkPinned(t, res, out, statsFile, quota)
-	if lines := pooltest.NonReportLines(res.Stderr); len(lines) != 0 {
+	if lines := harness.NonReportLines(res.Stderr); len(lines) != 0 {
 		t.Errorf("unexpected log lines with SPILLWAY_SPILL=pinned: %q", lines)
 	}
 	if n := harness.ReadStats(t, statsFile).Calls["cuMemAllocManaged"]; n != 0 {
@@ -260,14 +259,14 @@ func TestSpillPinned(t *testing.T) {
 func TestMemGetInfoWhileSpilled(t *testing.T) {
 	const quota = 16 * miB
 	env, statsFile := spillEnv(t, quota, 16*miB)
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, env, pooltest.Ops(t),
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t),
 		"N", "6", "4M", "i", "f", "5", "i", "f", "4", "s", "i", "f", "0", "s", "i"))
 	for i, want := range []uint64{0, 0, 0, chunk} {
 		if free, total := out.Num(t, "i", i, 2), out.Num(t, "i", i, 3); free != want || total != quota {
 			t.Errorf("cudaMemGetInfo #%d: free %d total %d, want %d and %d", i, free, total, want, quota)
 		}
 	}
-	r := pooltest.ReportFor(t, res.Stderr, 0)
+	r := harness.ReportFor(t, res.Stderr, 0)
 	if r.Spilled != 0 || r.Live != 3*chunk {
 		t.Errorf("report %+v: want nothing spilled, %d live", r, 3*chunk)
 	}
@@ -283,7 +282,7 @@ func TestFreeSpilled(t *testing.T) {
 	// Stream 1 is held by a host function until the gate opens (g, or the
 	// opener 5 s after G); a write into spilled chunk 2 and a counter (k)
 	// are queued behind it.
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, env, pooltest.Ops(t),
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t),
 		"S", "N", "4", "4M", // chunks 2 and 3 spilled
 		"b", "1", "z", "2", "171", "1", "k", "1", "G", "5000",
 		"F", "2", "1", "K", "f", "3", "g", "y", "1", "s",
@@ -298,8 +297,8 @@ func TestFreeSpilled(t *testing.T) {
 		t.Error("cudaFreeAsync of a spilled chunk waited on the host for the stream's queued work " +
 			"(it returned only when the gate opener released the stream)")
 	}
-	if out.Code(t, "F", 1) != pooltest.ErrInvalidValue || out.Code(t, "f", 1) != pooltest.ErrInvalidValue {
-		t.Errorf("second frees of spilled chunks: %v, want %d", out, pooltest.ErrInvalidValue)
+	if out.Code(t, "F", 1) != harness.ErrInvalidValue || out.Code(t, "f", 1) != harness.ErrInvalidValue {
+		t.Errorf("second frees of spilled chunks: %v, want %d", out, harness.ErrInvalidValue)
 	}
 	if out.Num(t, "V", 0, 1) != 2 || out.Num(t, "V", 0, 2) != 0 {
 		t.Errorf("the device chunks: %v", out)
@@ -307,7 +306,7 @@ func TestFreeSpilled(t *testing.T) {
 	if free := out.Num(t, "i", 0, 2); free != 0 {
 		t.Errorf("cudaMemGetInfo free %d, want 0 (the device chunks fill the quota)", free)
 	}
-	r := pooltest.ReportFor(t, res.Stderr, 0)
+	r := harness.ReportFor(t, res.Stderr, 0)
 	if r.Spilled != 0 || r.SpilledTotal != 2*chunk || r.Live != 2*chunk {
 		t.Errorf("report %+v: want spilled=0 spilled_total=%d live=%d", r, 2*chunk, 2*chunk)
 	}
@@ -340,10 +339,10 @@ func TestSpillFaults(t *testing.T) {
 			env, statsFile := spillEnv(t, quota, 16*miB, "SIMCUDA_FAIL="+tc.fail)
 			// Chunks 0, 1 on the device; then spills; then a free and a
 			// synchronization that let one spilled chunk be promoted.
-			res, out := pooltest.Run(t, pooltest.Shimmed(t, env, pooltest.Ops(t),
+			res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t),
 				"N", "4", "4M", "V", "f", "0", "s", "V", "i"))
 			ok, failed := out.Num(t, "N", 0, 1), out.Num(t, "N", 0, 2)
-			if failed > 1 || (failed == 1 && out.Num(t, "N", 0, 3) != pooltest.ErrMemoryAllocation) {
+			if failed > 1 || (failed == 1 && out.Num(t, "N", 0, 3) != harness.ErrMemoryAllocation) {
 				t.Errorf("allocations under %s: %v, want at most one cudaErrorMemoryAllocation\nstderr: %s", tc.fail, out, res.Stderr)
 			}
 			if tc.mustFail && failed != 1 {
@@ -360,7 +359,7 @@ func TestSpillFaults(t *testing.T) {
 			if total := out.Num(t, "i", 0, 3); total != quota {
 				t.Errorf("cudaMemGetInfo total %d, want %d", total, quota)
 			}
-			r := pooltest.ReportFor(t, res.Stderr, 0)
+			r := harness.ReportFor(t, res.Stderr, 0)
 			if r.Live != (ok-1)*chunk {
 				t.Errorf("report %+v: want live=%d", r, (ok-1)*chunk)
 			}
@@ -389,7 +388,7 @@ func TestCachingAllocator(t *testing.T) {
 	const quota = 64 * miB
 	env, statsFile := spillEnv(t, quota, 64*miB)
 	runtime := filepath.Join(harness.SimcudaDir(t), "libcudart.so.12")
-	res, out := pooltest.Run(t, pooltest.Shimmed(t, env, "python3", "testdata/caching.py", runtime))
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, "python3", "testdata/caching.py", runtime))
 	if out.Count("step") != 5 {
 		t.Fatalf("%v\nstderr: %s", out, res.Stderr)
 	}
@@ -400,7 +399,7 @@ func TestCachingAllocator(t *testing.T) {
 	if free, total := out.Num(t, "done", 0, 3), out.Num(t, "done", 0, 4); total != quota || free != quota-weights {
 		t.Errorf("cudaMemGetInfo at the end: free %d total %d, want %d and %d", free, total, quota-weights, quota)
 	}
-	r := pooltest.ReportFor(t, res.Stderr, 0)
+	r := harness.ReportFor(t, res.Stderr, 0)
 	// 10 activations of 4 MiB, then 12 weights of 4 MiB: 6 fit, 6 spill.
 	if r.Live != weights || r.Spilled != 0 || r.Promoted != 6*chunk || r.SpilledTotal < 6*chunk {
 		t.Errorf("report %+v: want live=%d, nothing spilled, the 6 spilled weights (%d bytes) promoted",
@@ -417,18 +416,18 @@ func TestCachingAllocator(t *testing.T) {
 // TestBadSpillVariables: invalid oversubscription settings are one clear
 // error line, and allocations fail.
 func TestBadSpillVariables(t *testing.T) {
-	prog := pooltest.Ops(t)
+	prog := harness.Ops(t)
 	for _, env := range []string{
 		"SPILLWAY_OVERSUBSCRIBE=yes", "SPILLWAY_SPILL=disk", "SPILLWAY_SPILL=",
 		"SPILLWAY_HOST_LIMIT=lots", "SPILLWAY_HOST_LIMIT=0", "SPILLWAY_HOST_LIMIT=-1GiB",
 	} {
 		t.Run(env, func(t *testing.T) {
-			res, out := pooltest.Run(t, pooltest.Shimmed(t,
+			res, out := harness.RunOK(t, harness.Shimmed(t,
 				[]string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_OVERSUBSCRIBE=1", env}, prog, "m", "4K"))
-			if out.Code(t, "m", 0) != pooltest.ErrInitialization {
-				t.Errorf("allocation returned %v, want %d (cudaErrorInitializationError)", out, pooltest.ErrInitialization)
+			if out.Code(t, "m", 0) != harness.ErrInitialization {
+				t.Errorf("allocation returned %v, want %d (cudaErrorInitializationError)", out, harness.ErrInitialization)
 			}
-			pooltest.CheckConfigError(t, res.Stderr, env)
+			harness.CheckConfigError(t, res.Stderr, env)
 		})
 	}
 }

@@ -1,4 +1,4 @@
-package pooltest
+package harness
 
 import (
 	"strings"
