@@ -5,7 +5,7 @@
  * (quotas, the pool, spilling) and fires the probe points itself, at the
  * events, while a tracer holds the probe semaphore (probes.h). Pointers and
  * streams cross as integers.
- * Every entry point returns a cudaError_t value.
+ * Every entry point but spillway_core_abi returns a cudaError_t value.
  */
 #ifndef SPILLWAY_CORE_ABI_H
 #define SPILLWAY_CORE_ABI_H
@@ -22,8 +22,20 @@
  */
 #define SPILLWAY_PER_THREAD_BIT (1ull << 63)
 
+/*
+ * The version of this interface. The front and the core are separate
+ * objects that must come from the same build: raise it with any change the
+ * other side would notice (an entry point's signature, a table's layout).
+ * The front asks the core for its version before anything else, and passes
+ * its own to spillway_core_init, so each side refuses the other's.
+ */
+#define SPILLWAY_CORE_ABI 1
+
 /* Entry points, looked up by the front with dlsym. */
-typedef int32_t (*spillway_core_init_fn)(const struct spillway_real *real,
+/* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */
+typedef int32_t (*spillway_core_abi_fn)(void);
+/* abi is the front's SPILLWAY_CORE_ABI; the core refuses another. */
+typedef int32_t (*spillway_core_init_fn)(int32_t abi, const struct spillway_real *real,
                                          const struct spillway_probes *probes);
 typedef int32_t (*spillway_core_malloc_fn)(int32_t device, uint64_t size, uint64_t *ptr);
 typedef int32_t (*spillway_core_malloc_managed_fn)(int32_t device, uint64_t size, uint32_t flags,

@@ -33,8 +33,14 @@ var theCore atomic.Pointer[core]
 
 // start is the first call into the core; the front makes it exactly once,
 // before any other entry point. Configuration is read here, never in init.
-func start(real, probes unsafe.Pointer) interpose.Error {
+// frontABI is the front's ABI version: a front from another build passes
+// tables and arguments this core would misread.
+func start(frontABI int32, real, probes unsafe.Pointer) interpose.Error {
 	c := &core{log: newLogger(os.Stderr, config.FormatText, config.LevelWarn)}
+	if err := checkABI(frontABI); err != nil {
+		c.log.Errorf("cannot start: %v", err)
+		return interpose.ErrorInitialization
+	}
 	rt, err := interpose.NewRuntime(real)
 	if err != nil {
 		c.log.Errorf("cannot start: %v", err)
@@ -61,6 +67,14 @@ func start(real, probes unsafe.Pointer) interpose.Error {
 	c.log.Debugf("started: memory limit %s, per-device limits %v, pool %v, oversubscribe %v", cfg.MemoryLimit, cfg.DeviceLimits, cfg.Pool, cfg.Oversubscribe)
 	theCore.Store(c)
 	return interpose.Success
+}
+
+// checkABI refuses a front whose ABI version is not this core's.
+func checkABI(frontABI int32) error {
+	if frontABI != abiVersion {
+		return fmt.Errorf("the front (libspillway.so) has ABI version %d and this core has %d: libspillway.so and libspillway-core.so must come from the same build", frontABI, abiVersion)
+	}
+	return nil
 }
 
 // running returns the started core. The front calls no other entry point

@@ -15,10 +15,16 @@ import (
 // Every entry point recovers from panics: a panic becomes a CUDA error and
 // a log line, never a crash of the host.
 
+// abiVersion is abi.h's SPILLWAY_CORE_ABI, which the front must share.
+const abiVersion = C.SPILLWAY_CORE_ABI
+
+//export spillway_core_abi
+func spillway_core_abi() C.int32_t { return abiVersion }
+
 //export spillway_core_init
-func spillway_core_init(real *C.struct_spillway_real, probes *C.struct_spillway_probes) (rc C.int32_t) {
+func spillway_core_init(abi C.int32_t, real *C.struct_spillway_real, probes *C.struct_spillway_probes) (rc C.int32_t) {
 	defer recoverTo(&rc, "init")
-	return C.int32_t(start(unsafe.Pointer(real), unsafe.Pointer(probes)))
+	return C.int32_t(start(int32(abi), unsafe.Pointer(real), unsafe.Pointer(probes)))
 }
 
 //export spillway_core_malloc

@@ -19,8 +19,9 @@
  *     is served here (passed through, remembered in a small ledger that the
  *     core adopts), so a call from a library constructor cannot deadlock;
  *   - when SPILLWAY_DISABLE=1 (pure pass-through).
- * If the core cannot be loaded, one line says why and how to fix it; with a
- * quota configured, allocations then fail instead of running unlimited.
+ * If the core cannot be loaded, or comes from another build (its ABI version,
+ * abi.h, differs), one line says why and how to fix it; with a quota
+ * configured, allocations then fail instead of running unlimited.
  * cudaDeviceSynchronize and cudaStreamDestroy are interposed for the pool's
  * sake only: they reach the core once it runs and never load it. The
  * per-thread default stream crosses as a per-thread identity (abi.h). Once
@@ -324,20 +325,49 @@ static int quota_configured(void)
     return 0;
 }
 
+/* What interposed calls do while there is no core (slow_route's FAILED case), for the log. */
+static const char *without_core(void)
+{
+    return quota_configured() ? "interposed allocations fail (a quota is configured)"
+                              : "calls pass through to CUDA unaccounted";
+}
+
+/* This object's path, or NULL. */
+static const char *front_path(void)
+{
+    Dl_info self;
+    return dladdr((const void *)front_path, &self) ? self.dli_fname : NULL;
+}
+
 static int core_path(char *out, size_t n)
 {
     const char *env = getenv("SPILLWAY_CORE");
     if (env && *env)
         return snprintf(out, n, "%s", env) < (int)n ? 0 : -1;
-    Dl_info self;
-    if (!dladdr((const void *)core_path, &self) || !self.dli_fname)
+    const char *self = front_path();
+    if (!self)
         return -1;
-    const char *slash = strrchr(self.dli_fname, '/');
-    int dir = slash ? (int)(slash - self.dli_fname) : 1;
-    return snprintf(out, n, "%.*s/libspillway-core.so", dir, slash ? self.dli_fname : ".") <
-                   (int)n
-               ? 0
-               : -1;
+    const char *slash = strrchr(self, '/');
+    int dir = slash ? (int)(slash - self) : 1;
+    return snprintf(out, n, "%.*s/libspillway-core.so", dir, slash ? self : ".") < (int)n ? 0
+                                                                                           : -1;
+}
+
+/* Checks the core's ABI version before anything else is looked up or called in it. */
+static int same_abi(void *h, const char *path)
+{
+    spillway_core_abi_fn abi = (spillway_core_abi_fn)dlsym(h, "spillway_core_abi");
+    int32_t version = abi ? abi() : 0;
+    if (abi && version == SPILLWAY_CORE_ABI)
+        return 1;
+    char core_abi[32] = "no ABI version";
+    if (abi)
+        snprintf(core_abi, sizeof core_abi, "ABI version %d", version);
+    const char *self = front_path();
+    log_line("the core %s has %s and the front %s has ABI version %d: libspillway.so and "
+             "libspillway-core.so must come from the same build; until then %s",
+             path, core_abi, self ? self : "libspillway.so", SPILLWAY_CORE_ABI, without_core());
+    return 0;
 }
 
 static void *entry(void *h, const char *name, int *missing)
@@ -360,11 +390,11 @@ static int open_core(void)
         log_line("cannot load the core %s: %s; if the error is 'cannot allocate memory in static "
                  "TLS block', set GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 (spillway "
                  "run does); until then %s",
-                 path, dlerror(),
-                 quota_configured() ? "interposed allocations fail (a quota is configured)"
-                                    : "calls pass through to CUDA unaccounted");
+                 path, dlerror(), without_core());
         return -1;
     }
+    if (!same_abi(h, path))
+        return -1;
     int missing = 0;
     spillway_core_init_fn init = (spillway_core_init_fn)entry(h, "spillway_core_init", &missing);
     core.malloc = (spillway_core_malloc_fn)entry(h, "spillway_core_malloc", &missing);
@@ -393,7 +423,7 @@ static int open_core(void)
     }
     for (size_t i = 0; i < sizeof real_names / sizeof real_names[0]; i++)
         resolve((int)i); /* optional ones may stay NULL; the core checks */
-    int32_t rc = init(&real, &probes);
+    int32_t rc = init(SPILLWAY_CORE_ABI, &real, &probes);
     if (rc != 0) {
         log_line("the core %s refused to start (error %d)", path, rc);
         return -1;

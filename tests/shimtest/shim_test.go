@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strconv"
@@ -490,6 +491,68 @@ func TestCoreLoadFailure(t *testing.T) {
 	_, out = harness.RunOK(t, harness.Shimmed(t, []string{missing}, prog, "m", "4K"))
 	if out.Code(t, "m", 0) != 0 {
 		t.Errorf("without a quota and no core, calls pass through: %v", out)
+	}
+}
+
+// frontABI reads SPILLWAY_CORE_ABI, the front's and the core's ABI version, from abi.h.
+func frontABI(t *testing.T) int {
+	t.Helper()
+	header, err := os.ReadFile(filepath.Join(harness.Root(t), "shim", "core", "abi.h"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^#define SPILLWAY_CORE_ABI (\d+)$`).FindSubmatch(header)
+	if m == nil {
+		t.Fatal("abi.h defines no SPILLWAY_CORE_ABI")
+	}
+	v, err := strconv.Atoi(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// A core from another build is refused as a core that cannot be loaded is:
+// one line naming both versions and both objects, then pass-through, or
+// failed allocations under a quota. Its entry points abort if called.
+func TestCoreFromAnotherBuild(t *testing.T) {
+	version := frontABI(t)
+	prog := cudaops(t)
+	for _, tc := range []struct {
+		name     string
+		flags    []string
+		coreSays string
+	}{
+		{"other version", []string{fmt.Sprintf("-DOTHER_ABI=%d", version+1)}, fmt.Sprintf("has ABI version %d", version+1)},
+		{"no version", []string{"-DNO_ABI"}, "has no ABI version"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			core := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/othercore.c"}, Shared: true, Flags: tc.flags})
+			want := []string{core + " " + tc.coreSays, fmt.Sprintf("the front %s has ABI version %d", harness.Front(t), version), "same build"}
+
+			res, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_CORE=" + core, "SPILLWAY_MEMORY_LIMIT=1GiB"}, prog, "m", "4K", "m", "4K"))
+			if out.Code(t, "m", 0) != harness.ErrInitialization || out.Code(t, "m", 1) != harness.ErrInitialization {
+				t.Errorf("with a quota and a core from another build, allocations must fail: %v", out)
+			}
+			lines := nonEmptyLines(res.Stderr)
+			if len(lines) != 1 {
+				t.Fatalf("want one line, got %q", res.Stderr)
+			}
+			for _, w := range append(want, "interposed allocations fail") {
+				if !strings.Contains(lines[0], w) {
+					t.Errorf("%q does not say %q", lines[0], w)
+				}
+			}
+
+			res, out = harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_CORE=" + core}, prog, "m", "4K", "i"))
+			if out.Code(t, "m", 0) != 0 || out.Code(t, "i", 0) != 0 {
+				t.Errorf("without a quota and a core from another build, calls pass through: %v", out)
+			}
+			lines = nonEmptyLines(res.Stderr)
+			if len(lines) != 1 || !strings.Contains(lines[0], "pass through to CUDA unaccounted") {
+				t.Errorf("want one line saying calls pass through, got %q", res.Stderr)
+			}
+		})
 	}
 }
 
