@@ -545,6 +545,8 @@ SIM_API CUresult cuCtxSynchronize(void)
 
 	ENTER(ENTER_INIT);
 	CUresult rc = sim_current_device(&dev);
+	if (rc == CUDA_SUCCESS)
+		rc = capture_check_unsafe(); /* unsafe during stream capture */
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	return stream_sync_device(dev);
@@ -597,6 +599,14 @@ static const struct {
 	{CUDA_ERROR_NOT_PERMITTED, "CUDA_ERROR_NOT_PERMITTED", "operation not permitted"},
 	{CUDA_ERROR_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
 	{CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED", "operation not permitted when stream is capturing"},
+	{CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "operation failed due to a previous error during capture"},
+	{CUDA_ERROR_STREAM_CAPTURE_MERGE, "CUDA_ERROR_STREAM_CAPTURE_MERGE", "operation would result in a merge of separate capture sequences"},
+	{CUDA_ERROR_STREAM_CAPTURE_UNMATCHED, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED", "capture was not ended in the same stream as it began"},
+	{CUDA_ERROR_STREAM_CAPTURE_UNJOINED, "CUDA_ERROR_STREAM_CAPTURE_UNJOINED", "capturing stream has unjoined work"},
+	{CUDA_ERROR_STREAM_CAPTURE_ISOLATION, "CUDA_ERROR_STREAM_CAPTURE_ISOLATION", "dependency created on uncaptured work in another stream"},
+	{CUDA_ERROR_STREAM_CAPTURE_IMPLICIT, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", "operation would make the legacy stream depend on a capturing blocking stream"},
+	{CUDA_ERROR_CAPTURED_EVENT, "CUDA_ERROR_CAPTURED_EVENT", "operation not permitted on an event last recorded in a capturing stream"},
+	{CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD", "attempt to terminate a thread-local capture sequence from another thread"},
 	{CUDA_ERROR_UNKNOWN, "CUDA_ERROR_UNKNOWN", "unknown error"},
 };
 
@@ -750,6 +760,17 @@ static const struct proc procs[] = {
 	P("cuEventElapsedTime", 2000, cuEventElapsedTime),
 	P("cuEventDestroy", 4000, cuEventDestroy_v2),
 	PT("cuLaunchHostFunc", 10000, cuLaunchHostFunc, cuLaunchHostFunc_ptsz),
+	/* Stream capture and graphs (streams.c). */
+	PT("cuStreamBeginCapture", 10010, cuStreamBeginCapture_v2, cuStreamBeginCapture_v2_ptsz),
+	PT("cuStreamEndCapture", 10000, cuStreamEndCapture, cuStreamEndCapture_ptsz),
+	PT("cuStreamIsCapturing", 10000, cuStreamIsCapturing, cuStreamIsCapturing_ptsz),
+	PT("cuStreamGetCaptureInfo", 11030, cuStreamGetCaptureInfo_v2, cuStreamGetCaptureInfo_v2_ptsz),
+	P("cuThreadExchangeStreamCaptureMode", 10010, cuThreadExchangeStreamCaptureMode),
+	P("cuGraphInstantiateWithFlags", 11040, cuGraphInstantiateWithFlags),
+	P("cuGraphInstantiate", 12000, cuGraphInstantiateWithFlags),
+	PT("cuGraphLaunch", 10000, cuGraphLaunch, cuGraphLaunch_ptsz),
+	P("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
+	P("cuGraphDestroy", 10000, cuGraphDestroy),
 };
 
 static CUresult proc_address(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

@@ -159,6 +159,7 @@ struct op {
 	uint64_t event_id;
 	struct alloc *alloc;
 	int location;
+	uintptr_t src_addr; /* a copy's source as given, before staging (graph nodes re-read it) */
 };
 
 struct CUstream_st {
@@ -172,6 +173,10 @@ struct CUstream_st {
 	uint64_t submitted, completed;
 	pthread_cond_t wake;
 	struct CUstream_st *next;
+	/* Stream capture (streams.c): the sequence this stream records into, or NULL. */
+	struct capture *capture;
+	struct CUgraphNode_st *cap_last; /* its latest node: what the next one depends on */
+	int cap_unjoined; /* it recorded work that no other stream of the capture waited for */
 };
 
 struct CUevent_st {
@@ -184,6 +189,10 @@ struct CUevent_st {
 	uint64_t seq;               /* of the latest record's operation */
 	double done_ms;             /* CLOCK_MONOTONIC at completion */
 	struct CUevent_st *next;
+	/* The capture sequence of the latest record when it was recorded during capture, or NULL. */
+	struct capture *capture;
+	struct CUstream_st *cap_stream;  /* the capturing stream it was recorded on */
+	struct CUgraphNode_st *cap_node; /* that stream's latest node at the record */
 };
 
 /* Runs a copy, memset, prefetch or stream-ordered free on a worker of a stream of device. */
@@ -200,5 +209,18 @@ struct op *op_new(enum op_type type);
 void op_free(struct op *op);
 /* Makes op, not yet submitted, wait for operation seq of stream s; -1 when out of memory. */
 int op_add_dep(struct op *op, struct CUstream_st *s, uint64_t seq);
+
+/*
+ * Stream capture (streams.c). capture_check_unsafe: entry of every
+ * potentially unsafe call (synchronous allocation and free, context
+ * synchronisation): CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, invalidating the
+ * captures that forbid it, when the calling thread's capture mode forbids it.
+ * With sim.lock held: capture_alloc_refused answers whether an allocation on
+ * s may proceed (CUDA_ERROR_STREAM_CAPTURE_INVALIDATED when its capture is);
+ * capture_alloc records a cuMemAllocAsync made on a capturing stream.
+ */
+CUresult capture_check_unsafe(void);
+CUresult capture_alloc_refused(const struct CUstream_st *s);
+CUresult capture_alloc(struct CUstream_st *s, struct alloc *a);
 
 #endif

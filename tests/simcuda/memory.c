@@ -417,6 +417,8 @@ static CUresult alloc_current(CUdeviceptr *dptr, size_t size, enum alloc_kind ki
 	int dev;
 	CUresult rc = sim_current_device(&dev);
 
+	if (rc == CUDA_SUCCESS)
+		rc = capture_check_unsafe(); /* not stream-ordered: unsafe during stream capture */
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	if (kind == ALLOC_DEVICE)
@@ -518,6 +520,10 @@ static CUresult free_stream_ordered(struct alloc *a)
  */
 static CUresult free_synchronized(uintptr_t addr, unsigned int kinds_mask)
 {
+	CUresult check = capture_check_unsafe(); /* may synchronise: unsafe during stream capture */
+
+	if (check != CUDA_SUCCESS)
+		return check;
 	for (;;) {
 		pthread_mutex_lock(&sim.lock);
 		struct alloc *a = mem_find(addr);
@@ -634,7 +640,9 @@ SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
 /* Whether a is pool memory of stream s's device whose stream-ordered free is still queued. */
 static int queued_pool_free(const struct alloc *a, const struct CUstream_st *s)
 {
-	return a->free_pending && a->stream_ordered && a->device == s->device && a->charge > 0;
+	/* A free recorded by stream capture (free_stream NULL) is not queued anywhere. */
+	return a->free_pending && a->stream_ordered && a->device == s->device && a->charge > 0 &&
+	       a->free_stream != NULL;
 }
 
 /*
@@ -724,13 +732,19 @@ SIM_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hS
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	mem_refresh_others(s->device);
 	pthread_mutex_lock(&sim.lock);
-	rc = mem_alloc(s->device, bytesize, ALLOC_DEVICE, 0, &a);
+	rc = capture_alloc_refused(s);
+	if (rc == CUDA_SUCCESS)
+		rc = mem_alloc(s->device, bytesize, ALLOC_DEVICE, 0, &a);
 	if (rc == CUDA_ERROR_OUT_OF_MEMORY)
 		rc = alloc_from_queued_frees(s, bytesize, wait, &a);
 	if (rc == CUDA_SUCCESS) {
 		a->stream_ordered = 1;
-		*dptr = a->base;
+		rc = capture_alloc(s, a); /* on a capturing stream: an allocation node */
+		if (rc != CUDA_SUCCESS)
+			mem_release(a);
 	}
+	if (rc == CUDA_SUCCESS)
+		*dptr = a->base;
 	pthread_mutex_unlock(&sim.lock);
 	if (rc != CUDA_SUCCESS || wait->ndeps == 0) {
 		op_free(wait);
@@ -804,6 +818,7 @@ static CUresult copy(uintptr_t dst, uintptr_t src, size_t len, CUstream hStream,
 		return rc;
 	}
 	op->len = len;
+	op->src_addr = src;
 	if (op->src.a == NULL) {
 		op->staging = malloc(len);
 		if (op->staging == NULL) {

@@ -40,7 +40,12 @@
 	X(cudaStreamDestroy) X(cudaStreamSynchronize) X(cudaStreamQuery)                    \
 	X(cudaStreamWaitEvent) X(cudaEventCreate) X(cudaEventCreateWithFlags)               \
 	X(cudaEventRecord) X(cudaEventQuery) X(cudaEventSynchronize)                        \
-	X(cudaEventElapsedTime) X(cudaEventDestroy) X(cudaLaunchHostFunc)
+	X(cudaEventElapsedTime) X(cudaEventDestroy) X(cudaLaunchHostFunc)                   \
+	X(cudaStreamBeginCapture) X(cudaStreamEndCapture) X(cudaStreamIsCapturing)          \
+	X(cudaStreamGetCaptureInfo) X(cudaStreamGetCaptureInfo_v2)                          \
+	X(cudaThreadExchangeStreamCaptureMode) X(cudaGraphInstantiate)                      \
+	X(cudaGraphInstantiateWithFlags) X(cudaGraphLaunch) X(cudaGraphExecDestroy)         \
+	X(cudaGraphDestroy) X(cudaGetDriverEntryPoint) X(cudaGetDriverEntryPointByVersion)
 
 #define API_ID(name) API_##name,
 enum { RUNTIME_APIS(API_ID) API_COUNT };
@@ -100,6 +105,19 @@ static struct {
 	CUresult (*EventElapsedTime)(float *, CUevent, CUevent);
 	CUresult (*EventDestroy)(CUevent);
 	CUresult (*LaunchHostFunc)(CUstream, CUhostFn, void *);
+	CUresult (*StreamBeginCapture)(CUstream, CUstreamCaptureMode);
+	CUresult (*StreamEndCapture)(CUstream, CUgraph *);
+	CUresult (*StreamIsCapturing)(CUstream, CUstreamCaptureStatus *);
+	CUresult (*StreamGetCaptureInfo)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *,
+					 const CUgraphNode **, size_t *);
+	CUresult (*ThreadExchangeStreamCaptureMode)(CUstreamCaptureMode *);
+	CUresult (*GraphInstantiate)(CUgraphExec *, CUgraph, unsigned long long);
+	CUresult (*GraphLaunch)(CUgraphExec, CUstream);
+	CUresult (*GraphExecDestroy)(CUgraphExec);
+	CUresult (*GraphDestroy)(CUgraph);
+	/* Kept for cudaGetDriverEntryPoint. */
+	CUresult (*GetProcAddress)(const char *, void **, int, cuuint64_t,
+				   CUdriverProcAddressQueryResult *);
 } drv;
 
 #define DRV(base, field) {base, (void **)&drv.field}
@@ -133,6 +151,12 @@ static const struct {
 	DRV("cuEventQuery", EventQuery), DRV("cuEventSynchronize", EventSynchronize),
 	DRV("cuEventElapsedTime", EventElapsedTime), DRV("cuEventDestroy", EventDestroy),
 	DRV("cuLaunchHostFunc", LaunchHostFunc),
+	DRV("cuStreamBeginCapture", StreamBeginCapture), DRV("cuStreamEndCapture", StreamEndCapture),
+	DRV("cuStreamIsCapturing", StreamIsCapturing),
+	DRV("cuStreamGetCaptureInfo", StreamGetCaptureInfo),
+	DRV("cuThreadExchangeStreamCaptureMode", ThreadExchangeStreamCaptureMode),
+	DRV("cuGraphInstantiateWithFlags", GraphInstantiate), DRV("cuGraphLaunch", GraphLaunch),
+	DRV("cuGraphExecDestroy", GraphExecDestroy), DRV("cuGraphDestroy", GraphDestroy),
 };
 
 static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -176,6 +200,15 @@ static cudaError_t from_driver(CUresult rc)
 	case CUDA_ERROR_LAUNCH_FAILED: return cudaErrorLaunchFailure;
 	case CUDA_ERROR_NOT_PERMITTED: return cudaErrorNotPermitted;
 	case CUDA_ERROR_NOT_SUPPORTED: return cudaErrorNotSupported;
+	case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED: return cudaErrorStreamCaptureUnsupported;
+	case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: return cudaErrorStreamCaptureInvalidated;
+	case CUDA_ERROR_STREAM_CAPTURE_MERGE: return cudaErrorStreamCaptureMerge;
+	case CUDA_ERROR_STREAM_CAPTURE_UNMATCHED: return cudaErrorStreamCaptureUnmatched;
+	case CUDA_ERROR_STREAM_CAPTURE_UNJOINED: return cudaErrorStreamCaptureUnjoined;
+	case CUDA_ERROR_STREAM_CAPTURE_ISOLATION: return cudaErrorStreamCaptureIsolation;
+	case CUDA_ERROR_STREAM_CAPTURE_IMPLICIT: return cudaErrorStreamCaptureImplicit;
+	case CUDA_ERROR_CAPTURED_EVENT: return cudaErrorCapturedEvent;
+	case CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD: return cudaErrorStreamCaptureWrongThread;
 	default: return cudaErrorUnknown;
 	}
 }
@@ -219,6 +252,7 @@ static cudaError_t load_driver(void)
 	*(void **)&get_proc = dlsym(lib, "cuGetProcAddress_v2");
 	if (get_proc == NULL)
 		return cudaErrorInsufficientDriver;
+	drv.GetProcAddress = get_proc;
 	for (size_t i = 0; i < sizeof(drv_symbols) / sizeof(drv_symbols[0]); i++) {
 		CUdriverProcAddressQueryResult status;
 		CUresult rc = get_proc(drv_symbols[i].name, drv_symbols[i].slot, CUDART_VERSION,
@@ -559,6 +593,14 @@ static const struct {
 	{cudaErrorNotPermitted, "cudaErrorNotPermitted", "operation not permitted"},
 	{cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
 	{cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported", "operation not permitted when stream is capturing"},
+	{cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated", "operation failed due to a previous error during capture"},
+	{cudaErrorStreamCaptureMerge, "cudaErrorStreamCaptureMerge", "operation would result in a merge of separate capture sequences"},
+	{cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched", "capture was not ended in the same stream as it began"},
+	{cudaErrorStreamCaptureUnjoined, "cudaErrorStreamCaptureUnjoined", "capturing stream has unjoined work"},
+	{cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation", "dependency created on uncaptured work in another stream"},
+	{cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit", "operation would make the legacy stream depend on a capturing blocking stream"},
+	{cudaErrorCapturedEvent, "cudaErrorCapturedEvent", "operation not permitted on an event last recorded in a capturing stream"},
+	{cudaErrorStreamCaptureWrongThread, "cudaErrorStreamCaptureWrongThread", "attempt to terminate a thread-local capture sequence from another thread"},
 	{cudaErrorUnknown, "cudaErrorUnknown", "unknown error"},
 };
 
@@ -863,4 +905,148 @@ RT_API cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void
 {
 	ENTER(cudaLaunchHostFunc, NEED_CONTEXT);
 	return DRIVER(drv.LaunchHostFunc(stream, fn, userData));
+}
+
+/* ---- stream capture and graphs ---- */
+
+RT_API cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+	ENTER(cudaStreamBeginCapture, NEED_CONTEXT);
+	return DRIVER(drv.StreamBeginCapture(stream, (CUstreamCaptureMode)mode));
+}
+
+RT_API cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+	ENTER(cudaStreamEndCapture, NEED_CONTEXT);
+	return DRIVER(drv.StreamEndCapture(stream, pGraph));
+}
+
+RT_API cudaError_t cudaStreamIsCapturing(cudaStream_t stream,
+					 enum cudaStreamCaptureStatus *pCaptureStatus)
+{
+	ENTER(cudaStreamIsCapturing, NEED_CONTEXT);
+	return DRIVER(drv.StreamIsCapturing(stream, (CUstreamCaptureStatus *)pCaptureStatus));
+}
+
+static cudaError_t capture_info(cudaStream_t stream, enum cudaStreamCaptureStatus *status,
+				unsigned long long *id, cudaGraph_t *graph,
+				const cudaGraphNode_t **deps, size_t *ndeps)
+{
+	return DRIVER(drv.StreamGetCaptureInfo(stream, (CUstreamCaptureStatus *)status,
+					       (cuuint64_t *)id, graph, deps, ndeps));
+}
+
+RT_API cudaError_t cudaStreamGetCaptureInfo(cudaStream_t stream,
+					    enum cudaStreamCaptureStatus *captureStatus_out,
+					    unsigned long long *id_out, cudaGraph_t *graph_out,
+					    const cudaGraphNode_t **dependencies_out,
+					    size_t *numDependencies_out)
+{
+	ENTER(cudaStreamGetCaptureInfo, NEED_CONTEXT);
+	return capture_info(stream, captureStatus_out, id_out, graph_out, dependencies_out,
+			    numDependencies_out);
+}
+
+RT_API cudaError_t cudaStreamGetCaptureInfo_v2(cudaStream_t stream,
+					       enum cudaStreamCaptureStatus *captureStatus_out,
+					       unsigned long long *id_out, cudaGraph_t *graph_out,
+					       const cudaGraphNode_t **dependencies_out,
+					       size_t *numDependencies_out)
+{
+	ENTER(cudaStreamGetCaptureInfo_v2, NEED_CONTEXT);
+	return capture_info(stream, captureStatus_out, id_out, graph_out, dependencies_out,
+			    numDependencies_out);
+}
+
+RT_API cudaError_t cudaThreadExchangeStreamCaptureMode(enum cudaStreamCaptureMode *mode)
+{
+	ENTER(cudaThreadExchangeStreamCaptureMode, NEED_DRIVER);
+	return DRIVER(drv.ThreadExchangeStreamCaptureMode((CUstreamCaptureMode *)mode));
+}
+
+RT_API cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+					unsigned long long flags)
+{
+	ENTER(cudaGraphInstantiate, NEED_CONTEXT);
+	return DRIVER(drv.GraphInstantiate(pGraphExec, graph, flags));
+}
+
+RT_API cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+						 unsigned long long flags)
+{
+	ENTER(cudaGraphInstantiateWithFlags, NEED_CONTEXT);
+	return DRIVER(drv.GraphInstantiate(pGraphExec, graph, flags));
+}
+
+RT_API cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream)
+{
+	ENTER(cudaGraphLaunch, NEED_CONTEXT);
+	return DRIVER(drv.GraphLaunch(graphExec, stream));
+}
+
+RT_API cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+{
+	ENTER(cudaGraphExecDestroy, NEED_CONTEXT);
+	return DRIVER(drv.GraphExecDestroy(graphExec));
+}
+
+RT_API cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+	ENTER(cudaGraphDestroy, NEED_CONTEXT);
+	return DRIVER(drv.GraphDestroy(graph));
+}
+
+/* ---- driver entry points ---- */
+
+/*
+ * Both go to the driver's cuGetProcAddress with the flags translated:
+ * cudaEnableDefault means this runtime's default stream, the legacy one
+ * (it has no per-thread entry points). A symbol the driver lacks, or lacks
+ * at that version, is not an error: funcPtr is NULL and driverStatus says why.
+ */
+static cudaError_t driver_entry_point(const char *symbol, void **funcPtr, int version,
+				      unsigned long long flags,
+				      enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+	cuuint64_t cu_flags;
+	CUdriverProcAddressQueryResult status;
+
+	switch (flags) {
+	case cudaEnableDefault:
+	case cudaEnableLegacyStream: cu_flags = CU_GET_PROC_ADDRESS_LEGACY_STREAM; break;
+	case cudaEnablePerThreadDefaultStream:
+		cu_flags = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+		break;
+	default: return done(cudaErrorInvalidValue);
+	}
+	if (symbol == NULL || funcPtr == NULL)
+		return done(cudaErrorInvalidValue);
+	CUresult rc = drv.GetProcAddress(symbol, funcPtr, version, cu_flags, &status);
+	if (rc != CUDA_SUCCESS)
+		return DRIVER(rc);
+	if (driverStatus != NULL)
+		*driverStatus = status == CU_GET_PROC_ADDRESS_SUCCESS ? cudaDriverEntryPointSuccess
+				: status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT
+					? cudaDriverEntryPointVersionNotSufficent
+					: cudaDriverEntryPointSymbolNotFound;
+	return cudaSuccess;
+}
+
+RT_API cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr,
+					   unsigned long long flags,
+					   enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+	ENTER(cudaGetDriverEntryPoint, NEED_DRIVER);
+	return driver_entry_point(symbol, funcPtr, CUDART_VERSION, flags, driverStatus);
+}
+
+RT_API cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
+						    unsigned int cudaVersion,
+						    unsigned long long flags,
+						    enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+	ENTER(cudaGetDriverEntryPointByVersion, NEED_DRIVER);
+	if (cudaVersion > INT32_MAX)
+		return done(cudaErrorInvalidValue);
+	return driver_entry_point(symbol, funcPtr, (int)cudaVersion, flags, driverStatus);
 }

@@ -11,6 +11,12 @@
  *    it to the legacy stream; non-blocking streams wait for nothing.
  * Streams and events are never freed, only marked destroyed, so a pending
  * dependency or a late lookup can never touch freed memory.
+ *
+ * Stream capture: work submitted to a capturing stream is recorded as a
+ * graph node instead of being queued (stream_submit), and cuGraphLaunch
+ * submits the nodes again, in recording order, to the launch stream. The
+ * rules CUDA documents for capture (modes, forbidden calls, invalidation,
+ * cross-stream joins) are enforced here; README.md lists what differs.
  */
 #define _GNU_SOURCE
 #include "driver.h"
@@ -25,6 +31,14 @@
 
 __thread int sim_in_host_fn;
 static __thread struct CUstream_st *per_thread_stream[SIMCUDA_MAX_DEVICES];
+
+/* Stream capture, below; all but capture_forbids_wait with sim.lock held. */
+static CUresult capture_record(struct CUstream_st *s, struct op *op);
+static int capture_implicit(int device);
+static CUresult capture_forbids_wait(struct CUstream_st *s);
+static CUresult capture_wait(struct CUstream_st *s, struct CUevent_st *e, unsigned int flags,
+			     int *captured);
+static CUresult captured_event(struct CUevent_st *e);
 
 struct op *op_new(enum op_type type)
 {
@@ -204,6 +218,20 @@ CUresult stream_submit(struct CUstream_st *s, struct op *op, uint64_t *seq)
 		op_free(op);
 		return CUDA_ERROR_INVALID_HANDLE;
 	}
+	if (s->capture != NULL) { /* recorded, not run: there is nothing to wait for */
+		CUresult rc = capture_record(s, op);
+		pthread_mutex_unlock(&sim.lock);
+		op_free(op);
+		if (seq != NULL)
+			*seq = 0;
+		return rc;
+	}
+	/* The legacy stream would wait for a capturing blocking stream: CUDA forbids it. */
+	if (s->legacy && capture_implicit(s->device)) {
+		pthread_mutex_unlock(&sim.lock);
+		op_free(op);
+		return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+	}
 	if (s->legacy) {
 		for (struct CUstream_st *t = sim.streams; t != NULL && !err; t = t->next)
 			if (t != s && t->device == s->device && !(t->flags & CU_STREAM_NON_BLOCKING) &&
@@ -224,6 +252,7 @@ CUresult stream_submit(struct CUstream_st *s, struct op *op, uint64_t *seq)
 		op->event_id = ++op->event->record_id;
 		op->event->stream = s;
 		op->event->seq = op->seq;
+		op->event->capture = NULL; /* recorded outside capture again */
 	}
 	if (op->type == OP_FREE) { /* where the free sits, for the pool's reuse (memory.c) */
 		op->alloc->free_stream = s;
@@ -314,6 +343,9 @@ SIM_API CUresult cuStreamSynchronize(CUstream hStream)
 	CUresult rc = stream_lookup(hStream, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	rc = capture_forbids_wait(s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
 	if (s->legacy) {
 		/* A marker on the legacy stream also waits for the blocking streams' work. */
 		struct op *op = op_new(OP_BARRIER);
@@ -337,6 +369,9 @@ SIM_API CUresult cuStreamQuery(CUstream hStream)
 
 	ENTER(ENTER_INIT);
 	CUresult rc = stream_lookup(hStream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = capture_forbids_wait(s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	pthread_mutex_lock(&sim.lock);
@@ -374,7 +409,6 @@ SIM_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
 	struct CUstream_st *s;
 
 	ENTER(ENTER_INIT);
-	/* There is no stream capture, so an external wait is an ordinary one. */
 	if (Flags & ~(unsigned)CU_EVENT_WAIT_EXTERNAL)
 		return CUDA_ERROR_INVALID_VALUE;
 	CUresult rc = stream_lookup(hStream, &s);
@@ -385,11 +419,15 @@ SIM_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&sim.lock);
 	rc = event_lookup(hEvent);
+	int captured = 0;
+	if (rc == CUDA_SUCCESS)
+		rc = capture_wait(s, hEvent, Flags, &captured);
 	/* Waiting for an event that was never recorded waits for nothing. */
-	if (rc == CUDA_SUCCESS && hEvent->record_id != 0 && op_add_dep(op, hEvent->stream, hEvent->seq))
+	if (rc == CUDA_SUCCESS && !captured && hEvent->record_id != 0 &&
+	    op_add_dep(op, hEvent->stream, hEvent->seq))
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_unlock(&sim.lock);
-	if (rc != CUDA_SUCCESS) {
+	if (rc != CUDA_SUCCESS || captured) {
 		op_free(op);
 		return rc;
 	}
@@ -451,6 +489,8 @@ SIM_API CUresult cuEventQuery(CUevent hEvent)
 	ENTER(ENTER_INIT);
 	pthread_mutex_lock(&sim.lock);
 	CUresult rc = event_lookup(hEvent);
+	if (rc == CUDA_SUCCESS)
+		rc = captured_event(hEvent);
 	if (rc == CUDA_SUCCESS && hEvent->done_id != hEvent->record_id)
 		rc = CUDA_ERROR_NOT_READY;
 	pthread_mutex_unlock(&sim.lock);
@@ -462,6 +502,8 @@ SIM_API CUresult cuEventSynchronize(CUevent hEvent)
 	ENTER(ENTER_INIT);
 	pthread_mutex_lock(&sim.lock);
 	CUresult rc = event_lookup(hEvent);
+	if (rc == CUDA_SUCCESS)
+		rc = captured_event(hEvent);
 	if (rc == CUDA_SUCCESS) {
 		uint64_t id = hEvent->record_id;
 		while (hEvent->done_id < id)
@@ -480,6 +522,10 @@ SIM_API CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUeven
 	CUresult rc = event_lookup(hStart);
 	if (rc == CUDA_SUCCESS)
 		rc = event_lookup(hEnd);
+	if (rc == CUDA_SUCCESS)
+		rc = captured_event(hStart);
+	if (rc == CUDA_SUCCESS)
+		rc = captured_event(hEnd);
 	if (rc == CUDA_SUCCESS &&
 	    ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING ||
 	     hStart->record_id == 0 || hEnd->record_id == 0))
@@ -521,3 +567,741 @@ SIM_API CUresult cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 	op->user = userData;
 	return stream_submit(s, op, NULL);
 }
+
+/* ---- stream capture and graphs ---- */
+
+#define GRAPH_MAGIC 0x47525048u
+#define GRAPH_EXEC_MAGIC 0x47455845u
+
+/* One recorded operation: what cuGraphLaunch submits again. */
+struct CUgraphNode_st {
+	enum op_type type;
+	int noop;         /* a dependency only: allocation, in-graph free, internal wait */
+	uintptr_t dst, src; /* addresses as the application gave them, resolved at each launch */
+	int dst_known, src_known; /* they were CUDA allocations when recorded */
+	size_t len;
+	unsigned char value;
+	CUhostFn fn;
+	void *user;
+	struct CUevent_st *event; /* an external event wait (CU_EVENT_WAIT_EXTERNAL) */
+	uint64_t alloc_id;        /* a free of memory allocated outside the capture */
+	int location;
+};
+
+/* Memory allocated by cuMemAllocAsync during a capture. */
+struct graph_alloc {
+	uintptr_t base;
+	uint64_t id;
+	int freed; /* freed in the same capture: the graph owns it until destroyed */
+};
+
+struct CUgraph_st {
+	uint32_t magic;
+	int destroyed; /* the handle; the nodes live while refs > 0 */
+	int refs;      /* the handle (or the capture building it) and each executable graph */
+	int capturing;
+	int device;
+	struct CUgraphNode_st **nodes;
+	size_t nnodes, cap_nodes;
+	struct graph_alloc *allocs;
+	size_t nallocs;
+	struct CUgraph_st *next;
+};
+
+struct CUgraphExec_st {
+	uint32_t magic;
+	int destroyed;
+	struct CUgraph_st *graph;
+	struct CUgraphExec_st *next;
+};
+
+/* A capture sequence; never freed, since events keep pointing to theirs. */
+struct capture {
+	uint64_t id;
+	CUstreamCaptureMode mode;
+	pthread_t owner; /* the thread that began it */
+	int active, invalidated;
+	struct CUstream_st *origin;
+	struct CUgraph_st *graph;
+	struct capture *next_active;
+};
+
+static struct capture *active_captures;
+static uint64_t last_capture_id;
+static struct CUgraph_st *graphs;        /* every graph ever made; handles are never freed */
+static struct CUgraphExec_st *graph_execs;
+static __thread CUstreamCaptureMode thread_capture_mode; /* CU_STREAM_CAPTURE_MODE_GLOBAL */
+
+static uintptr_t span_addr(const struct span *sp)
+{
+	return sp->a != NULL ? sp->a->base + sp->off : (uintptr_t)sp->host;
+}
+
+static int append_node(struct CUgraph_st *g, struct CUgraphNode_st *n)
+{
+	if (g->nnodes == g->cap_nodes) {
+		size_t cap = g->cap_nodes ? 2 * g->cap_nodes : 16;
+		struct CUgraphNode_st **nodes = realloc(g->nodes, cap * sizeof(*nodes));
+		if (nodes == NULL)
+			return -1;
+		g->nodes = nodes;
+		g->cap_nodes = cap;
+	}
+	g->nodes[g->nnodes++] = n;
+	return 0;
+}
+
+/* Adds n to s's capture as s's latest node. */
+static CUresult capture_append(struct CUstream_st *s, struct CUgraphNode_st *n)
+{
+	if (append_node(s->capture->graph, n) != 0) {
+		free(n);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	s->cap_last = n;
+	s->cap_unjoined = s != s->capture->origin;
+	return CUDA_SUCCESS;
+}
+
+static struct graph_alloc *graph_alloc_of(struct CUgraph_st *g, const struct alloc *a)
+{
+	for (size_t i = 0; i < g->nallocs; i++)
+		if (g->allocs[i].id == a->id)
+			return &g->allocs[i];
+	return NULL;
+}
+
+static CUresult capture_record(struct CUstream_st *s, struct op *op)
+{
+	struct capture *c = s->capture;
+
+	if (c->invalidated) {
+		if (op->type == OP_FREE)
+			op->alloc->free_pending = 0; /* the free did not happen */
+		return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+	}
+	if (op->type == OP_EVENT) {
+		/* A record in capture is a dependency point for other streams, not a node. */
+		op->event->capture = c;
+		op->event->cap_stream = s;
+		op->event->cap_node = s->cap_last;
+		return CUDA_SUCCESS;
+	}
+	struct CUgraphNode_st *n = calloc(1, sizeof(*n));
+	if (n == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	n->type = op->type;
+	n->len = op->len;
+	n->value = op->value;
+	n->fn = op->fn;
+	n->user = op->user;
+	n->location = op->location;
+	switch (op->type) {
+	case OP_COPY:
+		n->dst = span_addr(&op->dst);
+		n->dst_known = op->dst.a != NULL;
+		n->src = op->staging != NULL ? op->src_addr : span_addr(&op->src);
+		n->src_known = op->src.a != NULL;
+		break;
+	case OP_MEMSET:
+	case OP_PREFETCH:
+		n->dst = span_addr(&op->dst);
+		n->dst_known = 1;
+		break;
+	case OP_FREE: {
+		struct graph_alloc *ga = graph_alloc_of(c->graph, op->alloc);
+		if (ga != NULL) {
+			/* Allocated and freed in this capture: the graph keeps the memory. */
+			ga->freed = 1;
+			op->alloc->free_pending = 0;
+			n->noop = 1;
+		} else {
+			/* Freed at launch; until then the pointer is refused like any freed one. */
+			n->dst = op->alloc->base;
+			n->alloc_id = op->alloc->id;
+		}
+		break;
+	}
+	case OP_HOST_FN:
+		break;
+	default: /* OP_BARRIER: stream order inside the graph already holds */
+		n->noop = 1;
+		break;
+	}
+	return capture_append(s, n);
+}
+
+CUresult capture_alloc_refused(const struct CUstream_st *s)
+{
+	return s->capture != NULL && s->capture->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+							      : CUDA_SUCCESS;
+}
+
+CUresult capture_alloc(struct CUstream_st *s, struct alloc *a)
+{
+	if (s->capture == NULL)
+		return CUDA_SUCCESS;
+	struct CUgraph_st *g = s->capture->graph;
+	struct graph_alloc *allocs = realloc(g->allocs, (g->nallocs + 1) * sizeof(*allocs));
+	struct CUgraphNode_st *n = calloc(1, sizeof(*n));
+	if (allocs != NULL)
+		g->allocs = allocs;
+	if (allocs == NULL || n == NULL) {
+		free(n);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	g->allocs[g->nallocs++] = (struct graph_alloc){.base = a->base, .id = a->id};
+	n->type = OP_BARRIER;
+	n->noop = 1;
+	return capture_append(s, n);
+}
+
+/* Whether a blocking stream of device captures; such captures are invalidated. */
+static int capture_implicit(int device)
+{
+	int found = 0;
+
+	for (struct CUstream_st *t = sim.streams; t != NULL; t = t->next) {
+		if (t->capture != NULL && t->device == device && !t->legacy &&
+		    !(t->flags & CU_STREAM_NON_BLOCKING)) {
+			t->capture->invalidated = 1;
+			found = 1;
+		}
+	}
+	return found;
+}
+
+static int blocking_capture_on(int device)
+{
+	for (const struct CUstream_st *t = sim.streams; t != NULL; t = t->next)
+		if (t->capture != NULL && t->device == device && !t->legacy &&
+		    !(t->flags & CU_STREAM_NON_BLOCKING))
+			return 1;
+	return 0;
+}
+
+/* Synchronising or querying a capturing stream, or the legacy stream beside one, is refused. */
+static CUresult capture_forbids_wait(struct CUstream_st *s)
+{
+	CUresult rc = CUDA_SUCCESS;
+
+	pthread_mutex_lock(&sim.lock);
+	if (s->capture != NULL) {
+		s->capture->invalidated = 1;
+		rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	} else if (s->legacy && capture_implicit(s->device)) {
+		rc = CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+	}
+	pthread_mutex_unlock(&sim.lock);
+	return rc;
+}
+
+/* An event whose latest record was made during capture cannot be waited for by the host. */
+static CUresult captured_event(struct CUevent_st *e)
+{
+	if (e->capture == NULL)
+		return CUDA_SUCCESS;
+	if (e->capture->active)
+		e->capture->invalidated = 1;
+	return CUDA_ERROR_CAPTURED_EVENT;
+}
+
+/*
+ * cuStreamWaitEvent where capture is involved; *captured when the wait is
+ * only a dependency inside a capture (nothing to queue).
+ *  - an event recorded in an active capture: the waiting stream joins that
+ *    capture (a fork), or, already in it, depends on the recording stream's
+ *    work (a join); waiting from another capture would merge two sequences;
+ *  - an event recorded in a capture that has ended: CUDA_ERROR_CAPTURED_EVENT;
+ *  - a capturing stream waiting for an event recorded outside capture crosses
+ *    the capture's boundary unless the wait is CU_EVENT_WAIT_EXTERNAL, which
+ *    records an external wait node.
+ */
+static CUresult capture_wait(struct CUstream_st *s, struct CUevent_st *e, unsigned int flags,
+			     int *captured)
+{
+	struct capture *c = e->capture;
+
+	if (c != NULL && !c->active) {
+		if (s->capture != NULL)
+			s->capture->invalidated = 1;
+		return CUDA_ERROR_CAPTURED_EVENT;
+	}
+	if (c != NULL) {
+		if (s->capture != NULL && s->capture != c) {
+			s->capture->invalidated = 1;
+			c->invalidated = 1;
+			return CUDA_ERROR_STREAM_CAPTURE_MERGE;
+		}
+		if (s->legacy) {
+			c->invalidated = 1;
+			return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+		}
+		if (c->invalidated)
+			return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+		if (s->capture == NULL) {
+			s->capture = c;
+			s->cap_last = e->cap_node;
+			s->cap_unjoined = 0;
+		} else if (s->cap_last == NULL) {
+			s->cap_last = e->cap_node;
+		}
+		if (e->cap_stream != s && e->cap_stream->capture == c &&
+		    e->cap_stream->cap_last == e->cap_node)
+			e->cap_stream->cap_unjoined = 0;
+		*captured = 1;
+		return CUDA_SUCCESS;
+	}
+	if (s->capture == NULL)
+		return CUDA_SUCCESS;
+	if (s->capture->invalidated)
+		return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+	if (!(flags & CU_EVENT_WAIT_EXTERNAL)) {
+		s->capture->invalidated = 1;
+		return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
+	}
+	struct CUgraphNode_st *n = calloc(1, sizeof(*n));
+	if (n == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	n->type = OP_BARRIER;
+	n->event = e;
+	*captured = 1;
+	return capture_append(s, n);
+}
+
+/*
+ * The calling thread's mode decides (cuThreadExchangeStreamCaptureMode):
+ * global: forbidden while this thread has a capture not begun relaxed, or
+ * another thread has a global one; thread-local: only this thread's
+ * non-relaxed captures count; relaxed: allowed. The captures that forbid the
+ * call are invalidated.
+ */
+CUresult capture_check_unsafe(void)
+{
+	pthread_t self = pthread_self();
+	CUstreamCaptureMode mine = thread_capture_mode;
+	int refused = 0;
+
+	pthread_mutex_lock(&sim.lock);
+	for (struct capture *c = active_captures; c != NULL; c = c->next_active) {
+		int own = pthread_equal(c->owner, self);
+		if ((own && c->mode != CU_STREAM_CAPTURE_MODE_RELAXED &&
+		     mine != CU_STREAM_CAPTURE_MODE_RELAXED) ||
+		    (!own && c->mode == CU_STREAM_CAPTURE_MODE_GLOBAL &&
+		     mine == CU_STREAM_CAPTURE_MODE_GLOBAL)) {
+			c->invalidated = 1;
+			refused = 1;
+		}
+	}
+	pthread_mutex_unlock(&sim.lock);
+	return refused ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+}
+
+/* Drops a reference; the last one frees the nodes and the memory the graph owns. */
+static void graph_put(struct CUgraph_st *g)
+{
+	pthread_mutex_lock(&sim.lock);
+	int last = --g->refs == 0;
+	int owns = g->nallocs > 0;
+	pthread_mutex_unlock(&sim.lock);
+	if (!last)
+		return;
+	if (owns)
+		stream_sync_device(g->device); /* launches may still use the memory */
+	pthread_mutex_lock(&sim.lock);
+	for (size_t i = 0; i < g->nallocs; i++) {
+		struct alloc *a = mem_find(g->allocs[i].base);
+		/* A context reset may have freed it already. */
+		if (a != NULL && a->base == g->allocs[i].base && a->id == g->allocs[i].id)
+			mem_release(a);
+	}
+	for (size_t i = 0; i < g->nnodes; i++)
+		free(g->nodes[i]);
+	free(g->nodes);
+	free(g->allocs);
+	g->nodes = NULL;
+	g->allocs = NULL;
+	g->nnodes = g->cap_nodes = g->nallocs = 0;
+	pthread_mutex_unlock(&sim.lock);
+}
+
+static struct CUgraph_st *graph_lookup(CUgraph h)
+{
+	for (struct CUgraph_st *g = graphs; g != NULL; g = g->next)
+		if (g == h)
+			return g->magic == GRAPH_MAGIC && !g->destroyed ? g : NULL;
+	return NULL;
+}
+
+static struct CUgraphExec_st *exec_lookup(CUgraphExec h)
+{
+	for (struct CUgraphExec_st *x = graph_execs; x != NULL; x = x->next)
+		if (x == h)
+			return x->magic == GRAPH_EXEC_MAGIC && !x->destroyed ? x : NULL;
+	return NULL;
+}
+
+static CUresult begin_capture(CUstream hStream, CUstreamCaptureMode mode)
+{
+	struct CUstream_st *s;
+
+	if ((unsigned int)mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = stream_lookup(hStream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (s->legacy)
+		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED; /* the legacy stream cannot capture */
+	struct capture *c = calloc(1, sizeof(*c));
+	struct CUgraph_st *g = calloc(1, sizeof(*g));
+	if (c == NULL || g == NULL) {
+		free(c);
+		free(g);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	pthread_mutex_lock(&sim.lock);
+	if (s->capture != NULL) {
+		pthread_mutex_unlock(&sim.lock);
+		free(c);
+		free(g);
+		return CUDA_ERROR_ILLEGAL_STATE;
+	}
+	g->magic = GRAPH_MAGIC;
+	g->refs = 1;
+	g->capturing = 1;
+	g->device = s->device;
+	g->next = graphs;
+	graphs = g;
+	c->id = ++last_capture_id;
+	c->mode = mode;
+	c->owner = pthread_self();
+	c->active = 1;
+	c->origin = s;
+	c->graph = g;
+	c->next_active = active_captures;
+	active_captures = c;
+	s->capture = c;
+	s->cap_last = NULL;
+	s->cap_unjoined = 0;
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
+}
+
+/* Ends c (sim.lock held): every stream leaves it; memory it did not free is the program's. */
+static void capture_finish(struct capture *c)
+{
+	struct CUgraph_st *g = c->graph;
+	size_t kept = 0;
+
+	for (struct CUstream_st *t = sim.streams; t != NULL; t = t->next) {
+		if (t->capture == c) {
+			t->capture = NULL;
+			t->cap_last = NULL;
+			t->cap_unjoined = 0;
+		}
+	}
+	for (struct capture **p = &active_captures; *p != NULL; p = &(*p)->next_active) {
+		if (*p == c) {
+			*p = c->next_active;
+			break;
+		}
+	}
+	c->active = 0;
+	g->capturing = 0;
+	for (size_t i = 0; i < g->nallocs; i++)
+		if (g->allocs[i].freed)
+			g->allocs[kept++] = g->allocs[i];
+	g->nallocs = kept;
+}
+
+static CUresult end_capture(CUstream hStream, CUgraph *phGraph)
+{
+	struct CUstream_st *s;
+
+	if (phGraph == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = stream_lookup(hStream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	pthread_mutex_lock(&sim.lock);
+	struct capture *c = s->capture;
+	if (c == NULL)
+		rc = CUDA_ERROR_ILLEGAL_STATE;
+	else if (c->origin != s)
+		rc = CUDA_ERROR_STREAM_CAPTURE_UNMATCHED;
+	else if (c->mode != CU_STREAM_CAPTURE_MODE_RELAXED && !pthread_equal(c->owner, pthread_self()))
+		rc = CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD;
+	if (rc != CUDA_SUCCESS) {
+		pthread_mutex_unlock(&sim.lock);
+		return rc;
+	}
+	int unjoined = 0;
+	for (const struct CUstream_st *t = sim.streams; t != NULL; t = t->next)
+		unjoined |= t->capture == c && t->cap_unjoined;
+	capture_finish(c);
+	struct CUgraph_st *g = c->graph;
+	if (c->invalidated || unjoined) {
+		g->destroyed = 1;
+		*phGraph = NULL;
+		pthread_mutex_unlock(&sim.lock);
+		graph_put(g);
+		return c->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+				      : CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+	}
+	*phGraph = g;
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult capture_info(CUstream hStream, CUstreamCaptureStatus *status, cuuint64_t *id,
+			     CUgraph *graph, const CUgraphNode **deps, size_t *ndeps)
+{
+	struct CUstream_st *s;
+
+	if (status == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = stream_lookup(hStream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	pthread_mutex_lock(&sim.lock);
+	/* Documented: the legacy stream beside a capturing blocking stream answers IMPLICIT,
+	 * without invalidating the capture. */
+	if (s->legacy && blocking_capture_on(s->device)) {
+		pthread_mutex_unlock(&sim.lock);
+		return CUDA_ERROR_STREAM_CAPTURE_IMPLICIT;
+	}
+	struct capture *c = s->capture;
+	*status = c == NULL	     ? CU_STREAM_CAPTURE_STATUS_NONE
+		  : c->invalidated ? CU_STREAM_CAPTURE_STATUS_INVALIDATED
+				   : CU_STREAM_CAPTURE_STATUS_ACTIVE;
+	if (c != NULL) {
+		if (id != NULL)
+			*id = c->id;
+		if (graph != NULL)
+			*graph = c->graph;
+		/* The stream's latest node; valid until the next call on the stream. */
+		if (deps != NULL)
+			*deps = (const CUgraphNode *)&s->cap_last;
+		if (ndeps != NULL)
+			*ndeps = s->cap_last != NULL;
+	}
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+	ENTER(ENTER_INIT);
+	return begin_capture(hStream, mode);
+}
+
+SIM_API CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+	ENTER(ENTER_INIT);
+	return end_capture(hStream, phGraph);
+}
+
+SIM_API CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+	ENTER(ENTER_INIT);
+	return capture_info(hStream, captureStatus, NULL, NULL, NULL, NULL);
+}
+
+SIM_API CUresult cuStreamGetCaptureInfo_v2(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,
+					   cuuint64_t *id_out, CUgraph *graph_out,
+					   const CUgraphNode **dependencies_out,
+					   size_t *numDependencies_out)
+{
+	ENTER(ENTER_INIT);
+	return capture_info(hStream, captureStatus_out, id_out, graph_out, dependencies_out,
+			    numDependencies_out);
+}
+
+SIM_API CUresult cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+	ENTER(ENTER_INIT);
+	if (mode == NULL || (unsigned int)*mode > CU_STREAM_CAPTURE_MODE_RELAXED)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUstreamCaptureMode old = thread_capture_mode;
+	thread_capture_mode = *mode;
+	*mode = old;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+					     unsigned long long flags)
+{
+	const unsigned long long known = CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH |
+					 CUDA_GRAPH_INSTANTIATE_FLAG_UPLOAD |
+					 CUDA_GRAPH_INSTANTIATE_FLAG_DEVICE_LAUNCH |
+					 CUDA_GRAPH_INSTANTIATE_FLAG_USE_NODE_PRIORITY;
+
+	ENTER(ENTER_INIT);
+	if (phGraphExec == NULL || (flags & ~known))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct CUgraphExec_st *x = calloc(1, sizeof(*x));
+	if (x == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&sim.lock);
+	struct CUgraph_st *g = graph_lookup(hGraph);
+	if (g == NULL || g->capturing) {
+		pthread_mutex_unlock(&sim.lock);
+		free(x);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	g->refs++; /* the executable graph keeps the nodes and memory past cuGraphDestroy */
+	x->magic = GRAPH_EXEC_MAGIC;
+	x->graph = g;
+	x->next = graph_execs;
+	graph_execs = x;
+	pthread_mutex_unlock(&sim.lock);
+	*phGraphExec = x;
+	return CUDA_SUCCESS;
+}
+
+/* The operation that replays n, its addresses resolved now (sim.lock held). */
+static CUresult node_op(const struct CUgraphNode_st *n, struct op **out)
+{
+	struct op *op = op_new(n->type);
+	CUresult rc = CUDA_SUCCESS;
+	struct alloc *a;
+
+	if (op == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	op->len = n->len;
+	op->value = n->value;
+	op->fn = n->fn;
+	op->user = n->user;
+	op->location = n->location;
+	switch (n->type) {
+	case OP_COPY:
+		rc = mem_resolve(n->dst, n->len, n->dst_known, &op->dst);
+		if (rc == CUDA_SUCCESS)
+			rc = mem_resolve(n->src, n->len, n->src_known, &op->src);
+		break;
+	case OP_MEMSET:
+		rc = mem_resolve(n->dst, n->len, 1, &op->dst);
+		break;
+	case OP_PREFETCH:
+		a = mem_find(n->dst);
+		if (a == NULL || a->kind != ALLOC_MANAGED || n->len > a->size - (n->dst - a->base)) {
+			rc = CUDA_ERROR_INVALID_VALUE;
+			break;
+		}
+		op->dst.a = a;
+		op->dst.host = (char *)a->base;
+		op->dst.off = n->dst - a->base;
+		break;
+	case OP_FREE:
+		a = mem_find(n->dst);
+		/* Only once, and only if nothing else freed it since the capture. */
+		if (a == NULL || a->base != n->dst || a->id != n->alloc_id || !a->free_pending ||
+		    a->free_stream != NULL) {
+			rc = CUDA_ERROR_INVALID_VALUE;
+			break;
+		}
+		op->alloc = a;
+		op->dst.host = (char *)a->base;
+		break;
+	case OP_BARRIER: /* an external event wait: its latest record at launch */
+		if (event_lookup(n->event) == CUDA_SUCCESS && n->event->record_id != 0 &&
+		    n->event->capture == NULL && op_add_dep(op, n->event->stream, n->event->seq))
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		break;
+	default:
+		break;
+	}
+	if (rc != CUDA_SUCCESS) {
+		op_free(op);
+		return rc;
+	}
+	*out = op;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
+{
+	struct CUstream_st *s;
+
+	ENTER(ENTER_INIT);
+	CUresult rc = stream_lookup(hStream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	pthread_mutex_lock(&sim.lock);
+	struct CUgraphExec_st *x = exec_lookup(hGraphExec);
+	if (x == NULL) {
+		pthread_mutex_unlock(&sim.lock);
+		return CUDA_ERROR_INVALID_HANDLE;
+	}
+	struct CUgraph_st *g = x->graph;
+	struct op **ops = calloc(g->nnodes ? g->nnodes : 1, sizeof(*ops));
+	size_t nops = 0;
+	if (ops == NULL)
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	for (size_t i = 0; rc == CUDA_SUCCESS && i < g->nnodes; i++)
+		if (!g->nodes[i]->noop)
+			rc = node_op(g->nodes[i], &ops[nops++]);
+	if (rc != CUDA_SUCCESS && nops > 0)
+		nops--; /* the failed one was not made */
+	pthread_mutex_unlock(&sim.lock);
+	/* Everything resolved or nothing submitted: a launch never half-runs on bad memory. */
+	for (size_t i = 0; i < nops; i++) {
+		if (rc == CUDA_SUCCESS)
+			rc = stream_submit(s, ops[i], NULL);
+		else
+			op_free(ops[i]);
+	}
+	free(ops);
+	return rc;
+}
+
+SIM_API CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+	ENTER(ENTER_INIT);
+	pthread_mutex_lock(&sim.lock);
+	struct CUgraphExec_st *x = exec_lookup(hGraphExec);
+	if (x != NULL)
+		x->destroyed = 1;
+	pthread_mutex_unlock(&sim.lock);
+	if (x == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	graph_put(x->graph);
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuGraphDestroy(CUgraph hGraph)
+{
+	ENTER(ENTER_INIT);
+	pthread_mutex_lock(&sim.lock);
+	struct CUgraph_st *g = graph_lookup(hGraph);
+	if (g != NULL && g->capturing)
+		g = NULL; /* the capture still builds it: cuStreamEndCapture hands it out */
+	if (g != NULL)
+		g->destroyed = 1;
+	pthread_mutex_unlock(&sim.lock);
+	if (g == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	graph_put(g);
+	return CUDA_SUCCESS;
+}
+
+/* The per-thread default stream variants (see driver.c). */
+#define PER_THREAD_CAPTURE(variant, base, params, args) \
+	SIM_API CUresult variant params                 \
+	{                                               \
+		sim_ptds++;                             \
+		CUresult rc = base args;                \
+		sim_ptds--;                             \
+		return rc;                              \
+	}
+
+PER_THREAD_CAPTURE(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2,
+		   (CUstream h, CUstreamCaptureMode m), (h, m))
+PER_THREAD_CAPTURE(cuStreamEndCapture_ptsz, cuStreamEndCapture, (CUstream h, CUgraph *g), (h, g))
+PER_THREAD_CAPTURE(cuStreamIsCapturing_ptsz, cuStreamIsCapturing,
+		   (CUstream h, CUstreamCaptureStatus *st), (h, st))
+PER_THREAD_CAPTURE(cuStreamGetCaptureInfo_v2_ptsz, cuStreamGetCaptureInfo_v2,
+		   (CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
+		    const CUgraphNode **d, size_t *n),
+		   (h, st, id, g, d, n))
+PER_THREAD_CAPTURE(cuGraphLaunch_ptsz, cuGraphLaunch, (CUgraphExec x, CUstream h), (x, h))
