@@ -39,6 +39,7 @@ static CUresult capture_forbids_wait(struct CUstream_st *s);
 static CUresult capture_wait(struct CUstream_st *s, struct CUevent_st *e, unsigned int flags,
 			     int *captured);
 static CUresult captured_event(struct CUevent_st *e);
+static void capture_leave(struct CUstream_st *s);
 
 struct op *op_new(enum op_type type)
 {
@@ -326,6 +327,7 @@ SIM_API CUresult cuStreamDestroy_v2(CUstream hStream)
 	/* Pending work still runs; the worker exits once it has drained the stream. */
 	if (hStream != CU_STREAM_LEGACY && hStream != CU_STREAM_PER_THREAD && stream_known(hStream) &&
 	    !hStream->legacy && !hStream->per_thread) {
+		capture_leave(hStream);
 		hStream->destroyed = 1;
 		pthread_cond_signal(&hStream->wake);
 		rc = CUDA_SUCCESS;
@@ -897,6 +899,8 @@ CUresult capture_check_unsafe(void)
 	return refused ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
+static void graph_release(struct CUgraph_st *g);
+
 /* Drops a reference; the last one frees the nodes and the memory the graph owns. */
 static void graph_put(struct CUgraph_st *g)
 {
@@ -909,6 +913,13 @@ static void graph_put(struct CUgraph_st *g)
 	if (owns)
 		stream_sync_device(g->device); /* launches may still use the memory */
 	pthread_mutex_lock(&sim.lock);
+	graph_release(g);
+	pthread_mutex_unlock(&sim.lock);
+}
+
+/* Frees g's nodes and the memory it owns (sim.lock held, no launch pending). */
+static void graph_release(struct CUgraph_st *g)
+{
 	for (size_t i = 0; i < g->nallocs; i++) {
 		struct alloc *a = mem_find(g->allocs[i].base);
 		/* A context reset may have freed it already. */
@@ -922,7 +933,6 @@ static void graph_put(struct CUgraph_st *g)
 	g->nodes = NULL;
 	g->allocs = NULL;
 	g->nnodes = g->cap_nodes = g->nallocs = 0;
-	pthread_mutex_unlock(&sim.lock);
 }
 
 static struct CUgraph_st *graph_lookup(CUgraph h)
@@ -1012,6 +1022,32 @@ static void capture_finish(struct capture *c)
 		if (g->allocs[i].freed)
 			g->allocs[kept++] = g->allocs[i];
 	g->nallocs = kept;
+}
+
+/*
+ * A capturing stream being destroyed invalidates its capture; the capture
+ * ends with it if it began there (nobody could end it any more), and the
+ * graph is discarded once its last reference goes.
+ */
+static void capture_leave(struct CUstream_st *s)
+{
+	struct capture *c = s->capture;
+
+	if (c == NULL)
+		return;
+	c->invalidated = 1;
+	if (c->origin != s) {
+		s->capture = NULL;
+		s->cap_last = NULL;
+		s->cap_unjoined = 0;
+		return;
+	}
+	capture_finish(c);
+	/* The capture held the only reference (a graph being captured cannot be
+	 * instantiated or destroyed), and it was never launched. */
+	c->graph->destroyed = 1;
+	c->graph->refs = 0;
+	graph_release(c->graph);
 }
 
 static CUresult end_capture(CUstream hStream, CUgraph *phGraph)

@@ -386,6 +386,18 @@ static void case_malloc_async(void)
 	EXPECT(cudaGraphLaunch(exec, s), cudaErrorInvalidValue); /* a second free of it */
 	EXPECT(cudaGraphExecDestroy(exec), cudaSuccess);
 	EXPECT(cudaGraphDestroy(graph), cudaSuccess);
+
+	/* Destroying a capturing stream ends its capture; the memory goes with the graph. */
+	cudaStream_t doomed;
+	EXPECT(cudaStreamCreate(&doomed), cudaSuccess);
+	EXPECT(cudaStreamBeginCapture(doomed, cudaStreamCaptureModeGlobal), cudaSuccess);
+	EXPECT(cudaMallocAsync((void **)&p, MiB, doomed), cudaSuccess);
+	EXPECT(cudaFreeAsync(p, doomed), cudaSuccess);
+	EXPECT(cudaStreamDestroy(doomed), cudaSuccess);
+	EXPECT(cudaMalloc((void **)&p, MiB), cudaSuccess); /* no capture forbids it any more */
+	EXPECT(cudaFree(p), cudaSuccess);
+	EXPECT(cudaMemGetInfo(&free1, &total), cudaSuccess);
+	CHECK(free1 == free0);
 	EXPECT(cudaStreamDestroy(s), cudaSuccess);
 }
 
