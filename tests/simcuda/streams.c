@@ -858,6 +858,10 @@ static CUresult capture_wait(struct CUstream_st *s, struct CUevent_st *e, unsign
 		return CUDA_SUCCESS;
 	if (s->capture->invalidated)
 		return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
+	if (e->record_id == 0) { /* never recorded: waits for nothing, crosses nothing */
+		*captured = 1;
+		return CUDA_SUCCESS;
+	}
 	if (!(flags & CU_EVENT_WAIT_EXTERNAL)) {
 		s->capture->invalidated = 1;
 		return CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
@@ -917,14 +921,32 @@ static void graph_put(struct CUgraph_st *g)
 	pthread_mutex_unlock(&sim.lock);
 }
 
-/* Frees g's nodes and the memory it owns (sim.lock held, no launch pending). */
+/* The allocation a graph refers to by base and id, if it still exists (sim.lock held). */
+static struct alloc *graph_alloc_find(uintptr_t base, uint64_t id)
+{
+	struct alloc *a = mem_find(base);
+
+	return a != NULL && a->base == base && a->id == id ? a : NULL;
+}
+
+/*
+ * Frees g's nodes and the memory it owns (sim.lock held, no launch pending).
+ * Memory whose free no launch performed is the program's again.
+ */
 static void graph_release(struct CUgraph_st *g)
 {
 	for (size_t i = 0; i < g->nallocs; i++) {
-		struct alloc *a = mem_find(g->allocs[i].base);
 		/* A context reset may have freed it already. */
-		if (a != NULL && a->base == g->allocs[i].base && a->id == g->allocs[i].id)
+		struct alloc *a = graph_alloc_find(g->allocs[i].base, g->allocs[i].id);
+		if (a != NULL)
 			mem_release(a);
+	}
+	for (size_t i = 0; i < g->nnodes; i++) {
+		const struct CUgraphNode_st *n = g->nodes[i];
+		struct alloc *a = n->type == OP_FREE && !n->noop ? graph_alloc_find(n->dst, n->alloc_id)
+								 : NULL;
+		if (a != NULL && a->free_pending && a->free_stream == NULL)
+			a->free_pending = 0;
 	}
 	for (size_t i = 0; i < g->nnodes; i++)
 		free(g->nodes[i]);
@@ -1229,10 +1251,9 @@ static CUresult node_op(const struct CUgraphNode_st *n, struct op **out)
 		op->dst.off = n->dst - a->base;
 		break;
 	case OP_FREE:
-		a = mem_find(n->dst);
+		a = graph_alloc_find(n->dst, n->alloc_id);
 		/* Only once, and only if nothing else freed it since the capture. */
-		if (a == NULL || a->base != n->dst || a->id != n->alloc_id || !a->free_pending ||
-		    a->free_stream != NULL) {
+		if (a == NULL || !a->free_pending || a->free_stream != NULL) {
 			rc = CUDA_ERROR_INVALID_VALUE;
 			break;
 		}

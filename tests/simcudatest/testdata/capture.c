@@ -387,6 +387,16 @@ static void case_malloc_async(void)
 	EXPECT(cudaGraphExecDestroy(exec), cudaSuccess);
 	EXPECT(cudaGraphDestroy(graph), cudaSuccess);
 
+	/* A free recorded in a capture that is discarded never happens: the memory is the
+	 * program's again. */
+	EXPECT(cudaMallocAsync((void **)&p, MiB, s), cudaSuccess);
+	EXPECT(cudaStreamSynchronize(s), cudaSuccess);
+	EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+	EXPECT(cudaFreeAsync(p, s), cudaSuccess);
+	EXPECT(cudaStreamSynchronize(s), cudaErrorStreamCaptureUnsupported);
+	EXPECT(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+	EXPECT(cudaFree(p), cudaSuccess);
+
 	/* Destroying a capturing stream ends its capture; the memory goes with the graph. */
 	cudaStream_t doomed;
 	EXPECT(cudaStreamCreate(&doomed), cudaSuccess);
@@ -497,6 +507,15 @@ static void case_status(void)
 	EXPECT(cudaStreamWaitEvent(s2, fork, 0), cudaErrorStreamCaptureMerge);
 	EXPECT(cudaStreamEndCapture(s2, &graph), cudaErrorStreamCaptureInvalidated);
 	EXPECT(cudaStreamEndCapture(s, &graph), cudaErrorStreamCaptureInvalidated);
+
+	/* Waiting for an event never recorded waits for nothing, in capture too. */
+	cudaEvent_t never;
+	EXPECT(cudaEventCreate(&never), cudaSuccess);
+	EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+	EXPECT(cudaStreamWaitEvent(s, never, 0), cudaSuccess);
+	CHECK(capture_status(s) == cudaStreamCaptureStatusActive);
+	EXPECT(cudaStreamEndCapture(s, &graph), cudaSuccess);
+	EXPECT(cudaGraphDestroy(graph), cudaSuccess);
 
 	/* An external wait is allowed and waits at launch. */
 	EXPECT(cudaEventRecord(join, s2), cudaSuccess);
