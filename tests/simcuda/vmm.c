@@ -21,6 +21,11 @@
  * when its handle has been released and no mapping of it is left. Host-located
  * memory (CU_MEM_LOCATION_TYPE_HOST_NUMA) counts on no device.
  *
+ * Shareable handles are POSIX file descriptors: an export is a duplicate of
+ * the memfd, whose name records where the memory lives, so a process that
+ * imports it maps the same bytes. Imported memory counts in the process that
+ * created it, never in the importer.
+ *
  * Every table here is guarded by sim.lock. SIMCUDA_NO_VMM=1 (sim.no_vmm)
  * makes every call return CUDA_ERROR_NOT_SUPPORTED.
  */
@@ -28,9 +33,12 @@
 #include "driver.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* cuMemGetAllocationGranularity's answer, minimum and recommended alike (a GPU's large page). */
@@ -56,7 +64,9 @@ struct handle {
 	int fd;                          /* memfd holding the bytes */
 	size_t size;
 	CUmemAllocationProp prop;
-	int device;    /* the device charged, or -1 for host-located memory */
+	int device;    /* where the memory lives: a device ordinal, or -1 for the host */
+	int charged;   /* made here by cuMemCreate, so counted here (not imported) */
+	ino_t inode;   /* of the memfd, to recognise our own exports on import */
 	int refs;      /* cuMemCreate + cuMemRetainAllocationHandle - cuMemRelease */
 	size_t nmaps;  /* live mappings */
 	struct handle *next;
@@ -226,8 +236,10 @@ int vmm_device_attribute(int attrib, int *value)
 	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
 		*value = !sim.no_vmm;
 		return 1;
-	case ATTR_POSIX_FD_HANDLES:   /* no shareable handles (README.md) */
-	case ATTR_WIN32_HANDLES:
+	case ATTR_POSIX_FD_HANDLES:
+		*value = !sim.no_vmm;
+		return 1;
+	case ATTR_WIN32_HANDLES: /* not on Linux */
 	case ATTR_WIN32_KMT_HANDLES:
 	case ATTR_GENERIC_COMPRESSION: /* cuMemCreate refuses compressible memory */
 	case ATTR_FABRIC_HANDLES:
@@ -276,8 +288,8 @@ static CUresult check_prop(const CUmemAllocationProp *prop, int *device)
 	if (types & ~(unsigned int)(CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR | CU_MEM_HANDLE_TYPE_WIN32 |
 				    CU_MEM_HANDLE_TYPE_WIN32_KMT | CU_MEM_HANDLE_TYPE_FABRIC))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (types != CU_MEM_HANDLE_TYPE_NONE)
-		return CUDA_ERROR_NOT_SUPPORTED; /* the device reports no shareable handle type */
+	if (types & ~(unsigned int)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED; /* the device reports only POSIX file descriptors */
 	if (prop->allocFlags.compressionType != CU_MEM_ALLOCATION_COMP_NONE ||
 	    prop->allocFlags.usage != 0)
 		return CUDA_ERROR_NOT_SUPPORTED;
@@ -390,6 +402,39 @@ SIM_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 
 /* ---- physical memory ---- */
 
+/* memfd names: MEMFD_DEVICE followed by the ordinal, or MEMFD_HOST. */
+#define MEMFD_DEVICE "simcuda-vmm-device-"
+#define MEMFD_HOST "simcuda-vmm-host"
+
+/* A handle for the memfd fd (which it takes over), not yet in the table; NULL when out of memory. */
+static struct handle *handle_new(int fd, size_t size, const CUmemAllocationProp *prop, int device)
+{
+	struct stat st;
+	struct handle *h = calloc(1, sizeof(*h));
+
+	if (h == NULL || fstat(fd, &st) != 0) {
+		close(fd);
+		free(h);
+		return NULL;
+	}
+	h->fd = fd;
+	h->inode = st.st_ino;
+	h->size = size;
+	h->prop = *prop;
+	h->device = device;
+	h->refs = 1;
+	return h;
+}
+
+/* Gives h its id and puts it in the table. */
+static void handle_insert(struct handle *h)
+{
+	h->id = ++next_handle_id;
+	h->next = handles;
+	handles = h;
+	live_handles++;
+}
+
 SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 			     const CUmemAllocationProp *prop, unsigned long long flags)
 {
@@ -401,20 +446,19 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	CUresult rc = check_prop(prop, &device);
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	struct handle *h = calloc(1, sizeof(*h));
-	if (h == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	h->fd = memfd_create("simcuda-vmm", MFD_CLOEXEC);
-	if (h->fd < 0 || ftruncate(h->fd, (off_t)size) != 0) {
-		if (h->fd >= 0)
-			close(h->fd);
-		free(h);
+	/* The name tells an importing process where the memory lives. */
+	char name[32];
+	snprintf(name, sizeof(name), device >= 0 ? MEMFD_DEVICE "%d" : MEMFD_HOST, device);
+	int fd = memfd_create(name, MFD_CLOEXEC);
+	if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
+		if (fd >= 0)
+			close(fd);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	h->size = size;
-	h->prop = *prop;
-	h->device = device;
-	h->refs = 1;
+	struct handle *h = handle_new(fd, size, prop, device);
+	if (h == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	h->charged = 1;
 
 	if (device >= 0)
 		mem_refresh_others(device);
@@ -436,10 +480,7 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 	} else {
 		host_bytes += size;
 	}
-	h->id = ++next_handle_id;
-	h->next = handles;
-	handles = h;
-	live_handles++;
+	handle_insert(h);
 	*handle = h->id;
 	pthread_mutex_unlock(&sim.lock);
 	return CUDA_SUCCESS;
@@ -454,11 +495,11 @@ static void handle_maybe_free(struct handle *h)
 	while (*link != h)
 		link = &(*link)->next;
 	*link = h->next;
-	if (h->device >= 0) {
+	if (h->charged && h->device >= 0) {
 		sim.dev[h->device].plain_bytes -= h->size;
 		sim.dev[h->device].vmm_bytes -= h->size;
 		mem_usage_changed(h->device);
-	} else {
+	} else if (h->charged) {
 		host_bytes -= h->size;
 	}
 	live_handles--;
@@ -510,24 +551,104 @@ SIM_API CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *pro
 	return h ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
 
-/* No shareable handle type is supported (the HANDLE_TYPE_* attributes are 0). */
+/* Exports a POSIX file descriptor (the caller's to close) for a handle created to allow it. */
 SIM_API CUresult cuMemExportToShareableHandle(void *shareableHandle,
 					      CUmemGenericAllocationHandle handle,
 					      CUmemAllocationHandleType handleType,
 					      unsigned long long flags)
 {
-	(void)shareableHandle, (void)handle, (void)handleType, (void)flags;
+	CUresult rc = CUDA_SUCCESS;
+
 	ENTER_VMM();
-	return CUDA_ERROR_NOT_SUPPORTED;
+	if (shareableHandle == NULL || flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (handleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	pthread_mutex_lock(&sim.lock);
+	struct handle *h = handle_find(handle);
+	if (h == NULL || h->refs == 0 || !(h->prop.requestedHandleTypes & handleType)) {
+		rc = CUDA_ERROR_INVALID_VALUE;
+	} else {
+		int fd = fcntl(h->fd, F_DUPFD_CLOEXEC, 0);
+		if (fd < 0)
+			rc = CUDA_ERROR_OPERATING_SYSTEM;
+		else
+			*(int *)shareableHandle = fd;
+	}
+	pthread_mutex_unlock(&sim.lock);
+	return rc;
 }
 
+/* Where the memory of a simcuda memfd lives (from its name): 0, or -1 when fd is not one. */
+static int memfd_location(int fd, int *device)
+{
+	char link[64], target[128];
+	int n;
+
+	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+	ssize_t len = readlink(link, target, sizeof(target) - 1);
+	if (len < 0)
+		return -1;
+	target[len] = '\0';
+	if (strncmp(target, "/memfd:" MEMFD_HOST " ", strlen("/memfd:" MEMFD_HOST " ")) == 0) {
+		*device = -1;
+		return 0;
+	}
+	if (sscanf(target, "/memfd:" MEMFD_DEVICE "%d (deleted)", &n) == 1 && sim_valid_device(n)) {
+		*device = n;
+		return 0;
+	}
+	return -1;
+}
+
+/*
+ * Imports a POSIX file descriptor exported by this or another simcuda
+ * process (the descriptor stays the caller's). Our own export gives back a
+ * new reference to the same handle; another process's gives a handle whose
+ * memory counts in that process, not here.
+ */
 SIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
 						void *osHandle,
 						CUmemAllocationHandleType shHandleType)
 {
-	(void)handle, (void)osHandle, (void)shHandleType;
+	int fd = (int)(intptr_t)osHandle, device;
+	struct stat st;
+
 	ENTER_VMM();
-	return CUDA_ERROR_NOT_SUPPORTED;
+	if (handle == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (fstat(fd, &st) != 0 || memfd_location(fd, &device) != 0 || st.st_size <= 0 ||
+	    (size_t)st.st_size % VMM_GRANULE != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	for (struct handle *h = handles; h != NULL; h = h->next) {
+		if (h->inode == st.st_ino) { /* still alive: released but mapped is enough */
+			h->refs++;
+			*handle = h->id;
+			pthread_mutex_unlock(&sim.lock);
+			return CUDA_SUCCESS;
+		}
+	}
+	pthread_mutex_unlock(&sim.lock);
+	int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+	if (own < 0)
+		return CUDA_ERROR_OPERATING_SYSTEM;
+	CUmemAllocationProp prop;
+	memset(&prop, 0, sizeof(prop));
+	prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	prop.location.type = device >= 0 ? CU_MEM_LOCATION_TYPE_DEVICE : CU_MEM_LOCATION_TYPE_HOST_NUMA;
+	prop.location.id = device >= 0 ? device : 0;
+	struct handle *h = handle_new(own, (size_t)st.st_size, &prop, device);
+	if (h == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&sim.lock);
+	handle_insert(h);
+	*handle = h->id;
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
 }
 
 /* ---- mappings ---- */

@@ -73,7 +73,7 @@ func TestVMM(t *testing.T) {
 		// on device 0 and on the host, live handles, reserved and mapped bytes
 		live, peak, physical, host, handles, reserved, mapped uint64
 	}{
-		{name: "granularity", why: "2 MiB granularity; CUDA 12.4's location rules; the attributes say VMM, no shareable handles"},
+		{name: "granularity", why: "2 MiB granularity; CUDA 12.4's location rules; the attributes say VMM with POSIX file descriptor handles"},
 		{name: "round_trip", why: "reserve, create, map, grant access, copy, memset, query, unmap, release, free",
 			peak: 4*mebibyte + 4096},
 		{name: "shared", why: "every mapping of one handle shows the same bytes; copies span adjacent mappings",
@@ -98,6 +98,8 @@ func TestVMM(t *testing.T) {
 		{name: "sleep", env: []string{"SIMCUDA_DEVICES=1GiB"},
 			why:  "unmap and release everything, recreate and remap at the same addresses, contents restored",
 			peak: 32 * mebibyte},
+		{name: "share", why: "POSIX file descriptors share an allocation with another process, charged to its creator",
+			peak: 4 * mebibyte},
 		{name: "no_vmm", env: []string{"SIMCUDA_NO_VMM=1"}, why: "SIMCUDA_NO_VMM=1 turns the API off"},
 		{name: "proc_address", why: "cuGetProcAddress finds every VMM entry point"},
 	}

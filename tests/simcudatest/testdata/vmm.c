@@ -4,10 +4,13 @@
  * check and exits 1. Device usage is read exactly with cuMemGetInfo
  * (total - free) after every step: the program runs alone on its devices.
  */
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <spillway/cuda.h>
 
@@ -37,7 +40,7 @@ static const char *current_case;
 
 #define OK(call) EXPECT(call, CUDA_SUCCESS)
 
-/* Bytes this process uses on the current device. */
+/* Bytes in use on the current device: this process's (and in case share its child's). */
 static size_t used(void)
 {
 	size_t free_bytes, total;
@@ -134,7 +137,7 @@ static void case_granularity(void)
 	OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
 	CHECK(v == 1);
 	OK(cuDeviceGetAttribute(&v, (CUdevice_attribute)103, 0)); /* POSIX fd handles */
-	CHECK(v == 0);
+	CHECK(v == 1);
 	OK(cuDeviceGetAttribute(&v, (CUdevice_attribute)128, 0)); /* fabric handles */
 	CHECK(v == 0);
 	OK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
@@ -333,8 +336,12 @@ static void case_errors(void)
 	prop.location.type = CU_MEM_LOCATION_TYPE_HOST;
 	EXPECT(cuMemCreate(&bad, GRANULE, &prop, 0), CUDA_ERROR_INVALID_VALUE);
 	prop = device_prop(0);
-	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_FABRIC;
 	EXPECT(cuMemCreate(&bad, GRANULE, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_WIN32;
+	EXPECT(cuMemCreate(&bad, GRANULE, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
+	prop.requestedHandleTypes = (CUmemAllocationHandleType)0x10;
+	EXPECT(cuMemCreate(&bad, GRANULE, &prop, 0), CUDA_ERROR_INVALID_VALUE);
 	prop = device_prop(0);
 	prop.allocFlags.compressionType = CU_MEM_ALLOCATION_COMP_GENERIC;
 	EXPECT(cuMemCreate(&bad, GRANULE, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
@@ -360,6 +367,12 @@ static void case_errors(void)
 	OK(cuMemAlloc_v2(&plain, 4096));
 	EXPECT(cuMemMap(plain & ~(CUdeviceptr)(GRANULE - 1), 2 * MiB, 0, h, 0),
 	       CUDA_ERROR_INVALID_VALUE); /* not reserved */
+	int fd = -1;
+	EXPECT(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+	       CUDA_ERROR_INVALID_VALUE); /* not created to be shared */
+	EXPECT(cuMemImportFromShareableHandle(&bad, (void *)(intptr_t)0,
+					      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+	       CUDA_ERROR_INVALID_VALUE); /* stdin is no allocation */
 	OK(cuMemMap(p, 4 * MiB, 0, h, 0));
 	EXPECT(cuMemMap(p, 2 * MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE);      /* already mapped */
 	EXPECT(cuMemMap(p + 2 * MiB, 4 * MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* overlaps */
@@ -418,9 +431,8 @@ static void case_errors(void)
 	EXPECT(cuMemRelease(h), CUDA_ERROR_INVALID_VALUE);
 	EXPECT(cuMemGetAllocationPropertiesFromHandle(&prop, h), CUDA_ERROR_INVALID_VALUE);
 	EXPECT(cuMemRetainAllocationHandle(&bad, (void *)(uintptr_t)p), CUDA_ERROR_INVALID_VALUE);
-	int fd;
 	EXPECT(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-	       CUDA_ERROR_NOT_SUPPORTED);
+	       CUDA_ERROR_INVALID_VALUE); /* released */
 	OK(cuMemFree_v2(plain));
 	CHECK(used() == 0);
 }
@@ -562,6 +574,80 @@ static void case_sleep(void)
 	free(saved);
 }
 
+/*
+ * POSIX file descriptor handles: an import in this process is the same
+ * allocation; a process that imports the descriptor maps the same bytes and
+ * is not charged for them.
+ */
+static const char *self_path;
+
+static void case_share(void)
+{
+	CUmemAllocationProp prop = device_prop(0);
+	CUmemGenericAllocationHandle h, same;
+	int fd = -1;
+
+	init_device(0);
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	OK(cuMemCreate(&h, 4 * MiB, &prop, 0));
+	CUdeviceptr p = reserve(4 * MiB);
+	map_rw(p, 4 * MiB, h);
+	round_trip(p, 4 * MiB, 21);
+	OK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	CHECK(fd >= 0);
+	OK(cuMemImportFromShareableHandle(&same, (void *)(intptr_t)fd,
+					  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	CHECK(same == h);
+	OK(cuMemRelease(same));
+	CHECK(used() == 4 * MiB);
+
+	/* The child checks the bytes, writes its own, and exits. */
+	CHECK(fcntl(fd, F_SETFD, 0) == 0);
+	char arg[16];
+	snprintf(arg, sizeof(arg), "%d", fd);
+	pid_t pid = fork();
+	CHECK(pid >= 0);
+	if (pid == 0) {
+		execl(self_path, self_path, "share_child", arg, (char *)NULL);
+		_exit(127);
+	}
+	int status;
+	CHECK(waitpid(pid, &status, 0) == pid);
+	CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	check_pattern(p, 4 * MiB, 22);
+	CHECK(close(fd) == 0);
+	OK(cuMemUnmap(p, 4 * MiB));
+	OK(cuMemRelease(h));
+	CHECK(used() == 0);
+	OK(cuMemAddressFree(p, 4 * MiB));
+}
+
+static void share_child(int fd)
+{
+	CUmemGenericAllocationHandle h;
+	CUmemAllocationProp prop;
+
+	current_case = "share_child";
+	init_device(0);
+	OK(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+					  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	OK(cuMemGetAllocationPropertiesFromHandle(&prop, h));
+	CHECK(prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE && prop.location.id == 0);
+	/* The device holds the exporter's 4 MiB once: importing charges nothing more. */
+	CHECK(used() == 4 * MiB);
+	CUdeviceptr p = reserve(4 * MiB);
+	map_rw(p, 4 * MiB, h);
+	check_pattern(p, 4 * MiB, 21);
+	unsigned char *buf = malloc(4 * MiB);
+	CHECK(buf != NULL);
+	fill(buf, 4 * MiB, 22);
+	OK(cuMemcpyHtoD_v2(p, buf, 4 * MiB));
+	OK(cuMemUnmap(p, 4 * MiB));
+	OK(cuMemRelease(h));
+	OK(cuMemAddressFree(p, 4 * MiB));
+	free(buf);
+}
+
 static void case_no_vmm(void)
 {
 	CUmemAllocationProp prop = device_prop(0);
@@ -631,12 +717,18 @@ static const struct {
 	{"host_numa", case_host_numa},
 	{"expandable", case_expandable},
 	{"sleep", case_sleep},
+	{"share", case_share},
 	{"no_vmm", case_no_vmm},
 	{"proc_address", case_proc_address},
 };
 
 int main(int argc, char **argv)
 {
+	self_path = argv[0];
+	if (argc == 3 && strcmp(argv[1], "share_child") == 0) {
+		share_child(atoi(argv[2]));
+		return 0;
+	}
 	if (argc != 2) {
 		fprintf(stderr, "usage: %s <case>\n", argv[0]);
 		return 2;
