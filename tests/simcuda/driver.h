@@ -144,10 +144,16 @@ CUresult mem_resolve(uintptr_t addr, size_t len, int must_be_known, struct span 
  * vmm.c: the virtual memory management API. Its mappings are not in
  * sim.allocs; these hooks let memory.c and driver.c see them. With sim.lock held.
  */
-/* A span of mapped, accessible VMM memory; CUDA_ERROR_NOT_FOUND when addr is in no reservation. */
+/*
+ * A span of mapped VMM memory that some device may read; CUDA_ERROR_NOT_FOUND
+ * when addr is in no reservation.
+ */
 CUresult vmm_resolve(uintptr_t addr, size_t len, struct span *out);
-/* Whether a span from vmm_resolve (or any other span) may be written. */
-int vmm_writable(const struct span *s, size_t len);
+/*
+ * Whether device has the access need (CU_MEM_ACCESS_FLAGS_PROT_READ or
+ * _READWRITE) to all of a span; always true for memory that is not VMM.
+ */
+int vmm_accessible(const struct span *s, size_t len, int device, unsigned int need);
 /* The mapping that holds addr, or NULL. */
 struct alloc *vmm_find(uintptr_t addr);
 /* Device attributes of the VMM API: 1 with *value set when attrib is one of them. */

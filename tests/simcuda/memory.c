@@ -801,10 +801,12 @@ static CUresult copy(uintptr_t dst, uintptr_t src, size_t len, CUstream hStream,
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&sim.lock);
 	rc = mem_resolve(dst, len, dst_known, &op->dst);
-	if (rc == CUDA_SUCCESS && !vmm_writable(&op->dst, len))
-		rc = CUDA_ERROR_INVALID_VALUE;
 	if (rc == CUDA_SUCCESS)
 		rc = mem_resolve(src, len, src_known, &op->src);
+	if (rc == CUDA_SUCCESS &&
+	    (!vmm_accessible(&op->dst, len, s->device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE) ||
+	     !vmm_accessible(&op->src, len, s->device, CU_MEM_ACCESS_FLAGS_PROT_READ)))
+		rc = CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_unlock(&sim.lock);
 	if (rc != CUDA_SUCCESS) {
 		free(op);
@@ -900,7 +902,8 @@ static CUresult memset_d8(CUdeviceptr dst, unsigned char value, size_t n, CUstre
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&sim.lock);
 	rc = mem_resolve(dst, n, 1, &op->dst);
-	if (rc == CUDA_SUCCESS && !vmm_writable(&op->dst, n))
+	if (rc == CUDA_SUCCESS &&
+	    !vmm_accessible(&op->dst, n, s->device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
 		rc = CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_unlock(&sim.lock);
 	if (rc != CUDA_SUCCESS) {

@@ -206,7 +206,7 @@ CUresult vmm_resolve(uintptr_t addr, size_t len, struct span *out)
 	return CUDA_SUCCESS;
 }
 
-int vmm_writable(const struct span *s, size_t len)
+int vmm_accessible(const struct span *s, size_t len, int device, unsigned int need)
 {
 	if (s->a == NULL)
 		return 1;
@@ -216,8 +216,7 @@ int vmm_writable(const struct span *s, size_t len)
 	uintptr_t addr = s->a->base + s->off;
 	for (uintptr_t at = addr; at < addr + len;) {
 		struct mapping *m = mapping_find(r, at);
-		if (m == NULL || (any_access(m) & CU_MEM_ACCESS_FLAGS_PROT_READWRITE) !=
-					 CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
+		if (m == NULL || (m->access[device] & need) != need)
 			return 0;
 		at = m->view.base + m->view.size;
 	}

@@ -437,6 +437,38 @@ static void case_errors(void)
 	CHECK(used() == 0);
 }
 
+/* Access is per device: a device's streams reach a mapping only as far as it was granted. */
+static void case_peer_access(void)
+{
+	CUcontext ctx1;
+	unsigned char buf[256];
+	unsigned long long flags = 0;
+	CUmemLocation dev1 = {CU_MEM_LOCATION_TYPE_DEVICE, 1};
+
+	init_device(0);
+	CUmemGenericAllocationHandle h = create(2 * MiB);
+	CUdeviceptr p = reserve(2 * MiB);
+	map_rw(p, 2 * MiB, h); /* device 0 only */
+	round_trip(p, sizeof(buf), 1);
+	OK(cuMemGetAccess(&flags, &dev1, p));
+	CHECK(flags == CU_MEM_ACCESS_FLAGS_PROT_NONE);
+
+	OK(cuDevicePrimaryCtxRetain(&ctx1, 1));
+	OK(cuCtxSetCurrent(ctx1));
+	EXPECT(cuMemcpyDtoH_v2(buf, p, sizeof(buf)), CUDA_ERROR_INVALID_VALUE);
+	CUmemAccessDesc d = {dev1, CU_MEM_ACCESS_FLAGS_PROT_READ};
+	OK(cuMemSetAccess(p, 2 * MiB, &d, 1));
+	OK(cuMemGetAccess(&flags, &dev1, p));
+	CHECK(flags == CU_MEM_ACCESS_FLAGS_PROT_READ);
+	OK(cuMemcpyDtoH_v2(buf, p, sizeof(buf)));
+	EXPECT(cuMemcpyHtoD_v2(p, buf, sizeof(buf)), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuMemsetD8_v2(p, 0, sizeof(buf)), CUDA_ERROR_INVALID_VALUE);
+	d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	OK(cuMemSetAccess(p, 2 * MiB, &d, 1));
+	round_trip(p, sizeof(buf), 2);
+	CHECK(used() == 0); /* device 1 holds none of it */
+}
+
 /* Device-located VMM memory competes with cuMemAlloc for the same capacity. */
 static void case_capacity(void)
 {
@@ -714,6 +746,7 @@ static const struct {
 	{"count_once", case_count_once},
 	{"errors", case_errors},
 	{"capacity", case_capacity},
+	{"peer_access", case_peer_access},
 	{"host_numa", case_host_numa},
 	{"expandable", case_expandable},
 	{"sleep", case_sleep},
