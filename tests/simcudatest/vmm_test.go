@@ -89,6 +89,8 @@ func TestVMM(t *testing.T) {
 		{name: "capacity", env: []string{"SIMCUDA_DEVICES=32MiB"},
 			why:  "cuMemCreate and cuMemAlloc share the device's capacity",
 			live: 26*mebibyte + 512, peak: 32 * mebibyte},
+		{name: "unmap_waits", why: "cuMemUnmap waits for queued copies into the range",
+			peak: 2 * mebibyte},
 		{name: "peer_access", env: []string{"SIMCUDA_DEVICES=2x1GiB"},
 			why:  "each device reaches a mapping only with the access granted to it",
 			live: 2 * mebibyte, peak: 2 * mebibyte, physical: 2 * mebibyte, handles: 1,

@@ -5,11 +5,13 @@
  * (total - free) after every step: the program runs alone on its devices.
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <spillway/cuda.h>
@@ -239,6 +241,16 @@ static void case_round_trip(void)
 	OK(cuMemRelease(h));
 	CHECK(used() == 0);
 	OK(cuMemAddressFree(base, 8 * MiB));
+
+	/* A free range asked for by address is given back at that address. */
+	CUdeviceptr again_at;
+	OK(cuMemAddressReserve(&again_at, 8 * MiB, 0, base, 0));
+	CHECK(again_at == base);
+	CUdeviceptr elsewhere;
+	OK(cuMemAddressReserve(&elsewhere, 8 * MiB, 0, base, 0)); /* taken: placed elsewhere */
+	CHECK(elsewhere != base && elsewhere % GRANULE == 0);
+	OK(cuMemAddressFree(again_at, 8 * MiB));
+	OK(cuMemAddressFree(elsewhere, 8 * MiB));
 }
 
 static void case_shared(void)
@@ -467,6 +479,62 @@ static void case_peer_access(void)
 	OK(cuMemSetAccess(p, 2 * MiB, &d, 1));
 	round_trip(p, sizeof(buf), 2);
 	CHECK(used() == 0); /* device 1 holds none of it */
+}
+
+/* A host function that blocks its stream until the pipe is written. */
+static int gate[2];
+static volatile int gate_opened;
+
+static void gate_wait(void *arg)
+{
+	char c;
+	(void)arg;
+	CHECK(read(gate[0], &c, 1) == 1);
+}
+
+static void *open_gate_later(void *arg)
+{
+	struct timespec delay = {0, 100 * 1000 * 1000};
+	(void)arg;
+	nanosleep(&delay, NULL); /* lets the main thread reach cuMemUnmap first */
+	gate_opened = 1;
+	CHECK(write(gate[1], "x", 1) == 1);
+	return NULL;
+}
+
+/*
+ * cuMemUnmap is synchronous: a copy still queued into the range completes
+ * before the range goes (a worker writing into an unmapped range would crash).
+ */
+static void case_unmap_waits(void)
+{
+	CUstream s;
+	pthread_t opener;
+	unsigned char *src = malloc(2 * MiB);
+
+	CHECK(src != NULL && pipe(gate) == 0);
+	init_device(0);
+	CUmemGenericAllocationHandle h = create(2 * MiB);
+	CUdeviceptr p = reserve(2 * MiB);
+	map_rw(p, 2 * MiB, h);
+	OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	OK(cuLaunchHostFunc(s, gate_wait, NULL));
+	fill(src, 2 * MiB, 8);
+	OK(cuMemcpyHtoDAsync_v2(p, src, 2 * MiB, s)); /* staged: returns at once */
+	EXPECT(cuStreamQuery(s), CUDA_ERROR_NOT_READY);
+	CHECK(pthread_create(&opener, NULL, open_gate_later, NULL) == 0);
+	OK(cuMemUnmap(p, 2 * MiB));
+	CHECK(gate_opened);
+	OK(cuStreamQuery(s)); /* the copy ran before the unmap returned */
+	CHECK(pthread_join(opener, NULL) == 0);
+	/* The bytes went into the handle: map it again and look. */
+	map_rw(p, 2 * MiB, h);
+	check_pattern(p, 2 * MiB, 8);
+	OK(cuMemUnmap(p, 2 * MiB));
+	OK(cuMemRelease(h));
+	OK(cuMemAddressFree(p, 2 * MiB));
+	OK(cuStreamDestroy_v2(s));
+	free(src);
 }
 
 /* Device-located VMM memory competes with cuMemAlloc for the same capacity. */
@@ -746,6 +814,7 @@ static const struct {
 	{"count_once", case_count_once},
 	{"errors", case_errors},
 	{"capacity", case_capacity},
+	{"unmap_waits", case_unmap_waits},
 	{"peer_access", case_peer_access},
 	{"host_numa", case_host_numa},
 	{"expandable", case_expandable},
