@@ -1125,8 +1125,8 @@ static CUresult pointer_attribute(const struct alloc *a, uintptr_t ptr, CUpointe
 	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
 		*(int *)data = 0;
 		return CUDA_SUCCESS;
-	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-		*(int *)data = a != NULL && a->kind == ALLOC_DEVICE;
+	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: /* not cuMemMap memory */
+		*(int *)data = a != NULL && a->kind == ALLOC_DEVICE && vmm_find(a->base) != a;
 		return CUDA_SUCCESS;
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;

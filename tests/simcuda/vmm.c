@@ -739,16 +739,15 @@ SIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 
 	ENTER_VMM();
 	pthread_mutex_lock(&sim.lock);
-	if (!whole_mappings(ptr, size, &r)) {
-		pthread_mutex_unlock(&sim.lock);
-		return CUDA_ERROR_INVALID_VALUE;
-	}
-	while (reservation_in_use(r))
+	/* Looked up again after every wait: another thread may have changed the table. */
+	for (;;) {
+		if (!whole_mappings(ptr, size, &r)) {
+			pthread_mutex_unlock(&sim.lock);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		if (!reservation_in_use(r))
+			break;
 		pthread_cond_wait(&sim.progress, &sim.lock);
-	/* Another thread may have changed the table while we waited: look again. */
-	if (!whole_mappings(ptr, size, &r)) {
-		pthread_mutex_unlock(&sim.lock);
-		return CUDA_ERROR_INVALID_VALUE;
 	}
 	for (struct mapping **link = &r->maps; *link != NULL;) {
 		struct mapping *m = *link;

@@ -214,6 +214,9 @@ static void case_round_trip(void)
 	OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, base + 100));
 	OK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, base + 100));
 	CHECK(start == base && size == 4 * MiB && type == CU_MEMORYTYPE_DEVICE && ordinal == 0);
+	int ipc = -1;
+	OK(cuPointerGetAttribute(&ipc, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, base));
+	CHECK(ipc == 0); /* cuIpcGetMemHandle does not take VMM memory */
 	start = 0, size = 0;
 	OK(cuMemGetAddressRange_v2(&start, &size, base + 3 * MiB));
 	CHECK(start == base && size == 4 * MiB);
