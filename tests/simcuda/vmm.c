@@ -48,7 +48,8 @@
  * Device attributes answered here, by their CUdevice_attribute values:
  * CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED (103),
  * ..._WIN32_HANDLE_SUPPORTED (104), ..._WIN32_KMT_HANDLE_SUPPORTED (105),
- * CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED (107) and
+ * CU_DEVICE_ATTRIBUTE_GENERIC_COMPRESSION_SUPPORTED (107),
+ * CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED (110) and
  * CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_FABRIC_SUPPORTED (128).
  */
 enum {
@@ -56,6 +57,7 @@ enum {
 	ATTR_WIN32_HANDLES = 104,
 	ATTR_WIN32_KMT_HANDLES = 105,
 	ATTR_GENERIC_COMPRESSION = 107,
+	ATTR_RDMA_WITH_VMM = 110,
 	ATTR_FABRIC_HANDLES = 128,
 };
 
@@ -236,6 +238,7 @@ int vmm_device_attribute(int attrib, int *value)
 		*value = !sim.no_vmm;
 		return 1;
 	case ATTR_POSIX_FD_HANDLES:
+	case ATTR_RDMA_WITH_VMM: /* the flag is accepted; nothing here does RDMA */
 		*value = !sim.no_vmm;
 		return 1;
 	case ATTR_WIN32_HANDLES: /* not on Linux */

@@ -142,6 +142,10 @@ static void case_granularity(void)
 	CHECK(v == 1);
 	OK(cuDeviceGetAttribute(&v, (CUdevice_attribute)128, 0)); /* fabric handles */
 	CHECK(v == 0);
+	OK(cuDeviceGetAttribute(&v, (CUdevice_attribute)107, 0)); /* compression */
+	CHECK(v == 0);
+	OK(cuDeviceGetAttribute(&v, (CUdevice_attribute)110, 0)); /* RDMA with VMM */
+	CHECK(v == 1);
 	OK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
 	CHECK(g == GRANULE);
 	g = 0;
@@ -360,6 +364,10 @@ static void case_errors(void)
 	prop = device_prop(0);
 	prop.allocFlags.compressionType = CU_MEM_ALLOCATION_COMP_GENERIC;
 	EXPECT(cuMemCreate(&bad, GRANULE, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
+	prop = device_prop(0);
+	prop.allocFlags.gpuDirectRDMACapable = 1; /* vLLM sets it when the attribute says so */
+	OK(cuMemCreate(&bad, GRANULE, &prop, 0));
+	OK(cuMemRelease(bad));
 	CHECK(used() == 0);
 
 	/* cuMemAddressReserve / cuMemAddressFree */
@@ -761,6 +769,8 @@ static void case_no_vmm(void)
 
 	init_device(0);
 	OK(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0));
+	CHECK(v == 0);
+	OK(cuDeviceGetAttribute(&v, (CUdevice_attribute)103, 0)); /* POSIX fd handles */
 	CHECK(v == 0);
 	EXPECT(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
 	       CUDA_ERROR_NOT_SUPPORTED);
