@@ -197,6 +197,14 @@ __attribute__((constructor)) static void load_config(void)
 			snprintf(config_error, sizeof(config_error),
 				 "SIMCUDA_NO_MANAGED=\"%s\": expected 1 or 0", v);
 	}
+	v = getenv("SIMCUDA_NO_VMM");
+	if (v != NULL && v[0] != '\0') {
+		if (strcmp(v, "1") == 0)
+			sim.no_vmm = 1;
+		else if (strcmp(v, "0") != 0)
+			snprintf(config_error, sizeof(config_error),
+				 "SIMCUDA_NO_VMM=\"%s\": expected 1 or 0", v);
+	}
 	v = getenv("SIMCUDA_FAIL");
 	if (v != NULL && v[0] != '\0')
 		parse_faults(v);
@@ -328,6 +336,8 @@ SIM_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!sim_valid_device(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
+	if (vmm_device_attribute(attrib, pi))
+		return CUDA_SUCCESS;
 	switch (attrib) {
 	case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
 	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: v = 1024; break;
@@ -370,8 +380,6 @@ SIM_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 	case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: v = managed; break;
 	case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: v = 1; break;
 	case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST: v = 0; break;
-	/* The virtual memory management API is not simulated (README.md). */
-	case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED: v = 0; break;
 	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = 1; break;
 	default:
 		return CUDA_ERROR_INVALID_VALUE;
@@ -771,6 +779,20 @@ static const struct proc procs[] = {
 	PT("cuGraphLaunch", 10000, cuGraphLaunch, cuGraphLaunch_ptsz),
 	P("cuGraphExecDestroy", 10000, cuGraphExecDestroy),
 	P("cuGraphDestroy", 10000, cuGraphDestroy),
+	/* Virtual memory management (vmm.c). */
+	P("cuMemGetAllocationGranularity", 10020, cuMemGetAllocationGranularity),
+	P("cuMemAddressReserve", 10020, cuMemAddressReserve),
+	P("cuMemAddressFree", 10020, cuMemAddressFree),
+	P("cuMemCreate", 10020, cuMemCreate),
+	P("cuMemRelease", 10020, cuMemRelease),
+	P("cuMemMap", 10020, cuMemMap),
+	P("cuMemUnmap", 10020, cuMemUnmap),
+	P("cuMemSetAccess", 10020, cuMemSetAccess),
+	P("cuMemGetAccess", 10020, cuMemGetAccess),
+	P("cuMemRetainAllocationHandle", 11000, cuMemRetainAllocationHandle),
+	P("cuMemGetAllocationPropertiesFromHandle", 10020, cuMemGetAllocationPropertiesFromHandle),
+	P("cuMemExportToShareableHandle", 10020, cuMemExportToShareableHandle),
+	P("cuMemImportFromShareableHandle", 10020, cuMemImportFromShareableHandle),
 };
 
 static CUresult proc_address(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
@@ -899,18 +921,24 @@ __attribute__((destructor)) static void write_stats(void)
 			"%s{\"ordinal\":%d,\"capacity_bytes\":%" PRIu64 ",\"device_bytes\":%" PRIu64
 			",\"device_bytes_peak\":%" PRIu64 ",\"managed_device_bytes\":%" PRIu64
 			",\"managed_host_bytes\":%" PRIu64 ",\"host_pinned_bytes\":%" PRIu64
-			",\"live_allocations\":%" PRIu64 "}",
+			",\"live_allocations\":%" PRIu64 ",\"vmm_physical_bytes\":%" PRIu64 "}",
 			i ? "," : "", i, sim.initialized ? d->capacity : config_devices.capacity[i],
 			sim.initialized ? mem_used(i) : 0, d->peak, d->managed_dev_bytes,
-			d->managed_host_bytes, d->pinned_bytes, d->live_allocs);
+			d->managed_host_bytes, d->pinned_bytes, d->live_allocs, d->vmm_bytes);
 	}
 	fprintf(f, "],\"calls\":{");
 	write_calls(f);
 	fprintf(f,
 		"},\"memcpy_bytes\":{\"h2d\":%" PRIu64 ",\"d2h\":%" PRIu64 ",\"d2d\":%" PRIu64
-		",\"h2h\":%" PRIu64 "}}\n",
+		",\"h2h\":%" PRIu64 "}",
 		sim.memcpy_bytes[COPY_H2D], sim.memcpy_bytes[COPY_D2H], sim.memcpy_bytes[COPY_D2D],
 		sim.memcpy_bytes[COPY_H2H]);
+	struct vmm_totals vmm;
+	vmm_get_totals(&vmm);
+	fprintf(f,
+		",\"vmm\":{\"host_physical_bytes\":%" PRIu64 ",\"handles\":%" PRIu64
+		",\"reserved_bytes\":%" PRIu64 ",\"mapped_bytes\":%" PRIu64 "}}\n",
+		vmm.host_bytes, vmm.handles, vmm.reserved_bytes, vmm.mapped_bytes);
 	pthread_mutex_unlock(&sim.lock);
 	pthread_mutex_unlock(&calls_lock);
 	if (fclose(f) != 0)

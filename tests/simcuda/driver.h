@@ -63,6 +63,7 @@ struct sim_device {
 	uint64_t managed_dev_bytes; /* managed blocks resident here */
 	uint64_t managed_host_bytes; /* managed blocks of allocations made here, on the host */
 	uint64_t pinned_bytes;
+	uint64_t vmm_bytes;         /* cuMemCreate physical memory here (vmm.c), part of plain_bytes */
 	uint64_t peak;
 	uint64_t live_allocs;
 	uint64_t others_bytes; /* other processes' usage, as last read from the state folder */
@@ -86,6 +87,7 @@ struct sim {
 	struct sim_device dev[SIMCUDA_MAX_DEVICES];
 	uint64_t context_bytes;
 	int no_managed;
+	int no_vmm; /* SIMCUDA_NO_VMM=1: the virtual memory management API is unsupported */
 	uint64_t clock;     /* logical time for managed eviction order */
 	uint64_t next_id;   /* allocation ids */
 	uint64_t memcpy_bytes[4]; /* indexed by enum copy_class */
@@ -137,6 +139,32 @@ struct span {
 	size_t off;
 };
 CUresult mem_resolve(uintptr_t addr, size_t len, int must_be_known, struct span *out);
+
+/*
+ * vmm.c: the virtual memory management API. Its mappings are not in
+ * sim.allocs; these hooks let memory.c and driver.c see them. With sim.lock held.
+ */
+/*
+ * A span of mapped VMM memory that some device may read; CUDA_ERROR_NOT_FOUND
+ * when addr is in no reservation.
+ */
+CUresult vmm_resolve(uintptr_t addr, size_t len, struct span *out);
+/*
+ * Whether device has the access need (CU_MEM_ACCESS_FLAGS_PROT_READ or
+ * _READWRITE) to all of a span; always true for memory that is not VMM.
+ */
+int vmm_accessible(const struct span *s, size_t len, int device, unsigned int need);
+/* The mapping that holds addr, or NULL. */
+struct alloc *vmm_find(uintptr_t addr);
+/* Device attributes of the VMM API: 1 with *value set when attrib is one of them. */
+int vmm_device_attribute(int attrib, int *value);
+struct vmm_totals {
+	uint64_t host_bytes;     /* physical bytes of live host-located allocations */
+	uint64_t reserved_bytes; /* address space reserved */
+	uint64_t mapped_bytes;   /* address space mapped */
+	uint64_t handles;        /* live physical allocations */
+};
+void vmm_get_totals(struct vmm_totals *out);
 
 /* streams.c */
 enum op_type { OP_COPY, OP_MEMSET, OP_HOST_FN, OP_EVENT, OP_BARRIER, OP_FREE, OP_PREFETCH };

@@ -395,6 +395,9 @@ CUresult mem_resolve(uintptr_t addr, size_t len, int must_be_known, struct span 
 	if (addr == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (a == NULL) {
+		CUresult rc = vmm_resolve(addr, len, out);
+		if (rc != CUDA_ERROR_NOT_FOUND)
+			return rc;
 		if (must_be_known)
 			return CUDA_ERROR_INVALID_VALUE;
 		out->host = (char *)addr;
@@ -626,6 +629,8 @@ SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
 	ENTER(ENTER_INIT);
 	pthread_mutex_lock(&sim.lock);
 	struct alloc *a = mem_find(dptr);
+	if (a == NULL)
+		a = vmm_find(dptr); /* a cuMemMap mapping: its range is what was mapped */
 	CUresult rc = (a != NULL && a->kind != ALLOC_HOST) ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 	if (rc == CUDA_SUCCESS) {
 		if (pbase != NULL)
@@ -812,6 +817,10 @@ static CUresult copy(uintptr_t dst, uintptr_t src, size_t len, CUstream hStream,
 	rc = mem_resolve(dst, len, dst_known, &op->dst);
 	if (rc == CUDA_SUCCESS)
 		rc = mem_resolve(src, len, src_known, &op->src);
+	if (rc == CUDA_SUCCESS &&
+	    (!vmm_accessible(&op->dst, len, s->device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE) ||
+	     !vmm_accessible(&op->src, len, s->device, CU_MEM_ACCESS_FLAGS_PROT_READ)))
+		rc = CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_unlock(&sim.lock);
 	if (rc != CUDA_SUCCESS) {
 		free(op);
@@ -908,6 +917,9 @@ static CUresult memset_d8(CUdeviceptr dst, unsigned char value, size_t n, CUstre
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_lock(&sim.lock);
 	rc = mem_resolve(dst, n, 1, &op->dst);
+	if (rc == CUDA_SUCCESS &&
+	    !vmm_accessible(&op->dst, n, s->device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
+		rc = CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_unlock(&sim.lock);
 	if (rc != CUDA_SUCCESS) {
 		free(op);
@@ -1128,8 +1140,8 @@ static CUresult pointer_attribute(const struct alloc *a, uintptr_t ptr, CUpointe
 	case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
 		*(int *)data = 0;
 		return CUDA_SUCCESS;
-	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-		*(int *)data = a != NULL && a->kind == ALLOC_DEVICE;
+	case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: /* not cuMemMap memory */
+		*(int *)data = a != NULL && a->kind == ALLOC_DEVICE && vmm_find(a->base) != a;
 		return CUDA_SUCCESS;
 	default:
 		return CUDA_ERROR_NOT_SUPPORTED;
@@ -1142,7 +1154,8 @@ SIM_API CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute
 	if (data == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim.lock);
-	CUresult rc = pointer_attribute(mem_find(ptr), ptr, attribute, data, 0);
+	struct alloc *a = mem_find(ptr);
+	CUresult rc = pointer_attribute(a ? a : vmm_find(ptr), ptr, attribute, data, 0);
 	pthread_mutex_unlock(&sim.lock);
 	return rc;
 }
@@ -1157,6 +1170,8 @@ SIM_API CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_at
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim.lock);
 	struct alloc *a = mem_find(ptr);
+	if (a == NULL)
+		a = vmm_find(ptr);
 	for (unsigned int i = 0; i < numAttributes && rc == CUDA_SUCCESS; i++)
 		if (data[i] != NULL)
 			rc = pointer_attribute(a, ptr, attributes[i], data[i], 1);

@@ -743,7 +743,7 @@ static void case_properties(void)
 	CHECK(prop.totalGlobalMem == 24 * GiB);
 	EXPECT(cudaGetDeviceProperties(&prop, 2), cudaErrorInvalidDevice);
 	EXPECT(cudaDeviceGetAttribute(&v, (enum cudaDeviceAttr)102, 0), cudaSuccess);
-	CHECK(v == 0); /* virtual memory management is not simulated */
+	CHECK(v == 1); /* virtual memory management is simulated (vmm_test.go) */
 	EXPECT(cudaDriverGetVersion(&v), cudaSuccess);
 	CHECK(v == 12040);
 	EXPECT(cudaRuntimeGetVersion(&v), cudaSuccess);
