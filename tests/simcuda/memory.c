@@ -223,6 +223,9 @@ CUresult mem_alloc(int device, size_t size, enum alloc_kind kind, unsigned int f
 	a->map_size = map_size;
 	a->kind = kind;
 	a->device = device;
+	a->ctx = sim_current_ctx();
+	if (a->ctx == NULL || a->ctx->device != device)
+		a->ctx = sim.dev[device].ctx;
 	a->flags = flags;
 	a->charge = charge;
 	a->id = ++sim.next_id;
@@ -313,16 +316,16 @@ void mem_release(struct alloc *a)
 	free(a);
 }
 
-void mem_release_device(int device)
+void mem_release_context(const struct CUctx_st *ctx)
 {
 	for (size_t i = sim.nallocs; i-- > 0;) {
 		struct alloc *a = sim.allocs[i];
-		if (a->device == device) {
+		if (a->ctx == ctx) {
 			mem_release(a);
 			continue;
 		}
-		for (size_t j = 0; a->kind == ALLOC_MANAGED && j < a->nblocks; j++)
-			if (a->blocks[j].location == device)
+		for (size_t j = 0; ctx->primary && a->kind == ALLOC_MANAGED && j < a->nblocks; j++)
+			if (a->blocks[j].location == ctx->device)
 				block_move(a, j, CU_DEVICE_CPU);
 	}
 }
@@ -551,14 +554,10 @@ static CUresult free_synchronized(uintptr_t addr, unsigned int kinds_mask)
 	}
 }
 
+/* The owner is found from the pointer: no current context is needed (CUDA frees it the same way). */
 SIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-	int dev;
-
 	ENTER(ENTER_INIT);
-	CUresult rc = sim_current_device(&dev);
-	if (rc != CUDA_SUCCESS)
-		return rc;
 	if (dptr == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	return free_synchronized(dptr, 1u << ALLOC_DEVICE | 1u << ALLOC_MANAGED);
@@ -1078,7 +1077,7 @@ static CUresult pointer_attribute(const struct alloc *a, uintptr_t ptr, CUpointe
 		return CUDA_ERROR_INVALID_VALUE;
 	switch (attr) {
 	case CU_POINTER_ATTRIBUTE_CONTEXT:
-		*(CUcontext *)data = a ? sim.dev[a->device].ctx : NULL;
+		*(CUcontext *)data = a ? a->ctx : NULL;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
 		*(unsigned int *)data = !a ? 0 : a->kind == ALLOC_HOST ? CU_MEMORYTYPE_HOST
