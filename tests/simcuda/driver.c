@@ -1,5 +1,5 @@
 /*
- * driver.c - the simulated CUDA driver's entry, devices, primary contexts,
+ * driver.c - the simulated CUDA driver's entry, devices, contexts (primary and created),
  * cuGetProcAddress, error strings, fault injection, fork behaviour and the
  * statistics file. Memory lives in memory.c, streams and events in streams.c.
  *
@@ -451,13 +451,13 @@ static const int h100_attributes[ATTRIBUTE_MAX] = {
 	[116] = 0,     /* GPU_DIRECT_RDMA_SUPPORTED */
 	[117] = 0,     /* GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS */
 	[118] = 0,     /* GPU_DIRECT_RDMA_WRITES_ORDERING: none */
-	[119] = 0,     /* MEMPOOL_SUPPORTED_HANDLE_TYPES: none (no IPC) */
+	[119] = 0,     /* MEMPOOL_SUPPORTED_HANDLE_TYPES: none (no pool export) */
 	[120] = 1,     /* CLUSTER_LAUNCH */
 	[121] = 0,     /* DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED: no arrays */
 	[122] = 0,     /* CAN_USE_64_BIT_STREAM_MEM_OPS: no stream memory operations */
 	[123] = 0,     /* CAN_USE_STREAM_WAIT_VALUE_NOR */
 	[124] = 0,     /* DMA_BUF_SUPPORTED */
-	[125] = 0,     /* IPC_EVENT_SUPPORTED: no IPC */
+	[125] = 0,     /* IPC_EVENT_SUPPORTED: no IPC events */
 	[126] = 4,     /* MEM_SYNC_DOMAIN_COUNT */
 	[127] = 1,     /* TENSOR_MAP_ACCESS_SUPPORTED */
 	[128] = 0,     /* HANDLE_TYPE_FABRIC_SUPPORTED */
@@ -1183,33 +1183,6 @@ SIM_API CUresult cuProfilerStop(void)
 {
 	ENTER(ENTER_INIT);
 	return profiler_call();
-}
-
-/* ---- IPC: not simulated (device memory is private to its process) ---- */
-
-SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
-{
-	ENTER(ENTER_INIT);
-	(void)pHandle;
-	(void)dptr;
-	return CUDA_ERROR_NOT_SUPPORTED;
-}
-
-SIM_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
-				       unsigned int Flags)
-{
-	ENTER(ENTER_INIT);
-	(void)pdptr;
-	(void)handle;
-	(void)Flags;
-	return CUDA_ERROR_NOT_SUPPORTED;
-}
-
-SIM_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
-{
-	ENTER(ENTER_INIT);
-	(void)dptr;
-	return CUDA_ERROR_NOT_SUPPORTED;
 }
 
 /*

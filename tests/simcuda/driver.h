@@ -51,6 +51,9 @@ struct alloc {
 	unsigned int flags;
 	int free_pending; /* a stream-ordered free is queued */
 	int stream_ordered; /* made by cuMemAllocAsync: cuMemFree does not synchronise */
+	int ipc_exported;   /* its bytes live in ipc_fd, a memfd other processes open */
+	int ipc_fd;
+	int ipc_opened;     /* a mapping of another process's memory (cuIpcOpenMemHandle_v2) */
 	struct CUstream_st *free_stream; /* where the queued stream-ordered free sits */
 	uint64_t free_seq;               /* and its sequence number there */
 	size_t nblocks;   /* ALLOC_MANAGED only */

@@ -256,24 +256,6 @@ static void attributes(void)
 	EXPECT(cuDeviceGetByPCIBusId(&dev, "bus 18"), CUDA_ERROR_INVALID_VALUE);
 }
 
-/* What the driver exports for clients but cannot simulate says so. */
-static void not_supported(void)
-{
-	CUcontext a;
-	CUdeviceptr p, opened;
-	CUipcMemHandle handle;
-
-	EXPECT(cuInit(0), CUDA_SUCCESS);
-	EXPECT(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS);
-	EXPECT(cuMemAlloc_v2(&p, MiB), CUDA_SUCCESS);
-	EXPECT(cuIpcGetMemHandle(&handle, p), CUDA_ERROR_NOT_SUPPORTED);
-	memset(&handle, 0, sizeof(handle));
-	EXPECT(cuIpcOpenMemHandle_v2(&opened, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
-	       CUDA_ERROR_NOT_SUPPORTED);
-	EXPECT(cuIpcCloseMemHandle(p), CUDA_ERROR_NOT_SUPPORTED);
-	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
-}
-
 static const struct {
 	const char *name;
 	void (*run)(void);
@@ -284,7 +266,6 @@ static const struct {
 	{"free_without_context", free_without_context},
 	{"context_bytes", context_bytes},
 	{"attributes", attributes},
-	{"not_supported", not_supported},
 };
 
 int main(int argc, char **argv)
