@@ -1,5 +1,5 @@
 /*
- * driver.c - the simulated CUDA driver's entry, devices, primary contexts,
+ * driver.c - the simulated CUDA driver's entry, devices, contexts (primary and created),
  * cuGetProcAddress, error strings, fault injection, fork behaviour and the
  * statistics file. Memory lives in memory.c, streams and events in streams.c.
  *
@@ -23,6 +23,8 @@
 #include "state.h"
 
 #define CTX_MAGIC 0x43545821u
+/* Scheduling flags, CU_CTX_MAP_HOST and CU_CTX_LMEM_RESIZE_TO_MAX: what context flags may hold. */
+#define CTX_VALID_FLAGS 0x1fu
 #define MAX_FAULTS 32
 #define CALL_SLOTS 512
 #define MAX_RUNTIMES 4
@@ -33,7 +35,11 @@ struct sim sim = {
 };
 
 __thread int sim_ptds;
-static __thread struct CUctx_st *current_ctx;
+
+/* Each thread's context stack (cuCtxPushCurrent/cuCtxPopCurrent); the current context is on top. */
+#define CTX_STACK_MAX 64
+static __thread struct CUctx_st *ctx_stack[CTX_STACK_MAX];
+static __thread int ctx_depth;
 
 /* Configuration read at load time. */
 static struct simcuda_devices config_devices;
@@ -106,14 +112,19 @@ int sim_valid_device(int device)
 	return device >= 0 && device < sim.ndev;
 }
 
+struct CUctx_st *sim_current_ctx(void)
+{
+	return ctx_depth > 0 ? ctx_stack[ctx_depth - 1] : NULL;
+}
+
 CUresult sim_current_device(int *device)
 {
-	struct CUctx_st *ctx = current_ctx;
+	struct CUctx_st *ctx = sim_current_ctx();
 
 	if (ctx == NULL)
 		return CUDA_ERROR_INVALID_CONTEXT;
 	pthread_mutex_lock(&sim.lock);
-	int active = sim.dev[ctx->device].ctx_active;
+	int active = ctx->primary ? sim.dev[ctx->device].ctx_active : !ctx->destroyed;
 	pthread_mutex_unlock(&sim.lock);
 	if (!active)
 		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
@@ -236,6 +247,7 @@ SIM_API CUresult cuInit(unsigned int Flags)
 			}
 			sim.dev[i].ctx->magic = CTX_MAGIC;
 			sim.dev[i].ctx->device = i;
+			sim.dev[i].ctx->primary = 1;
 		}
 		if (rc == CUDA_SUCCESS) {
 			simstate_open(sim.ndev); /* on failure NVML just does not see us */
@@ -325,66 +337,218 @@ SIM_API CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 	return CUDA_SUCCESS;
 }
 
-/* Attribute values of an H100-class device (compute capability 9.0). */
+/*
+ * Every CUdevice_attribute of CUDA 12.4 (1 to CU_DEVICE_ATTRIBUTE_MAX - 1 =
+ * 134), valued as an H100 SXM (compute capability 9.0) reports them, except
+ * where simcuda lacks the feature: those say 0 (README.md lists them). The
+ * values that depend on the device or the configuration are set in
+ * cuDeviceGetAttribute.
+ */
+#define ATTRIBUTE_MAX 135
+static const int h100_attributes[ATTRIBUTE_MAX] = {
+	[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK] = 1024,
+	[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X] = 1024,
+	[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y] = 1024,
+	[CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z] = 64,
+	[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X] = 2147483647,
+	[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y] = 65535,
+	[CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z] = 65535,
+	[CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK] = 49152,
+	[CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY] = 65536,
+	[CU_DEVICE_ATTRIBUTE_WARP_SIZE] = 32,
+	[CU_DEVICE_ATTRIBUTE_MAX_PITCH] = 2147483647,
+	[CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK] = 65536,
+	[CU_DEVICE_ATTRIBUTE_CLOCK_RATE] = 1980000,
+	[CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT] = 512,
+	[CU_DEVICE_ATTRIBUTE_GPU_OVERLAP] = 1,
+	[CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT] = 132,
+	[CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT] = 0,
+	[CU_DEVICE_ATTRIBUTE_INTEGRATED] = 0,
+	[CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY] = 1,
+	[CU_DEVICE_ATTRIBUTE_COMPUTE_MODE] = 0, /* CU_COMPUTEMODE_DEFAULT */
+	[21] = 131072, /* MAXIMUM_TEXTURE1D_WIDTH */
+	[22] = 131072, /* MAXIMUM_TEXTURE2D_WIDTH */
+	[23] = 65536,  /* MAXIMUM_TEXTURE2D_HEIGHT */
+	[24] = 16384,  /* MAXIMUM_TEXTURE3D_WIDTH */
+	[25] = 16384,  /* MAXIMUM_TEXTURE3D_HEIGHT */
+	[26] = 16384,  /* MAXIMUM_TEXTURE3D_DEPTH */
+	[27] = 32768,  /* MAXIMUM_TEXTURE2D_LAYERED_WIDTH */
+	[28] = 32768,  /* MAXIMUM_TEXTURE2D_LAYERED_HEIGHT */
+	[29] = 2048,   /* MAXIMUM_TEXTURE2D_LAYERED_LAYERS */
+	[30] = 512,    /* SURFACE_ALIGNMENT */
+	[CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS] = 1,
+	[CU_DEVICE_ATTRIBUTE_ECC_ENABLED] = 1,
+	[CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID] = 0,
+	[CU_DEVICE_ATTRIBUTE_TCC_DRIVER] = 0,
+	[CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE] = 2619000,
+	[CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH] = 5120,
+	[CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE] = 52428800,
+	[CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR] = 2048,
+	[CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT] = 3,
+	[CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING] = 1,
+	[42] = 32768,  /* MAXIMUM_TEXTURE1D_LAYERED_WIDTH */
+	[43] = 2048,   /* MAXIMUM_TEXTURE1D_LAYERED_LAYERS */
+	[44] = 0,      /* CAN_TEX2D_GATHER (deprecated) */
+	[45] = 32768,  /* MAXIMUM_TEXTURE2D_GATHER_WIDTH */
+	[46] = 32768,  /* MAXIMUM_TEXTURE2D_GATHER_HEIGHT */
+	[47] = 8192,   /* MAXIMUM_TEXTURE3D_WIDTH_ALTERNATE */
+	[48] = 8192,   /* MAXIMUM_TEXTURE3D_HEIGHT_ALTERNATE */
+	[49] = 32768,  /* MAXIMUM_TEXTURE3D_DEPTH_ALTERNATE */
+	[CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID] = 0,
+	[51] = 32,     /* TEXTURE_PITCH_ALIGNMENT */
+	[52] = 32768,  /* MAXIMUM_TEXTURECUBEMAP_WIDTH */
+	[53] = 32768,  /* MAXIMUM_TEXTURECUBEMAP_LAYERED_WIDTH */
+	[54] = 2046,   /* MAXIMUM_TEXTURECUBEMAP_LAYERED_LAYERS */
+	[55] = 32768,  /* MAXIMUM_SURFACE1D_WIDTH */
+	[56] = 131072, /* MAXIMUM_SURFACE2D_WIDTH */
+	[57] = 65536,  /* MAXIMUM_SURFACE2D_HEIGHT */
+	[58] = 16384,  /* MAXIMUM_SURFACE3D_WIDTH */
+	[59] = 16384,  /* MAXIMUM_SURFACE3D_HEIGHT */
+	[60] = 16384,  /* MAXIMUM_SURFACE3D_DEPTH */
+	[61] = 32768,  /* MAXIMUM_SURFACE1D_LAYERED_WIDTH */
+	[62] = 2048,   /* MAXIMUM_SURFACE1D_LAYERED_LAYERS */
+	[63] = 32768,  /* MAXIMUM_SURFACE2D_LAYERED_WIDTH */
+	[64] = 32768,  /* MAXIMUM_SURFACE2D_LAYERED_HEIGHT */
+	[65] = 2048,   /* MAXIMUM_SURFACE2D_LAYERED_LAYERS */
+	[66] = 32768,  /* MAXIMUM_SURFACECUBEMAP_WIDTH */
+	[67] = 32768,  /* MAXIMUM_SURFACECUBEMAP_LAYERED_WIDTH */
+	[68] = 2046,   /* MAXIMUM_SURFACECUBEMAP_LAYERED_LAYERS */
+	[69] = 268435456, /* MAXIMUM_TEXTURE1D_LINEAR_WIDTH (deprecated) */
+	[70] = 131072, /* MAXIMUM_TEXTURE2D_LINEAR_WIDTH */
+	[71] = 65000,  /* MAXIMUM_TEXTURE2D_LINEAR_HEIGHT */
+	[72] = 2097120, /* MAXIMUM_TEXTURE2D_LINEAR_PITCH */
+	[73] = 32768,  /* MAXIMUM_TEXTURE2D_MIPMAPPED_WIDTH */
+	[74] = 32768,  /* MAXIMUM_TEXTURE2D_MIPMAPPED_HEIGHT */
+	[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR] = 9,
+	[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR] = 0,
+	[77] = 32768,  /* MAXIMUM_TEXTURE1D_MIPMAPPED_WIDTH */
+	[CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED] = 1,
+	[79] = 1,      /* GLOBAL_L1_CACHE_SUPPORTED */
+	[80] = 1,      /* LOCAL_L1_CACHE_SUPPORTED */
+	[81] = 233472, /* MAX_SHARED_MEMORY_PER_MULTIPROCESSOR */
+	[82] = 65536,  /* MAX_REGISTERS_PER_MULTIPROCESSOR */
+	[CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD] = 0,
+	[86] = 0,      /* HOST_NATIVE_ATOMIC_SUPPORTED */
+	[87] = 2,      /* SINGLE_TO_DOUBLE_PRECISION_PERF_RATIO */
+	[CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS] = 0,
+	[90] = 1,      /* COMPUTE_PREEMPTION_SUPPORTED */
+	[CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM] = 1,
+	[92] = 0,      /* CAN_USE_STREAM_MEM_OPS_V1 (deprecated) */
+	[93] = 0,      /* CAN_USE_64_BIT_STREAM_MEM_OPS_V1 (deprecated) */
+	[94] = 0,      /* CAN_USE_STREAM_WAIT_VALUE_NOR_V1 (deprecated) */
+	[95] = 1,      /* COOPERATIVE_LAUNCH */
+	[96] = 0,      /* COOPERATIVE_MULTI_DEVICE_LAUNCH (deprecated) */
+	[97] = 232448, /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
+	[98] = 0,      /* CAN_FLUSH_REMOTE_WRITES */
+	[99] = 0,      /* HOST_REGISTER_SUPPORTED: cuMemHostRegister is not simulated */
+	[100] = 0,     /* PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES */
+	[CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST] = 0,
+	[103] = 0,     /* HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: answered by vmm.c */
+	[104] = 0,     /* HANDLE_TYPE_WIN32_HANDLE_SUPPORTED */
+	[105] = 0,     /* HANDLE_TYPE_WIN32_KMT_HANDLE_SUPPORTED */
+	[106] = 32,    /* MAX_BLOCKS_PER_MULTIPROCESSOR */
+	[107] = 0,     /* GENERIC_COMPRESSION_SUPPORTED */
+	[108] = 39321600, /* MAX_PERSISTING_L2_CACHE_SIZE */
+	[109] = 134213632, /* MAX_ACCESS_POLICY_WINDOW_SIZE */
+	[110] = 0,     /* GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: answered by vmm.c */
+	[111] = 1024,  /* RESERVED_SHARED_MEMORY_PER_BLOCK */
+	[112] = 0,     /* SPARSE_CUDA_ARRAY_SUPPORTED: no arrays */
+	[113] = 0,     /* READ_ONLY_HOST_REGISTER_SUPPORTED: no cuMemHostRegister */
+	[114] = 0,     /* TIMELINE_SEMAPHORE_INTEROP_SUPPORTED */
+	[CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED] = 1,
+	[116] = 0,     /* GPU_DIRECT_RDMA_SUPPORTED */
+	[117] = 0,     /* GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS */
+	[118] = 0,     /* GPU_DIRECT_RDMA_WRITES_ORDERING: none */
+	[119] = 0,     /* MEMPOOL_SUPPORTED_HANDLE_TYPES: none (no pool export) */
+	[120] = 1,     /* CLUSTER_LAUNCH */
+	[121] = 0,     /* DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED: no arrays */
+	[122] = 0,     /* CAN_USE_64_BIT_STREAM_MEM_OPS: no stream memory operations */
+	[123] = 0,     /* CAN_USE_STREAM_WAIT_VALUE_NOR */
+	[124] = 0,     /* DMA_BUF_SUPPORTED */
+	[125] = 0,     /* IPC_EVENT_SUPPORTED: no IPC events */
+	[126] = 4,     /* MEM_SYNC_DOMAIN_COUNT */
+	[127] = 1,     /* TENSOR_MAP_ACCESS_SUPPORTED */
+	[128] = 0,     /* HANDLE_TYPE_FABRIC_SUPPORTED */
+	[129] = 0,     /* UNIFIED_FUNCTION_POINTERS */
+	[130] = 0,     /* NUMA_CONFIG: CU_DEVICE_NUMA_CONFIG_NONE */
+	[131] = -1,    /* NUMA_ID: not a NUMA node */
+	[132] = 0,     /* MULTICAST_SUPPORTED */
+	[133] = 0,     /* MPS_ENABLED */
+	[134] = -1,    /* HOST_NUMA_ID: no NUMA */
+};
+
 SIM_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
 	int managed = !sim.no_managed;
 	int v;
 
 	ENTER(ENTER_INIT);
-	if (pi == NULL)
+	if (pi == NULL || (int)attrib <= 0 || (int)attrib >= ATTRIBUTE_MAX)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!sim_valid_device(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (vmm_device_attribute(attrib, pi))
 		return CUDA_SUCCESS;
-	switch (attrib) {
-	case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: v = 1024; break;
-	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: v = 1024; break;
-	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: v = 1024; break;
-	case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: v = 64; break;
-	case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: v = 2147483647; break;
-	case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: v = 65535; break;
-	case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: v = 65535; break;
-	case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: v = 49152; break;
-	case CU_DEVICE_ATTRIBUTE_TOTAL_CONSTANT_MEMORY: v = 65536; break;
-	case CU_DEVICE_ATTRIBUTE_WARP_SIZE: v = 32; break;
-	case CU_DEVICE_ATTRIBUTE_MAX_PITCH: v = 2147483647; break;
-	case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_BLOCK: v = 65536; break;
-	case CU_DEVICE_ATTRIBUTE_CLOCK_RATE: v = 1980000; break;
-	case CU_DEVICE_ATTRIBUTE_TEXTURE_ALIGNMENT: v = 512; break;
-	case CU_DEVICE_ATTRIBUTE_GPU_OVERLAP: v = 1; break;
-	case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: v = 132; break;
-	case CU_DEVICE_ATTRIBUTE_KERNEL_EXEC_TIMEOUT: v = 0; break;
-	case CU_DEVICE_ATTRIBUTE_INTEGRATED: v = 0; break;
-	case CU_DEVICE_ATTRIBUTE_CAN_MAP_HOST_MEMORY: v = 1; break;
-	case CU_DEVICE_ATTRIBUTE_COMPUTE_MODE: v = 0; break;
-	case CU_DEVICE_ATTRIBUTE_CONCURRENT_KERNELS: v = 1; break;
-	case CU_DEVICE_ATTRIBUTE_ECC_ENABLED: v = 1; break;
+	switch ((int)attrib) {
 	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = 0x18 + dev; break;
-	case CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID: v = 0; break;
-	case CU_DEVICE_ATTRIBUTE_TCC_DRIVER: v = 0; break;
-	case CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE: v = 2619000; break;
-	case CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH: v = 5120; break;
-	case CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE: v = 52428800; break;
-	case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: v = 2048; break;
-	case CU_DEVICE_ATTRIBUTE_ASYNC_ENGINE_COUNT: v = 3; break;
-	case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING: v = 1; break;
-	case CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID: v = 0; break;
-	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: v = 9; break;
-	case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: v = 0; break;
-	case CU_DEVICE_ATTRIBUTE_STREAM_PRIORITIES_SUPPORTED: v = 1; break;
 	case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: v = managed; break;
-	case CU_DEVICE_ATTRIBUTE_MULTI_GPU_BOARD: v = 0; break;
-	case CU_DEVICE_ATTRIBUTE_PAGEABLE_MEMORY_ACCESS: v = 0; break;
 	case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: v = managed; break;
-	case CU_DEVICE_ATTRIBUTE_CAN_USE_HOST_POINTER_FOR_REGISTERED_MEM: v = 1; break;
-	case CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST: v = 0; break;
-	case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: v = 1; break;
-	default:
-		return CUDA_ERROR_INVALID_VALUE;
+	case 85: v = dev; break; /* MULTI_GPU_BOARD_GROUP_ID: one board per device */
+	default: v = h100_attributes[attrib]; break;
 	}
 	*pi = v;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	if (major == NULL || minor == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_valid_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*major = h100_attributes[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR];
+	*minor = h100_attributes[CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR];
+	return CUDA_SUCCESS;
+}
+
+/* "dddd:bb:dd.f", as CU_DEVICE_ATTRIBUTE_PCI_{DOMAIN,BUS,DEVICE}_ID describe the device. */
+SIM_API CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	if (pciBusId == NULL || len <= 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_valid_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", 0x18 + dev);
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
+{
+	unsigned int domain, bus, device, function;
+	char end;
+
+	ENTER(ENTER_INIT);
+	if (dev == NULL || pciBusId == NULL ||
+	    sscanf(pciBusId, "%x:%x:%x.%x%c", &domain, &bus, &device, &function, &end) != 4)
+		return CUDA_ERROR_INVALID_VALUE;
+	int ordinal = (int)bus - 0x18;
+	if (domain != 0 || device != 0 || function != 0 || !sim_valid_device(ordinal))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*dev = ordinal;
+	return CUDA_SUCCESS;
+}
+
+/* Peer access is not simulated: no device can access another's memory. */
+SIM_API CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+	ENTER(ENTER_INIT);
+	if (canAccessPeer == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_valid_device(dev) || !sim_valid_device(peerDev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	*canAccessPeer = 0;
 	return CUDA_SUCCESS;
 }
 
@@ -397,14 +561,16 @@ static CUresult ctx_activate_locked(int device)
 	uint64_t bytes = sim.context_bytes;
 	uint64_t cap = d->others_bytes < d->capacity ? d->capacity - d->others_bytes : 0;
 
-	if (bytes > cap || d->plain_bytes > cap - bytes || mem_make_room(device, bytes, NULL) != 0)
+	if (bytes > cap || d->plain_bytes + d->ctx_bytes > cap - bytes ||
+	    mem_make_room(device, bytes, NULL) != 0)
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	if (d->legacy == NULL) {
 		CUresult rc = stream_create_locked(device, CU_STREAM_DEFAULT, 1, 0, &d->legacy);
 		if (rc != CUDA_SUCCESS)
 			return rc;
 	}
-	d->ctx_bytes = bytes;
+	d->ctx_bytes += bytes;
+	d->ctx->bytes = bytes;
 	d->ctx_active = 1;
 	mem_usage_changed(device);
 	return CUDA_SUCCESS;
@@ -424,9 +590,10 @@ static void ctx_deactivate(int device, int force)
 	pthread_mutex_lock(&sim.lock);
 	struct sim_device *d = &sim.dev[device];
 	if (d->ctx_active && (force || d->ctx_refs == 0)) {
-		mem_release_device(device);
+		mem_release_context(d->ctx);
 		streams_destroy_device(device);
-		d->ctx_bytes = 0;
+		d->ctx_bytes -= d->ctx->bytes;
+		d->ctx->bytes = 0;
 		d->ctx_active = 0;
 		mem_usage_changed(device);
 	}
@@ -510,10 +677,46 @@ SIM_API CUresult cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
 	if (!sim_valid_device(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
 	pthread_mutex_lock(&sim.lock);
-	*flags = 0;
+	*flags = sim.dev[dev].primary_flags;
 	*active = sim.dev[dev].ctx_active;
 	pthread_mutex_unlock(&sim.lock);
 	return CUDA_SUCCESS;
+}
+
+/* Kept and reported; since CUDA 11 they may change while the context is active. */
+SIM_API CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags)
+{
+	ENTER(ENTER_INIT);
+	if ((flags & ~CTX_VALID_FLAGS) || (flags & 7u) == 3u || (flags & 7u) > 4u)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_valid_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&sim.lock);
+	sim.dev[dev].primary_flags = flags;
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
+}
+
+/* ---- the context stack, created contexts ---- */
+
+/* Whether ctx is a live context: a primary one (active or not) or an undestroyed created one. */
+static int ctx_known_locked(const struct CUctx_st *ctx)
+{
+	for (int i = 0; i < sim.ndev; i++)
+		if (sim.dev[i].ctx == ctx)
+			return 1;
+	for (const struct CUctx_st *c = sim.contexts; c != NULL; c = c->next)
+		if (c == ctx)
+			return !c->destroyed;
+	return 0;
+}
+
+static int ctx_known(const struct CUctx_st *ctx)
+{
+	pthread_mutex_lock(&sim.lock);
+	int known = ctx_known_locked(ctx);
+	pthread_mutex_unlock(&sim.lock);
+	return known;
 }
 
 SIM_API CUresult cuCtxGetCurrent(CUcontext *pctx)
@@ -521,22 +724,246 @@ SIM_API CUresult cuCtxGetCurrent(CUcontext *pctx)
 	ENTER(ENTER_INIT);
 	if (pctx == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	*pctx = current_ctx;
+	*pctx = sim_current_ctx();
 	return CUDA_SUCCESS;
 }
 
+/* Replaces the top of the stack (pushes onto an empty one); NULL pops. */
 SIM_API CUresult cuCtxSetCurrent(CUcontext ctx)
 {
 	ENTER(ENTER_INIT);
-	if (ctx != NULL) {
-		int ok = 0;
-		for (int i = 0; i < sim.ndev; i++)
-			ok |= sim.dev[i].ctx == ctx;
-		if (!ok)
-			return CUDA_ERROR_INVALID_CONTEXT;
+	if (ctx == NULL) {
+		if (ctx_depth > 0)
+			ctx_depth--;
+		return CUDA_SUCCESS;
 	}
-	current_ctx = ctx;
+	if (!ctx_known(ctx))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (ctx_depth == 0)
+		ctx_depth = 1;
+	ctx_stack[ctx_depth - 1] = ctx;
 	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxPushCurrent_v2(CUcontext ctx)
+{
+	ENTER(ENTER_INIT);
+	if (ctx == NULL || !ctx_known(ctx))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (ctx_depth == CTX_STACK_MAX)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	ctx_stack[ctx_depth++] = ctx;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+	ENTER(ENTER_INIT);
+	if (ctx_depth == 0)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	ctx_depth--;
+	if (pctx != NULL)
+		*pctx = ctx_stack[ctx_depth];
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	if (pctx == NULL || (flags & ~CTX_VALID_FLAGS) || (flags & 7u) == 3u || (flags & 7u) > 4u)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_valid_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (ctx_depth == CTX_STACK_MAX)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	struct CUctx_st *ctx = calloc(1, sizeof(*ctx));
+	if (ctx == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	ctx->magic = CTX_MAGIC;
+	ctx->device = dev;
+	ctx->flags = flags;
+	ctx->usage = 1;
+	mem_refresh_others(dev);
+	pthread_mutex_lock(&sim.lock);
+	struct sim_device *d = &sim.dev[dev];
+	uint64_t bytes = sim.context_bytes;
+	uint64_t cap = d->others_bytes < d->capacity ? d->capacity - d->others_bytes : 0;
+	CUresult rc = CUDA_SUCCESS;
+	if (bytes > cap || d->plain_bytes + d->ctx_bytes > cap - bytes ||
+	    mem_make_room(dev, bytes, NULL) != 0)
+		rc = CUDA_ERROR_OUT_OF_MEMORY;
+	else if (d->legacy == NULL)
+		rc = stream_create_locked(dev, CU_STREAM_DEFAULT, 1, 0, &d->legacy);
+	if (rc != CUDA_SUCCESS) {
+		pthread_mutex_unlock(&sim.lock);
+		free(ctx);
+		return rc;
+	}
+	ctx->bytes = bytes;
+	d->ctx_bytes += bytes;
+	mem_usage_changed(dev);
+	ctx->next = sim.contexts;
+	sim.contexts = ctx;
+	pthread_mutex_unlock(&sim.lock);
+	ctx_stack[ctx_depth++] = ctx;
+	*pctx = ctx;
+	return CUDA_SUCCESS;
+}
+
+/* Finds created context ctx (sim.lock held); NULL when it is unknown, destroyed or primary. */
+static struct CUctx_st *created_ctx_locked(CUcontext ctx)
+{
+	for (struct CUctx_st *c = sim.contexts; c != NULL; c = c->next)
+		if (c == ctx)
+			return c->destroyed ? NULL : c;
+	return NULL;
+}
+
+/*
+ * Destroys a created context once the device's work is done: its
+ * allocations and bytes go. It leaves the calling thread's stack; other
+ * threads that still have it current get CUDA_ERROR_CONTEXT_IS_DESTROYED.
+ */
+static CUresult ctx_destroy(CUcontext ctx)
+{
+	pthread_mutex_lock(&sim.lock);
+	struct CUctx_st *c = created_ctx_locked(ctx);
+	int primary = c == NULL && ctx_known_locked(ctx);
+	pthread_mutex_unlock(&sim.lock);
+	if (c == NULL)
+		return primary ? CUDA_ERROR_INVALID_CONTEXT : CUDA_ERROR_INVALID_VALUE;
+	stream_sync_device(c->device);
+	pthread_mutex_lock(&sim.lock);
+	if (c->destroyed) {
+		pthread_mutex_unlock(&sim.lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	c->destroyed = 1;
+	mem_release_context(c);
+	sim.dev[c->device].ctx_bytes -= c->bytes;
+	c->bytes = 0;
+	mem_usage_changed(c->device);
+	pthread_mutex_unlock(&sim.lock);
+	int kept = 0;
+	for (int i = 0; i < ctx_depth; i++)
+		if (ctx_stack[i] != c)
+			ctx_stack[kept++] = ctx_stack[i];
+	ctx_depth = kept;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+	ENTER(ENTER_INIT);
+	return ctx_destroy(ctx);
+}
+
+SIM_API CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
+{
+	ENTER(ENTER_INIT);
+	struct CUctx_st *cur = sim_current_ctx();
+	if (pctx == NULL || flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	struct CUctx_st *c = created_ctx_locked(cur);
+	if (c != NULL)
+		c->usage++;
+	pthread_mutex_unlock(&sim.lock);
+	if (c == NULL)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*pctx = c;
+	return CUDA_SUCCESS;
+}
+
+/* Drops one usage of the current created context; the last one destroys it. */
+SIM_API CUresult cuCtxDetach(CUcontext ctx)
+{
+	ENTER(ENTER_INIT);
+	if (ctx == NULL || ctx != sim_current_ctx())
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&sim.lock);
+	struct CUctx_st *c = created_ctx_locked(ctx);
+	int last = c != NULL && --c->usage == 0;
+	pthread_mutex_unlock(&sim.lock);
+	if (c == NULL)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return last ? ctx_destroy(ctx) : CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxGetFlags(unsigned int *flags)
+{
+	ENTER(ENTER_INIT);
+	struct CUctx_st *ctx = sim_current_ctx();
+	if (flags == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ctx == NULL)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&sim.lock);
+	*flags = ctx->primary ? sim.dev[ctx->device].primary_flags : ctx->flags;
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
+}
+
+/* Contexts made through the _v2 entry points report the 3.2 API, as CUDA's do. */
+SIM_API CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version)
+{
+	ENTER(ENTER_INIT);
+	if (version == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ctx == NULL)
+		ctx = sim_current_ctx();
+	if (ctx == NULL || !ctx_known(ctx))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	*version = 3020;
+	return CUDA_SUCCESS;
+}
+
+/*
+ * No kernels run, so the cache and shared memory preferences change nothing;
+ * the current context keeps and reports them.
+ */
+static CUresult ctx_config(int *get, int set, int max, int shared)
+{
+	struct CUctx_st *ctx = sim_current_ctx();
+
+	if (ctx == NULL)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	if (get == NULL && (set < 0 || set > max))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	int *slot = shared ? &ctx->shmem_config : &ctx->cache_config;
+	if (get != NULL)
+		*get = *slot;
+	else
+		*slot = set;
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxGetCacheConfig(int *pconfig)
+{
+	ENTER(ENTER_INIT);
+	return pconfig == NULL ? CUDA_ERROR_INVALID_VALUE : ctx_config(pconfig, 0, 0, 0);
+}
+
+/* CU_FUNC_CACHE_PREFER_NONE (0) to CU_FUNC_CACHE_PREFER_EQUAL (3). */
+SIM_API CUresult cuCtxSetCacheConfig(int config)
+{
+	ENTER(ENTER_INIT);
+	return ctx_config(NULL, config, 3, 0);
+}
+
+SIM_API CUresult cuCtxGetSharedMemConfig(int *pConfig)
+{
+	ENTER(ENTER_INIT);
+	return pConfig == NULL ? CUDA_ERROR_INVALID_VALUE : ctx_config(pConfig, 0, 0, 1);
+}
+
+/* CU_SHARED_MEM_CONFIG_DEFAULT_BANK_SIZE (0) to _EIGHT_BYTE_BANK_SIZE (2). */
+SIM_API CUresult cuCtxSetSharedMemConfig(int config)
+{
+	ENTER(ENTER_INIT);
+	return ctx_config(NULL, config, 2, 1);
 }
 
 SIM_API CUresult cuCtxGetDevice(CUdevice *device)
@@ -644,6 +1071,253 @@ SIM_API CUresult cuGetErrorString(CUresult error, const char **pStr)
 	return error_text(error, pStr, 0);
 }
 
+/* ---- limits, pinned memory flags, peer copies, callbacks, profiler ---- */
+
+/* CUlimit values 0 to 6 and an H100's defaults for them. */
+#define LIMIT_COUNT 7
+static const size_t default_limits[LIMIT_COUNT] = {
+	1024,            /* CU_LIMIT_STACK_SIZE */
+	1 << 20,         /* CU_LIMIT_PRINTF_FIFO_SIZE */
+	8 << 20,         /* CU_LIMIT_MALLOC_HEAP_SIZE */
+	2,               /* CU_LIMIT_DEV_RUNTIME_SYNC_DEPTH */
+	2048,            /* CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT */
+	32,              /* CU_LIMIT_MAX_L2_FETCH_GRANULARITY */
+	0,               /* CU_LIMIT_PERSISTING_L2_CACHE_SIZE */
+};
+
+SIM_API CUresult cuCtxGetLimit(size_t *pvalue, int limit)
+{
+	ENTER(ENTER_INIT);
+	struct CUctx_st *ctx = sim_current_ctx();
+	if (pvalue == NULL || limit < 0 || limit >= LIMIT_COUNT)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ctx == NULL)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&sim.lock);
+	*pvalue = ctx->limits_set & (1u << limit) ? ctx->limits[limit] : default_limits[limit];
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
+}
+
+/* Kept and reported: no kernel runs to be limited. */
+SIM_API CUresult cuCtxSetLimit(int limit, size_t value)
+{
+	ENTER(ENTER_INIT);
+	struct CUctx_st *ctx = sim_current_ctx();
+	if (limit < 0 || limit >= LIMIT_COUNT)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ctx == NULL)
+		return CUDA_ERROR_INVALID_CONTEXT;
+	pthread_mutex_lock(&sim.lock);
+	ctx->limits[limit] = value;
+	ctx->limits_set |= 1u << limit;
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
+{
+	ENTER(ENTER_INIT);
+	if (pFlags == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	struct alloc *a = mem_find((uintptr_t)p);
+	CUresult rc = a != NULL && a->kind == ALLOC_HOST ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	if (rc == CUDA_SUCCESS)
+		*pFlags = a->flags;
+	pthread_mutex_unlock(&sim.lock);
+	return rc;
+}
+
+/* With unified addressing a peer copy is an ordinary copy once both contexts are known. */
+static CUresult peer_contexts(CUcontext dstContext, CUcontext srcContext)
+{
+	if (dstContext == NULL || srcContext == NULL || !ctx_known(dstContext) || !ctx_known(srcContext))
+		return CUDA_ERROR_INVALID_CONTEXT;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+			      CUcontext srcContext, size_t ByteCount)
+{
+	ENTER(ENTER_INIT);
+	CUresult rc = peer_contexts(dstContext, srcContext);
+	return rc != CUDA_SUCCESS ? rc : cuMemcpy(dstDevice, srcDevice, ByteCount);
+}
+
+SIM_API CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext,
+				   CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount,
+				   CUstream hStream)
+{
+	ENTER(ENTER_INIT);
+	CUresult rc = peer_contexts(dstContext, srcContext);
+	return rc != CUDA_SUCCESS ? rc : cuMemcpyAsync(dstDevice, srcDevice, ByteCount, hStream);
+}
+
+struct callback {
+	CUstreamCallback fn;
+	CUstream stream;
+	void *user;
+};
+
+static void run_callback(void *arg)
+{
+	struct callback *cb = arg;
+
+	cb->fn(cb->stream, CUDA_SUCCESS, cb->user);
+	free(cb);
+}
+
+/* A host function with the older callback's signature; errors are synchronous, so status is always success. */
+SIM_API CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData,
+				     unsigned int flags)
+{
+	ENTER(ENTER_INIT);
+	if (callback == NULL || flags != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	struct callback *cb = malloc(sizeof(*cb));
+	if (cb == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	*cb = (struct callback){callback, hStream, userData};
+	CUresult rc = cuLaunchHostFunc(hStream, run_callback, cb);
+	if (rc != CUDA_SUCCESS)
+		free(cb);
+	return rc;
+}
+
+/* No profiler is ever attached; starting and stopping collection does nothing, as CUDA then does. */
+static CUresult profiler_call(void)
+{
+	return sim_current_ctx() == NULL ? CUDA_ERROR_INVALID_CONTEXT : CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuProfilerStart(void)
+{
+	ENTER(ENTER_INIT);
+	return profiler_call();
+}
+
+SIM_API CUresult cuProfilerStop(void)
+{
+	ENTER(ENTER_INIT);
+	return profiler_call();
+}
+
+/*
+ * ---- exported, not simulated ----
+ * What Debian's pycuda binds when it loads and what numba's ctypes binding
+ * looks up, beyond what simcuda implements: kernels (modules, functions,
+ * launches, linking, occupancy), arrays and textures, 2D/3D copies, 16/32-bit
+ * memsets, OpenGL interop, IPC events, host registration, peer access. Each
+ * returns CUDA_ERROR_NOT_SUPPORTED without looking at its arguments (so one
+ * definition serves every signature) and is counted like any call.
+ */
+#define NOT_SUPPORTED(name)                      \
+	SIM_API CUresult name(void);             \
+	SIM_API CUresult name(void)              \
+	{                                        \
+		ENTER(ENTER_INIT);               \
+		return CUDA_ERROR_NOT_SUPPORTED; \
+	}
+
+NOT_SUPPORTED(cuArray3DCreate_v2)
+NOT_SUPPORTED(cuArray3DGetDescriptor_v2)
+NOT_SUPPORTED(cuArrayCreate_v2)
+NOT_SUPPORTED(cuArrayDestroy)
+NOT_SUPPORTED(cuArrayGetDescriptor_v2)
+NOT_SUPPORTED(cuCtxDisablePeerAccess)
+NOT_SUPPORTED(cuCtxEnablePeerAccess)
+NOT_SUPPORTED(cuFuncGetAttribute)
+NOT_SUPPORTED(cuFuncSetAttribute)
+NOT_SUPPORTED(cuFuncSetBlockShape)
+NOT_SUPPORTED(cuFuncSetCacheConfig)
+NOT_SUPPORTED(cuFuncSetSharedSize)
+NOT_SUPPORTED(cuGLCtxCreate_v2)
+NOT_SUPPORTED(cuGLInit)
+NOT_SUPPORTED(cuGLMapBufferObject_v2)
+NOT_SUPPORTED(cuGLRegisterBufferObject)
+NOT_SUPPORTED(cuGLUnmapBufferObject)
+NOT_SUPPORTED(cuGLUnregisterBufferObject)
+NOT_SUPPORTED(cuGraphicsGLRegisterBuffer)
+NOT_SUPPORTED(cuGraphicsGLRegisterImage)
+NOT_SUPPORTED(cuGraphicsMapResources)
+NOT_SUPPORTED(cuGraphicsResourceGetMappedPointer_v2)
+NOT_SUPPORTED(cuGraphicsSubResourceGetMappedArray)
+NOT_SUPPORTED(cuGraphicsUnmapResources)
+NOT_SUPPORTED(cuGraphicsUnregisterResource)
+NOT_SUPPORTED(cuIpcGetEventHandle)
+NOT_SUPPORTED(cuIpcOpenEventHandle)
+NOT_SUPPORTED(cuLaunch)
+NOT_SUPPORTED(cuLaunchCooperativeKernel)
+NOT_SUPPORTED(cuLaunchGrid)
+NOT_SUPPORTED(cuLaunchGridAsync)
+NOT_SUPPORTED(cuLaunchKernel)
+NOT_SUPPORTED(cuLinkAddData_v2)
+NOT_SUPPORTED(cuLinkAddFile_v2)
+NOT_SUPPORTED(cuLinkComplete)
+NOT_SUPPORTED(cuLinkCreate_v2)
+NOT_SUPPORTED(cuLinkDestroy)
+NOT_SUPPORTED(cuMemHostRegister_v2)
+NOT_SUPPORTED(cuMemHostUnregister)
+NOT_SUPPORTED(cuMemcpy2DAsync_v2)
+NOT_SUPPORTED(cuMemcpy2DUnaligned_v2)
+NOT_SUPPORTED(cuMemcpy2D_v2)
+NOT_SUPPORTED(cuMemcpy3DAsync_v2)
+NOT_SUPPORTED(cuMemcpy3DPeer)
+NOT_SUPPORTED(cuMemcpy3DPeerAsync)
+NOT_SUPPORTED(cuMemcpy3D_v2)
+NOT_SUPPORTED(cuMemcpyAtoA_v2)
+NOT_SUPPORTED(cuMemcpyAtoD_v2)
+NOT_SUPPORTED(cuMemcpyAtoH_v2)
+NOT_SUPPORTED(cuMemcpyDtoA_v2)
+NOT_SUPPORTED(cuMemcpyHtoA_v2)
+NOT_SUPPORTED(cuMemsetD16Async)
+NOT_SUPPORTED(cuMemsetD16_v2)
+NOT_SUPPORTED(cuMemsetD2D16Async)
+NOT_SUPPORTED(cuMemsetD2D16_v2)
+NOT_SUPPORTED(cuMemsetD2D32Async)
+NOT_SUPPORTED(cuMemsetD2D32_v2)
+NOT_SUPPORTED(cuMemsetD2D8Async)
+NOT_SUPPORTED(cuMemsetD2D8_v2)
+NOT_SUPPORTED(cuMemsetD32Async)
+NOT_SUPPORTED(cuMemsetD32_v2)
+NOT_SUPPORTED(cuModuleGetFunction)
+NOT_SUPPORTED(cuModuleGetGlobal_v2)
+NOT_SUPPORTED(cuModuleGetSurfRef)
+NOT_SUPPORTED(cuModuleGetTexRef)
+NOT_SUPPORTED(cuModuleLoad)
+NOT_SUPPORTED(cuModuleLoadData)
+NOT_SUPPORTED(cuModuleLoadDataEx)
+NOT_SUPPORTED(cuModuleUnload)
+NOT_SUPPORTED(cuOccupancyMaxActiveBlocksPerMultiprocessor)
+NOT_SUPPORTED(cuOccupancyMaxActiveBlocksPerMultiprocessorWithFlags)
+NOT_SUPPORTED(cuOccupancyMaxPotentialBlockSize)
+NOT_SUPPORTED(cuOccupancyMaxPotentialBlockSizeWithFlags)
+NOT_SUPPORTED(cuParamSetSize)
+NOT_SUPPORTED(cuParamSetTexRef)
+NOT_SUPPORTED(cuParamSetf)
+NOT_SUPPORTED(cuParamSeti)
+NOT_SUPPORTED(cuParamSetv)
+NOT_SUPPORTED(cuProfilerInitialize)
+NOT_SUPPORTED(cuStreamAttachMemAsync)
+NOT_SUPPORTED(cuSurfRefGetArray)
+NOT_SUPPORTED(cuSurfRefSetArray)
+NOT_SUPPORTED(cuTexRefCreate)
+NOT_SUPPORTED(cuTexRefDestroy)
+NOT_SUPPORTED(cuTexRefGetAddressMode)
+NOT_SUPPORTED(cuTexRefGetAddress_v2)
+NOT_SUPPORTED(cuTexRefGetArray)
+NOT_SUPPORTED(cuTexRefGetFilterMode)
+NOT_SUPPORTED(cuTexRefGetFlags)
+NOT_SUPPORTED(cuTexRefGetFormat)
+NOT_SUPPORTED(cuTexRefSetAddress2D_v3)
+NOT_SUPPORTED(cuTexRefSetAddressMode)
+NOT_SUPPORTED(cuTexRefSetAddress_v2)
+NOT_SUPPORTED(cuTexRefSetArray)
+NOT_SUPPORTED(cuTexRefSetFilterMode)
+NOT_SUPPORTED(cuTexRefSetFlags)
+NOT_SUPPORTED(cuTexRefSetFormat)
+
 /* ---- per-thread default stream variants ---- */
 
 /* The _ptsz/_ptds entry points: the same call with the per-thread default stream. */
@@ -727,6 +1401,34 @@ static const struct proc procs[] = {
 	P("cuCtxSetCurrent", 4000, cuCtxSetCurrent),
 	P("cuCtxGetDevice", 2000, cuCtxGetDevice),
 	P("cuCtxSynchronize", 2000, cuCtxSynchronize),
+	P("cuCtxCreate", 3020, cuCtxCreate_v2),
+	P("cuCtxDestroy", 4000, cuCtxDestroy_v2),
+	P("cuCtxPushCurrent", 4000, cuCtxPushCurrent_v2),
+	P("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2),
+	P("cuCtxAttach", 2000, cuCtxAttach),
+	P("cuCtxDetach", 2000, cuCtxDetach),
+	P("cuCtxGetFlags", 7000, cuCtxGetFlags),
+	P("cuCtxGetApiVersion", 3020, cuCtxGetApiVersion),
+	P("cuCtxGetCacheConfig", 3020, cuCtxGetCacheConfig),
+	P("cuCtxSetCacheConfig", 3020, cuCtxSetCacheConfig),
+	P("cuCtxGetSharedMemConfig", 4020, cuCtxGetSharedMemConfig),
+	P("cuCtxSetSharedMemConfig", 4020, cuCtxSetSharedMemConfig),
+	P("cuCtxGetLimit", 3010, cuCtxGetLimit),
+	P("cuCtxSetLimit", 3010, cuCtxSetLimit),
+	P("cuDevicePrimaryCtxSetFlags", 11000, cuDevicePrimaryCtxSetFlags_v2),
+	P("cuDeviceComputeCapability", 2000, cuDeviceComputeCapability),
+	P("cuDeviceGetPCIBusId", 4010, cuDeviceGetPCIBusId),
+	P("cuDeviceGetByPCIBusId", 4010, cuDeviceGetByPCIBusId),
+	P("cuDeviceCanAccessPeer", 4000, cuDeviceCanAccessPeer),
+	P("cuMemHostGetFlags", 2030, cuMemHostGetFlags),
+	P("cuMemcpyPeer", 4000, cuMemcpyPeer),
+	P("cuMemcpyPeerAsync", 4000, cuMemcpyPeerAsync),
+	P("cuStreamAddCallback", 5000, cuStreamAddCallback),
+	P("cuProfilerStart", 4000, cuProfilerStart),
+	P("cuProfilerStop", 4000, cuProfilerStop),
+	P("cuIpcGetMemHandle", 4010, cuIpcGetMemHandle),
+	P("cuIpcOpenMemHandle", 11000, cuIpcOpenMemHandle_v2),
+	P("cuIpcCloseMemHandle", 4010, cuIpcCloseMemHandle),
 	P("cuMemAlloc", 3020, cuMemAlloc_v2),
 	P("cuMemFree", 3020, cuMemFree_v2),
 	P("cuMemAllocPitch", 3020, cuMemAllocPitch_v2),

@@ -45,11 +45,15 @@ struct alloc {
 	char *backing;  /* where the bytes live in this process (== base unless ALLOC_DEVICE) */
 	enum alloc_kind kind;
 	int device;     /* device charged / current when allocated */
+	struct CUctx_st *ctx; /* the context it was allocated in; freed with it */
 	uint64_t id;
 	uint64_t charge; /* bytes charged to device.plain_bytes (ALLOC_DEVICE) */
 	unsigned int flags;
 	int free_pending; /* a stream-ordered free is queued */
 	int stream_ordered; /* made by cuMemAllocAsync: cuMemFree does not synchronise */
+	int ipc_exported;   /* its bytes live in ipc_fd, a memfd other processes open */
+	int ipc_fd;
+	int ipc_opened;     /* a mapping of another process's memory (cuIpcOpenMemHandle_v2) */
 	struct CUstream_st *free_stream; /* where the queued stream-ordered free sits */
 	uint64_t free_seq;               /* and its sequence number there */
 	size_t nblocks;   /* ALLOC_MANAGED only */
@@ -59,7 +63,7 @@ struct alloc {
 struct sim_device {
 	uint64_t capacity;
 	uint64_t plain_bytes;       /* device allocations (cuMemAlloc*, pitch, async) */
-	uint64_t ctx_bytes;         /* taken by the active context */
+	uint64_t ctx_bytes;         /* taken by the device's live contexts */
 	uint64_t managed_dev_bytes; /* managed blocks resident here */
 	uint64_t managed_host_bytes; /* managed blocks of allocations made here, on the host */
 	uint64_t pinned_bytes;
@@ -69,13 +73,28 @@ struct sim_device {
 	uint64_t others_bytes; /* other processes' usage, as last read from the state folder */
 	int ctx_refs;
 	int ctx_active;
+	unsigned int primary_flags; /* cuDevicePrimaryCtxSetFlags */
 	struct CUctx_st *ctx;
 	struct CUstream_st *legacy; /* the legacy default stream, made with the first context */
 };
 
+/*
+ * A context: the device's primary one (sim_device.ctx), or one made with
+ * cuCtxCreate. Created contexts are never freed, only marked destroyed, so a
+ * stale handle is recognised and refused.
+ */
 struct CUctx_st {
 	uint32_t magic;
 	int device;
+	int primary;
+	int destroyed;      /* created contexts only */
+	unsigned int flags; /* created contexts only */
+	int usage;          /* cuCtxAttach/cuCtxDetach count of a created context */
+	uint64_t bytes;     /* SIMCUDA_CONTEXT_BYTES taken while live */
+	int cache_config, shmem_config; /* kept and reported; no kernel uses them */
+	size_t limits[7];               /* cuCtxSetLimit values, by CUlimit */
+	unsigned int limits_set;        /* bit per CUlimit set */
+	struct CUctx_st *next; /* in sim.contexts */
 };
 
 struct sim {
@@ -95,6 +114,7 @@ struct sim {
 	size_t nallocs, cap_allocs;
 	struct CUstream_st *streams; /* every stream ever made, newest first */
 	struct CUevent_st *events;   /* every event ever made, newest first */
+	struct CUctx_st *contexts;   /* every context cuCtxCreate made, newest first */
 };
 
 enum copy_class { COPY_H2D, COPY_D2H, COPY_D2D, COPY_H2H };
@@ -117,6 +137,8 @@ CUresult sim_enter(const char *name, int need);
 
 /* The device of the calling thread's current context (CUDA_ERROR_INVALID_CONTEXT when none). */
 CUresult sim_current_device(int *device);
+/* The calling thread's current context, or NULL. */
+struct CUctx_st *sim_current_ctx(void);
 int sim_valid_device(int device);
 
 /* memory.c; all with sim.lock held. */
@@ -128,7 +150,8 @@ int mem_make_room(int device, uint64_t need, const struct alloc *keep);
 CUresult mem_alloc(int device, size_t size, enum alloc_kind kind, unsigned int flags,
 		   struct alloc **out);
 void mem_release(struct alloc *a);
-void mem_release_device(int device);
+/* Frees every allocation made in ctx; for a primary context also evicts managed blocks from its device. */
+void mem_release_context(const struct CUctx_st *ctx);
 void mem_managed_access(struct alloc *a, size_t off, size_t len, int device);
 void mem_managed_prefetch(struct alloc *a, size_t off, size_t len, int location);
 

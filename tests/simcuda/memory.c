@@ -15,6 +15,8 @@
  * move between host and device by the residency model of mem_managed_access
  * and mem_managed_prefetch; when a device fills up, its least recently used
  * managed blocks are evicted to the host, as UVM does, before anything fails.
+ * IPC handles (end of file) share a device allocation's bytes with other
+ * processes through a memfd.
  */
 #define _GNU_SOURCE
 #include "driver.h"
@@ -22,7 +24,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "state.h"
@@ -223,6 +227,9 @@ CUresult mem_alloc(int device, size_t size, enum alloc_kind kind, unsigned int f
 	a->map_size = map_size;
 	a->kind = kind;
 	a->device = device;
+	a->ctx = sim_current_ctx();
+	if (a->ctx == NULL || a->ctx->device != device)
+		a->ctx = sim.dev[device].ctx;
 	a->flags = flags;
 	a->charge = charge;
 	a->id = ++sim.next_id;
@@ -304,8 +311,11 @@ void mem_release(struct alloc *a)
 		d->pinned_bytes -= a->size;
 		break;
 	}
-	d->live_allocs--;
+	if (!a->ipc_opened)
+		d->live_allocs--;
 	mem_usage_changed(a->device);
+	if (a->ipc_exported)
+		close(a->ipc_fd);
 	if (a->backing != (char *)a->base)
 		munmap(a->backing, a->map_size);
 	munmap((void *)a->base, a->map_size);
@@ -313,16 +323,16 @@ void mem_release(struct alloc *a)
 	free(a);
 }
 
-void mem_release_device(int device)
+void mem_release_context(const struct CUctx_st *ctx)
 {
 	for (size_t i = sim.nallocs; i-- > 0;) {
 		struct alloc *a = sim.allocs[i];
-		if (a->device == device) {
+		if (a->ctx == ctx) {
 			mem_release(a);
 			continue;
 		}
-		for (size_t j = 0; a->kind == ALLOC_MANAGED && j < a->nblocks; j++)
-			if (a->blocks[j].location == device)
+		for (size_t j = 0; ctx->primary && a->kind == ALLOC_MANAGED && j < a->nblocks; j++)
+			if (a->blocks[j].location == ctx->device)
 				block_move(a, j, CU_DEVICE_CPU);
 	}
 }
@@ -531,7 +541,7 @@ static CUresult free_synchronized(uintptr_t addr, unsigned int kinds_mask)
 		pthread_mutex_lock(&sim.lock);
 		struct alloc *a = mem_find(addr);
 		if (a == NULL || a->base != addr || !(kinds_mask & (1u << a->kind)) ||
-		    a->free_pending) {
+		    a->free_pending || a->ipc_opened) {
 			pthread_mutex_unlock(&sim.lock);
 			return CUDA_ERROR_INVALID_VALUE;
 		}
@@ -560,14 +570,10 @@ static CUresult free_synchronized(uintptr_t addr, unsigned int kinds_mask)
 	}
 }
 
+/* The owner is found from the pointer: no current context is needed (CUDA frees it the same way). */
 SIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
-	int dev;
-
 	ENTER(ENTER_INIT);
-	CUresult rc = sim_current_device(&dev);
-	if (rc != CUDA_SUCCESS)
-		return rc;
 	if (dptr == 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	return free_synchronized(dptr, 1u << ALLOC_DEVICE | 1u << ALLOC_MANAGED);
@@ -770,7 +776,7 @@ SIM_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 	pthread_mutex_lock(&sim.lock);
 	struct alloc *a = mem_find(dptr);
 	if (a == NULL || a->base != dptr || a->kind != ALLOC_DEVICE ||
-	    a->free_pending) {
+	    a->free_pending || a->ipc_opened) {
 		pthread_mutex_unlock(&sim.lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
@@ -1105,7 +1111,7 @@ static CUresult pointer_attribute(const struct alloc *a, uintptr_t ptr, CUpointe
 		return CUDA_ERROR_INVALID_VALUE;
 	switch (attr) {
 	case CU_POINTER_ATTRIBUTE_CONTEXT:
-		*(CUcontext *)data = a ? sim.dev[a->device].ctx : NULL;
+		*(CUcontext *)data = a ? a->ctx : NULL;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
 		*(unsigned int *)data = !a ? 0 : a->kind == ALLOC_HOST ? CU_MEMORYTYPE_HOST
@@ -1238,5 +1244,214 @@ void mem_execute(struct op *op, int device)
 		break;
 	default:
 		break;
+	}
+}
+
+/*
+ * ---- IPC handles ----
+ * Device bytes are private to their process until the first
+ * cuIpcGetMemHandle of an allocation moves them into a memfd (after the
+ * device's work is done), mapped at the same place. The handle names the
+ * exporter's pid, the memfd's descriptor and the allocation's id; an
+ * importer opens the memfd through /proc/<pid>/fd and maps it, sharing the
+ * bytes. The exporter alone is charged for them.
+ */
+#define IPC_MAGIC 0x31435049534d4953ull /* "SIMSIPC1" */
+
+struct ipc_handle {
+	uint64_t magic;
+	int32_t pid;
+	int32_t fd;
+	uint64_t id;
+	uint64_t size;
+	uint64_t map_size;
+};
+_Static_assert(sizeof(struct ipc_handle) <= sizeof(CUipcMemHandle), "handle fits CUDA's 64 bytes");
+
+static void ipc_name(char *buf, size_t len, uint64_t id)
+{
+	snprintf(buf, len, "simcuda-ipc-%llu", (unsigned long long)id);
+}
+
+/* Moves a's bytes into a memfd mapped where they were; only resident pages are copied. */
+static int ipc_export_locked(struct alloc *a)
+{
+	char name[64];
+	size_t page = page_size(), npages = a->map_size / page;
+
+	ipc_name(name, sizeof(name), a->id);
+	int fd = memfd_create(name, MFD_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	unsigned char *resident = malloc(npages);
+	if (resident == NULL || ftruncate(fd, (off_t)a->map_size) != 0 ||
+	    mincore(a->backing, a->map_size, resident) != 0)
+		goto fail;
+	for (size_t i = 0; i < npages; i++)
+		if ((resident[i] & 1) &&
+		    pwrite(fd, a->backing + i * page, page, (off_t)(i * page)) != (ssize_t)page)
+			goto fail;
+	if (mmap(a->backing, a->map_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
+	    MAP_FAILED)
+		goto fail;
+	free(resident);
+	a->ipc_exported = 1;
+	a->ipc_fd = fd;
+	return 0;
+fail:
+	free(resident);
+	close(fd);
+	return -1;
+}
+
+SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+	ENTER(ENTER_INIT);
+	if (pHandle == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (;;) {
+		pthread_mutex_lock(&sim.lock);
+		struct alloc *a = mem_find(dptr);
+		if (a == NULL || a->base != dptr || a->kind != ALLOC_DEVICE || a->free_pending ||
+		    a->stream_ordered || a->ipc_opened) {
+			pthread_mutex_unlock(&sim.lock);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		if (!a->ipc_exported) {
+			/* The stream workers must not be moving its bytes while they move. */
+			int dev = a->device;
+			uint64_t id = a->id;
+			pthread_mutex_unlock(&sim.lock);
+			CUresult rc = stream_sync_device(dev);
+			if (rc != CUDA_SUCCESS)
+				return rc;
+			pthread_mutex_lock(&sim.lock);
+			a = mem_find(dptr);
+			if (a == NULL || a->id != id) {
+				pthread_mutex_unlock(&sim.lock);
+				continue; /* freed or replaced meanwhile: look again */
+			}
+			if (!a->ipc_exported && ipc_export_locked(a) != 0) {
+				pthread_mutex_unlock(&sim.lock);
+				return CUDA_ERROR_OUT_OF_MEMORY;
+			}
+		}
+		struct ipc_handle h = {
+			.magic = IPC_MAGIC,
+			.pid = (int32_t)getpid(),
+			.fd = a->ipc_fd,
+			.id = a->id,
+			.size = a->size,
+			.map_size = a->map_size,
+		};
+		pthread_mutex_unlock(&sim.lock);
+		memset(pHandle, 0, sizeof(*pHandle));
+		memcpy(pHandle->reserved, &h, sizeof(h));
+		return CUDA_SUCCESS;
+	}
+}
+
+/* Opens the exporter's memfd, checking that it is still the one the handle names. */
+static int ipc_open(const struct ipc_handle *h)
+{
+	char path[64], link[128], want[96], name[64];
+
+	snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)h->pid, (int)h->fd);
+	ssize_t n = readlink(path, link, sizeof(link) - 1);
+	if (n < 0)
+		return -1;
+	link[n] = '\0';
+	ipc_name(name, sizeof(name), h->id);
+	snprintf(want, sizeof(want), "/memfd:%s (deleted)", name);
+	if (strcmp(link, want) != 0)
+		return -1;
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+	struct stat st;
+	if (fd >= 0 && (fstat(fd, &st) != 0 || (uint64_t)st.st_size != h->map_size)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+SIM_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle,
+				       unsigned int Flags)
+{
+	struct ipc_handle h;
+	int dev;
+
+	ENTER(ENTER_INIT);
+	CUresult rc = sim_current_device(&dev);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	memcpy(&h, handle.reserved, sizeof(h));
+	if (pdptr == NULL || Flags != CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS || h.magic != IPC_MAGIC ||
+	    h.size == 0 || h.size > h.map_size)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (h.pid == (int32_t)getpid())
+		return CUDA_ERROR_INVALID_CONTEXT; /* a process cannot open its own handles */
+	int fd = ipc_open(&h);
+	if (fd < 0)
+		return CUDA_ERROR_INVALID_HANDLE; /* the exporter or its allocation is gone */
+	struct alloc *a = calloc(1, sizeof(*a));
+	void *va = mmap(NULL, h.map_size, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+			-1, 0);
+	void *bytes = mmap(NULL, h.map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (a == NULL || va == MAP_FAILED || bytes == MAP_FAILED) {
+		if (va != MAP_FAILED)
+			munmap(va, h.map_size);
+		if (bytes != MAP_FAILED)
+			munmap(bytes, h.map_size);
+		free(a);
+		return CUDA_ERROR_MAP_FAILED;
+	}
+	a->base = (uintptr_t)va;
+	a->size = h.size;
+	a->map_size = h.map_size;
+	a->backing = bytes;
+	a->kind = ALLOC_DEVICE;
+	a->device = dev;
+	a->ctx = sim_current_ctx();
+	a->ipc_opened = 1;
+	pthread_mutex_lock(&sim.lock);
+	a->id = ++sim.next_id;
+	int err = table_insert(a);
+	pthread_mutex_unlock(&sim.lock);
+	if (err != 0) {
+		munmap(va, h.map_size);
+		munmap(bytes, h.map_size);
+		free(a);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	*pdptr = a->base;
+	return CUDA_SUCCESS;
+}
+
+/* Unmaps an opened handle once the device's work is done; the exporter's memory stays. */
+SIM_API CUresult cuIpcCloseMemHandle(CUdeviceptr dptr)
+{
+	ENTER(ENTER_INIT);
+	for (;;) {
+		pthread_mutex_lock(&sim.lock);
+		struct alloc *a = mem_find(dptr);
+		if (a == NULL || a->base != dptr || !a->ipc_opened) {
+			pthread_mutex_unlock(&sim.lock);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		int dev = a->device;
+		uint64_t id = a->id;
+		pthread_mutex_unlock(&sim.lock);
+		CUresult rc = stream_sync_device(dev);
+		if (rc != CUDA_SUCCESS)
+			return rc;
+		pthread_mutex_lock(&sim.lock);
+		a = mem_find(dptr);
+		if (a != NULL && a->id == id) {
+			mem_release(a);
+			pthread_mutex_unlock(&sim.lock);
+			return CUDA_SUCCESS;
+		}
+		pthread_mutex_unlock(&sim.lock);
 	}
 }

@@ -415,3 +415,274 @@ nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsign
 {
 	return running_processes(device, infoCount, NULL, infos);
 }
+
+/* ---- identity, BAR1, utilisation, sensors, older names ---- */
+
+nvmlReturn_t nvmlInit(void)
+{
+	return nvmlInitWithFlags(0);
+}
+
+nvmlReturn_t nvmlDeviceGetCount(unsigned int *deviceCount)
+{
+	return nvmlDeviceGetCount_v2(deviceCount);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByIndex(unsigned int index, nvmlDevice_t *device)
+{
+	return nvmlDeviceGetHandleByIndex_v2(index, device);
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByUUID(const char *uuid, nvmlDevice_t *device)
+{
+	char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+
+	if (!initialised())
+		return NVML_ERROR_UNINITIALIZED;
+	if (uuid == NULL || device == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	for (unsigned int i = 0; i < device_count; i++) {
+		simcuda_device_uuid_string((int)i, capacity[i], buf, sizeof(buf));
+		if (strcmp(buf, uuid) == 0) {
+			*device = &devices[i];
+			return NVML_SUCCESS;
+		}
+	}
+	return NVML_ERROR_NOT_FOUND;
+}
+
+/* The PCI location the driver reports too (CU_DEVICE_ATTRIBUTE_PCI_BUS_ID): bus 0x18 + ordinal. */
+#define PCI_FIRST_BUS 0x18u
+/* An H100 SXM5's ids: device 0x2330, vendor 0x10de; its subsystem. */
+#define PCI_DEVICE_ID 0x233010deu
+#define PCI_SUBSYSTEM_ID 0x16c110deu
+
+static nvmlReturn_t pci_info(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+	if (!initialised())
+		return NVML_ERROR_UNINITIALIZED;
+	int i = device_index(device);
+	if (i < 0 || pci == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	memset(pci, 0, sizeof(*pci));
+	pci->domain = 0;
+	pci->bus = PCI_FIRST_BUS + (unsigned int)i;
+	pci->device = 0;
+	pci->pciDeviceId = PCI_DEVICE_ID;
+	pci->pciSubSystemId = PCI_SUBSYSTEM_ID;
+	snprintf(pci->busIdLegacy, sizeof(pci->busIdLegacy), "0000:%02x:00.0", pci->bus & 0xffu);
+	snprintf(pci->busId, sizeof(pci->busId), "00000000:%02x:00.0", pci->bus & 0xffu);
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v2(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+	return pci_info(device, pci);
+}
+
+nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+	return pci_info(device, pci);
+}
+
+/* The first layout: a 16-byte bus id first, four reserved words last. */
+typedef struct {
+	char busId[16];
+	unsigned int domain, bus, device, pciDeviceId, pciSubSystemId;
+	unsigned int reserved[4];
+} pci_info_v1;
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, pci_info_v1 *pci);
+
+nvmlReturn_t nvmlDeviceGetPciInfo(nvmlDevice_t device, pci_info_v1 *pci)
+{
+	nvmlPciInfo_t cur;
+
+	if (pci == NULL)
+		return initialised() ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_UNINITIALIZED;
+	nvmlReturn_t ret = pci_info(device, &cur);
+	if (ret != NVML_SUCCESS)
+		return ret;
+	memset(pci, 0, sizeof(*pci));
+	memcpy(pci->busId, cur.busIdLegacy, sizeof(pci->busId));
+	pci->domain = cur.domain;
+	pci->bus = cur.bus;
+	pci->device = cur.device;
+	pci->pciDeviceId = cur.pciDeviceId;
+	pci->pciSubSystemId = cur.pciSubSystemId;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetHandleByPciBusId_v2(const char *pciBusId, nvmlDevice_t *device)
+{
+	unsigned int domain, bus, dev, function;
+	char end;
+
+	if (!initialised())
+		return NVML_ERROR_UNINITIALIZED;
+	if (pciBusId == NULL || device == NULL ||
+	    sscanf(pciBusId, "%x:%x:%x.%x%c", &domain, &bus, &dev, &function, &end) != 4)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	if (domain != 0 || dev != 0 || function != 0 || bus < PCI_FIRST_BUS ||
+	    bus - PCI_FIRST_BUS >= device_count)
+		return NVML_ERROR_NOT_FOUND;
+	*device = &devices[bus - PCI_FIRST_BUS];
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetMinorNumber(nvmlDevice_t device, unsigned int *minorNumber)
+{
+	if (!initialised())
+		return NVML_ERROR_UNINITIALIZED;
+	int i = device_index(device);
+	if (i < 0 || minorNumber == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*minorNumber = (unsigned int)i;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+	if (!initialised())
+		return NVML_ERROR_UNINITIALIZED;
+	if (device_index(device) < 0 || major == NULL || minor == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*major = 9; /* the driver's H100-class attributes */
+	*minor = 0;
+	return NVML_SUCCESS;
+}
+
+/*
+ * BAR1 spans the whole device memory (the smallest power of two that holds
+ * it, as large-BAR data-centre GPUs have); simcuda maps nothing through it.
+ */
+nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory)
+{
+	if (!initialised())
+		return NVML_ERROR_UNINITIALIZED;
+	int i = device_index(device);
+	if (i < 0 || bar1Memory == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	unsigned long long total = 1;
+	while (total < capacity[i])
+		total <<= 1;
+	bar1Memory->bar1Total = total;
+	bar1Memory->bar1Used = 0;
+	bar1Memory->bar1Free = total;
+	return NVML_SUCCESS;
+}
+
+/* No kernel ever runs and copies are host memcpy: every engine's utilisation is 0. */
+nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
+{
+	if (!initialised())
+		return NVML_ERROR_UNINITIALIZED;
+	if (device_index(device) < 0 || utilization == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	utilization->gpu = 0;
+	utilization->memory = 0;
+	return NVML_SUCCESS;
+}
+
+/* NVML's sampling period for the video engines: one second. */
+#define VIDEO_SAMPLING_US 1000000u
+
+static nvmlReturn_t video_utilization(nvmlDevice_t device, unsigned int *utilization,
+				      unsigned int *samplingPeriodUs)
+{
+	if (!initialised())
+		return NVML_ERROR_UNINITIALIZED;
+	if (device_index(device) < 0 || utilization == NULL || samplingPeriodUs == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*utilization = 0;
+	*samplingPeriodUs = VIDEO_SAMPLING_US;
+	return NVML_SUCCESS;
+}
+
+nvmlReturn_t nvmlDeviceGetEncoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+					     unsigned int *samplingPeriodUs)
+{
+	return video_utilization(device, utilization, samplingPeriodUs);
+}
+
+nvmlReturn_t nvmlDeviceGetDecoderUtilization(nvmlDevice_t device, unsigned int *utilization,
+					     unsigned int *samplingPeriodUs)
+{
+	return video_utilization(device, utilization, samplingPeriodUs);
+}
+
+/*
+ * simcuda has no sensors: temperature, fan and power answer
+ * NVML_ERROR_NOT_SUPPORTED, as NVML does on boards that lack the sensor
+ * (a fanless SXM module has no fan speed).
+ */
+static nvmlReturn_t no_sensor(nvmlDevice_t device, const void *out)
+{
+	if (!initialised())
+		return NVML_ERROR_UNINITIALIZED;
+	if (device_index(device) < 0 || out == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	return NVML_ERROR_NOT_SUPPORTED;
+}
+
+nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
+				      unsigned int *temp)
+{
+	if (sensorType != NVML_TEMPERATURE_GPU)
+		return initialised() ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_UNINITIALIZED;
+	return no_sensor(device, temp);
+}
+
+nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
+{
+	return no_sensor(device, speed);
+}
+
+nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+	return no_sensor(device, power);
+}
+
+nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
+{
+	return no_sensor(device, limit);
+}
+
+/* simcuda has no graphics contexts: the graphics process list is always empty. */
+static nvmlReturn_t graphics_processes(nvmlDevice_t device, unsigned int *infoCount)
+{
+	if (!initialised())
+		return NVML_ERROR_UNINITIALIZED;
+	if (device_index(device) < 0 || infoCount == NULL)
+		return NVML_ERROR_INVALID_ARGUMENT;
+	*infoCount = 0;
+	return NVML_SUCCESS;
+}
+
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device,
+							       unsigned int *infoCount,
+							       process_info_v1 *infos);
+NVML_EXPORT nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device,
+								  unsigned int *infoCount,
+								  nvmlProcessInfo_t *infos);
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+						   process_info_v1 *infos)
+{
+	(void)infos;
+	return graphics_processes(device, infoCount);
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v2(nvmlDevice_t device, unsigned int *infoCount,
+						      nvmlProcessInfo_t *infos)
+{
+	(void)infos;
+	return graphics_processes(device, infoCount);
+}
+
+nvmlReturn_t nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
+						      nvmlProcessInfo_t *infos)
+{
+	(void)infos;
+	return graphics_processes(device, infoCount);
+}

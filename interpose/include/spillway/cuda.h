@@ -395,6 +395,58 @@ CUresult cuStreamGetCaptureInfo_v2_ptsz(CUstream hStream, CUstreamCaptureStatus 
                                         size_t *numDependencies_out);
 CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 
+/*
+ * Created contexts and the per-thread context stack, device queries, limits,
+ * peer copies, callbacks, profiler control and IPC handles.
+ */
+#define CU_IPC_HANDLE_SIZE 64
+typedef struct CUipcMemHandle_st {
+    char reserved[CU_IPC_HANDLE_SIZE];
+} CUipcMemHandle;
+#define CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS 0x1
+
+/* cuCtxCreate flags. */
+#define CU_CTX_SCHED_AUTO 0x00
+#define CU_CTX_SCHED_SPIN 0x01
+#define CU_CTX_SCHED_YIELD 0x02
+#define CU_CTX_SCHED_BLOCKING_SYNC 0x04
+#define CU_CTX_MAP_HOST 0x08
+#define CU_CTX_LMEM_RESIZE_TO_MAX 0x10
+
+typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
+
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxDestroy_v2(CUcontext ctx);
+CUresult cuCtxPushCurrent_v2(CUcontext ctx);
+CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
+CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags);
+CUresult cuCtxDetach(CUcontext ctx);
+CUresult cuCtxGetFlags(unsigned int *flags);
+CUresult cuCtxGetApiVersion(CUcontext ctx, unsigned int *version);
+CUresult cuCtxGetCacheConfig(int *pconfig);
+CUresult cuCtxSetCacheConfig(int config);
+CUresult cuCtxGetSharedMemConfig(int *pConfig);
+CUresult cuCtxSetSharedMemConfig(int config);
+CUresult cuCtxGetLimit(size_t *pvalue, int limit);
+CUresult cuCtxSetLimit(int limit, size_t value);
+CUresult cuDevicePrimaryCtxSetFlags_v2(CUdevice dev, unsigned int flags);
+CUresult cuDeviceComputeCapability(int *major, int *minor, CUdevice dev);
+CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev);
+CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId);
+CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev);
+CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p);
+CUresult cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                      CUcontext srcContext, size_t ByteCount);
+CUresult cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice,
+                           CUcontext srcContext, size_t ByteCount, CUstream hStream);
+CUresult cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData,
+                             unsigned int flags);
+CUresult cuProfilerStart(void);
+CUresult cuProfilerStop(void);
+CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr);
+CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+CUresult cuIpcCloseMemHandle(CUdeviceptr dptr);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,115 @@
+package simcudatest
+
+// Tests of simcuda's driver contexts, device attributes and the entry points
+// real driver-API clients bind, from testdata/contexts.c linked against
+// libcuda alone.
+
+import (
+	"bufio"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+func TestContexts(t *testing.T) {
+	bin := harness.Compile(t, harness.CBuild{
+		Sources:        []string{"testdata/contexts.c"},
+		ProjectHeaders: true,
+		Flags:          []string{"-L", harness.SimcudaDir(t), "-lcuda"},
+	})
+	cases := []struct {
+		name string
+		env  []string
+		why  string
+	}{
+		{"stack", nil, "push, pop, set, create, destroy, attach and detach follow CUDA's per-thread context stack"},
+		{"per_thread", nil, "a new thread has no current context"},
+		{"ownership", nil, "memory belongs to the context it was allocated in; destroying the context frees it"},
+		{"free_without_context", nil, "cuMemFree_v2 finds the owner from the pointer, with no context current"},
+		{"context_bytes", []string{"SIMCUDA_CONTEXT_BYTES=256MiB"}, "a created context takes its bytes and gives them back"},
+		{"attributes", []string{"SIMCUDA_DEVICES=80GiB"}, "every CUdevice_attribute of CUDA 12.4 answers, nothing beyond"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Logf("expect: %s", c.why)
+			stats := filepath.Join(t.TempDir(), "stats.json")
+			cmd := harness.Command(t, bin, c.name)
+			harness.SetEnv(cmd, append([]string{"SIMCUDA_STATS_FILE=" + stats}, c.env...)...)
+			res := harness.Run(t, cmd)
+			if res.ExitCode != 0 || !strings.Contains(res.Stdout, "PASS "+c.name) {
+				t.Fatalf("contexts %s: exit %d\nstdout:\n%s\nstderr:\n%s", c.name, res.ExitCode, res.Stdout, res.Stderr)
+			}
+			dev := harness.ReadStats(t, stats).Devices[0]
+			if dev.DeviceBytes != 0 || dev.LiveAllocations != 0 {
+				t.Fatalf("device stats at exit %+v, want nothing left after every context is gone", dev)
+			}
+		})
+	}
+}
+
+// TestIPC: a device allocation exported with cuIpcGetMemHandle is opened by
+// another process, which reads and writes the same bytes; once the exporter
+// frees it, the handle is refused.
+func TestIPC(t *testing.T) {
+	bin := harness.Compile(t, harness.CBuild{
+		Sources:        []string{"testdata/ipc.c"},
+		ProjectHeaders: true,
+		Flags:          []string{"-L", harness.SimcudaDir(t), "-lcuda"},
+	})
+	state := t.TempDir()
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	exporter := harness.Command(t, bin, "export")
+	harness.SetEnv(exporter, "SIMCUDA_STATE_DIR="+state, "SIMCUDA_STATS_FILE="+stats)
+	stdin, err := exporter.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := exporter.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	exporter.Stderr = &stderr
+	if err := exporter.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		_ = exporter.Wait()
+	}()
+	lines := bufio.NewScanner(stdout)
+	next := func(prefix string) string {
+		t.Helper()
+		if !lines.Scan() || !strings.HasPrefix(lines.Text(), prefix) {
+			stdin.Close()
+			_ = exporter.Wait()
+			t.Fatalf("exporter: want a line %q, got %q\nstderr:\n%s", prefix, lines.Text(), stderr.String())
+		}
+		return strings.TrimPrefix(lines.Text(), prefix)
+	}
+	handle := next("handle ")
+
+	importer := harness.Command(t, bin, "import", handle)
+	harness.SetEnv(importer, "SIMCUDA_STATE_DIR="+state)
+	if res := harness.Run(t, importer); res.ExitCode != 0 || !strings.Contains(res.Stdout, "PASS import") {
+		t.Fatalf("importer: exit %d\nstdout:\n%s\nstderr:\n%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	fmt.Fprintln(stdin, "check")
+	next("checked")
+	stdin.Close()
+	if err := exporter.Wait(); err != nil {
+		t.Fatalf("exporter: %v\nstderr:\n%s", err, stderr.String())
+	}
+	if d := harness.ReadStats(t, stats).Devices[0]; d.DeviceBytesPeak != 8<<20 || d.DeviceBytes != 0 {
+		t.Errorf("exporter's device stats %+v, want an 8 MiB peak and nothing left", d)
+	}
+
+	late := harness.Command(t, bin, "gone", handle)
+	harness.SetEnv(late, "SIMCUDA_STATE_DIR="+state)
+	if res := harness.Run(t, late); res.ExitCode != 0 || !strings.Contains(res.Stdout, "PASS gone") {
+		t.Fatalf("late importer: exit %d\nstdout:\n%s\nstderr:\n%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+}

@@ -1,0 +1,287 @@
+/*
+ * contexts.c - checks simcuda's driver contexts as driver-API clients use
+ * them: `contexts <case>`. It prints "PASS <case>" and exits 0, or names the
+ * failed check and exits 1. Linked against libcuda only.
+ */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <spillway/cuda.h>
+
+#define MiB (1ULL << 20)
+
+static const char *current_case;
+
+#define CHECK(cond)                                                                    \
+	do {                                                                           \
+		if (!(cond)) {                                                         \
+			fprintf(stderr, "%s: %s:%d: check failed: %s\n", current_case, \
+				__FILE__, __LINE__, #cond);                            \
+			exit(1);                                                       \
+		}                                                                      \
+	} while (0)
+
+#define EXPECT(call, want)                                                                    \
+	do {                                                                                  \
+		int got_ = (int)(call);                                                       \
+		if (got_ != (int)(want)) {                                                    \
+			fprintf(stderr, "%s: %s:%d: %s returned %d, want %d\n", current_case, \
+				__FILE__, __LINE__, #call, got_, (int)(want));                \
+			exit(1);                                                              \
+		}                                                                             \
+	} while (0)
+
+static size_t free_bytes(void)
+{
+	size_t free_, total;
+
+	EXPECT(cuMemGetInfo_v2(&free_, &total), CUDA_SUCCESS);
+	return free_;
+}
+
+/* Push, pop, set and create follow the per-thread stack CUDA documents. */
+static void stack(void)
+{
+	CUcontext primary, a, b, got;
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	EXPECT(cuCtxPopCurrent_v2(&got), CUDA_ERROR_INVALID_CONTEXT); /* empty stack */
+	EXPECT(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+	EXPECT(cuCtxPushCurrent_v2(primary), CUDA_SUCCESS);
+
+	EXPECT(cuCtxCreate_v2(&a, CU_CTX_SCHED_AUTO, 0), CUDA_SUCCESS); /* pushed */
+	CHECK(a != NULL && a != primary);
+	EXPECT(cuCtxGetCurrent(&got), CUDA_SUCCESS);
+	CHECK(got == a);
+	EXPECT(cuCtxCreate_v2(&b, CU_CTX_SCHED_BLOCKING_SYNC, 0), CUDA_SUCCESS);
+	CHECK(b != a && b != primary);
+	unsigned int flags;
+	EXPECT(cuCtxGetFlags(&flags), CUDA_SUCCESS);
+	CHECK(flags == CU_CTX_SCHED_BLOCKING_SYNC);
+
+	EXPECT(cuCtxPopCurrent_v2(&got), CUDA_SUCCESS);
+	CHECK(got == b);
+	EXPECT(cuCtxPopCurrent_v2(&got), CUDA_SUCCESS);
+	CHECK(got == a);
+	EXPECT(cuCtxGetCurrent(&got), CUDA_SUCCESS);
+	CHECK(got == primary);
+
+	/* cuCtxSetCurrent replaces the top; NULL pops it. */
+	EXPECT(cuCtxPushCurrent_v2(a), CUDA_SUCCESS);
+	EXPECT(cuCtxSetCurrent(b), CUDA_SUCCESS);
+	EXPECT(cuCtxPopCurrent_v2(&got), CUDA_SUCCESS);
+	CHECK(got == b);
+	EXPECT(cuCtxGetCurrent(&got), CUDA_SUCCESS);
+	CHECK(got == primary);
+	EXPECT(cuCtxSetCurrent(NULL), CUDA_SUCCESS);
+	EXPECT(cuCtxGetCurrent(&got), CUDA_SUCCESS);
+	CHECK(got == NULL);
+
+	/* Bad flags and devices are refused. */
+	EXPECT(cuCtxCreate_v2(&got, 0x100, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuCtxCreate_v2(&got, 0, 7), CUDA_ERROR_INVALID_DEVICE);
+	EXPECT(cuCtxPushCurrent_v2(NULL), CUDA_ERROR_INVALID_CONTEXT);
+
+	/* A destroyed context is refused everywhere, and the primary one cannot be destroyed. */
+	EXPECT(cuCtxDestroy_v2(b), CUDA_SUCCESS);
+	EXPECT(cuCtxDestroy_v2(b), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuCtxPushCurrent_v2(b), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT(cuCtxDestroy_v2(primary), CUDA_ERROR_INVALID_CONTEXT);
+
+	/* cuCtxDetach needs the context current and destroys it at the last usage. */
+	EXPECT(cuCtxPushCurrent_v2(a), CUDA_SUCCESS);
+	EXPECT(cuCtxAttach(&got, 0), CUDA_SUCCESS);
+	CHECK(got == a);
+	EXPECT(cuCtxDetach(a), CUDA_SUCCESS); /* usage 2 -> 1 */
+	EXPECT(cuCtxPushCurrent_v2(primary), CUDA_SUCCESS);
+	EXPECT(cuCtxDetach(a), CUDA_ERROR_INVALID_CONTEXT); /* not current */
+	EXPECT(cuCtxPopCurrent_v2(&got), CUDA_SUCCESS);
+	EXPECT(cuCtxDetach(a), CUDA_SUCCESS); /* last usage: destroyed and popped */
+	EXPECT(cuCtxGetCurrent(&got), CUDA_SUCCESS);
+	CHECK(got == NULL);
+	EXPECT(cuCtxPushCurrent_v2(a), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+}
+
+struct thread_result {
+	CUcontext seen;
+};
+
+static void *other_thread(void *arg)
+{
+	struct thread_result *r = arg;
+
+	cuCtxGetCurrent(&r->seen);
+	return NULL;
+}
+
+/* The stack is per thread: a new thread starts with none current. */
+static void per_thread(void)
+{
+	CUcontext a;
+	pthread_t t;
+	struct thread_result r = {.seen = (CUcontext)1};
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	EXPECT(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS);
+	CHECK(pthread_create(&t, NULL, other_thread, &r) == 0);
+	CHECK(pthread_join(t, NULL) == 0);
+	CHECK(r.seen == NULL);
+	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+}
+
+/*
+ * Memory belongs to the context it was allocated in: another context can
+ * free it (cuMemFree finds the owner from the pointer), and destroying the
+ * context frees what is left, on the device's shared capacity.
+ */
+static void ownership(void)
+{
+	CUcontext primary, a, owner;
+	CUdeviceptr p, q, r;
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+	EXPECT(cuCtxPushCurrent_v2(primary), CUDA_SUCCESS);
+	size_t before = free_bytes();
+	EXPECT(cuMemAlloc_v2(&r, 2 * MiB), CUDA_SUCCESS); /* the primary context's */
+
+	EXPECT(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS);
+	EXPECT(cuMemAlloc_v2(&p, 4 * MiB), CUDA_SUCCESS);
+	EXPECT(cuMemAlloc_v2(&q, 8 * MiB), CUDA_SUCCESS);
+	EXPECT(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, p), CUDA_SUCCESS);
+	CHECK(owner == a);
+	EXPECT(cuPointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, r), CUDA_SUCCESS);
+	CHECK(owner == primary);
+	CHECK(free_bytes() == before - 14 * MiB);
+
+	/* Bytes really move between the contexts' memory. */
+	char out[64] = "created context", in[64] = {0};
+	EXPECT(cuMemcpyHtoD_v2(p, out, sizeof(out)), CUDA_SUCCESS);
+	EXPECT(cuCtxPopCurrent_v2(&owner), CUDA_SUCCESS);
+	CHECK(owner == a);
+	EXPECT(cuMemcpyDtoD_v2(r, p, sizeof(out)), CUDA_SUCCESS);
+	EXPECT(cuMemcpyDtoH_v2(in, r, sizeof(in)), CUDA_SUCCESS);
+	CHECK(strcmp(in, out) == 0);
+
+	/* Freed from the primary context: the owner is found from the pointer. */
+	EXPECT(cuMemFree_v2(p), CUDA_SUCCESS);
+	CHECK(free_bytes() == before - 10 * MiB);
+
+	/* Destroying the created context frees q, and nothing of the primary context. */
+	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+	CHECK(free_bytes() == before - 2 * MiB);
+	EXPECT(cuMemFree_v2(q), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuMemFree_v2(r), CUDA_SUCCESS);
+	CHECK(free_bytes() == before);
+	EXPECT(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+}
+
+/* cuMemFree_v2 needs no current context; allocating does. */
+static void free_without_context(void)
+{
+	CUcontext a, got;
+	CUdeviceptr p;
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	EXPECT(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS);
+	EXPECT(cuMemAlloc_v2(&p, MiB), CUDA_SUCCESS);
+	EXPECT(cuCtxPopCurrent_v2(&got), CUDA_SUCCESS);
+	EXPECT(cuCtxGetCurrent(&got), CUDA_SUCCESS);
+	CHECK(got == NULL);
+	EXPECT(cuMemAlloc_v2(&p, MiB), CUDA_ERROR_INVALID_CONTEXT);
+	EXPECT(cuMemFree_v2(p), CUDA_SUCCESS);
+	EXPECT(cuMemFree_v2(p), CUDA_ERROR_INVALID_VALUE); /* already freed */
+	EXPECT(cuMemFree_v2(0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+}
+
+/* A created context's bytes (SIMCUDA_CONTEXT_BYTES=256MiB) come and go with it. */
+static void context_bytes(void)
+{
+	CUcontext primary, a, got;
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+	EXPECT(cuCtxPushCurrent_v2(primary), CUDA_SUCCESS);
+	size_t total, before;
+	EXPECT(cuMemGetInfo_v2(&before, &total), CUDA_SUCCESS);
+	CHECK(before == total - 256 * MiB);
+	EXPECT(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS);
+	CHECK(free_bytes() == before - 256 * MiB);
+	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+	EXPECT(cuCtxGetCurrent(&got), CUDA_SUCCESS);
+	CHECK(got == primary);
+	CHECK(free_bytes() == before);
+	EXPECT(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+}
+
+/* Every attribute of CUDA 12.4 (1 to CU_DEVICE_ATTRIBUTE_MAX - 1 = 134) answers; others do not. */
+static void attributes(void)
+{
+	int v;
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	for (int attr = 1; attr <= 134; attr++) {
+		v = -12345;
+		if (cuDeviceGetAttribute(&v, (CUdevice_attribute)attr, 0) != CUDA_SUCCESS) {
+			fprintf(stderr, "%s: attribute %d refused\n", current_case, attr);
+			exit(1);
+		}
+		CHECK(v != -12345);
+	}
+	EXPECT(cuDeviceGetAttribute(&v, (CUdevice_attribute)0, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuDeviceGetAttribute(&v, (CUdevice_attribute)135, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuDeviceGetAttribute(&v, (CUdevice_attribute)-1, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, 1),
+	       CUDA_ERROR_INVALID_DEVICE);
+
+	int major, minor;
+	EXPECT(cuDeviceComputeCapability(&major, &minor, 0), CUDA_SUCCESS);
+	CHECK(major == 9 && minor == 0);
+	EXPECT(cuDeviceGetAttribute(&v, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, 0),
+	       CUDA_SUCCESS);
+	CHECK(v == major);
+
+	char bus[32];
+	CUdevice dev;
+	EXPECT(cuDeviceGetPCIBusId(bus, sizeof(bus), 0), CUDA_SUCCESS);
+	CHECK(strcmp(bus, "0000:18:00.0") == 0);
+	EXPECT(cuDeviceGetByPCIBusId(&dev, bus), CUDA_SUCCESS);
+	CHECK(dev == 0);
+	EXPECT(cuDeviceGetByPCIBusId(&dev, "0000:19:00.0"), CUDA_ERROR_INVALID_DEVICE);
+	EXPECT(cuDeviceGetByPCIBusId(&dev, "bus 18"), CUDA_ERROR_INVALID_VALUE);
+}
+
+static const struct {
+	const char *name;
+	void (*run)(void);
+} cases[] = {
+	{"stack", stack},
+	{"per_thread", per_thread},
+	{"ownership", ownership},
+	{"free_without_context", free_without_context},
+	{"context_bytes", context_bytes},
+	{"attributes", attributes},
+};
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s <case>\n", argv[0]);
+		return 2;
+	}
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		if (strcmp(cases[i].name, argv[1]) == 0) {
+			current_case = argv[1];
+			cases[i].run();
+			printf("PASS %s\n", argv[1]);
+			return 0;
+		}
+	}
+	fprintf(stderr, "unknown case %s\n", argv[1]);
+	return 2;
+}
