@@ -314,8 +314,7 @@ func sortedOrdinals(m map[int]Limit) []int {
 
 // FormatBytes writes a byte count for people: exact in the largest binary
 // unit that divides it below 1024 (8GiB, 768MiB), else with one decimal
-// (1.5MiB, 976.6KiB); a
-// count below 1KiB in bytes (512B).
+// (1.5MiB, 976.6KiB); a count below 1KiB in bytes (512B).
 func FormatBytes(n uint64) string {
 	const units = "KMGTPE"
 	if n < 1<<10 {
