@@ -201,9 +201,9 @@ func statDirs() ([]string, error) {
 
 // statReport is spillway stat's JSON document.
 type statReport struct {
-	Time       time.Time   `json:"time"`
-	Devices    []statGPU   `json:"devices"`
-	unreadable []error // files that could not be read (another user's)
+	Time       time.Time `json:"time"`
+	Devices    []statGPU `json:"devices"`
+	unreadable []error   // files that could not be read (another user's)
 }
 
 // statGPU is one device: NVML's view and the processes on it.
@@ -221,6 +221,7 @@ type statGPU struct {
 type statProcess struct {
 	PID           int          `json:"pid"`
 	Command       string       `json:"command"`
+	Updated       *time.Time   `json:"updated"`         // when the process last refreshed its figures
 	Spillway      *stat.Device `json:"spillway"`        // null: not running under Spillway (or not readable)
 	NVMLUsedBytes *uint64      `json:"nvml_used_bytes"` // null: NVML does not list it on this device
 }
@@ -271,7 +272,7 @@ func collect(lib nvml.Interface, dirs []string) (*statReport, error) {
 					g = &statGPU{Index: d.Ordinal}
 					gpus[d.Ordinal] = g
 				}
-				g.attach(p.PID, p.Command, d)
+				g.attach(p, d)
 			}
 		}
 	}
@@ -288,14 +289,15 @@ func collect(lib nvml.Interface, dirs []string) (*statReport, error) {
 	return r, nil
 }
 
-func (g *statGPU) attach(pid int, command string, d stat.Device) {
+func (g *statGPU) attach(p stat.Process, d stat.Device) {
+	updated := p.Updated
 	for i := range g.Processes {
-		if g.Processes[i].PID == pid {
-			g.Processes[i].Command, g.Processes[i].Spillway = command, &d
+		if g.Processes[i].PID == p.PID {
+			g.Processes[i].Command, g.Processes[i].Spillway, g.Processes[i].Updated = p.Command, &d, &updated
 			return
 		}
 	}
-	g.Processes = append(g.Processes, statProcess{PID: pid, Command: command, Spillway: &d})
+	g.Processes = append(g.Processes, statProcess{PID: p.PID, Command: p.Command, Updated: &updated, Spillway: &d})
 }
 
 // processCommand is a process's command name, or "?" when it cannot be read.
