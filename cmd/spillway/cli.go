@@ -11,18 +11,21 @@ import (
 	"time"
 )
 
-// newFlagSet makes a command's flag set. Errors are not printed by the flag
-// package (which would print the whole usage) but returned, to be reported
-// in one line by reportFlagError; -h and --help print usage, then every
-// flag, to out.
-func newFlagSet(name, usage string, out io.Writer) *flag.FlagSet {
+// flagSet is a command's flags. Errors are not printed by the flag package
+// (which would print the whole usage) but returned, to be reported in one
+// line by reportFlagError; -h and --help print the usage, then every flag,
+// to out.
+type flagSet struct {
+	*flag.FlagSet
+	usage string
+	out   io.Writer
+}
+
+func newFlagSet(name, usage string, out io.Writer) *flagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	fs.Usage = func() {
-		fmt.Fprint(out, usage)
-		printFlags(out, fs)
-	}
-	return fs
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, usage: usage, out: out}
 }
 
 // printFlags lists every flag as --name VALUE (-p for one letter), with its
@@ -54,13 +57,13 @@ type usageErr struct{ msg string }
 
 func (e *usageErr) Error() string { return e.msg }
 
-func usageError(_ *flag.FlagSet, msg string) error { return &usageErr{msg} }
+func usageError(_ *flagSet, msg string) error { return &usageErr{msg} }
 
 // flagMessage rewrites the flag package's messages with --double-dash names
 // and without repeating what a value's own error already says.
 var (
-	wrappedValueRE = regexp.MustCompile(`^invalid (?:boolean )?value ".*" for flag -[\w-]+: (invalid --.*)$`)
-	flagNameRE     = regexp.MustCompile(`(flag|defined:) -([\w-]{2,})`)
+	wrappedValueRE = regexp.MustCompile(`^invalid (?:boolean )?value ".*" for (?:flag )?-[\w-]+: (invalid --.*)$`)
+	flagNameRE     = regexp.MustCompile(`(for|flag|defined:) -([\w-]{2,})`)
 )
 
 func flagMessage(msg string) string {
@@ -74,13 +77,14 @@ func flagMessage(msg string) string {
 }
 
 // parseFlags parses args, turning the flag package's errors into usageErr.
-func parseFlags(fs *flag.FlagSet, args []string) error {
+func parseFlags(fs *flagSet, args []string) error {
 	err := fs.Parse(args)
 	switch {
 	case err == nil:
 		return nil
 	case errors.Is(err, flag.ErrHelp):
-		fs.Usage()
+		fmt.Fprint(fs.out, fs.usage)
+		printFlags(fs.out, fs.FlagSet)
 		return errHelp
 	}
 	return &usageErr{flagMessage(err.Error())}

@@ -35,7 +35,7 @@ type launchOptions struct {
 
 // startUnderShim starts argv with the shim preloaded and the options turned
 // into variables; stdio is the caller's. The caller waits (see
-// waitForwardingSignals).
+// signalForwarder).
 func startUnderShim(opts launchOptions, argv []string) (*exec.Cmd, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("no command to run")
@@ -142,25 +142,36 @@ func withTunable(tunables string) string {
 var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2,
 	syscall.SIGWINCH, syscall.SIGCONT}
 
-// waitForwardingSignals waits for cmd, passing signals on to it, and
-// returns the status to exit with: the child's, or 128+signal if a signal
-// killed it.
-func waitForwardingSignals(cmd *exec.Cmd) int {
-	sigs := append([]os.Signal(nil), forwarded...)
-	terminalSigs := []os.Signal{syscall.SIGINT, syscall.SIGQUIT}
-	if inTerminalForeground(os.Stdin) {
-		signal.Ignore(terminalSigs...) // the child gets them from the terminal
-	} else {
-		sigs = append(sigs, terminalSigs...)
-	}
-	ch := make(chan os.Signal, 8)
-	signal.Notify(ch, sigs...)
-	defer signal.Stop(ch)
+// signalForwarder catches the signals to pass on from before the child
+// starts, so that none sent in between is lost or kills the launcher.
+type signalForwarder struct {
+	ch          chan os.Signal
+	interactive bool // SIGINT and SIGQUIT reach the child from the terminal
+}
+
+func catchSignals() *signalForwarder {
+	f := &signalForwarder{ch: make(chan os.Signal, 8), interactive: inTerminalForeground(os.Stdin)}
+	// Caught, not ignored, even when they are not passed on: an ignored
+	// signal would stay ignored in the child.
+	signal.Notify(f.ch, append(forwarded, syscall.SIGINT, syscall.SIGQUIT)...)
+	return f
+}
+
+// stop stops catching, when no child was started.
+func (f *signalForwarder) stop() { signal.Stop(f.ch) }
+
+// wait waits for cmd, passing signals on to it, and returns the status to
+// exit with: the child's, or 128+signal if a signal killed it.
+func (f *signalForwarder) wait(cmd *exec.Cmd) int {
+	defer signal.Stop(f.ch)
 	done := make(chan struct{})
 	go func() {
 		for {
 			select {
-			case s := <-ch:
+			case s := <-f.ch:
+				if f.interactive && (s == syscall.SIGINT || s == syscall.SIGQUIT) {
+					continue // the terminal sent it to the child as well
+				}
 				_ = cmd.Process.Signal(s)
 			case <-done:
 				return
@@ -352,12 +363,14 @@ func runMain(args []string) int {
 	if err != nil {
 		return reportFlagError("run", err)
 	}
+	sigs := catchSignals()
 	cmd, err := startUnderShim(o.launch, o.argv)
 	if err != nil {
+		sigs.stop()
 		fmt.Fprintf(os.Stderr, "spillway run: %v\n", err)
 		return 127
 	}
-	return waitForwardingSignals(cmd)
+	return sigs.wait(cmd)
 }
 
 // variableFlag is a flag that sets one SPILLWAY_* variable, validated as
@@ -401,7 +414,7 @@ func (f *variableFlag) Set(v string) error {
 type variableFlags map[string]*variableFlag
 
 // shimVariableFlags declares the flags of the pool and of oversubscription.
-func shimVariableFlags(fs *flag.FlagSet) variableFlags {
+func shimVariableFlags(fs *flagSet) variableFlags {
 	size := func(name, v string) error { _, err := config.ParseSize(name, v); return err }
 	threshold := func(name, v string) error { _, err := config.ParseThreshold(name, v); return err }
 	spill := func(name, v string) error { _, err := config.ParseSpill(name, v); return err }
@@ -427,7 +440,7 @@ func shimVariableFlags(fs *flag.FlagSet) variableFlags {
 }
 
 // variables returns KEY=VALUE for the flags given on the command line.
-func (v variableFlags) variables(fs *flag.FlagSet) []string {
+func (v variableFlags) variables(fs *flagSet) []string {
 	var env []string
 	fs.Visit(func(f *flag.Flag) {
 		if vf, ok := v[f.Name]; ok {

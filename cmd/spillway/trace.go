@@ -216,11 +216,13 @@ func runTrace(o traceOptions, out *os.File) (int, error) {
 	)
 	if len(o.argv) > 0 {
 		var status int
+		sigs := catchSignals()
 		if cmd, status, err = s.startCommand(o.lib, o.argv); err != nil {
+			sigs.stop()
 			return status, err
 		}
 		cmdDone = make(chan int, 1)
-		go func() { cmdDone <- waitForwardingSignals(cmd) }()
+		go func() { cmdDone <- sigs.wait(cmd) }()
 	}
 
 	var view intervalView
