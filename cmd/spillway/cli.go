@@ -63,7 +63,7 @@ func usageError(_ *flagSet, msg string) error { return &usageErr{msg} }
 // and without repeating what a value's own error already says.
 var (
 	wrappedValueRE = regexp.MustCompile(`^invalid (?:boolean )?value ".*" for (?:flag )?-[\w-]+: (invalid --.*)$`)
-	flagNameRE     = regexp.MustCompile(`(for|flag|defined:) -([\w-]{2,})`)
+	flagNameRE     = regexp.MustCompile(`(for|flag|defined:|argument:) -([\w-]{2,})`)
 )
 
 func flagMessage(msg string) string {
