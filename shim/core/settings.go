@@ -41,7 +41,11 @@ func (c *core) describeSettings() {
 		return
 	}
 	for n := range count {
-		c.log.WithField("device", n).Infof("device %d: %s", n, quotaText(cfg, n))
+		entry := c.log.WithField("device", n)
+		if l := cfg.LimitFor(n); l.IsSet() && l.Percent == 0 {
+			entry = entry.WithField("quota_bytes", l.Bytes) // exact, beside the human size
+		}
+		entry.Infof("device %d: %s", n, quotaText(cfg, n))
 	}
 }
 
