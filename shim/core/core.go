@@ -197,5 +197,5 @@ func (c *core) refused(kind allocKind, size uint64, device int, used, quota uint
 	c.log.WithFields(logrus.Fields{
 		"device": device, "requested": size, "used": used, "quota": quota,
 		"suppressed": suppressed,
-	}).Warnf("%s of %d bytes refused on device %d: %d bytes in use, quota %d", kind, size, device, used, quota)
+	}).Warn(refusalMessage(kind, size, device, used, quota))
 }
