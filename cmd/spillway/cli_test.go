@@ -78,8 +78,9 @@ func TestFinalIntervalNotExtrapolated(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &iv); err != nil {
 		t.Fatal(err)
 	}
-	if iv.AllocsPerS != 10 || iv.IntervalS >= 10 {
-		t.Errorf("final interval of %vs: %v allocs/s, want 100 over the whole 10s interval = 10", iv.IntervalS, iv.AllocsPerS)
+	if iv.AllocsPerS != 10 || iv.IntervalS != 10 || !iv.Final || iv.ElapsedS >= 10 {
+		t.Errorf("final interval after %vs: %v allocs/s over %vs (final %v), want 100 over the whole 10s interval = 10",
+			iv.ElapsedS, iv.AllocsPerS, iv.IntervalS, iv.Final)
 	}
 }
 

@@ -83,9 +83,6 @@ func parseTraceFlags(args []string, out io.Writer) (traceOptions, error) {
 	if len(o.pids) == 0 && len(o.argv) == 0 {
 		return o, usageError(fs, "nothing to trace: give -p PID or -- CMD ARGS")
 	}
-	if err := checkRingBuffer(o.ringBuffer); err != nil {
-		return o, err
-	}
 	return o, nil
 }
 
@@ -104,19 +101,16 @@ func (f sizeFlag) Set(v string) error {
 	if err != nil {
 		return err
 	}
-	if n > maxRingBuffer {
-		return fmt.Errorf("invalid --ring-buffer=%q: above the kernel's limit of %s (valid example: --ring-buffer 64MiB)", v, config.FormatBytes(maxRingBuffer))
+	page := uint64(os.Getpagesize())
+	if n < page || n > maxRingBuffer || n&(n-1) != 0 {
+		reason := "want a power of two"
+		if n > maxRingBuffer {
+			reason = "above the kernel's limit; want a power of two"
+		}
+		return fmt.Errorf("invalid --ring-buffer=%q: %s from %s to %s (valid example: --ring-buffer 64MiB)",
+			v, reason, config.FormatBytes(page), config.FormatBytes(maxRingBuffer))
 	}
 	*f.n = int(n)
-	return nil
-}
-
-func checkRingBuffer(n int) error {
-	page := os.Getpagesize()
-	if n < page || n&(n-1) != 0 {
-		return &usageErr{fmt.Sprintf("invalid --ring-buffer=%s: want a power of two from %s to %s (valid example: --ring-buffer 64MiB)",
-			config.FormatBytes(uint64(n)), config.FormatBytes(uint64(page)), config.FormatBytes(maxRingBuffer))}
-	}
 	return nil
 }
 
@@ -180,9 +174,6 @@ func runTrace(o traceOptions, out *os.File) (int, error) {
 		return 1, err
 	}
 	defer tr.Close()
-	if st := tr.UVM(); !st.Available {
-		fmt.Fprintf(os.Stderr, "spillway trace: %s\n", st)
-	}
 
 	s := &session{tr: tr, self: uint32(os.Getpid()), sum: bpf.NewSummary(), waiting: map[uint32]bool{}}
 	if o.events {
@@ -225,6 +216,11 @@ func runTrace(o traceOptions, out *os.File) (int, error) {
 		go func() { cmdDone <- sigs.wait(cmd) }()
 	}
 
+	// Said once, when the session is under way, not ahead of an error
+	// that stops it.
+	if st := tr.UVM(); !st.Available {
+		fmt.Fprintf(os.Stderr, "spillway trace: %s\n", st)
+	}
 	var view intervalView
 	if !o.events {
 		// A table redrawn in place would overwrite what the job prints on

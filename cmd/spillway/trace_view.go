@@ -24,6 +24,7 @@ type intervalView interface {
 // interval is one interval's figures, the --json line format.
 type interval struct {
 	ElapsedS         float64            `json:"elapsed_s"`
+	Final            bool               `json:"final,omitempty"` // the last interval, cut short: rates over a whole one
 	IntervalS        float64            `json:"interval_s"`
 	AllocsPerS       float64            `json:"allocs_per_s"`
 	FreesPerS        float64            `json:"frees_per_s"`
@@ -46,7 +47,8 @@ func intervalOf(prev, cur *bpf.Summary, elapsed, secs, rateSecs float64) interva
 	iv := interval{
 		rateSecs:        rateSecs,
 		ElapsedS:        elapsed,
-		IntervalS:       secs,
+		IntervalS:       rateSecs, // rates times interval_s are the counts
+		Final:           rateSecs != secs,
 		MemcpyBytesPerS: map[string]float64{},
 		SpillBytes:      cur.SpillBytes - prev.SpillBytes,
 		PromoteBytes:    cur.PromoteBytes - prev.PromoteBytes,
