@@ -29,8 +29,12 @@ ifneq ($(strip $(RACE_PACKAGES)),)
 	$(GO) test -count=1 -race -timeout $(TEST_TIMEOUT) $(RACE_PACKAGES)
 endif
 
+# The results are kept in build/bench.txt and summed up, at the end, as the
+# README's Performance table, marked as this machine's figures.
 bench: all
-	$(GO) test -run '^$$' -bench . -benchtime 1s $(BENCH_PACKAGES)
+	{ $(GO) test -run '^$$' -bench . -benchtime 1s $(BENCH_PACKAGES); echo $$? > $(BUILD)/bench.rc; } | tee $(BUILD)/bench.txt
+	$(GO) run ./internal/benchsummary $(BUILD)/bench.txt
+	@exit $$(cat $(BUILD)/bench.rc)
 
 clean:
-	rm -rf $(BUILD)/simcuda $(BUILD)/lib $(BUILD)/bin $(BUILD)/obj
+	rm -rf $(BUILD)/simcuda $(BUILD)/lib $(BUILD)/bin $(BUILD)/obj $(BUILD)/bench.txt $(BUILD)/bench.rc

@@ -40,7 +40,7 @@ $(BUILD)/bin/spillway: $(SHIM_CMD_DEPS)
 	@mkdir -p $(@D)
 	$(GO) build -o $@ ./cmd/spillway
 
-BENCH_PACKAGES += ./tests/shimtest/
+BENCH_PACKAGES += ./tests/shimtest/ ./internal/stat/
 RACE_PACKAGES += ./shim/core/
 
 # `make demo`: a job larger than its quota, pooled, spilled and promoted on simcuda.

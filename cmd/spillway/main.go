@@ -1,8 +1,10 @@
-// Command spillway runs programs under Spillway's CUDA shim and traces them.
+// Command spillway runs programs under Spillway's CUDA shim, traces them and
+// shows what the processes on a node hold.
 //
 //	spillway run [flags] -- CMD ARGS...   run CMD with the shim preloaded
 //	spillway trace [flags] -- CMD ARGS... trace CMD's allocations (or a running process)
-//	spillway version                      print the version
+//	spillway stat [flags]                 show each GPU's processes, quotas and NVML's figures
+//	spillway version                      print the version (also: spillway --version)
 //
 // It must never change what a program sees beyond the variables it is asked
 // to set (LD_PRELOAD, GLIBC_TUNABLES, SPILLWAY_*), and never start one with
@@ -11,51 +13,64 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/debug"
-	"sort"
 )
 
 // version is set at link time with -ldflags "-X main.version=...".
 var version = "dev"
 
-var commands = map[string]func(args []string) int{
-	"run":     runMain,
-	"trace":   traceMain,
-	"version": versionMain,
+// command is one subcommand.
+type command struct {
+	name, summary string
+	main          func(args []string) int
+}
+
+var commands = []command{
+	{"run", "run a program with the shim preloaded, under a quota", runMain},
+	{"trace", "trace a program's or a running process's GPU memory with eBPF", traceMain},
+	{"stat", "show each GPU's processes: quota, use, cache, spill and NVML's figures", statMain},
+	{"version", "print the version", versionMain},
 }
 
 func main() {
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(2)
-	}
-	cmd, ok := commands[os.Args[1]]
-	if !ok {
-		if a := os.Args[1]; a == "help" || a == "-h" || a == "--help" {
-			usage()
-			os.Exit(0)
-		}
-		fmt.Fprintf(os.Stderr, "spillway: unknown command %q\n", os.Args[1])
-		usage()
-		os.Exit(2)
-	}
-	os.Exit(cmd(os.Args[2:]))
+	os.Exit(dispatch(os.Args[1:]))
 }
 
-func usage() {
-	names := make([]string, 0, len(commands))
-	for name := range commands {
-		names = append(names, name)
+func dispatch(args []string) int {
+	if len(args) == 0 {
+		usage(os.Stderr)
+		return 2
 	}
-	sort.Strings(names)
-	fmt.Fprintf(os.Stderr, "usage: spillway <command> [arguments]\ncommands: %v\nrun 'spillway <command> -h' for a command's flags\n", names)
+	switch a := args[0]; a {
+	case "help", "-h", "-help", "--help":
+		usage(os.Stdout)
+		return 0
+	case "--version", "-version":
+		return versionMain(args[1:])
+	}
+	for _, c := range commands {
+		if c.name == args[0] {
+			return c.main(args[1:])
+		}
+	}
+	fmt.Fprintf(os.Stderr, "spillway: unknown command %q (see 'spillway --help')\n", args[0])
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: spillway <command> [flags] [-- CMD ARGS...]\n\ncommands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+	}
+	fmt.Fprintln(w, "\nRun 'spillway <command> --help' for a command's flags; 'spillway --version' for the version.")
 }
 
 func versionMain(args []string) int {
 	if len(args) > 0 {
-		fmt.Fprintln(os.Stderr, "usage: spillway version")
+		fmt.Fprintln(os.Stderr, "spillway version: takes no arguments (see 'spillway --help')")
 		return 2
 	}
 	rev := ""

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -12,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/spillway-gpu/spillway/shim/config"
 )
@@ -32,7 +35,7 @@ type launchOptions struct {
 
 // startUnderShim starts argv with the shim preloaded and the options turned
 // into variables; stdio is the caller's. The caller waits (see
-// waitForwardingSignals).
+// signalForwarder).
 func startUnderShim(opts launchOptions, argv []string) (*exec.Cmd, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("no command to run")
@@ -45,9 +48,25 @@ func startUnderShim(opts launchOptions, argv []string) (*exec.Cmd, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := environ(os.Environ())
+	env := shimEnvironment(opts, os.Environ())
 	env.set("LD_PRELOAD", prependList(lib, env.get("LD_PRELOAD")))
 	env.set("GLIBC_TUNABLES", withTunable(env.get("GLIBC_TUNABLES")))
+	cmd := exec.Command(path, argv[1:]...)
+	cmd.Args[0] = argv[0]
+	cmd.Env = env.list()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	// If this launcher dies, even by SIGKILL, the kernel kills the job
+	// rather than leave it running unsupervised.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return cmd, nil
+}
+
+// shimEnvironment is environ with the options turned into variables.
+func shimEnvironment(opts launchOptions, inherited []string) environ {
+	env := environ(append([]string(nil), inherited...))
 	if opts.MemoryLimit != nil {
 		env.set(config.EnvMemoryLimit, limitValue(*opts.MemoryLimit))
 	}
@@ -61,14 +80,7 @@ func startUnderShim(opts launchOptions, argv []string) (*exec.Cmd, error) {
 		k, v, _ := strings.Cut(kv, "=")
 		env.set(k, v)
 	}
-	cmd := exec.Command(path, argv[1:]...)
-	cmd.Args[0] = argv[0]
-	cmd.Env = env.list()
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	return cmd, nil
+	return env
 }
 
 // findLib returns the absolute path of the front, checking that the core
@@ -123,31 +135,43 @@ func withTunable(tunables string) string {
 }
 
 // forwarded are the signals passed on to the child. SIGINT and SIGQUIT
-// typed at a terminal already reach the child (same process group), so
-// they are forwarded only when spillway has no terminal.
+// typed at the terminal already reach the child (same foreground process
+// group), so they are forwarded only when spillway is not in the terminal's
+// foreground: stdin is a file, a pipe or /dev/null, or the signal was sent
+// with kill.
 var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2,
 	syscall.SIGWINCH, syscall.SIGCONT}
 
-// waitForwardingSignals waits for cmd, passing signals on to it, and
-// returns the status to exit with: the child's, or 128+signal if a signal
-// killed it.
-func waitForwardingSignals(cmd *exec.Cmd) int {
-	sigs := append([]os.Signal(nil), forwarded...)
-	interactive := isTerminal(os.Stdin)
-	terminalSigs := []os.Signal{syscall.SIGINT, syscall.SIGQUIT}
-	if interactive {
-		signal.Ignore(terminalSigs...) // the child gets them from the terminal
-	} else {
-		sigs = append(sigs, terminalSigs...)
-	}
-	ch := make(chan os.Signal, 8)
-	signal.Notify(ch, sigs...)
-	defer signal.Stop(ch)
+// signalForwarder catches the signals to pass on from before the child
+// starts, so that none sent in between is lost or kills the launcher.
+type signalForwarder struct {
+	ch          chan os.Signal
+	interactive bool // SIGINT and SIGQUIT reach the child from the terminal
+}
+
+func catchSignals() *signalForwarder {
+	f := &signalForwarder{ch: make(chan os.Signal, 8), interactive: inTerminalForeground(os.Stdin)}
+	// Caught, not ignored, even when they are not passed on: an ignored
+	// signal would stay ignored in the child.
+	signal.Notify(f.ch, append(forwarded, syscall.SIGINT, syscall.SIGQUIT)...)
+	return f
+}
+
+// stop stops catching, when no child was started.
+func (f *signalForwarder) stop() { signal.Stop(f.ch) }
+
+// wait waits for cmd, passing signals on to it, and returns the status to
+// exit with: the child's, or 128+signal if a signal killed it.
+func (f *signalForwarder) wait(cmd *exec.Cmd) int {
+	defer signal.Stop(f.ch)
 	done := make(chan struct{})
 	go func() {
 		for {
 			select {
-			case s := <-ch:
+			case s := <-f.ch:
+				if f.interactive && (s == syscall.SIGINT || s == syscall.SIGQUIT) {
+					continue // the terminal sent it to the child as well
+				}
 				_ = cmd.Process.Signal(s)
 			case <-done:
 				return
@@ -172,48 +196,66 @@ func exitStatus(cmd *exec.Cmd, err error) int {
 	return 0
 }
 
-func isTerminal(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+// inTerminalForeground reports whether f is a terminal whose foreground
+// process group is this process's: then what is typed at it (^C, ^\)
+// reaches the child directly. /dev/null is a character device, not a
+// terminal.
+func inTerminalForeground(f *os.File) bool {
+	fg, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP)
+	return err == nil && fg == unix.Getpgrp()
 }
 
-// deviceLimits collects repeated --memory-limit-device N=SIZE flags.
-type deviceLimits map[int]config.Limit
+// deviceLimits collects repeated --memory-limit-device N=SIZE flags,
+// keeping each size as typed for messages.
+type deviceLimits struct {
+	limits map[int]config.Limit
+	typed  map[int]string
+}
 
-func (d deviceLimits) String() string {
-	keys := make([]int, 0, len(d))
-	for k := range d {
+func newDeviceLimits() *deviceLimits {
+	return &deviceLimits{limits: map[int]config.Limit{}, typed: map[int]string{}}
+}
+
+func (d *deviceLimits) String() string {
+	if d == nil {
+		return ""
+	}
+	keys := make([]int, 0, len(d.typed))
+	for k := range d.typed {
 		keys = append(keys, k)
 	}
 	sort.Ints(keys)
 	parts := make([]string, len(keys))
 	for i, k := range keys {
-		parts[i] = fmt.Sprintf("%d=%s", k, d[k])
+		parts[i] = strconv.Itoa(k) + "=" + d.typed[k]
 	}
 	return strings.Join(parts, ",")
 }
 
-func (d deviceLimits) Set(v string) error {
+func (d *deviceLimits) Set(v string) error {
 	n, size, ok := strings.Cut(v, "=")
 	ordinal, err := strconv.Atoi(n)
 	if !ok || err != nil || ordinal < 0 || ordinal > 1023 {
-		return fmt.Errorf("want DEVICE=SIZE, such as 0=8GiB, got %q", v)
+		return fmt.Errorf("invalid --memory-limit-device=%q: want DEVICE=SIZE with DEVICE from 0 to 1023 (valid example: --memory-limit-device 0=8GiB)", v)
 	}
 	l, err := config.ParseLimit("--memory-limit-device", size)
 	if err != nil {
 		return err
 	}
-	d[ordinal] = l
+	d.limits[ordinal], d.typed[ordinal] = l, size
 	return nil
 }
 
-type limitFlag struct{ l *config.Limit }
+type limitFlag struct {
+	l     *config.Limit
+	typed string
+}
 
 func (f *limitFlag) String() string {
-	if f.l == nil {
+	if f == nil || f.l == nil {
 		return ""
 	}
-	return f.l.String()
+	return f.typed
 }
 
 func (f *limitFlag) Set(v string) error {
@@ -221,13 +263,18 @@ func (f *limitFlag) Set(v string) error {
 	if err != nil {
 		return err
 	}
-	f.l = &l
+	f.l, f.typed = &l, v
 	return nil
 }
 
 type levelFlag struct{ level config.Level }
 
-func (f *levelFlag) String() string { return string(f.level) }
+func (f *levelFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return string(f.level)
+}
 
 func (f *levelFlag) Set(v string) error {
 	l, err := config.ParseLevel("--log-level", v)
@@ -235,41 +282,95 @@ func (f *levelFlag) Set(v string) error {
 	return err
 }
 
-func runMain(args []string) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "usage: spillway run [--memory-limit SIZE] [--memory-limit-device N=SIZE]... [--oversubscribe [--spill managed|pinned] [--host-limit SIZE]] [--pool=false] [--log-level L] [--lib PATH] -- CMD ARGS...")
-		fs.PrintDefaults()
-	}
-	var opts launchOptions
+const runUsage = `usage: spillway run [flags] -- CMD ARGS...
+
+Runs CMD with the shim preloaded (LD_PRELOAD), each flag setting the
+SPILLWAY_* variable of the same name; flags are checked as the shim checks
+the variables, together, before anything runs. Signals are forwarded; the
+exit status is CMD's, or 128+N if signal N killed it. If spillway itself is
+killed, CMD is killed too.
+
+`
+
+// runOptions are spillway run's parsed flags.
+type runOptions struct {
+	launch launchOptions
+	argv   []string
+}
+
+func parseRunFlags(args []string, environ []string, out io.Writer) (runOptions, error) {
+	var o runOptions
+	fs := newFlagSet("run", runUsage, out)
 	limit := &limitFlag{}
-	devices := deviceLimits{}
+	devices := newDeviceLimits()
 	level := &levelFlag{}
-	fs.Var(limit, "memory-limit", "device memory quota for every device: a size (512MiB, 8GiB, 8GB) or a percentage (50%)")
-	fs.Var(devices, "memory-limit-device", "quota for one device, as N=SIZE (repeatable; wins over --memory-limit)")
-	fs.Var(level, "log-level", "error, warn, info or debug")
-	fs.StringVar(&opts.Lib, "lib", "", "path of libspillway.so (default: ../lib beside this binary)")
+	fs.Var(limit, "memory-limit", "device memory quota for every device: a `SIZE` (512MiB, 8GiB, 8GB, 0.5GiB) or a percentage (50%)")
+	fs.Var(devices, "memory-limit-device", "quota for one device, as `N=SIZE` (repeatable; wins over --memory-limit)")
+	fs.Var(level, "log-level", "the shim's log level: error, warn (default), info or debug (`LEVEL`)")
+	fs.StringVar(&o.launch.Lib, "lib", "", "`PATH` of libspillway.so (default: ../lib/libspillway.so beside this binary)")
 	shimFlags := shimVariableFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	if err := parseFlags(fs, args); err != nil {
+		return o, err
+	}
+	o.argv = fs.Args()
+	if len(o.argv) == 0 {
+		return o, usageError(fs, "no command given: spillway run [flags] -- CMD ARGS...")
+	}
+	o.launch.MemoryLimit, o.launch.DeviceLimits, o.launch.LogLevel = limit.l, devices.limits, level.level
+	o.launch.Env = shimFlags.variables(fs)
+	if err := checkCombination(o.launch, environ, shimFlags, limit, devices); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// checkCombination validates the environment the job will get, flags and
+// inherited SPILLWAY_* variables together, with the shim's own rules; an
+// error about a flag names the flag and shows its value as typed.
+func checkCombination(opts launchOptions, environ []string, flags variableFlags, limit *limitFlag, devices *deviceLimits) error {
+	env := shimEnvironment(opts, environ)
+	_, err := config.Parse(env.list())
+	var cerr *config.Error
+	if !errors.As(err, &cerr) {
+		return err
+	}
+	typed := map[string][2]string{} // variable -> flag, value as typed
+	for _, f := range flags {
+		if f.given {
+			typed[f.env] = [2]string{"--" + f.name, f.typed}
 		}
-		return 2
 	}
-	argv := fs.Args()
-	if len(argv) == 0 {
-		fmt.Fprintln(os.Stderr, "spillway run: no command given")
-		fs.Usage()
-		return 2
+	if limit.l != nil {
+		typed[config.EnvMemoryLimit] = [2]string{"--memory-limit", limit.typed}
 	}
-	opts.MemoryLimit, opts.DeviceLimits, opts.LogLevel = limit.l, devices, level.level
-	opts.Env = shimFlags.variables(fs)
-	cmd, err := startUnderShim(opts, argv)
+	for n, v := range devices.typed {
+		typed[config.EnvMemoryLimitDevicePrefix+strconv.Itoa(n)] = [2]string{"--memory-limit-device", strconv.Itoa(n) + "=" + v}
+	}
+	if t, ok := typed[cerr.Name]; ok {
+		e := *cerr
+		e.Name, e.Value = t[0], t[1]
+		for variable, t := range typed {
+			e.Example = strings.ReplaceAll(e.Example, variable+"=", t[0]+" ")
+		}
+		e.Example = strings.ReplaceAll(e.Example, config.EnvPool+"=1", "--pool=true")
+		return &usageErr{e.Error()}
+	}
+	return &usageErr{cerr.Error() + " (in the environment)"}
+}
+
+func runMain(args []string) int {
+	o, err := parseRunFlags(args, os.Environ(), os.Stdout)
 	if err != nil {
+		return reportFlagError("run", err)
+	}
+	sigs := catchSignals()
+	cmd, err := startUnderShim(o.launch, o.argv)
+	if err != nil {
+		sigs.stop()
 		fmt.Fprintf(os.Stderr, "spillway run: %v\n", err)
 		return 127
 	}
-	return waitForwardingSignals(cmd)
+	return sigs.wait(cmd)
 }
 
 // variableFlag is a flag that sets one SPILLWAY_* variable, validated as
@@ -280,16 +381,24 @@ type variableFlag struct {
 	value string
 	check func(name, value string) error
 	bool  bool
+	given bool
+	typed string // the value as typed, for messages
 }
 
-func (f *variableFlag) String() string   { return f.value }
+func (f *variableFlag) String() string {
+	if f == nil {
+		return ""
+	}
+	return f.value
+}
 func (f *variableFlag) IsBoolFlag() bool { return f.bool }
 
 func (f *variableFlag) Set(v string) error {
+	f.typed = v
 	if f.bool {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return fmt.Errorf("want true or false, got %q", v)
+			return fmt.Errorf("invalid --%s=%q: want true or false (valid example: --%s=false)", f.name, v, f.name)
 		}
 		v = "0"
 		if b {
@@ -298,14 +407,14 @@ func (f *variableFlag) Set(v string) error {
 	} else if err := f.check("--"+f.name, v); err != nil {
 		return err
 	}
-	f.value = v
+	f.value, f.given = v, true
 	return nil
 }
 
 type variableFlags map[string]*variableFlag
 
 // shimVariableFlags declares the flags of the pool and of oversubscription.
-func shimVariableFlags(fs *flag.FlagSet) variableFlags {
+func shimVariableFlags(fs *flagSet) variableFlags {
 	size := func(name, v string) error { _, err := config.ParseSize(name, v); return err }
 	threshold := func(name, v string) error { _, err := config.ParseThreshold(name, v); return err }
 	spill := func(name, v string) error { _, err := config.ParseSpill(name, v); return err }
@@ -315,11 +424,11 @@ func shimVariableFlags(fs *flag.FlagSet) variableFlags {
 		check            func(name, value string) error
 	}{
 		{"oversubscribe", config.EnvOversubscribe, "serve what the quota cannot hold from host memory (SPILLWAY_OVERSUBSCRIBE=1)", nil},
-		{"spill", config.EnvSpill, "how spilled memory is made: managed (default) or pinned", spill},
-		{"host-limit", config.EnvHostLimit, "most host memory used for spilling (default: as much as the quota)", size},
+		{"spill", config.EnvSpill, "how spilled memory is made: `KIND` managed (default) or pinned; needs --oversubscribe", spill},
+		{"host-limit", config.EnvHostLimit, "most host memory used for spilling, a `SIZE` (default: as much as the quota); needs --oversubscribe", size},
 		{"pool", config.EnvPool, "serve allocations from the pool (default true; false: pass-through with the quota's accounting)", nil},
-		{"pool-reserve", config.EnvPoolReserve, "device memory the pool reserves at its first allocation", size},
-		{"pool-release-threshold", config.EnvPoolReleaseThreshold, "cached memory kept before empty segments are released: a size or a percentage of the quota (default 12.5%)", threshold},
+		{"pool-reserve", config.EnvPoolReserve, "device memory, a `SIZE`, the pool reserves at a device's first allocation and keeps; at most the quota", size},
+		{"pool-release-threshold", config.EnvPoolReleaseThreshold, "cached memory kept before empty segments are released: a `SIZE` or a percentage of the quota (default 12.5%)", threshold},
 		{"free-sync", config.EnvFreeSync, "every cudaFree synchronizes the device, as CUDA's does", nil},
 		{"report", config.EnvReport, "print each device's pool statistics at exit", nil},
 	} {
@@ -331,7 +440,7 @@ func shimVariableFlags(fs *flag.FlagSet) variableFlags {
 }
 
 // variables returns KEY=VALUE for the flags given on the command line.
-func (v variableFlags) variables(fs *flag.FlagSet) []string {
+func (v variableFlags) variables(fs *flagSet) []string {
 	var env []string
 	fs.Visit(func(f *flag.Flag) {
 		if vf, ok := v[f.Name]; ok {

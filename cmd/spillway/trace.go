@@ -1,9 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,16 +17,23 @@ import (
 	"time"
 
 	"github.com/spillway-gpu/spillway/bpf"
+	"github.com/spillway-gpu/spillway/shim/config"
 )
 
-const traceUsage = `usage: spillway trace [-p PID]... [--interval 1s] [--duration D] [--json] [--events]
-                      [--summary-json FILE] [--metrics-addr ADDR] [--lib PATH] [-- CMD ARGS...]
+const traceUsage = `usage: spillway trace [flags] [-p PID]... [-- CMD ARGS...]
 
 Traces the CUDA memory activity of running processes (-p, repeatable) and of
-CMD, which is started under the shim, with their children. Each CUDA call is
-counted once, at the layer the application called (shim, runtime or driver).
-Needs root, or CAP_BPF with CAP_PERFMON.
+CMD, which is started under the shim, with their children. CMD may be any
+program: a binary, a #! script, a wrapper or a virtualenv launcher; libraries
+are found in what each process maps once it runs. Each CUDA call is counted
+once, at the layer the application called (shim, runtime or driver). Needs
+root, or CAP_BPF with CAP_PERFMON.
+
 `
+
+// maxRingBuffer is the largest ring buffer the kernel accepts: its size is
+// a 32-bit power of two.
+const maxRingBuffer = 1 << 31
 
 // pidList collects repeated -p flags.
 type pidList []int
@@ -42,8 +49,6 @@ func (p *pidList) Set(v string) error {
 	return nil
 }
 
-var errFlagsReported = errors.New("bad flags")
-
 type traceOptions struct {
 	pids        pidList
 	argv        []string
@@ -55,55 +60,90 @@ type traceOptions struct {
 	ringBuffer  int
 	lib         string
 	metricsAddr string
+	output      string // --output FILE; empty: standard output
 }
 
 func parseTraceFlags(args []string, out io.Writer) (traceOptions, error) {
-	var o traceOptions
-	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
-	fs.SetOutput(out)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), traceUsage)
-		fs.PrintDefaults()
-	}
+	o := traceOptions{interval: time.Second, ringBuffer: bpf.DefaultRingBufferSize}
+	fs := newFlagSet("trace", traceUsage, out)
 	fs.Var(&o.pids, "p", "trace the running process `PID` (repeatable)")
-	fs.DurationVar(&o.interval, "interval", time.Second, "refresh the view every `INTERVAL`")
-	fs.DurationVar(&o.duration, "duration", 0, "stop tracing after `D` (default: when the traced processes exit, or on SIGINT)")
+	fs.Var(durationFlag{&o.interval}, "interval", "refresh the view every `INTERVAL` (500ms, 1s, 2m; default 1s)")
+	fs.Var(durationFlag{&o.duration}, "duration", "stop tracing after `D` (default: when the traced processes exit, or on SIGINT)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per interval (per record with --events)")
 	fs.BoolVar(&o.events, "events", false, "print every record instead of the per-interval view")
+	fs.StringVar(&o.output, "output", "", "write the view or the records to `FILE` instead of standard output")
 	fs.StringVar(&o.summaryPath, "summary-json", "", "write the totals to `FILE` at the end")
-	fs.StringVar(&o.lib, "lib", "", "path of libspillway.so for CMD (default: ../lib beside this binary)")
+	fs.StringVar(&o.lib, "lib", "", "`PATH` of libspillway.so for CMD (default: ../lib/libspillway.so beside this binary)")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the totals for Prometheus at http://`ADDR`/metrics (such as 127.0.0.1:9400)")
-	fs.IntVar(&o.ringBuffer, "ring-buffer", bpf.DefaultRingBufferSize, "ring buffer size in `BYTES` (a power of two)")
-	if err := fs.Parse(args); err != nil {
-		if !errors.Is(err, flag.ErrHelp) {
-			err = errFlagsReported // the flag package printed it with the usage
-		}
+	fs.Var(sizeFlag{&o.ringBuffer}, "ring-buffer", "ring buffer `SIZE`, a power of two from the page size to 2GiB (default 8MiB)")
+	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
 	o.argv = fs.Args()
-	switch {
-	case len(o.pids) == 0 && len(o.argv) == 0:
-		return o, errors.New("nothing to trace: give -p PID or -- CMD ARGS")
-	case o.interval <= 0:
-		return o, fmt.Errorf("--interval %v: want a positive duration such as 1s or 500ms", o.interval)
-	case o.duration < 0:
-		return o, fmt.Errorf("--duration %v: want a positive duration, or none", o.duration)
+	if len(o.pids) == 0 && len(o.argv) == 0 {
+		return o, usageError(fs, "nothing to trace: give -p PID or -- CMD ARGS")
 	}
 	return o, nil
 }
 
-func traceMain(args []string) int {
-	o, err := parseTraceFlags(args, os.Stderr)
-	if err != nil {
-		switch {
-		case errors.Is(err, flag.ErrHelp):
-			return 0
-		case !errors.Is(err, errFlagsReported):
-			fmt.Fprintf(os.Stderr, "spillway trace: %v\n", err)
-		}
-		return 2
+// sizeFlag is a byte size written as run's are (8MiB, 64K, 1048576).
+type sizeFlag struct{ n *int }
+
+func (f sizeFlag) String() string {
+	if f.n == nil {
+		return ""
 	}
-	status, err := runTrace(o)
+	return config.FormatBytes(uint64(*f.n))
+}
+
+func (f sizeFlag) Set(v string) error {
+	n, err := config.ParseSize("--ring-buffer", v)
+	if err != nil {
+		return err
+	}
+	page := uint64(os.Getpagesize())
+	if n < page || n > maxRingBuffer || n&(n-1) != 0 {
+		reason := "want a power of two"
+		if n > maxRingBuffer {
+			reason = "above the kernel's limit; want a power of two"
+		}
+		return fmt.Errorf("invalid --ring-buffer=%q: %s from %s to %s (valid example: --ring-buffer 64MiB)",
+			v, reason, config.FormatBytes(page), config.FormatBytes(maxRingBuffer))
+	}
+	*f.n = int(n)
+	return nil
+}
+
+// checkWritable creates path (or checks that it can be written) before the
+// session starts, so that a bad path is not found out after the job ran.
+func checkWritable(flagName, path string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("%s: %w", flagName, err)
+	}
+	return f.Close()
+}
+
+func traceMain(args []string) int {
+	o, err := parseTraceFlags(args, os.Stdout)
+	if err != nil {
+		return reportFlagError("trace", err)
+	}
+	if o.summaryPath != "" {
+		if err := checkWritable("--summary-json", o.summaryPath); err != nil {
+			fmt.Fprintf(os.Stderr, "spillway trace: %v\n", err)
+			return 2
+		}
+	}
+	out := os.Stdout
+	if o.output != "" {
+		if out, err = os.Create(o.output); err != nil {
+			fmt.Fprintf(os.Stderr, "spillway trace: --output: %v\n", err)
+			return 2
+		}
+		defer out.Close()
+	}
+	status, err := runTrace(o, out)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spillway trace: %v\n", err)
 		if status == 0 {
@@ -124,7 +164,8 @@ type session struct {
 	out     *eventPrinter   // with --events
 }
 
-func runTrace(o traceOptions) (int, error) {
+// runTrace runs a session, printing the view or the records to out.
+func runTrace(o traceOptions, out *os.File) (int, error) {
 	if err := bpf.CheckPrivileges(); err != nil {
 		return 1, err
 	}
@@ -133,13 +174,12 @@ func runTrace(o traceOptions) (int, error) {
 		return 1, err
 	}
 	defer tr.Close()
-	if st := tr.UVM(); !st.Available {
-		fmt.Fprintf(os.Stderr, "spillway trace: %s\n", st)
-	}
 
 	s := &session{tr: tr, self: uint32(os.Getpid()), sum: bpf.NewSummary(), waiting: map[uint32]bool{}}
 	if o.events {
-		s.out = newEventPrinter(os.Stdout, o.json)
+		// Records written where the job writes too go out whole, in
+		// writes no larger than a pipe writes atomically.
+		s.out = newEventPrinter(out, o.json, out == os.Stdout)
 	}
 	for _, pid := range o.pids {
 		if err := tr.Trace(pid); err != nil {
@@ -167,16 +207,26 @@ func runTrace(o traceOptions) (int, error) {
 	)
 	if len(o.argv) > 0 {
 		var status int
+		sigs := catchSignals()
 		if cmd, status, err = s.startCommand(o.lib, o.argv); err != nil {
+			sigs.stop()
 			return status, err
 		}
 		cmdDone = make(chan int, 1)
-		go func() { cmdDone <- waitForwardingSignals(cmd) }()
+		go func() { cmdDone <- sigs.wait(cmd) }()
 	}
 
+	// Said once, when the session is under way, not ahead of an error
+	// that stops it.
+	if st := tr.UVM(); !st.Available {
+		fmt.Fprintf(os.Stderr, "spillway trace: %s\n", st)
+	}
 	var view intervalView
 	if !o.events {
-		view = newIntervalView(os.Stdout, o.json)
+		// A table redrawn in place would overwrite what the job prints on
+		// the same terminal: then each one is printed below the last.
+		inPlace := cmd == nil || out != os.Stdout
+		view = newIntervalView(out, o.json, o.interval, inPlace)
 	}
 	status := s.loop(o, view, cmdDone)
 	if err := tr.Flush(); err != nil {
@@ -255,7 +305,7 @@ func (s *session) startCommand(lib string, argv []string) (*exec.Cmd, int, error
 func candidateLibraries(lib, arg0 string) []string {
 	out := []string{lib}
 	if exe, err := exec.LookPath(arg0); err == nil {
-		out = append(out, exe)
+		out = append(out, executables(exe)...)
 	}
 	var dirs []string
 	for _, d := range strings.Split(os.Getenv("LD_LIBRARY_PATH"), ":") {
@@ -271,6 +321,53 @@ func candidateLibraries(lib, arg0 string) []string {
 	}
 	out = append(out, ldCacheLibraries("libcudart.so", "libcuda.so")...)
 	return out
+}
+
+// maxInterpreterDepth bounds a chain of #! scripts, as the kernel does.
+const maxInterpreterDepth = 4
+
+// executables returns the ELF file that exec of path runs: path itself, or
+// the interpreter its #! line names (followed through env and further
+// scripts). A script's own text has no symbols to probe; what the program
+// maps once it runs (the interpreter a wrapper script starts, a
+// virtualenv's libraries) is found by rescanning the traced processes.
+func executables(path string) []string {
+	for range maxInterpreterDepth {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil
+		}
+		head := make([]byte, 256)
+		n, _ := io.ReadFull(f, head)
+		f.Close()
+		head = head[:n]
+		if bytes.HasPrefix(head, []byte("\x7fELF")) {
+			return []string{path}
+		}
+		if !bytes.HasPrefix(head, []byte("#!")) {
+			return nil
+		}
+		line, _, _ := bytes.Cut(head[2:], []byte("\n"))
+		fields := strings.Fields(string(line))
+		if len(fields) == 0 {
+			return nil
+		}
+		next := fields[0]
+		if filepath.Base(next) == "env" { // #!/usr/bin/env [-S] python3
+			args := fields[1:]
+			for len(args) > 0 && strings.HasPrefix(args[0], "-") {
+				args = args[1:]
+			}
+			if len(args) == 0 {
+				return nil
+			}
+			if next, err = exec.LookPath(args[0]); err != nil {
+				return nil
+			}
+		}
+		path = next
+	}
+	return nil
 }
 
 // ldCacheLibraries returns the paths the loader's cache gives for libraries
@@ -366,6 +463,9 @@ func (s *session) loop(o traceOptions, view intervalView, cmdDone <-chan int) in
 		case <-sigs:
 			return -1
 		case <-rescan.C:
+			if s.out != nil {
+				s.out.flush()
+			}
 			if err := s.tr.Rescan(); err != nil {
 				fmt.Fprintf(os.Stderr, "spillway trace: %v\n", err)
 			}

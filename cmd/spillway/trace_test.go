@@ -23,17 +23,24 @@ func TestParseTraceFlags(t *testing.T) {
 		want string
 	}{
 		{nil, "nothing to trace"},
-		{[]string{"--interval", "0s", "-p", "1"}, "--interval 0s: want a positive duration"},
-		{[]string{"--duration", "-1s", "-p", "1"}, "--duration -1s"},
+		{[]string{"--interval", "0s", "-p", "1"}, `flag --interval: "0s": want a duration above zero`},
+		{[]string{"--duration", "-1s", "-p", "1"}, `flag --duration: "-1s": want a duration above zero`},
+		{[]string{"--interval", "soon", "-p", "1"}, `"soon" is not a duration`},
+		{[]string{"--ring-buffer", "0", "-p", "1"}, `invalid --ring-buffer="0": want a power of two from 4KiB to 2GiB`},
+		{[]string{"--ring-buffer", "12KiB", "-p", "1"}, "want a power of two"},
+		{[]string{"--ring-buffer", "4GiB", "-p", "1"}, "above the kernel's limit; want a power of two from 4KiB to 2GiB"},
+		{[]string{"--ring-buffer", "8XB", "-p", "1"}, `invalid --ring-buffer="8XB": unknown unit`},
+		{[]string{"-p", "0"}, "want a process id"},
+		{[]string{"--nope", "-p", "1"}, "unknown flag --nope"},
 	} {
 		if _, err := parseTraceFlags(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one containing %q", tc.args, err, tc.want)
 		}
 	}
-	for _, bad := range [][]string{{"-p", "0"}, {"-p", "x"}, {"--interval", "soon", "-p", "1"}} {
-		if _, err := parseTraceFlags(bad, io.Discard); err != errFlagsReported {
-			t.Errorf("%q: error %v, want the flag package's report", bad, err)
-		}
+	// Sizes and durations are written as run's are.
+	o, err = parseTraceFlags([]string{"--ring-buffer", "64MiB", "--interval", "2", "--duration", "1m", "-p", "1"}, io.Discard)
+	if err != nil || o.ringBuffer != 64<<20 || o.interval != 2*time.Second || o.duration != time.Minute {
+		t.Errorf("options %+v, %v", o, err)
 	}
 }
 
@@ -47,7 +54,7 @@ func TestIntervalOf(t *testing.T) {
 	cur.PageFaults = bpf.FaultCounts{Total: 9, Spilled: 4}
 	cur.Drops = 2
 
-	iv := intervalOf(prev, cur, 10, 2)
+	iv := intervalOf(prev, cur, 10, 2, 2)
 	if iv.AllocsPerS != 15 || iv.FreesPerS != 5 || iv.MemcpyBytesPerS["h2d"] != 2048 {
 		t.Errorf("rates: allocs %v frees %v h2d %v", iv.AllocsPerS, iv.FreesPerS, iv.MemcpyBytesPerS["h2d"])
 	}
@@ -58,7 +65,7 @@ func TestIntervalOf(t *testing.T) {
 		t.Errorf("interval %+v", iv)
 	}
 	// Without pool allocations there is no hit rate, rather than 0%.
-	if iv := intervalOf(prev, prev, 1, 1); iv.PoolHitRate != nil || !strings.Contains(formatLine(iv), "pool_hit=-") {
+	if iv := intervalOf(prev, prev, 1, 1, 1); iv.PoolHitRate != nil || !strings.Contains(formatLine(iv), "pool_hit=-") {
 		t.Errorf("idle pool: hit rate %v, line %q", iv.PoolHitRate, formatLine(iv))
 	}
 }

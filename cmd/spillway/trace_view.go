@@ -1,12 +1,13 @@
 package main
 
 import (
-	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -23,6 +24,7 @@ type intervalView interface {
 // interval is one interval's figures, the --json line format.
 type interval struct {
 	ElapsedS         float64            `json:"elapsed_s"`
+	Final            bool               `json:"final,omitempty"` // the last interval, cut short: rates over a whole one
 	IntervalS        float64            `json:"interval_s"`
 	AllocsPerS       float64            `json:"allocs_per_s"`
 	FreesPerS        float64            `json:"frees_per_s"`
@@ -35,13 +37,18 @@ type interval struct {
 	Drops            uint64             `json:"drops"` // since the start
 	Calls            map[string]uint64  `json:"calls"`
 	totalPoolHitRate *float64
+	rateSecs         float64 // what counts are divided by for rates
 }
 
 // intervalOf computes the figures between two summaries taken secs apart.
-func intervalOf(prev, cur *bpf.Summary, elapsed, secs float64) interval {
+// Rates are counts over rateSecs: secs, or a whole interval for the last,
+// partial one, whose counts are not extrapolated to a full second.
+func intervalOf(prev, cur *bpf.Summary, elapsed, secs, rateSecs float64) interval {
 	iv := interval{
+		rateSecs:        rateSecs,
 		ElapsedS:        elapsed,
-		IntervalS:       secs,
+		IntervalS:       rateSecs, // rates times interval_s are the counts
+		Final:           rateSecs != secs,
 		MemcpyBytesPerS: map[string]float64{},
 		SpillBytes:      cur.SpillBytes - prev.SpillBytes,
 		PromoteBytes:    cur.PromoteBytes - prev.PromoteBytes,
@@ -54,10 +61,10 @@ func intervalOf(prev, cur *bpf.Summary, elapsed, secs float64) interval {
 		Calls:    map[string]uint64{},
 	}
 	rate := func(n uint64) float64 {
-		if secs <= 0 {
+		if rateSecs <= 0 {
 			return 0
 		}
-		return float64(n) / secs
+		return float64(n) / rateSecs
 	}
 	iv.AllocsPerS = rate(cur.CallsOf(bpf.OpAlloc) - prev.CallsOf(bpf.OpAlloc))
 	iv.FreesPerS = rate(cur.CallsOf(bpf.OpFree) - prev.CallsOf(bpf.OpFree))
@@ -88,15 +95,15 @@ func hitRate(p bpf.PoolCounts) *float64 {
 	return &r
 }
 
-// newIntervalView picks the table (stdout is a terminal), JSON lines or
-// plain lines.
-func newIntervalView(f *os.File, asJSON bool) intervalView {
-	base := viewClock{start: time.Now(), last: time.Now(), prev: bpf.NewSummary()}
+// newIntervalView picks the table (f is a terminal; redrawn in place when
+// nothing else writes there), JSON lines or plain lines.
+func newIntervalView(f *os.File, asJSON bool, every time.Duration, inPlace bool) intervalView {
+	base := viewClock{start: time.Now(), last: time.Now(), prev: bpf.NewSummary(), every: every}
 	switch {
 	case asJSON:
 		return &jsonView{viewClock: base, enc: json.NewEncoder(f)}
 	case isTTY(f):
-		return &tableView{viewClock: base, w: f}
+		return &tableView{viewClock: base, w: f, inPlace: inPlace}
 	default:
 		return &lineView{viewClock: base, w: f}
 	}
@@ -111,11 +118,19 @@ func isTTY(f *os.File) bool {
 type viewClock struct {
 	start, last time.Time
 	prev        *bpf.Summary
+	every       time.Duration // the interval
 }
 
-func (c *viewClock) next(cur *bpf.Summary) interval {
+// next is the interval since the last draw; final says it is the last,
+// shorter one, whose rates are taken over a whole interval.
+func (c *viewClock) next(cur *bpf.Summary, final bool) interval {
 	now := time.Now()
-	iv := intervalOf(c.prev, cur, now.Sub(c.start).Seconds(), now.Sub(c.last).Seconds())
+	secs := now.Sub(c.last).Seconds()
+	rateSecs := secs
+	if final {
+		rateSecs = max(secs, c.every.Seconds())
+	}
+	iv := intervalOf(c.prev, cur, now.Sub(c.start).Seconds(), secs, rateSecs)
 	c.last, c.prev = now, cur
 	return iv
 }
@@ -125,20 +140,16 @@ type jsonView struct {
 	enc *json.Encoder
 }
 
-func (v *jsonView) draw(cur *bpf.Summary) { _ = v.enc.Encode(v.next(cur)) }
-func (v *jsonView) final(total *bpf.Summary) {
-	_ = v.enc.Encode(v.next(total))
-}
+func (v *jsonView) draw(cur *bpf.Summary)    { _ = v.enc.Encode(v.next(cur, false)) }
+func (v *jsonView) final(total *bpf.Summary) { _ = v.enc.Encode(v.next(total, true)) }
 
 type lineView struct {
 	viewClock
 	w io.Writer
 }
 
-func (v *lineView) draw(cur *bpf.Summary) { fmt.Fprintln(v.w, formatLine(v.next(cur))) }
-func (v *lineView) final(total *bpf.Summary) {
-	fmt.Fprintln(v.w, formatLine(v.next(total)))
-}
+func (v *lineView) draw(cur *bpf.Summary)    { fmt.Fprintln(v.w, formatLine(v.next(cur, false))) }
+func (v *lineView) final(total *bpf.Summary) { fmt.Fprintln(v.w, formatLine(v.next(total, true))) }
 
 func formatLine(iv interval) string {
 	hit := "-"
@@ -153,20 +164,24 @@ func formatLine(iv interval) string {
 		iv.PageFaults.Total, iv.PageFaults.Spilled, iv.Refusals, iv.Drops)
 }
 
-// tableView redraws a table in place.
+// tableView draws a table, redrawn in place when nothing else writes to
+// the terminal, else printed below the last one.
 type tableView struct {
 	viewClock
-	w     io.Writer
-	lines int // lines drawn last time, to move back over
+	w       io.Writer
+	inPlace bool
+	lines   int // lines drawn last time, to move back over
 }
 
-func (v *tableView) draw(cur *bpf.Summary)    { v.render(v.next(cur), cur) }
-func (v *tableView) final(total *bpf.Summary) { v.render(v.next(total), total) }
+func (v *tableView) draw(cur *bpf.Summary)    { v.render(v.next(cur, false), cur) }
+func (v *tableView) final(total *bpf.Summary) { v.render(v.next(total, true), total) }
 
 func (v *tableView) render(iv interval, total *bpf.Summary) {
 	var b strings.Builder
-	if v.lines > 0 {
+	if v.lines > 0 && v.inPlace {
 		fmt.Fprintf(&b, "\x1b[%dA", v.lines)
+	} else if v.lines > 0 {
+		b.WriteString("\n")
 	}
 	row := func(name, rate, sum string) {
 		fmt.Fprintf(&b, "\x1b[2K%-22s %14s %14s\n", name, rate, sum)
@@ -179,11 +194,11 @@ func (v *tableView) render(iv interval, total *bpf.Summary) {
 	for _, d := range []string{"h2d", "d2h", "d2d", "default"} {
 		row("copies "+d, bytesText(iv.MemcpyBytesPerS[d])+"/s", bytesText(float64(total.MemcpyBytes[d])))
 	}
-	row("spilled", bytesText(float64(iv.SpillBytes)/iv.IntervalS)+"/s", bytesText(float64(total.SpillBytes)))
-	row("promoted", bytesText(float64(iv.PromoteBytes)/iv.IntervalS)+"/s", bytesText(float64(total.PromoteBytes)))
-	row("page faults", fmt.Sprintf("%.0f", float64(iv.PageFaults.Total)/iv.IntervalS), fmt.Sprint(total.PageFaults.Total))
-	row("  on spilled memory", fmt.Sprintf("%.0f", float64(iv.PageFaults.Spilled)/iv.IntervalS), fmt.Sprint(total.PageFaults.Spilled))
-	row("quota refusals", fmt.Sprintf("%.0f", float64(iv.Refusals)/iv.IntervalS), fmt.Sprint(total.Pool.Refusals))
+	row("spilled", bytesText(float64(iv.SpillBytes)/iv.rateSecs)+"/s", bytesText(float64(total.SpillBytes)))
+	row("promoted", bytesText(float64(iv.PromoteBytes)/iv.rateSecs)+"/s", bytesText(float64(total.PromoteBytes)))
+	row("page faults", fmt.Sprintf("%.0f", float64(iv.PageFaults.Total)/iv.rateSecs), fmt.Sprint(total.PageFaults.Total))
+	row("  on spilled memory", fmt.Sprintf("%.0f", float64(iv.PageFaults.Spilled)/iv.rateSecs), fmt.Sprint(total.PageFaults.Spilled))
+	row("quota refusals", fmt.Sprintf("%.0f", float64(iv.Refusals)/iv.rateSecs), fmt.Sprint(total.Pool.Refusals))
 	row("dropped records", "", fmt.Sprint(total.Drops))
 	v.lines = strings.Count(b.String(), "\n")
 	io.WriteString(v.w, b.String())
@@ -210,14 +225,27 @@ func bytesText(n float64) string {
 	return fmt.Sprintf("%.1f%ciB", n, units[i])
 }
 
-// eventPrinter writes one line per record (--events).
+// eventPrinter writes one line per record (--events). Records are
+// gathered whole and written in batches; with shared set (the job writes
+// to the same file), a batch is at most pipeAtomic bytes, which a pipe
+// writes in one piece, so the job's output never cuts a record.
 type eventPrinter struct {
-	w      *bufio.Writer
+	mu     sync.Mutex
+	w      io.Writer
+	buf    []byte
+	limit  int
 	asJSON bool
 }
 
-func newEventPrinter(w io.Writer, asJSON bool) *eventPrinter {
-	return &eventPrinter{w: bufio.NewWriterSize(w, 64<<10), asJSON: asJSON}
+// pipeAtomic is PIPE_BUF on Linux.
+const pipeAtomic = 4096
+
+func newEventPrinter(w io.Writer, asJSON, shared bool) *eventPrinter {
+	limit := 64 << 10
+	if shared {
+		limit = pipeAtomic
+	}
+	return &eventPrinter{w: w, limit: limit, asJSON: asJSON}
 }
 
 // eventJSON is the --events --json line format.
@@ -284,30 +312,52 @@ func describe(e *bpf.Event) eventJSON {
 }
 
 func (p *eventPrinter) print(e *bpf.Event) {
+	rec := p.format(e)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.buf)+len(rec) > p.limit {
+		p.flushLocked()
+	}
+	p.buf = append(p.buf, rec...)
+}
+
+func (p *eventPrinter) format(e *bpf.Event) []byte {
 	j := describe(e)
 	if p.asJSON {
 		data, _ := json.Marshal(j)
-		p.w.Write(data)
-		p.w.WriteByte('\n')
-		return
+		return append(data, '\n')
 	}
-	fmt.Fprintf(p.w, "%d.%09d %d/%d %s", j.TimeNs/1e9, j.TimeNs%1e9, j.PID, j.TID, j.Kind)
+	var b bytes.Buffer
+	fmt.Fprintf(&b, "%d.%09d %d/%d %s", j.TimeNs/1e9, j.TimeNs%1e9, j.PID, j.TID, j.Kind)
 	for _, kv := range [][2]string{{"", j.Func}, {"", j.Probe}, {"ptr=", j.Ptr}, {"dir=", j.Direction},
 		{"source=", j.Source}, {"addr=", j.Address}} {
 		if kv[1] != "" {
-			fmt.Fprintf(p.w, " %s%s", kv[0], kv[1])
+			fmt.Fprintf(&b, " %s%s", kv[0], kv[1])
 		}
 	}
 	if j.Size != 0 {
-		fmt.Fprintf(p.w, " size=%d", j.Size)
+		fmt.Fprintf(&b, " size=%d", j.Size)
 	}
 	if j.Ret != nil {
-		fmt.Fprintf(p.w, " ret=%d latency=%v", *j.Ret, time.Duration(j.LatencyNs))
+		fmt.Fprintf(&b, " ret=%d latency=%v", *j.Ret, time.Duration(j.LatencyNs))
 	}
 	if j.Spilled {
-		fmt.Fprint(p.w, " spilled")
+		b.WriteString(" spilled")
 	}
-	p.w.WriteByte('\n')
+	b.WriteByte('\n')
+	return b.Bytes()
 }
 
-func (p *eventPrinter) flush() { p.w.Flush() }
+// flush writes the records gathered so far, in one write.
+func (p *eventPrinter) flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.flushLocked()
+}
+
+func (p *eventPrinter) flushLocked() {
+	if len(p.buf) > 0 {
+		_, _ = p.w.Write(p.buf)
+		p.buf = p.buf[:0]
+	}
+}

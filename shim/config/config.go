@@ -17,7 +17,9 @@
 //	KB MB GB TB          10^3, 10^6, 10^9, 10^12 (decimal)
 //
 // The single letters are binary, as in docker run -m, ulimit and most
-// GPU tooling; only the two-letter "B" forms are decimal.
+// GPU tooling; only the two-letter "B" forms are decimal. A size that is
+// not a whole number of bytes (0.1GiB) is rounded up to a multiple of
+// AllocationUnit, the unit in which the shim accounts memory.
 //
 // A limit is either a size or a percentage of the device's real total
 // memory ("50%", "12.5%"), in (0, 100].
@@ -50,6 +52,9 @@ const (
 	EnvOversubscribe           = "SPILLWAY_OVERSUBSCRIBE"
 	EnvSpill                   = "SPILLWAY_SPILL"
 	EnvHostLimit               = "SPILLWAY_HOST_LIMIT"
+	// EnvRuntimeDir is the folder of the per-process figures files that
+	// `spillway stat` reads (internal/stat).
+	EnvRuntimeDir = "SPILLWAY_RUNTIME_DIR"
 	// EnvCore overrides the path of the Go core; read by the C front only.
 	EnvCore = "SPILLWAY_CORE"
 )
@@ -142,6 +147,12 @@ type Config struct {
 	Oversubscribe    bool   // spill what the quota cannot hold to host memory
 	Spill            Spill
 	HostLimit        uint64 // most host memory used for spilling; 0: the pool's default
+	// SpillSet says SPILLWAY_SPILL was given (it has no effect without
+	// oversubscription).
+	SpillSet bool
+	// RuntimeDir is where the figures file is published; empty: the default
+	// (internal/stat.DefaultDir).
+	RuntimeDir string
 	// Unknown lists SPILLWAY_* variables that no part of Spillway reads,
 	// most likely misspellings; the caller should warn about them.
 	Unknown []string
@@ -222,6 +233,12 @@ func Parse(environ []string) (Config, error) {
 			cfg.Oversubscribe, err = parseSwitch(name, value)
 		case name == EnvSpill:
 			cfg.Spill, err = ParseSpill(name, value)
+			cfg.SpillSet = true
+		case name == EnvRuntimeDir:
+			if !strings.HasPrefix(value, "/") {
+				err = &Error{name, value, "not an absolute path", name + "=/run/user/1000/spillway"}
+			}
+			cfg.RuntimeDir = value
 		case name == EnvHostLimit:
 			cfg.HostLimit, err = parsePositiveSize(name, value, "a host limit of zero bytes would refuse every spill; unset SPILLWAY_OVERSUBSCRIBE instead")
 		case otherKnown[name]:
@@ -236,7 +253,87 @@ func Parse(environ []string) (Config, error) {
 		return Config{}, &Error{EnvPoolReserve, env[EnvPoolReserve], "a reserve needs the pool, but " + EnvPool + "=0",
 			EnvPool + "=1 " + EnvPoolReserve + "=4GiB"}
 	}
+	if err := cfg.checkReserve(env[EnvPoolReserve]); err != nil {
+		return Config{}, err
+	}
 	return cfg, nil
+}
+
+// checkReserve refuses a reserve larger than a quota given in bytes; one
+// above a percentage quota is refused when the device's total is known.
+func (c Config) checkReserve(value string) error {
+	if c.PoolReserve == 0 {
+		return nil
+	}
+	check := func(l Limit, where string) error {
+		if l.Percent == 0 && l.Bytes > 0 && c.PoolReserve > l.Bytes {
+			return &Error{EnvPoolReserve, value, fmt.Sprintf("larger than the quota %s (%s)", where, FormatBytes(l.Bytes)),
+				EnvPoolReserve + "=" + FormatBytes(l.Bytes/2)}
+		}
+		return nil
+	}
+	if err := check(c.MemoryLimit, "of every device"); err != nil {
+		return err
+	}
+	for _, n := range sortedOrdinals(c.DeviceLimits) {
+		if err := check(c.DeviceLimits[n], fmt.Sprintf("of device %d", n)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Warnings lists settings that have no effect as given; the caller warns
+// about each once.
+func (c Config) Warnings() []string {
+	var w []string
+	if !c.Oversubscribe && c.HostLimit > 0 {
+		w = append(w, EnvHostLimit+" has no effect without "+EnvOversubscribe+"=1")
+	}
+	if !c.Oversubscribe && c.SpillSet {
+		w = append(w, EnvSpill+" has no effect without "+EnvOversubscribe+"=1")
+	}
+	return w
+}
+
+// Ordinals returns the device ordinals that have a limit of their own, in order.
+func (c Config) Ordinals() []int { return sortedOrdinals(c.DeviceLimits) }
+
+func sortedOrdinals(m map[int]Limit) []int {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	for i := 1; i < len(keys); i++ {
+		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	return keys
+}
+
+// FormatBytes writes a byte count for people: exact in the largest binary
+// unit that divides it below 1024 (8GiB, 768MiB), else with one decimal
+// (1.5MiB, 976.6KiB); a count below 1KiB in bytes (512B).
+func FormatBytes(n uint64) string {
+	const units = "KMGTPE"
+	if n < 1<<10 {
+		return strconv.FormatUint(n, 10) + "B"
+	}
+	i, v := -1, n
+	for v >= 1<<10 && v%(1<<10) == 0 && i < len(units)-1 {
+		v >>= 10
+		i++
+	}
+	if i >= 0 && v < 1<<10 {
+		return strconv.FormatUint(v, 10) + string(units[i]) + "iB"
+	}
+	f, j := float64(n), -1
+	for f >= 1024 && j < len(units)-1 {
+		f /= 1024
+		j++
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64) + string(units[j]) + "iB"
 }
 
 func sortedKeys(m map[string]string) []string {
@@ -356,14 +453,21 @@ func parseSize(value string) (uint64, string) {
 		return 0, "not a number; " + sizeHelp
 	}
 	num.Mul(num, new(big.Rat).SetInt(new(big.Int).SetUint64(mult)))
-	if !num.IsInt() {
-		return 0, "not a whole number of bytes; " + sizeHelp
+	bytes := new(big.Int).Quo(num.Num(), num.Denom())
+	if !num.IsInt() { // round up to the allocation unit
+		unit := big.NewInt(AllocationUnit)
+		bytes.Add(bytes, unit)
+		bytes.Sub(bytes, new(big.Int).Mod(bytes, unit))
 	}
-	if num.Num().Cmp(new(big.Int).SetUint64(math.MaxInt64)) > 0 {
+	if bytes.Cmp(new(big.Int).SetUint64(math.MaxInt64)) > 0 {
 		return 0, "too large (at most 2^63-1 bytes)"
 	}
-	return num.Num().Uint64(), ""
+	return bytes.Uint64(), ""
 }
+
+// AllocationUnit is the granule in which the shim accounts memory (the
+// pool's alignment); fractional sizes are rounded up to a multiple of it.
+const AllocationUnit = 512
 
 // ParseThreshold parses a release threshold given as a flag or variable
 // called name: a size (zero allowed: release every empty segment at once) or

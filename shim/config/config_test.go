@@ -4,6 +4,8 @@ import (
 	"errors"
 	"strings"
 	"testing"
+
+	"github.com/spillway-gpu/spillway/pool"
 )
 
 func TestParseSize(t *testing.T) {
@@ -27,6 +29,12 @@ func TestParseSize(t *testing.T) {
 		{"2TB", 2e12},
 		{"1TiB", 1 << 40},
 		{" 64 MiB ", 64 << 20},
+		// Fractions of a byte count round up to the allocation unit.
+		{"0.1GiB", 107374592},
+		{"0.5", 512},
+		{"1.0001KiB", 1536},
+		{"0.5MiB", 512 << 10}, // a whole number of bytes stays exact
+		{"1000.5", 1024},
 	} {
 		got, err := ParseSize("SIZE", tc.in)
 		if err != nil || got != tc.want {
@@ -83,7 +91,6 @@ var badLimits = []struct{ value, reason string }{
 	{"1000%", "at most 100%"},
 	{"50%%", "not a percentage"},
 	{"fifty%", "not a percentage"},
-	{"0.5", "whole number"},
 	{"99999999999999999999", "too large"},
 	{"9999999999TiB", "too large"},
 	{"8388608TiB", "too large"},
@@ -195,5 +202,69 @@ func TestParseConfig(t *testing.T) {
 	}
 	if _, err := Parse([]string{"SPILLWAY_POOL=0", "SPILLWAY_POOL_RESERVE=1GiB"}); err == nil || !strings.Contains(err.Error(), "SPILLWAY_POOL_RESERVE") {
 		t.Errorf("a reserve without the pool: %v", err)
+	}
+}
+
+// The allocation unit must be what the pool accounts in.
+func TestAllocationUnitIsThePoolsAlignment(t *testing.T) {
+	if AllocationUnit != pool.Alignment {
+		t.Errorf("AllocationUnit %d, pool.Alignment %d", AllocationUnit, pool.Alignment)
+	}
+}
+
+func TestReserveAboveLimit(t *testing.T) {
+	for _, env := range [][]string{
+		{"SPILLWAY_MEMORY_LIMIT=1GiB", "SPILLWAY_POOL_RESERVE=2GiB"},
+		{"SPILLWAY_MEMORY_LIMIT_3=1GiB", "SPILLWAY_POOL_RESERVE=1.5GiB"},
+	} {
+		_, err := Parse(env)
+		var cerr *Error
+		if !errors.As(err, &cerr) || cerr.Name != EnvPoolReserve || !strings.Contains(err.Error(), "larger than the quota") ||
+			!strings.Contains(err.Error(), "1GiB") || !strings.Contains(err.Error(), "valid example: SPILLWAY_POOL_RESERVE=512MiB") {
+			t.Errorf("%v: %v, want the reserve refused naming the 1GiB quota", env, err)
+		}
+	}
+	for _, env := range [][]string{
+		{"SPILLWAY_MEMORY_LIMIT=2GiB", "SPILLWAY_POOL_RESERVE=2GiB"},
+		{"SPILLWAY_MEMORY_LIMIT=10%", "SPILLWAY_POOL_RESERVE=2GiB"}, // checked when the device's total is known
+		{"SPILLWAY_POOL_RESERVE=2GiB"},
+	} {
+		if _, err := Parse(env); err != nil {
+			t.Errorf("%v: %v", env, err)
+		}
+	}
+}
+
+func TestWarnings(t *testing.T) {
+	cfg, err := Parse([]string{"SPILLWAY_HOST_LIMIT=1GiB", "SPILLWAY_SPILL=pinned"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := cfg.Warnings()
+	if len(w) != 2 || !strings.Contains(w[0], "SPILLWAY_HOST_LIMIT has no effect without SPILLWAY_OVERSUBSCRIBE=1") ||
+		!strings.Contains(w[1], "SPILLWAY_SPILL") {
+		t.Errorf("warnings %q", w)
+	}
+	cfg, _ = Parse([]string{"SPILLWAY_HOST_LIMIT=1GiB", "SPILLWAY_SPILL=pinned", "SPILLWAY_OVERSUBSCRIBE=1"})
+	if w := cfg.Warnings(); len(w) != 0 {
+		t.Errorf("with oversubscription: warnings %q", w)
+	}
+}
+
+func TestRuntimeDir(t *testing.T) {
+	if cfg, err := Parse([]string{"SPILLWAY_RUNTIME_DIR=/tmp/s"}); err != nil || cfg.RuntimeDir != "/tmp/s" {
+		t.Errorf("%+v, %v", cfg, err)
+	}
+	if _, err := Parse([]string{"SPILLWAY_RUNTIME_DIR=rel"}); err == nil || !strings.Contains(err.Error(), "absolute") {
+		t.Errorf("relative path: %v", err)
+	}
+}
+
+func TestFormatBytes(t *testing.T) {
+	for n, want := range map[uint64]string{0: "0B", 512: "512B", 1024: "1KiB", 1536 << 10: "1.5MiB",
+		8 << 30: "8GiB", 1000001: "976.6KiB", 3 << 29: "1.5GiB", 1025: "1.0KiB", 1 << 60: "1EiB"} {
+		if got := FormatBytes(n); got != want {
+			t.Errorf("FormatBytes(%d) = %q, want %q", n, got, want)
+		}
 	}
 }

@@ -27,6 +27,7 @@ type core struct {
 	mem    *memory
 	// debug: each call is logged (SPILLWAY_LOG_LEVEL=debug, fixed at start).
 	debug bool
+	stat  *publisher // the figures file for spillway stat; nil without one
 }
 
 var theCore atomic.Pointer[core]
@@ -58,13 +59,14 @@ func start(frontABI int32, real, probes unsafe.Pointer) interpose.Error {
 	if err != nil {
 		c.broken = err
 		c.log.Errorf("%v; every CUDA allocation in this process will fail with cudaErrorInitializationError until it is fixed", err)
-	} else if len(cfg.Unknown) > 0 {
-		c.log.Warnf("ignoring unknown variables %v (misspelled?)", cfg.Unknown)
 	}
 	c.cfg = cfg
 	c.debug = c.log.IsLevelEnabled(logrus.DebugLevel)
 	c.mem = newMemory(rt, func(ordinal int) realRuntime { return rt.On(ordinal) }, cfg, c.probes, c.log, c.refused)
-	c.log.Debugf("started: memory limit %s, per-device limits %v, pool %v, oversubscribe %v", cfg.MemoryLimit, cfg.DeviceLimits, cfg.Pool, cfg.Oversubscribe)
+	if c.broken == nil {
+		c.describeSettings()
+	}
+	c.stat = c.publish()
 	theCore.Store(c)
 	return interpose.Success
 }
@@ -151,6 +153,7 @@ func (c *core) streamDestroy(s interpose.Stream) interpose.Error { return c.mem.
 // report prints the pools' statistics at exit when SPILLWAY_REPORT=1, on
 // the log's output whatever the log level.
 func (c *core) report() {
+	c.stat.close()
 	if c.broken == nil && c.cfg.Report {
 		c.mem.report(c.log.Out, c.cfg.LogFormat)
 	}
@@ -194,5 +197,5 @@ func (c *core) refused(kind allocKind, size uint64, device int, used, quota uint
 	c.log.WithFields(logrus.Fields{
 		"device": device, "requested": size, "used": used, "quota": quota,
 		"suppressed": suppressed,
-	}).Warnf("%s of %d bytes refused on device %d: %d bytes in use, quota %d", kind, size, device, used, quota)
+	}).Warn(refusalMessage(kind, size, device, used, quota))
 }

@@ -357,8 +357,10 @@ func (m *memory) failed(d *device, kind allocKind, size uint64, err error) inter
 	var spill *spillError
 	if errors.As(err, &spill) {
 		if suppressed, ok := allowWarning(); ok {
-			m.log.WithField("suppressed", suppressed).Warnf("%s of %d bytes on device %d failed: the quota is full and %v", kind, size, d.ordinal, spill)
+			m.log.WithField("suppressed", suppressed).Warnf("%s of %s on device %d failed: the quota is full and %v", kind, config.FormatBytes(size), d.ordinal, spill)
 		}
+	} else if errors.Is(err, pool.ErrHostLimit) {
+		m.hostLimitRefused(d, kind, size)
 	} else if rc == interpose.ErrorMemoryAllocation {
 		m.refused(kind, size, d.ordinal, d.acct.used(), d.quota)
 	}
@@ -581,9 +583,10 @@ func (m *memory) report(w io.Writer, format config.Format) {
 		if d.pool == nil {
 			continue
 		}
-		line := fmt.Sprintf("device %d: %s", d.ordinal, d.pool.Stats())
+		st := d.pool.Stats()
+		line := fmt.Sprintf("device %d: %s", d.ordinal, st)
 		if format == config.FormatJSON {
-			fmt.Fprintf(w, "{\"level\":\"info\",\"device\":%d,\"msg\":%q}\n", d.ordinal, line)
+			w.Write(reportJSON(d.ordinal, st))
 		} else {
 			fmt.Fprintf(w, "spillway: %s\n", line)
 		}

@@ -191,9 +191,9 @@ func TestSpillwayRunOversubscribe(t *testing.T) {
 	if rep := reportOf(t, res.Stderr, 0); rep["spilled"] == 0 || rep["promoted_total"] != 0 {
 		t.Errorf("spillway run --oversubscribe --spill pinned: %v", rep)
 	}
-	cmd = harness.Command(t, harness.Bin(t, "spillway"), "run", "--pool=false", "--free-sync", "--pool-reserve", "1GiB",
+	cmd = harness.Command(t, harness.Bin(t, "spillway"), "run", "--pool=true", "--free-sync", "--pool-reserve", "1GiB",
 		"--pool-release-threshold", "10%", "--", "sh", "-c", `echo "$SPILLWAY_POOL $SPILLWAY_FREE_SYNC $SPILLWAY_POOL_RESERVE $SPILLWAY_POOL_RELEASE_THRESHOLD $SPILLWAY_OVERSUBSCRIBE"`)
-	if res, _ := harness.RunOK(t, cmd); strings.TrimSpace(res.Stdout) != "0 1 1GiB 10%" {
+	if res, _ := harness.RunOK(t, cmd); strings.TrimSpace(res.Stdout) != "1 1 1GiB 10%" {
 		t.Errorf("flags became %q", res.Stdout)
 	}
 	for _, args := range [][]string{{"--spill", "disk"}, {"--host-limit", "lots"}, {"--pool-release-threshold", "150%"}} {

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// flagSet is a command's flags. Errors are not printed by the flag package
+// (which would print the whole usage) but returned, to be reported in one
+// line by reportFlagError; -h and --help print the usage, then every flag,
+// to out.
+type flagSet struct {
+	*flag.FlagSet
+	usage string
+	out   io.Writer
+}
+
+func newFlagSet(name, usage string, out io.Writer) *flagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return &flagSet{FlagSet: fs, usage: usage, out: out}
+}
+
+// printFlags lists every flag as --name VALUE (-p for one letter), with its
+// description and default.
+func printFlags(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, "flags:")
+	fs.VisitAll(func(f *flag.Flag) {
+		dash := "--"
+		if len(f.Name) == 1 {
+			dash = "-"
+		}
+		arg, usage := flag.UnquoteUsage(f)
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+			arg = ""
+		}
+		head := "  " + dash + f.Name
+		if arg != "" {
+			head += " " + arg
+		}
+		fmt.Fprintf(w, "%s\n      %s\n", head, usage)
+	})
+}
+
+// errHelp says that help was asked for and shown.
+var errHelp = flag.ErrHelp
+
+// usageErr is a bad command line, reported in one line.
+type usageErr struct{ msg string }
+
+func (e *usageErr) Error() string { return e.msg }
+
+func usageError(_ *flagSet, msg string) error { return &usageErr{msg} }
+
+// flagMessage rewrites the flag package's messages with --double-dash names
+// and without repeating what a value's own error already says.
+var (
+	wrappedValueRE = regexp.MustCompile(`^invalid (?:boolean )?value ".*" for (?:flag )?-[\w-]+: (invalid --.*)$`)
+	flagNameRE     = regexp.MustCompile(`(for|flag|defined:|argument:) -([\w-]{2,})`)
+)
+
+func flagMessage(msg string) string {
+	if m := wrappedValueRE.FindStringSubmatch(msg); m != nil {
+		return m[1]
+	}
+	msg = strings.Replace(msg, "flag provided but not defined: -", "unknown flag -", 1)
+	msg = flagNameRE.ReplaceAllString(msg, "$1 --$2")
+	msg = strings.Replace(msg, "unknown flag ---", "unknown flag --", 1)
+	return msg
+}
+
+// parseFlags parses args, turning the flag package's errors into usageErr.
+func parseFlags(fs *flagSet, args []string) error {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(fs.out, fs.usage)
+		printFlags(fs.out, fs.FlagSet)
+		return errHelp
+	}
+	return &usageErr{flagMessage(err.Error())}
+}
+
+// reportFlagError prints a command-line error in one line, with where to
+// find the flags, and returns the exit status: 0 after help, 2 otherwise.
+func reportFlagError(cmd string, err error) int {
+	if errors.Is(err, errHelp) {
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "spillway %s: %v (see 'spillway %s --help')\n", cmd, err, cmd)
+	return 2
+}
+
+// parseDuration reads a duration as Go writes them (500ms, 1s, 1m30s) or a
+// plain number of seconds (2, 0.5); it must be above zero.
+func parseDuration(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		var secs float64
+		if _, serr := fmt.Sscanf(v, "%g", &secs); serr != nil || fmt.Sprint(secs) != strings.TrimLeft(v, "+") {
+			return 0, fmt.Errorf("%q is not a duration such as 500ms, 1s or 2m", v)
+		}
+		d = time.Duration(secs * float64(time.Second))
+	}
+	if d <= 0 {
+		return 0, fmt.Errorf("%q: want a duration above zero, such as 500ms, 1s or 2m", v)
+	}
+	return d, nil
+}
+
+// durationFlag is a flag holding a duration above zero.
+type durationFlag struct{ d *time.Duration }
+
+func (f durationFlag) String() string {
+	if f.d == nil {
+		return ""
+	}
+	return f.d.String()
+}
+
+func (f durationFlag) Set(v string) error {
+	d, err := parseDuration(v)
+	if err != nil {
+		return err
+	}
+	*f.d = d
+	return nil
+}

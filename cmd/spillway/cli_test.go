@@ -1,0 +1,188 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spillway-gpu/spillway/bpf"
+	"github.com/spillway-gpu/spillway/internal/stat"
+)
+
+func TestFlagMessage(t *testing.T) {
+	for in, want := range map[string]string{
+		`invalid value "8XB" for flag -memory-limit: invalid --memory-limit="8XB": unknown unit`: `invalid --memory-limit="8XB": unknown unit`,
+		`flag provided but not defined: -nope`:                                                   `unknown flag --nope`,
+		`flag provided but not defined: --nope`:                                                  `unknown flag --nope`,
+		`invalid value "soon" for flag -interval: "soon" is not a duration`:                      `invalid value "soon" for flag --interval: "soon" is not a duration`,
+		`flag needs an argument: -lib`:                                                           `flag needs an argument: --lib`,
+		`invalid value "x" for flag -p: want a process id`:                                       `invalid value "x" for flag -p: want a process id`,
+	} {
+		if got := flagMessage(in); got != want {
+			t.Errorf("flagMessage(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for in, want := range map[string]time.Duration{"1s": time.Second, "250ms": 250 * time.Millisecond, "2": 2 * time.Second, "0.5": 500 * time.Millisecond} {
+		if got, err := parseDuration(in); err != nil || got != want {
+			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"0", "0s", "-1s", "soon", "1x", ""} {
+		if _, err := parseDuration(bad); err == nil {
+			t.Errorf("parseDuration(%q) accepted", bad)
+		}
+	}
+}
+
+func TestStatFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args  []string
+		watch time.Duration
+		json  bool
+	}{
+		{nil, 0, false},
+		{[]string{"--watch"}, time.Second, false},
+		{[]string{"--watch", "2s", "--json"}, 2 * time.Second, true},
+		{[]string{"--watch=500ms"}, 500 * time.Millisecond, false},
+		{[]string{"--json", "--watch"}, time.Second, true},
+	} {
+		o, err := parseStatFlags(tc.args, &bytes.Buffer{})
+		if err != nil || o.watch != tc.watch || o.json != tc.json {
+			t.Errorf("%q: %+v, %v; want watch %v json %v", tc.args, o, err, tc.watch, tc.json)
+		}
+	}
+	for _, bad := range [][]string{{"--watch", "0"}, {"--watch=soon"}, {"extra"}, {"--json", "--metrics-addr", ":0"}} {
+		if _, err := parseStatFlags(bad, &bytes.Buffer{}); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+// The last, partial interval's rates are its counts over a whole interval,
+// not extrapolated from the fraction of one it lasted.
+func TestFinalIntervalNotExtrapolated(t *testing.T) {
+	var out bytes.Buffer
+	v := &jsonView{viewClock: viewClock{start: time.Now(), last: time.Now(), prev: bpf.NewSummary(), every: 10 * time.Second},
+		enc: json.NewEncoder(&out)}
+	cur := bpf.NewSummary()
+	cur.Calls["cudaMalloc"] = 100
+	v.final(cur) // a few microseconds after the last draw
+	var iv interval
+	if err := json.Unmarshal(out.Bytes(), &iv); err != nil {
+		t.Fatal(err)
+	}
+	if iv.AllocsPerS != 10 || iv.IntervalS != 10 || !iv.Final || iv.ElapsedS >= 10 {
+		t.Errorf("final interval after %vs: %v allocs/s over %vs (final %v), want 100 over the whole 10s interval = 10",
+			iv.ElapsedS, iv.AllocsPerS, iv.IntervalS, iv.Final)
+	}
+}
+
+// Records bound for a stream the job shares go out whole, in writes a
+// pipe does not split.
+type writeLog struct{ writes [][]byte }
+
+func (w *writeLog) Write(p []byte) (int, error) {
+	w.writes = append(w.writes, append([]byte(nil), p...))
+	return len(p), nil
+}
+
+func TestEventPrinterWritesWholeRecords(t *testing.T) {
+	for _, asJSON := range []bool{true, false} {
+		log := &writeLog{}
+		p := newEventPrinter(log, asJSON, true)
+		for i := range 500 {
+			p.print(&bpf.Event{Kind: bpf.KindFault, PID: uint32(i), Args: [6]uint64{0x7000 + uint64(i)}})
+		}
+		p.flush()
+		total := 0
+		for _, w := range log.writes {
+			if len(w) > pipeAtomic || w[len(w)-1] != '\n' {
+				t.Fatalf("json=%v: a write of %d bytes ending %q", asJSON, len(w), w[len(w)-1])
+			}
+			total += bytes.Count(w, []byte("\n"))
+		}
+		if total != 500 || len(log.writes) < 2 {
+			t.Errorf("json=%v: %d records in %d writes", asJSON, total, len(log.writes))
+		}
+	}
+}
+
+func TestExecutables(t *testing.T) {
+	dir := t.TempDir()
+	elf, err := os.Executable() // this test binary
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	direct := write("direct", "#!"+elf+" -x\nbody\n")
+	chained := write("chained", "#!"+direct+"\n")
+	t.Setenv("PATH", filepath.Dir(elf)+":"+os.Getenv("PATH"))
+	viaEnv := write("via-env", "#!/usr/bin/env -S "+filepath.Base(elf)+" -u\n")
+	for path, want := range map[string]string{elf: elf, direct: elf, chained: elf, viaEnv: elf, write("text", "plain text\n"): ""} {
+		got := executables(path)
+		if (want == "" && len(got) != 0) || (want != "" && (len(got) != 1 || got[0] != want)) {
+			t.Errorf("executables(%s) = %v, want %q", filepath.Base(path), got, want)
+		}
+	}
+}
+
+func testReport() *statReport {
+	nv := uint64(12 << 20)
+	upd := time.Unix(1700000000, 0)
+	return &statReport{Devices: []statGPU{{
+		Index: 0, Name: "Sim GPU", UUID: "GPU-1", TotalBytes: 16 << 30, UsedBytes: 13 << 20,
+		Processes: []statProcess{
+			{PID: 7, Command: "python3", Updated: &upd, NVMLUsedBytes: &nv,
+				Spillway: &stat.Device{Limited: true, Quota: 64 << 20, Used: 12 << 20, Cached: 4 << 20, Spilled: 1536 << 10, Refused: 3}},
+			{PID: 9, Command: "other", NVMLUsedBytes: &nv},
+		},
+	}}}
+}
+
+func TestStatTable(t *testing.T) {
+	var b strings.Builder
+	writeStatTable(&b, testReport())
+	for _, want := range []string{
+		"GPU 0  Sim GPU  GPU-1  13MiB used of 16GiB\n",
+		"PID  COMMAND  QUOTA   USED  CACHED  SPILLED  REFUSED   NVML",
+		"7  python3  64MiB  12MiB    4MiB   1.5MiB        3  12MiB",
+		"9    other      -      -       -        -        -  12MiB",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
+
+func TestStatMetricsText(t *testing.T) {
+	var b strings.Builder
+	writeStatMetrics(&b, testReport())
+	for _, want := range []string{
+		"# TYPE spillway_gpu_memory_total_bytes gauge\n",
+		`spillway_gpu_memory_total_bytes{gpu="0",UUID="GPU-1",modelName="Sim GPU"} 17179869184` + "\n",
+		`spillway_process_quota_bytes{gpu="0",UUID="GPU-1",modelName="Sim GPU",pid="7",command="python3"} 67108864` + "\n",
+		`spillway_process_nvml_used_bytes{gpu="0",UUID="GPU-1",modelName="Sim GPU",pid="9",command="other"} 12582912` + "\n",
+		"# TYPE spillway_process_refusals_total counter\n",
+		`spillway_process_refusals_total{gpu="0",UUID="GPU-1",modelName="Sim GPU",pid="7",command="python3"} 3` + "\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("metrics lack %q:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), `spillway_process_quota_bytes{gpu="0",UUID="GPU-1",modelName="Sim GPU",pid="9"`) {
+		t.Error("a process without Spillway's figures has a quota")
+	}
+}

@@ -1,0 +1,453 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/spillway-gpu/spillway/internal/stat"
+	"github.com/spillway-gpu/spillway/shim/config"
+)
+
+const statUsage = `usage: spillway stat [--json] [--watch [INTERVAL]] [--metrics-addr ADDR]
+
+Shows, for each GPU, what NVML reports (name, UUID, total and used memory,
+each process's memory) joined with the figures every process running under
+Spillway publishes: its quota, what it holds against it, what its pool has
+cached and what it has spilled to the host. Without root, only the caller's
+own processes publish where it reads (SPILLWAY_RUNTIME_DIR, else
+$XDG_RUNTIME_DIR/spillway; /run/spillway and every /run/user/*/spillway as
+root).
+
+`
+
+// statOptions are spillway stat's flags.
+type statOptions struct {
+	json        bool
+	watch       time.Duration // 0: once
+	metricsAddr string
+}
+
+// watchFlag is --watch, alone (every second) or with an interval.
+type watchFlag struct{ d *time.Duration }
+
+func (w watchFlag) String() string {
+	if w.d == nil || *w.d == 0 {
+		return ""
+	}
+	return w.d.String()
+}
+func (w watchFlag) IsBoolFlag() bool { return true }
+
+func (w watchFlag) Set(v string) error {
+	if v == "true" {
+		*w.d = time.Second
+		return nil
+	}
+	d, err := parseDuration(v)
+	if err != nil {
+		return err
+	}
+	*w.d = d
+	return nil
+}
+
+// joinOptionalValue turns "--watch 2s" into "--watch=2s", so that --watch
+// takes a value only when one follows it.
+func joinOptionalValue(args []string, names ...string) []string {
+	out := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return append(out, args[i:]...)
+		}
+		name := strings.TrimLeft(a, "-")
+		if strings.HasPrefix(a, "-") && !strings.Contains(a, "=") && contains(names, name) && i+1 < len(args) {
+			if _, err := parseDuration(args[i+1]); err == nil {
+				out = append(out, a+"="+args[i+1])
+				i++
+				continue
+			}
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func parseStatFlags(args []string, out io.Writer) (statOptions, error) {
+	var o statOptions
+	fs := newFlagSet("stat", statUsage, out)
+	fs.BoolVar(&o.json, "json", false, "print one JSON document (one per refresh with --watch)")
+	fs.Var(watchFlag{&o.watch}, "watch", "refresh every `INTERVAL` (default 1s when given alone) until interrupted")
+	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the figures for Prometheus at http://`ADDR`/metrics until interrupted")
+	if err := parseFlags(fs, joinOptionalValue(args, "watch")); err != nil {
+		return o, err
+	}
+	if fs.NArg() > 0 {
+		return o, usageError(fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	if o.json && o.metricsAddr != "" {
+		return o, usageError(fs, "--json and --metrics-addr cannot be combined")
+	}
+	return o, nil
+}
+
+func statMain(args []string) int {
+	o, err := parseStatFlags(args, os.Stderr)
+	if err != nil {
+		return reportFlagError("stat", err)
+	}
+	lib, err := openNVML()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "spillway stat: %v\n", err)
+		return 1
+	}
+	defer lib.Shutdown()
+	dirs, dirErr := statDirs()
+	snapshot := func() (*statReport, error) {
+		if dirErr != nil {
+			return nil, dirErr
+		}
+		return collect(lib, dirs)
+	}
+	if o.metricsAddr != "" {
+		return serveStatMetrics(o.metricsAddr, snapshot)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	for {
+		r, err := snapshot()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "spillway stat: %v\n", err)
+			return 1
+		}
+		if o.json {
+			data, _ := json.Marshal(r)
+			os.Stdout.Write(append(data, '\n'))
+		} else {
+			if o.watch > 0 && isTTY(os.Stdout) {
+				io.WriteString(os.Stdout, "\x1b[H\x1b[2J") // redraw from the top, as watch(1) does
+			}
+			writeStatTable(os.Stdout, r)
+		}
+		for _, e := range r.unreadable {
+			fmt.Fprintf(os.Stderr, "spillway stat: %v\n", e)
+		}
+		if o.watch == 0 {
+			return 0
+		}
+		select {
+		case <-time.After(o.watch):
+		case <-sigs:
+			return 0
+		}
+	}
+}
+
+// openNVML loads and initialises NVML, or says in one line why not.
+func openNVML() (nvml.Interface, error) {
+	lib := nvml.New()
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		if ret == nvml.ERROR_LIBRARY_NOT_FOUND {
+			return nil, errors.New("cannot load NVML (libnvidia-ml.so.1): is the NVIDIA driver installed and on the library path?")
+		}
+		return nil, fmt.Errorf("cannot initialise NVML: %s", nvml.ErrorString(ret))
+	}
+	return lib, nil
+}
+
+// statDirs are the runtime directories to read: the caller's, and as root
+// every user's.
+func statDirs() ([]string, error) {
+	if d := os.Getenv(config.EnvRuntimeDir); d != "" {
+		return []string{d}, nil
+	}
+	d, err := stat.DefaultDir(os.Geteuid(), os.Getenv("XDG_RUNTIME_DIR"))
+	if err != nil {
+		return nil, err
+	}
+	dirs := []string{d}
+	if os.Geteuid() == 0 {
+		users, _ := filepath.Glob("/run/user/*/spillway")
+		dirs = append(dirs, users...)
+	}
+	return dirs, nil
+}
+
+// statReport is spillway stat's JSON document.
+type statReport struct {
+	Time       time.Time `json:"time"`
+	Devices    []statGPU `json:"devices"`
+	unreadable []error   // files that could not be read (another user's)
+}
+
+// statGPU is one device: NVML's view and the processes on it.
+type statGPU struct {
+	Index      int           `json:"index"`
+	Name       string        `json:"name"`
+	UUID       string        `json:"uuid"`
+	TotalBytes uint64        `json:"total_bytes"`
+	UsedBytes  uint64        `json:"used_bytes"`
+	Processes  []statProcess `json:"processes"`
+}
+
+// statProcess is one process on a device: Spillway's figures when it
+// publishes them, NVML's when NVML lists it.
+type statProcess struct {
+	PID           int          `json:"pid"`
+	Command       string       `json:"command"`
+	Updated       *time.Time   `json:"updated"`         // when the process last refreshed its figures
+	Spillway      *stat.Device `json:"spillway"`        // null: not running under Spillway (or not readable)
+	NVMLUsedBytes *uint64      `json:"nvml_used_bytes"` // null: NVML does not list it on this device
+}
+
+// collect joins NVML's devices and processes with the published files.
+// Devices are matched by index: a process whose CUDA_VISIBLE_DEVICES
+// renumbers its devices publishes its own ordinals.
+func collect(lib nvml.Interface, dirs []string) (*statReport, error) {
+	r := &statReport{Time: time.Now()}
+	count, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("NVML device count: %s", nvml.ErrorString(ret))
+	}
+	gpus := map[int]*statGPU{}
+	for i := range count {
+		dev, ret := lib.DeviceGetHandleByIndex(i)
+		if ret != nvml.SUCCESS {
+			return nil, fmt.Errorf("NVML device %d: %s", i, nvml.ErrorString(ret))
+		}
+		g := &statGPU{Index: i}
+		g.Name, _ = dev.GetName()
+		g.UUID, _ = dev.GetUUID()
+		if mem, ret := dev.GetMemoryInfo(); ret == nvml.SUCCESS {
+			g.TotalBytes, g.UsedBytes = mem.Total, mem.Used
+		}
+		procs, ret := dev.GetComputeRunningProcesses()
+		if ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_SUPPORTED {
+			return nil, fmt.Errorf("NVML processes on device %d: %s", i, nvml.ErrorString(ret))
+		}
+		for _, p := range procs {
+			used := p.UsedGpuMemory
+			g.Processes = append(g.Processes, statProcess{PID: int(p.Pid), NVMLUsedBytes: &used})
+		}
+		gpus[i] = g
+	}
+	seen := map[int]bool{}
+	for _, dir := range dirs {
+		procs, errs := stat.ReadDir(dir)
+		r.unreadable = append(r.unreadable, errs...)
+		for _, p := range procs {
+			if seen[p.PID] {
+				continue
+			}
+			seen[p.PID] = true
+			for _, d := range p.Devices {
+				g := gpus[d.Ordinal]
+				if g == nil { // an ordinal NVML does not know
+					g = &statGPU{Index: d.Ordinal}
+					gpus[d.Ordinal] = g
+				}
+				g.attach(p, d)
+			}
+		}
+	}
+	for _, g := range gpus {
+		for i := range g.Processes {
+			if g.Processes[i].Command == "" {
+				g.Processes[i].Command = processCommand(g.Processes[i].PID)
+			}
+		}
+		sort.Slice(g.Processes, func(a, b int) bool { return g.Processes[a].PID < g.Processes[b].PID })
+		r.Devices = append(r.Devices, *g)
+	}
+	sort.Slice(r.Devices, func(a, b int) bool { return r.Devices[a].Index < r.Devices[b].Index })
+	return r, nil
+}
+
+func (g *statGPU) attach(p stat.Process, d stat.Device) {
+	updated := p.Updated
+	for i := range g.Processes {
+		if g.Processes[i].PID == p.PID {
+			g.Processes[i].Command, g.Processes[i].Spillway, g.Processes[i].Updated = p.Command, &d, &updated
+			return
+		}
+	}
+	g.Processes = append(g.Processes, statProcess{PID: p.PID, Command: p.Command, Updated: &updated, Spillway: &d})
+}
+
+// processCommand is a process's command name, or "?" when it cannot be read.
+func processCommand(pid int) string {
+	comm, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+	if err != nil {
+		return "?"
+	}
+	return strings.TrimSpace(string(comm))
+}
+
+// writeStatTable prints one table per device.
+func writeStatTable(w io.Writer, r *statReport) {
+	if len(r.Devices) == 0 {
+		fmt.Fprintln(w, "no GPU")
+		return
+	}
+	for i, g := range r.Devices {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		name := g.Name
+		if name == "" {
+			name = "(not listed by NVML)"
+		}
+		fmt.Fprintf(w, "GPU %d  %s  %s  %s used of %s\n", g.Index, name, g.UUID,
+			config.FormatBytes(g.UsedBytes), config.FormatBytes(g.TotalBytes))
+		if len(g.Processes) == 0 {
+			fmt.Fprintln(w, "  no process")
+			continue
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintln(tw, "PID\tCOMMAND\tQUOTA\tUSED\tCACHED\tSPILLED\tREFUSED\tNVML\t")
+		for _, p := range g.Processes {
+			quota, used, cached, spilled, refused := "-", "-", "-", "-", "-"
+			if s := p.Spillway; s != nil {
+				quota = "none"
+				if s.Limited {
+					quota = config.FormatBytes(s.Quota)
+				}
+				used, cached = config.FormatBytes(s.Used), config.FormatBytes(s.Cached)
+				spilled, refused = config.FormatBytes(s.Spilled), strconv.FormatUint(s.Refused, 10)
+			}
+			nv := "-"
+			if p.NVMLUsedBytes != nil {
+				nv = config.FormatBytes(*p.NVMLUsedBytes)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.PID, p.Command, quota, used, cached, spilled, refused, nv)
+		}
+		tw.Flush()
+	}
+}
+
+// serveStatMetrics serves the figures at http://addr/metrics until SIGINT
+// or SIGTERM.
+func serveStatMetrics(addr string, snapshot func() (*statReport, error)) int {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "spillway stat: --metrics-addr %s: %v\n", addr, err)
+		return 1
+	}
+	var mu sync.Mutex // NVML calls from one request at a time
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
+		mu.Lock()
+		r, err := snapshot()
+		mu.Unlock()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		writeStatMetrics(w, r)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go srv.Serve(ln)
+	fmt.Fprintf(os.Stderr, "spillway stat: serving metrics at http://%s/metrics\n", ln.Addr())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	<-sigs
+	srv.Close()
+	return 0
+}
+
+// writeStatMetrics writes the figures in the Prometheus text format, named
+// and labelled as dcgm-exporter does (gpu, UUID, modelName; pid).
+func writeStatMetrics(w io.Writer, r *statReport) {
+	type metric struct {
+		name, kind, help string
+		gpu              func(g *statGPU) (uint64, bool)
+		proc             func(p *statProcess) (uint64, bool)
+	}
+	spill := func(f func(s *stat.Device) uint64) func(p *statProcess) (uint64, bool) {
+		return func(p *statProcess) (uint64, bool) {
+			if p.Spillway == nil {
+				return 0, false
+			}
+			return f(p.Spillway), true
+		}
+	}
+	metrics := []metric{
+		{name: "spillway_gpu_memory_total_bytes", kind: "gauge", help: "Device memory, as NVML reports it.",
+			gpu: func(g *statGPU) (uint64, bool) { return g.TotalBytes, g.UUID != "" }},
+		{name: "spillway_gpu_memory_used_bytes", kind: "gauge", help: "Device memory in use by all processes, as NVML reports it.",
+			gpu: func(g *statGPU) (uint64, bool) { return g.UsedBytes, g.UUID != "" }},
+		{name: "spillway_process_nvml_used_bytes", kind: "gauge", help: "Device memory NVML attributes to the process.",
+			proc: func(p *statProcess) (uint64, bool) {
+				if p.NVMLUsedBytes == nil {
+					return 0, false
+				}
+				return *p.NVMLUsedBytes, true
+			}},
+		{name: "spillway_process_quota_bytes", kind: "gauge", help: "The process's quota on the device (its total when it has none).",
+			proc: spill(func(s *stat.Device) uint64 { return s.Quota })},
+		{name: "spillway_process_used_bytes", kind: "gauge", help: "Device memory the process holds against its quota.",
+			proc: spill(func(s *stat.Device) uint64 { return s.Used })},
+		{name: "spillway_process_pool_reserved_bytes", kind: "gauge", help: "Device memory the process's pool holds, in use or cached.",
+			proc: spill(func(s *stat.Device) uint64 { return s.Reserved })},
+		{name: "spillway_process_pool_cached_bytes", kind: "gauge", help: "Device memory the process's pool holds but the application does not use.",
+			proc: spill(func(s *stat.Device) uint64 { return s.Cached })},
+		{name: "spillway_process_live_bytes", kind: "gauge", help: "Memory in use by the application, device and host.",
+			proc: spill(func(s *stat.Device) uint64 { return s.Live })},
+		{name: "spillway_process_spilled_bytes", kind: "gauge", help: "Memory served from the host now.",
+			proc: spill(func(s *stat.Device) uint64 { return s.Spilled })},
+		{name: "spillway_process_spilled_bytes_total", kind: "counter", help: "Memory ever served from the host.",
+			proc: spill(func(s *stat.Device) uint64 { return s.SpilledTotal })},
+		{name: "spillway_process_promoted_bytes_total", kind: "counter", help: "Spilled memory ever moved back to the device.",
+			proc: spill(func(s *stat.Device) uint64 { return s.PromotedTotal })},
+		{name: "spillway_process_refusals_total", kind: "counter", help: "Allocations refused for the quota or the host limit.",
+			proc: spill(func(s *stat.Device) uint64 { return s.Refused })},
+		{name: "spillway_process_backing_errors_total", kind: "counter", help: "Failed CUDA calls the pool recovered from.",
+			proc: spill(func(s *stat.Device) uint64 { return s.BackingErrors })},
+	}
+	for _, m := range metrics {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.kind)
+		for i := range r.Devices {
+			g := &r.Devices[i]
+			labels := fmt.Sprintf("gpu=%q,UUID=%q,modelName=%q", strconv.Itoa(g.Index), g.UUID, g.Name)
+			if m.gpu != nil {
+				if v, ok := m.gpu(g); ok {
+					fmt.Fprintf(w, "%s{%s} %d\n", m.name, labels, v)
+				}
+				continue
+			}
+			for j := range g.Processes {
+				p := &g.Processes[j]
+				if v, ok := m.proc(p); ok {
+					fmt.Fprintf(w, "%s{%s,pid=%q,command=%q} %d\n", m.name, labels, strconv.Itoa(p.PID), p.Command, v)
+				}
+			}
+		}
+	}
+}

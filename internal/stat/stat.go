@@ -1,0 +1,304 @@
+// Package stat is the per-process figures file through which each shim core
+// publishes its live per-device figures (quota, in use, pool reserved and
+// cached, spilled, promoted, refusals, backing errors) and `spillway stat`
+// reads them.
+//
+// A file is a fixed layout, mapped shared by its writer and rewritten in
+// place under a sequence lock: the writer's owner refreshes it from a ticker,
+// so the allocation path never makes a system call for it. Files live in a
+// runtime directory (/run/spillway as root, $XDG_RUNTIME_DIR/spillway
+// otherwise, or SPILLWAY_RUNTIME_DIR), one per process, named PID.stat,
+// readable by their owner only, and removed at exit. A file whose process
+// is gone (no /proc/PID, or one with another start time: the PID was
+// reused) is stale and ignored.
+//
+// It must never make a system call from Publish, never block its writer on
+// a reader, and never trust a file beyond its fixed layout: a reader checks
+// the magic, the version, the size and the sequence before believing one.
+package stat
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// MaxDevices is how many devices one file describes.
+const MaxDevices = 64
+
+const (
+	magic       = "SPLWSTAT"
+	version     = 1
+	headerSize  = 128
+	deviceWords = 16
+	deviceSize  = deviceWords * 8
+	fileSize    = headerSize + MaxDevices*deviceSize
+
+	// Header offsets.
+	offVersion = 8
+	offSlots   = 12
+	offSeq     = 16
+	offPID     = 24
+	offStart   = 32
+	offUpdated = 40
+	offDevices = 48
+	offComm    = 56
+	commSize   = 16
+)
+
+// Device is one device's figures, in bytes and counts.
+type Device struct {
+	Ordinal       int    `json:"ordinal"`
+	Limited       bool   `json:"limited"` // a quota is configured; else Quota is the device's total
+	Quota         uint64 `json:"quota_bytes"`
+	Used          uint64 `json:"used_bytes"`     // held against the quota: pool reserved plus memory outside the pool
+	Reserved      uint64 `json:"reserved_bytes"` // the pool's device memory, in use or cached
+	Cached        uint64 `json:"cached_bytes"`   // reserved, not in use
+	Live          uint64 `json:"live_bytes"`     // in use by the application, all tiers
+	Spilled       uint64 `json:"spilled_bytes"`  // on the host now
+	SpilledTotal  uint64 `json:"spilled_total_bytes"`
+	Promoted      uint64 `json:"promoted_bytes"` // promoted back, live now
+	PromotedTotal uint64 `json:"promoted_total_bytes"`
+	Refused       uint64 `json:"refusals"`
+	BackingErrors uint64 `json:"backing_errors"`
+	PeakReserved  uint64 `json:"peak_reserved_bytes"`
+	HostLimit     uint64 `json:"host_limit_bytes"` // 0 without oversubscription
+}
+
+// words lays d out as the file stores it.
+func (d *Device) words() [deviceWords]uint64 {
+	var flags uint64
+	if d.Limited {
+		flags = 1
+	}
+	return [deviceWords]uint64{uint64(d.Ordinal), flags, d.Quota, d.Used, d.Reserved, d.Cached, d.Live,
+		d.Spilled, d.SpilledTotal, d.Promoted, d.PromotedTotal, d.Refused, d.BackingErrors, d.PeakReserved, d.HostLimit}
+}
+
+func deviceFrom(w [deviceWords]uint64) Device {
+	return Device{Ordinal: int(w[0]), Limited: w[1]&1 != 0, Quota: w[2], Used: w[3], Reserved: w[4], Cached: w[5],
+		Live: w[6], Spilled: w[7], SpilledTotal: w[8], Promoted: w[9], PromotedTotal: w[10], Refused: w[11],
+		BackingErrors: w[12], PeakReserved: w[13], HostLimit: w[14]}
+}
+
+// Process is one file's contents.
+type Process struct {
+	PID     int       `json:"pid"`
+	Command string    `json:"command"`
+	Updated time.Time `json:"updated"`
+	Devices []Device  `json:"devices"`
+	start   uint64
+}
+
+// DefaultDir is the runtime directory for a process of effective user euid
+// with the given $XDG_RUNTIME_DIR.
+func DefaultDir(euid int, xdgRuntimeDir string) (string, error) {
+	if euid == 0 {
+		return "/run/spillway", nil
+	}
+	if xdgRuntimeDir == "" {
+		return "", errors.New("no runtime directory: XDG_RUNTIME_DIR is unset (set SPILLWAY_RUNTIME_DIR to a private folder)")
+	}
+	return filepath.Join(xdgRuntimeDir, "spillway"), nil
+}
+
+// Writer is this process's file, mapped.
+type Writer struct {
+	path string
+	mem  []byte
+}
+
+// Create makes dir (0700 when new) and the file of process pid in it.
+func Create(dir string, pid int) (*Writer, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("stat directory: %w", err)
+	}
+	start, err := StartTime(pid)
+	if err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, strconv.Itoa(pid)+".stat")
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("stat file %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchmod(fd, 0o600); err != nil { // an old file of a reused PID keeps its mode
+		return nil, fmt.Errorf("stat file %s: %w", path, err)
+	}
+	if err := unix.Ftruncate(fd, fileSize); err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("stat file %s: %w", path, err)
+	}
+	mem, err := unix.Mmap(fd, 0, fileSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		os.Remove(path)
+		return nil, fmt.Errorf("stat file %s: %w", path, err)
+	}
+	copy(mem, magic)
+	binary.LittleEndian.PutUint32(mem[offVersion:], version)
+	binary.LittleEndian.PutUint32(mem[offSlots:], MaxDevices)
+	binary.LittleEndian.PutUint64(mem[offPID:], uint64(pid))
+	binary.LittleEndian.PutUint64(mem[offStart:], start)
+	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	copy(mem[offComm:offComm+commSize], bytes.TrimSpace(comm))
+	return &Writer{path: path, mem: mem}, nil
+}
+
+// Path is the file's path.
+func (w *Writer) Path() string { return w.path }
+
+func (w *Writer) word(off int) *uint64 { return (*uint64)(unsafe.Pointer(&w.mem[off])) }
+
+// Publish replaces the figures with devs (at most MaxDevices; the rest are
+// left out and reported by the return value). Only one goroutine may call it.
+func (w *Writer) Publish(devs []Device, now time.Time) (published int) {
+	n := min(len(devs), MaxDevices)
+	seq := w.word(offSeq)
+	atomic.AddUint64(seq, 1) // odd: being written
+	atomic.StoreUint64(w.word(offUpdated), uint64(now.UnixNano()))
+	atomic.StoreUint64(w.word(offDevices), uint64(n))
+	for i := range n {
+		for j, v := range devs[i].words() {
+			atomic.StoreUint64(w.word(headerSize+i*deviceSize+j*8), v)
+		}
+	}
+	atomic.AddUint64(seq, 1) // even: consistent
+	return n
+}
+
+// Close unmaps and removes the file.
+func (w *Writer) Close() error {
+	err := unix.Munmap(w.mem)
+	if rmErr := os.Remove(w.path); rmErr != nil && err == nil {
+		err = rmErr
+	}
+	return err
+}
+
+// ErrStale says a file belongs to a process that no longer runs.
+var ErrStale = errors.New("stale: its process has exited")
+
+// Read returns the figures in one file, or ErrStale.
+func Read(path string) (Process, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Process{}, err
+	}
+	defer f.Close()
+	buf := make([]byte, fileSize)
+	var seq [8]byte
+	for range 100 {
+		n, err := f.ReadAt(buf, 0)
+		if err != nil && n < fileSize {
+			return Process{}, fmt.Errorf("%s: %d bytes, want %d: not a stat file", path, n, fileSize)
+		}
+		if _, err := f.ReadAt(seq[:], offSeq); err != nil {
+			return Process{}, fmt.Errorf("%s: %w", path, err)
+		}
+		s := binary.LittleEndian.Uint64(buf[offSeq:])
+		if s%2 == 0 && s == binary.LittleEndian.Uint64(seq[:]) {
+			return parse(path, buf)
+		}
+		time.Sleep(time.Millisecond) // a refresh is under way
+	}
+	return Process{}, fmt.Errorf("%s: still being written after 100 tries", path)
+}
+
+func parse(path string, buf []byte) (Process, error) {
+	le := binary.LittleEndian
+	if string(buf[:len(magic)]) != magic || le.Uint32(buf[offVersion:]) != version ||
+		le.Uint32(buf[offSlots:]) != MaxDevices {
+		return Process{}, fmt.Errorf("%s: not a version %d stat file", path, version)
+	}
+	p := Process{
+		PID:     int(le.Uint64(buf[offPID:])),
+		Command: string(bytes.TrimRight(buf[offComm:offComm+commSize], "\x00")),
+		start:   le.Uint64(buf[offStart:]),
+	}
+	if u := le.Uint64(buf[offUpdated:]); u > 0 {
+		p.Updated = time.Unix(0, int64(u))
+	}
+	if start, err := StartTime(p.PID); err != nil || start != p.start {
+		return Process{}, ErrStale
+	}
+	n := le.Uint64(buf[offDevices:])
+	if n > MaxDevices {
+		return Process{}, fmt.Errorf("%s: %d devices, at most %d", path, n, MaxDevices)
+	}
+	for i := range int(n) {
+		var w [deviceWords]uint64
+		for j := range w {
+			w[j] = le.Uint64(buf[headerSize+i*deviceSize+j*8:])
+		}
+		p.Devices = append(p.Devices, deviceFrom(w))
+	}
+	return p, nil
+}
+
+// ReadDir returns the live processes published in dir, by PID; stale files
+// are skipped, unreadable ones (another user's) are returned as errors
+// beside the rest. A missing dir publishes nothing.
+func ReadDir(dir string) ([]Process, []error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, []error{err}
+	}
+	var procs []Process
+	var errs []error
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".stat") {
+			continue
+		}
+		p, err := Read(filepath.Join(dir, e.Name()))
+		switch {
+		case errors.Is(err, ErrStale):
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			procs = append(procs, p)
+		}
+	}
+	return procs, errs
+}
+
+// StartTime returns the start time of process pid in clock ticks after
+// boot (field 22 of /proc/PID/stat), which tells a process from a later
+// one with the same PID; ErrStale when it has exited but is not yet reaped.
+func StartTime(pid int) (uint64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command (field 2) is in parentheses and may hold anything.
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	const startField = 22 - 3 // fields after the command start at field 3
+	if len(fields) <= startField {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields)+2)
+	}
+	if fields[0] == "Z" || fields[0] == "X" {
+		return 0, fmt.Errorf("process %d: %w", pid, ErrStale) // exited, not yet reaped
+	}
+	start, err := strconv.ParseUint(fields[startField], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	return start, nil
+}

@@ -1,0 +1,156 @@
+package stat
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestPublishRead(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	w, err := Create(dir, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(w.Path())
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("file mode %v, %v; want 0600", st.Mode(), err)
+	}
+	if d, _ := os.Stat(dir); d.Mode().Perm() != 0o700 {
+		t.Errorf("new directory mode %v, want 0700", d.Mode().Perm())
+	}
+	devs := []Device{
+		{Ordinal: 0, Limited: true, Quota: 8 << 20, Used: 6 << 20, Reserved: 4 << 20, Cached: 1 << 20, Live: 5 << 20,
+			Spilled: 2 << 20, SpilledTotal: 3 << 20, Promoted: 512, PromotedTotal: 1024, Refused: 7, BackingErrors: 2,
+			PeakReserved: 4 << 20, HostLimit: 8 << 20},
+		{Ordinal: 3, Quota: 1 << 30, Used: 12},
+	}
+	now := time.Unix(1700000000, 5)
+	if n := w.Publish(devs, now); n != 2 {
+		t.Fatalf("published %d devices", n)
+	}
+	procs, errs := ReadDir(dir)
+	if len(errs) > 0 || len(procs) != 1 {
+		t.Fatalf("ReadDir: %v, %v", procs, errs)
+	}
+	p := procs[0]
+	if p.PID != os.Getpid() || p.Command == "" || !p.Updated.Equal(now) || !reflect.DeepEqual(p.Devices, devs) {
+		t.Errorf("read back %+v, want pid %d and %+v", p, os.Getpid(), devs)
+	}
+	// A later refresh replaces the figures, fewer devices included.
+	w.Publish(devs[1:], now)
+	if p, err := Read(w.Path()); err != nil || !reflect.DeepEqual(p.Devices, devs[1:]) {
+		t.Errorf("after refresh: %+v, %v", p, err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(w.Path()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("file left after Close: %v", err)
+	}
+}
+
+func TestTooManyDevices(t *testing.T) {
+	w, err := Create(t.TempDir(), os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	devs := make([]Device, MaxDevices+3)
+	if n := w.Publish(devs, time.Now()); n != MaxDevices {
+		t.Errorf("published %d of %d devices, want %d", n, len(devs), MaxDevices)
+	}
+}
+
+// A file left by a process that has exited (SIGKILL) is ignored, and so is
+// one whose PID now belongs to another process.
+func TestStaleIgnored(t *testing.T) {
+	dir := t.TempDir()
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Create(dir, child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Publish([]Device{{Quota: 1}}, time.Now())
+	if procs, errs := ReadDir(dir); len(procs) != 1 || len(errs) > 0 {
+		t.Fatalf("live child: %v, %v", procs, errs)
+	}
+	child.Process.Kill()
+	var info unix.Siginfo // wait until it is a zombie, without reaping it
+	if err := unix.Waitid(unix.P_PID, child.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
+		t.Fatal(err)
+	}
+	if procs, errs := ReadDir(dir); len(procs) != 0 || len(errs) > 0 {
+		t.Errorf("zombie child listed: %v, %v", procs, errs)
+	}
+	child.Wait()
+	if _, err := Read(w.Path()); !errors.Is(err, ErrStale) {
+		t.Errorf("reaped child: %v, want ErrStale", err)
+	}
+
+	// Our own PID with another start time: a reused PID.
+	mine, err := Create(t.TempDir(), os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mine.Close()
+	mine.mem[offStart]++
+	if _, err := Read(mine.Path()); !errors.Is(err, ErrStale) {
+		t.Errorf("reused PID: %v, want ErrStale", err)
+	}
+}
+
+func TestReadRejectsOtherFiles(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, strconv.Itoa(os.Getpid())+".stat")
+	if err := os.WriteFile(bad, make([]byte, fileSize), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs := ReadDir(dir); len(errs) != 1 {
+		t.Errorf("zeroed file: errors %v, want one", errs)
+	}
+	os.WriteFile(bad, []byte("short"), 0o600)
+	if _, err := Read(bad); err == nil {
+		t.Error("short file accepted")
+	}
+	if procs, errs := ReadDir(filepath.Join(dir, "absent")); procs != nil || errs != nil {
+		t.Errorf("missing directory: %v, %v", procs, errs)
+	}
+}
+
+func TestDefaultDir(t *testing.T) {
+	if d, err := DefaultDir(0, "/run/user/1000"); d != "/run/spillway" || err != nil {
+		t.Errorf("root: %q, %v", d, err)
+	}
+	if d, err := DefaultDir(1000, "/run/user/1000"); d != "/run/user/1000/spillway" || err != nil {
+		t.Errorf("user: %q, %v", d, err)
+	}
+	if _, err := DefaultDir(1000, ""); err == nil {
+		t.Error("no XDG_RUNTIME_DIR: no error")
+	}
+}
+
+// The cost of one refresh of a file describing 8 devices, which the core
+// pays every statRefresh on a goroutine of its own.
+func BenchmarkPublish(b *testing.B) {
+	w, err := Create(b.TempDir(), os.Getpid())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Close()
+	devs := make([]Device, 8)
+	now := time.Now()
+	for b.Loop() {
+		w.Publish(devs, now)
+	}
+}

@@ -1,0 +1,175 @@
+package shimtest
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+// runWatchdog bounds waits in these tests; a hang, not a speed goal.
+const runWatchdog = time.Minute
+
+// Flag combinations the shim would reject are refused before anything
+// runs, in one line naming the flag and the value as typed, with exit 2.
+func TestSpillwayRunCombinations(t *testing.T) {
+	spillway := harness.Bin(t, "spillway")
+	for _, tc := range []struct {
+		args    []string
+		env     []string
+		mention []string
+	}{
+		{[]string{"--pool=false", "--pool-reserve", "1GiB"}, nil, []string{`--pool-reserve="1GiB"`, "needs the pool"}},
+		{[]string{"--memory-limit", "1GiB", "--pool-reserve", "1.5GiB"}, nil, []string{`--pool-reserve="1.5GiB"`, "larger than the quota of every device (1GiB)", "--pool-reserve 512MiB"}},
+		{[]string{"--memory-limit-device", "1=0.5GiB", "--pool-reserve", "1GiB"}, nil, []string{"larger than the quota of device 1 (512MiB)"}},
+		{[]string{"--pool-reserve", "1GiB"}, []string{"SPILLWAY_POOL=0"}, []string{`--pool-reserve="1GiB"`, "needs the pool, but SPILLWAY_POOL=0"}},
+		{[]string{"--memory-limit", "8GiBs"}, nil, []string{`--memory-limit="8GiBs"`, "unknown unit"}},
+		{[]string{"--pool=maybe"}, nil, []string{`--pool="maybe"`, "want true or false"}},
+		{[]string{"--no-such-flag"}, nil, []string{"unknown flag --no-such-flag"}},
+	} {
+		cmd := harness.Command(t, spillway, append(append([]string{"run"}, tc.args...), "--", "sh", "-c", "echo ran")...)
+		harness.SetEnv(cmd, tc.env...)
+		res := harness.Run(t, cmd)
+		lines := strings.Split(strings.TrimSpace(res.Stderr), "\n")
+		if res.ExitCode != 2 || res.Stdout != "" || len(lines) != 1 || !strings.HasSuffix(lines[0], "(see 'spillway run --help')") {
+			t.Errorf("spillway run %v: exit %d, stdout %q, stderr %q: want 2, nothing run, one line", tc.args, res.ExitCode, res.Stdout, res.Stderr)
+		}
+		for _, m := range tc.mention {
+			if !strings.Contains(res.Stderr, m) {
+				t.Errorf("spillway run %v: stderr %q does not mention %q", tc.args, res.Stderr, m)
+			}
+		}
+		if strings.Contains(res.Stderr, "map[") || strings.Contains(res.Stderr, "SPILLWAY_POOL_RESERVE=") && tc.env == nil {
+			t.Errorf("spillway run %v: %q names variables or Go values, not flags", tc.args, res.Stderr)
+		}
+	}
+}
+
+// Help lists every flag with two dashes and a description; the top level
+// lists each command in one line; --version works.
+func TestSpillwayHelp(t *testing.T) {
+	spillway := harness.Bin(t, "spillway")
+	res := harness.Run(t, harness.Command(t, spillway, "run", "--help"))
+	for _, flag := range []string{"--memory-limit SIZE", "--memory-limit-device N=SIZE", "--log-level LEVEL", "--lib PATH",
+		"--oversubscribe\n", "--spill KIND", "--host-limit SIZE", "--pool\n", "--pool-reserve SIZE",
+		"--pool-release-threshold SIZE", "--free-sync\n", "--report\n"} {
+		if !strings.Contains(res.Stdout, "  "+flag) {
+			t.Errorf("run --help lacks %q:\n%s", flag, res.Stdout)
+		}
+	}
+	if res.ExitCode != 0 || strings.Contains(res.Stdout, "\n  -memory") {
+		t.Errorf("run --help: exit %d\n%s", res.ExitCode, res.Stdout)
+	}
+	res = harness.Run(t, harness.Command(t, spillway, "--help"))
+	for _, c := range []string{"run", "trace", "stat", "version"} {
+		if !regexpLine(res.Stdout, "  "+c+" ") {
+			t.Errorf("top-level help lacks a line for %s:\n%s", c, res.Stdout)
+		}
+	}
+	if res := harness.Run(t, harness.Command(t, spillway, "--version")); res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "spillway ") {
+		t.Errorf("spillway --version: %+v", res)
+	}
+}
+
+func regexpLine(text, prefix string) bool {
+	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, prefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// With standard input at /dev/null (a character device, not a terminal),
+// SIGINT and SIGQUIT sent to the launcher reach the job, and the launcher
+// exits 128+signal.
+func TestSpillwayRunForwardsInterrupt(t *testing.T) {
+	spillway := harness.Bin(t, "spillway")
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGQUIT} {
+		cmd := harness.Command(t, spillway, "run", "--", "sh", "-c", "echo started; exec sleep 300")
+		devnull, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stdin = devnull
+		launcher, _ := startReading(t, cmd)
+		launcher.Process.Signal(sig)
+		code := waitCode(t, launcher)
+		devnull.Close()
+		if code != 128+int(sig) {
+			t.Errorf("%v to the launcher: exit %d, want %d", sig, code, 128+int(sig))
+		}
+	}
+}
+
+// SIGKILL of the launcher kills the job too: it is never left orphaned.
+func TestSpillwayRunKilledLauncher(t *testing.T) {
+	spillway := harness.Bin(t, "spillway")
+	cmd := harness.Command(t, spillway, "run", "--", "sh", "-c", "echo $$; exec sleep 300")
+	launcher, first := startReading(t, cmd)
+	job, err := strconv.Atoi(first)
+	if err != nil {
+		t.Fatalf("job pid %q: %v", first, err)
+	}
+	launcher.Process.Kill()
+	waitCode(t, launcher)
+	deadline := time.Now().Add(runWatchdog)
+	for syscall.Kill(job, 0) == nil {
+		if state, _ := os.ReadFile("/proc/" + first + "/stat"); strings.Contains(string(state), ") Z ") {
+			break // dead, waiting for its new parent to reap it
+		}
+		if time.Now().After(deadline) {
+			syscall.Kill(job, syscall.SIGKILL)
+			t.Fatalf("job %d still running %v after its launcher was killed", job, runWatchdog)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// startReading starts cmd and returns it with the first line it printed.
+func startReading(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, string) {
+	t.Helper()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- strings.TrimSpace(s)
+	}()
+	select {
+	case s := <-line:
+		return cmd, s
+	case <-time.After(runWatchdog):
+		t.Fatalf("%v printed nothing within %v", cmd.Args, runWatchdog)
+	}
+	return nil, ""
+}
+
+func waitCode(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(runWatchdog):
+		t.Fatalf("%v did not exit within %v", cmd.Args, runWatchdog)
+	}
+	ws := cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if ws.Signaled() {
+		return -int(ws.Signal())
+	}
+	return ws.ExitStatus()
+}

@@ -1,0 +1,332 @@
+package stattest
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+// watchdog bounds waits for a child; a hang, not a speed goal.
+const watchdog = 2 * time.Minute
+
+const mib = 1 << 20
+
+// holder is a running testdata/hold.c under the shim.
+type holder struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stderr strings.Builder
+	stats  string // its SIMCUDA_STATS_FILE
+	ready  time.Time
+}
+
+// env is what every process of a test shares: simcuda's state (so that NVML
+// sees every holder) and the figures' folder.
+type env struct {
+	state, runtime string
+}
+
+func newEnv(t *testing.T) env {
+	return env{state: t.TempDir(), runtime: filepath.Join(t.TempDir(), "spillway")}
+}
+
+func (e env) apply(cmd *exec.Cmd) {
+	harness.SetEnv(cmd, "SIMCUDA_STATE_DIR="+e.state, "SIMCUDA_DEVICES=2x256MiB", "SPILLWAY_RUNTIME_DIR="+e.runtime)
+}
+
+// startHolder runs hold under the shim with a quota and waits until it
+// holds its memory.
+func startHolder(t *testing.T, e env, bin, limit string, args ...string) *holder {
+	t.Helper()
+	h := &holder{stats: filepath.Join(t.TempDir(), "stats.json")}
+	h.cmd = harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=" + limit, "SPILLWAY_REPORT=1",
+		"SIMCUDA_STATS_FILE=" + h.stats}, bin, args...)
+	e.apply(h.cmd)
+	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	h.cmd.Stderr = &h.stderr
+	var err error
+	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := h.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.cmd.Process.Kill(); h.cmd.Wait() })
+	line := make(chan string, 1)
+	go func() {
+		s, _ := bufio.NewReader(stdout).ReadString('\n')
+		line <- s
+	}()
+	select {
+	case s := <-line:
+		if strings.TrimSpace(s) != "ready" {
+			t.Fatalf("hold printed %q; stderr:\n%s", s, h.stderr.String())
+		}
+	case <-time.After(watchdog):
+		t.Fatalf("hold not ready within %v", watchdog)
+	}
+	h.ready = time.Now()
+	return h
+}
+
+// finish lets the holder exit and returns its report for device dev and
+// simcuda's stats.
+func (h *holder) finish(t *testing.T, dev int) (harness.Report, harness.Stats) {
+	t.Helper()
+	h.stdin.Close()
+	if err := h.cmd.Wait(); err != nil {
+		t.Fatalf("hold: %v; stderr:\n%s", err, h.stderr.String())
+	}
+	return harness.ReportFor(t, h.stderr.String(), dev), harness.ReadStats(t, h.stats)
+}
+
+// statJSON is what the test reads of `spillway stat --json`.
+type statJSON struct {
+	Devices []struct {
+		Index      int    `json:"index"`
+		Name       string `json:"name"`
+		UUID       string `json:"uuid"`
+		TotalBytes uint64 `json:"total_bytes"`
+		UsedBytes  uint64 `json:"used_bytes"`
+		Processes  []struct {
+			PID      int       `json:"pid"`
+			Command  string    `json:"command"`
+			Updated  time.Time `json:"updated"`
+			Spillway *struct {
+				Ordinal  int    `json:"ordinal"`
+				Limited  bool   `json:"limited"`
+				Quota    uint64 `json:"quota_bytes"`
+				Used     uint64 `json:"used_bytes"`
+				Reserved uint64 `json:"reserved_bytes"`
+				Cached   uint64 `json:"cached_bytes"`
+				Live     uint64 `json:"live_bytes"`
+				Spilled  uint64 `json:"spilled_bytes"`
+				Refused  uint64 `json:"refusals"`
+			} `json:"spillway"`
+			NVMLUsed *uint64 `json:"nvml_used_bytes"`
+		} `json:"processes"`
+	} `json:"devices"`
+}
+
+func runStat(t *testing.T, e env, args ...string) harness.Result {
+	t.Helper()
+	cmd := harness.Command(t, harness.Bin(t, "spillway"), append([]string{"stat"}, args...)...)
+	e.apply(cmd)
+	return harness.Run(t, cmd)
+}
+
+// statAfter runs `spillway stat --json` until every holder's figures were
+// published after it became ready.
+func statAfter(t *testing.T, e env, hs ...*holder) statJSON {
+	t.Helper()
+	deadline := time.Now().Add(watchdog)
+	for {
+		res := runStat(t, e, "--json")
+		if res.ExitCode != 0 {
+			t.Fatalf("spillway stat --json: exit %d\n%s", res.ExitCode, res.Stderr)
+		}
+		var s statJSON
+		if err := json.Unmarshal([]byte(res.Stdout), &s); err != nil {
+			t.Fatalf("spillway stat --json printed %q: %v", res.Stdout, err)
+		}
+		fresh := 0
+		for _, h := range hs {
+			for _, d := range s.Devices {
+				for _, p := range d.Processes {
+					if p.PID == h.cmd.Process.Pid && p.Spillway != nil && p.Updated.After(h.ready) {
+						fresh++
+					}
+				}
+			}
+		}
+		if fresh == len(hs) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("figures of %d holders not published after they were ready, within %v: %s", len(hs), watchdog, res.Stdout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// Two processes under different quotas on two devices: the table and the
+// JSON give each process's own figures, as its exit report states them,
+// and NVML's, as simcuda counts them.
+func TestStatTwoProcesses(t *testing.T) {
+	bin := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/hold.c"}, Cudart: true, ProjectHeaders: true})
+	e := newEnv(t)
+	// a: 64MiB quota on device 0, holds 8MiB + 2MiB after freeing 4MiB (cached).
+	a := startHolder(t, e, bin, "64MiB", "0", "1", strconv.Itoa(4*mib), strconv.Itoa(8*mib), strconv.Itoa(2*mib))
+	// b: 32MiB quota on device 1, holds 16MiB.
+	b := startHolder(t, e, bin, "32MiB", "1", "0", strconv.Itoa(16*mib))
+
+	s := statAfter(t, e, a, b)
+	table := runStat(t, e)
+	if table.ExitCode != 0 {
+		t.Fatalf("spillway stat: exit %d\n%s", table.ExitCode, table.Stderr)
+	}
+	if len(s.Devices) != 2 {
+		t.Fatalf("devices %+v, want 2", s.Devices)
+	}
+	for i, h := range []*holder{a, b} {
+		pid := h.cmd.Process.Pid
+		dev := s.Devices[i]
+		if dev.Index != i || dev.TotalBytes != 256*mib || !strings.HasPrefix(dev.UUID, "GPU-") || dev.Name == "" {
+			t.Errorf("device %d: %+v", i, dev)
+		}
+		if len(dev.Processes) != 1 || dev.Processes[0].PID != pid {
+			t.Fatalf("device %d lists %+v, want only pid %d", i, dev.Processes, pid)
+		}
+		p := dev.Processes[0]
+		report, stats := h.finish(t, i)
+		sp := p.Spillway
+		if sp.Ordinal != i || !sp.Limited || sp.Quota != report.Quota || sp.Used != report.Reserved ||
+			sp.Reserved != report.Reserved || sp.Cached != report.Cached || sp.Live != report.Live ||
+			sp.Spilled != report.Spilled || sp.Refused != report.Refused {
+			t.Errorf("pid %d published %+v; its report says %+v", pid, *sp, report)
+		}
+		held := stats.Devices[i].DeviceBytes
+		if p.NVMLUsed == nil || *p.NVMLUsed != held || held != report.Reserved {
+			t.Errorf("pid %d: NVML's figure %v, simcuda's device_bytes %d, reserved %d: want all equal",
+				pid, p.NVMLUsed, held, report.Reserved)
+		}
+		if p.Command != "hold" {
+			t.Errorf("pid %d: command %q, want hold", pid, p.Command)
+		}
+		// The table's row for the process: PID, command, quota, used,
+		// cached, spilled, refusals and NVML's figure, in human sizes.
+		row := regexp.MustCompile(fmt.Sprintf(`(?m)^\s*%d\s+hold\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$`, pid))
+		m := row.FindStringSubmatch(table.Stdout)
+		want := []string{human(report.Quota), human(report.Reserved), human(report.Cached), human(report.Spilled),
+			strconv.FormatUint(report.Refused, 10), human(held)}
+		if m == nil || strings.Join(m[1:], " ") != strings.Join(want, " ") {
+			t.Errorf("table row for pid %d: %q, want %q in:\n%s", pid, m, want, table.Stdout)
+		}
+	}
+	if a.cmd.ProcessState == nil || b.cmd.ProcessState == nil {
+		t.Fatal("holders not finished")
+	}
+	// Their files are gone with them.
+	if left, _ := filepath.Glob(filepath.Join(e.runtime, "*.stat")); len(left) != 0 {
+		t.Errorf("files left after exit: %v", left)
+	}
+	after := runStat(t, e, "--json")
+	if strings.Contains(after.Stdout, `"spillway":{`) {
+		t.Errorf("figures listed after exit: %s", after.Stdout)
+	}
+}
+
+// human is how the table writes sizes (config.FormatBytes).
+func human(n uint64) string {
+	const units = "KMGTPE"
+	if n < 1024 {
+		return strconv.FormatUint(n, 10) + "B"
+	}
+	i, v := -1, n
+	for v >= 1024 && v%1024 == 0 && i < len(units)-1 {
+		v >>= 10
+		i++
+	}
+	if i >= 0 && v < 1024 {
+		return strconv.FormatUint(v, 10) + string(units[i]) + "iB"
+	}
+	f, j := float64(n), -1
+	for f >= 1024 {
+		f /= 1024
+		j++
+	}
+	return strconv.FormatFloat(f, 'f', 1, 64) + string(units[j]) + "iB"
+}
+
+// A process killed with SIGKILL leaves its file behind; stat ignores it.
+func TestStatIgnoresKilled(t *testing.T) {
+	bin := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/hold.c"}, Cudart: true, ProjectHeaders: true})
+	e := newEnv(t)
+	h := startHolder(t, e, bin, "64MiB", "0", "0", strconv.Itoa(4*mib))
+	statAfter(t, e, h)
+	h.cmd.Process.Kill()
+	h.cmd.Wait()
+	if left, _ := filepath.Glob(filepath.Join(e.runtime, "*.stat")); len(left) != 1 {
+		t.Fatalf("files after SIGKILL: %v, want the one left behind", left)
+	}
+	res := runStat(t, e, "--json")
+	if res.ExitCode != 0 || strings.Contains(res.Stdout, fmt.Sprintf(`"pid":%d`, h.cmd.Process.Pid)) {
+		t.Errorf("exit %d, the killed process listed: %s\n%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+}
+
+// Without NVML, one line says so.
+func TestStatWithoutNVML(t *testing.T) {
+	cmd := harness.Command(t, harness.Bin(t, "spillway"), "stat")
+	harness.SetEnv(cmd, "LD_LIBRARY_PATH="+t.TempDir())
+	res := harness.Run(t, cmd)
+	if res.ExitCode != 1 || strings.Count(res.Stderr, "\n") != 1 || !strings.Contains(res.Stderr, "cannot load NVML (libnvidia-ml.so.1)") {
+		t.Errorf("exit %d, stderr %q: want 1 and one line about NVML", res.ExitCode, res.Stderr)
+	}
+}
+
+// --metrics-addr serves the same figures for Prometheus.
+func TestStatMetrics(t *testing.T) {
+	bin := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/hold.c"}, Cudart: true, ProjectHeaders: true})
+	e := newEnv(t)
+	h := startHolder(t, e, bin, "64MiB", "0", "0", strconv.Itoa(4*mib))
+	statAfter(t, e, h)
+	cmd := harness.Command(t, harness.Bin(t, "spillway"), "stat", "--metrics-addr", "127.0.0.1:0")
+	e.apply(cmd)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	line, _ := bufio.NewReader(stderr).ReadString('\n')
+	addr := regexp.MustCompile(`http://(\S+)/metrics`).FindStringSubmatch(line)
+	if addr == nil {
+		t.Fatalf("no address in %q", line)
+	}
+	body := fetch(t, "http://"+addr[1]+"/metrics")
+	pid := strconv.Itoa(h.cmd.Process.Pid)
+	for _, want := range []string{
+		"# TYPE spillway_process_quota_bytes gauge",
+		fmt.Sprintf(`spillway_process_quota_bytes{gpu="0",UUID="GPU-`),
+		fmt.Sprintf(`pid="%s",command="hold"} %d`, pid, 64*mib),
+		"# TYPE spillway_process_refusals_total counter",
+		fmt.Sprintf(`spillway_gpu_memory_total_bytes{gpu="0",`),
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("metrics lack %q:\n%s", want, body)
+		}
+	}
+}
+
+func fetch(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatalf("GET %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %v\n%s", url, resp.Status, err, body)
+	}
+	return string(body)
+}

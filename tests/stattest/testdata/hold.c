@@ -1,0 +1,38 @@
+/*
+ * hold: allocates on device DEV, frees the first FREED blocks, says
+ * "ready", then holds the rest until its standard input closes.
+ *
+ *   hold DEV FREED SIZE...   -> "ready" once allocated
+ *
+ * Exit status 1 when an allocation fails, 2 for a bad command line.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <spillway/cuda_runtime.h>
+
+int main(int argc, char **argv)
+{
+    if (argc < 4)
+        return 2;
+    int dev = atoi(argv[1]), freed = atoi(argv[2]);
+    if (cudaSetDevice(dev) != cudaSuccess)
+        return 1;
+    void *p[64];
+    int n = 0;
+    for (int i = 3; i < argc && n < 64; i++) {
+        if (cudaMalloc(&p[n], strtoull(argv[i], NULL, 10)) != cudaSuccess) {
+            fprintf(stderr, "hold: cudaMalloc of %s failed\n", argv[i]);
+            return 1;
+        }
+        n++;
+    }
+    for (int i = 0; i < freed && i < n; i++)
+        if (cudaFree(p[i]) != cudaSuccess)
+            return 1;
+    printf("ready\n");
+    fflush(stdout);
+    while (getchar() != EOF)
+        ;
+    return 0;
+}
