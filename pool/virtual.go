@@ -1,0 +1,465 @@
+package pool
+
+// Virtual memory: blocks live in large reserved address ranges (arenas) and
+// physical memory is mapped under them one granule at a time, only where
+// blocks that are not free lie. See "Virtual memory" in the package
+// documentation.
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// VirtualBacking is implemented by a Backing that separates addresses from
+// physical memory (CUDA's cuMemAddressReserve, cuMemCreate, cuMemMap,
+// cuMemSetAccess, cuMemUnmap, cuMemRelease). When the Backing has it and
+// Options.VirtualMemory is set, the pool reserves address ranges and maps
+// physical granules under them instead of reserving fixed segments.
+type VirtualBacking interface {
+	// Granularity is the size of every physical allocation and the alignment
+	// of every address range and mapping, in bytes: a power of two, at least
+	// Alignment (cuMemGetAllocationGranularity, 2 MiB on current devices).
+	Granularity() uint64
+	// ReserveAddress reserves size bytes of address space with no memory
+	// behind it, aligned to the granularity.
+	ReserveAddress(size uint64) (uint64, error)
+	// FreeAddress returns a range from ReserveAddress, with the same size;
+	// nothing is mapped in it any more.
+	FreeAddress(va, size uint64) error
+	// CreatePhysical allocates size bytes (one granule) of device memory and
+	// returns its handle. A failure caused by lack of device memory must wrap
+	// ErrOutOfMemory.
+	CreatePhysical(size uint64) (uint64, error)
+	// ReleasePhysical frees physical memory that is mapped nowhere.
+	ReleasePhysical(handle, size uint64) error
+	// Map maps the physical memory of handle at va, inside a reserved range,
+	// and makes it readable and writable by the device.
+	Map(va, size, handle uint64) error
+	// Unmap removes the mapping at va; the physical memory stays allocated.
+	Unmap(va, size uint64) error
+}
+
+// arenaMin and arenaMax bound the address range an arena reserves: twice the
+// quota, so one arena per class usually serves the whole pool.
+const (
+	arenaMin = 1 << 30
+	arenaMax = 64 << 30
+)
+
+// errNoPhysical says that the quota (or the device) cannot hold the granules a
+// placement needs; the caller tries harder before refusing.
+var errNoPhysical = errors.New("no physical granule available")
+
+// granule is one granularity-sized piece of an arena's address range.
+type granule struct {
+	va       uint64
+	used     uint64 // bytes of blocks on it that are not free (live, pending, stream-owned)
+	handle   uint64 // physical memory mapped here, when mapped
+	mapped   bool
+	inIdle   bool
+	prevIdle *granule
+	nextIdle *granule
+}
+
+// idleList holds mapped granules with no used bytes, oldest first: the first
+// taken when physical memory is needed elsewhere or released.
+type idleList struct {
+	head, tail *granule
+	n          int
+}
+
+func (l *idleList) push(g *granule) {
+	g.prevIdle, g.nextIdle, g.inIdle = l.tail, nil, true
+	if l.tail != nil {
+		l.tail.nextIdle = g
+	} else {
+		l.head = g
+	}
+	l.tail = g
+	l.n++
+}
+
+func (l *idleList) remove(g *granule) {
+	if g.prevIdle != nil {
+		g.prevIdle.nextIdle = g.nextIdle
+	} else {
+		l.head = g.nextIdle
+	}
+	if g.nextIdle != nil {
+		g.nextIdle.prevIdle = g.prevIdle
+	} else {
+		l.tail = g.prevIdle
+	}
+	g.prevIdle, g.nextIdle, g.inIdle = nil, nil, false
+	l.n--
+}
+
+// virtualMemory is the pool's state for the virtual-memory design.
+type virtualMemory struct {
+	back    VirtualBacking
+	gran    uint64
+	shift   uint
+	free    []uint64 // physical granules mapped nowhere
+	idle    idleList
+	granule uint64 // physical granules held: mapped or free
+}
+
+func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
+	g := back.Granularity()
+	if g < Alignment || g&(g-1) != 0 {
+		return nil, fmt.Errorf("pool: virtual memory granularity of %d bytes; it must be a power of two of at least %d", g, Alignment)
+	}
+	shift := uint(0)
+	for 1<<shift < g {
+		shift++
+	}
+	return &virtualMemory{back: back, gran: g, shift: shift}, nil
+}
+
+// allocateVirtual serves a pooled request of size aligned bytes with virtual
+// memory. It follows allocate: the caches, completed markers, a
+// synchronization for pending bytes, then a new placement; physical granules
+// are then mapped under the block, and only a lack of them leads to the
+// pressure steps.
+func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, error) {
+	b, src, err := p.placeVirtual(size, class, c)
+	if err != nil {
+		return 0, err
+	}
+	if p.virt.shortOf(b, size) > 0 && p.pending.bytes+p.streamBytes() >= p.virt.gran && p.virt.idle.n+len(p.virt.free) == 0 {
+		// The block needs new physical memory while freed blocks may give
+		// some back: synchronize first, as allocate does before growing.
+		if err := p.synchronize(); err != nil {
+			return 0, err
+		}
+		if b, src, err = p.placeVirtual(size, class, c); err != nil {
+			return 0, err
+		}
+	}
+	err = p.commit(b, size)
+	if err == nil {
+		return p.hand(b, size, src), nil
+	}
+	if !errors.Is(err, errNoPhysical) {
+		return 0, err
+	}
+	// Quota pressure: synchronize for everything freed, then place the
+	// block where it needs the fewest granules, at the start of a new arena.
+	if p.pending.bytes > 0 || p.streamBytes() > 0 {
+		if err := p.synchronize(); err != nil {
+			return 0, err
+		}
+		if b, src, err = p.placeVirtual(size, class, c); err != nil {
+			return 0, err
+		}
+		if err = p.commit(b, size); err == nil {
+			return p.hand(b, size, src), nil
+		}
+	}
+	if b, err = p.growVirtual(size, class); err != nil {
+		return 0, err
+	}
+	if err = p.commit(b, size); err == nil {
+		return p.hand(b, size, SourceDevice), nil
+	}
+	var deviceFull error
+	if !errors.Is(err, errNoPhysical) {
+		deviceFull = err
+	}
+	if p.opt.Oversubscribe {
+		return p.spill(size)
+	}
+	if deviceFull != nil {
+		return 0, p.refuse(size, deviceFull)
+	}
+	return 0, p.refuse(size, nil)
+}
+
+// placeVirtual chooses the address of a block: a cached block, or one freed
+// on another stream whose marker completed, the static reserve, or the start
+// of a new arena.
+func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (*block, Source, error) {
+	if b := p.fromCache(size, class, c, ownClass); b != nil {
+		return b, SourceCache, nil
+	}
+	if p.pollMarkers() {
+		if b := p.fromCache(size, class, c, ownClass); b != nil {
+			return b, SourceCache, nil
+		}
+	}
+	if p.opt.Reserve > 0 {
+		// A static reserve (a fixed segment) serves every class first.
+		if b := p.fromCache(size, class, c, anyClass); b != nil {
+			return b, SourceCache, nil
+		}
+	}
+	b, err := p.growVirtual(size, class)
+	return b, SourceDevice, err
+}
+
+// growVirtual reserves an arena for class large enough for size bytes and
+// returns its single free block, already in the class index. An arena holds
+// no physical memory until blocks are handed out in it.
+func (p *Pool) growVirtual(size uint64, class int) (*block, error) {
+	v := p.virt
+	arena := min(max(alignUp(2*p.opt.Quota, v.gran), arenaMin), arenaMax)
+	arena = max(arena, alignUp(size, v.gran))
+	base, err := v.back.ReserveAddress(arena)
+	if err != nil {
+		return nil, fmt.Errorf("pool: reserving %d bytes of address space: %w", arena, err)
+	}
+	if base%v.gran != 0 || base == 0 {
+		freeErr := v.back.FreeAddress(base, arena)
+		return nil, fmt.Errorf("pool: backing returned address range %#x, not aligned to %d bytes (free: %v)", base, v.gran, freeErr)
+	}
+	seg := &segment{base: base, size: arena, class: class, granules: make([]granule, arena>>v.shift)}
+	for i := range seg.granules {
+		seg.granules[i].va = base + uint64(i)<<v.shift
+	}
+	b := p.newBlock()
+	b.base, b.size, b.seg, b.state = base, arena, seg, stateFree
+	seg.head = b
+	i, _ := slices.BinarySearchFunc(p.segs, base, bySegmentBase)
+	p.segs = slices.Insert(p.segs, i, seg)
+	p.idx[class].insert(b)
+	p.stats.Segments++
+	return b, nil
+}
+
+// granuleRange returns the indexes of the first and last granules of seg that
+// [base, base+size) touches.
+func (v *virtualMemory) granuleRange(seg *segment, base, size uint64) (first, last uint64) {
+	return (base - seg.base) >> v.shift, (base + size - 1 - seg.base) >> v.shift
+}
+
+// shortOf returns how many granules under the first size bytes of b are not
+// mapped, for a free block, or 0 for a stream-owned one (its memory is mapped).
+func (v *virtualMemory) shortOf(b *block, size uint64) int {
+	if b.state != stateFree || b.seg.granules == nil {
+		return 0
+	}
+	first, last := v.granuleRange(b.seg, b.base, size)
+	n := 0
+	for i := first; i <= last; i++ {
+		if !b.seg.granules[i].mapped {
+			n++
+		}
+	}
+	return n
+}
+
+// commit maps physical memory under the first size bytes of b, which is about
+// to be handed out, and counts those bytes as used. A stream-owned block is
+// already counted, and so is the reserve, a fixed segment. It fails with errNoPhysical, changing nothing, when the
+// granules free, idle or within the quota cannot cover the block.
+func (p *Pool) commit(b *block, size uint64) error {
+	if b.state != stateFree || b.seg.granules == nil {
+		return nil
+	}
+	v := p.virt
+	seg := b.seg
+	first, last := v.granuleRange(seg, b.base, size)
+	need, idleHere := 0, 0
+	for i := first; i <= last; i++ {
+		g := &seg.granules[i]
+		if !g.mapped {
+			need++
+		} else if g.inIdle {
+			idleHere++
+		}
+	}
+	var headroom uint64
+	if p.devBytes < p.opt.Quota {
+		headroom = (p.opt.Quota - p.devBytes) >> v.shift
+	}
+	if uint64(need) > uint64(len(v.free)+v.idle.n-idleHere)+headroom {
+		return fmt.Errorf("pool: %d granules needed for %d bytes: %w", need, size, errNoPhysical)
+	}
+	// The idle granules under the block are taken first, so that finding
+	// physical memory for the others never unmaps them.
+	for i := first; i <= last; i++ {
+		if g := &seg.granules[i]; g.inIdle {
+			v.idle.remove(g)
+		}
+	}
+	for i := first; i <= last; i++ {
+		g := &seg.granules[i]
+		if g.mapped {
+			continue
+		}
+		if err := p.mapGranule(g); err != nil {
+			// What is mapped so far stays mapped, idle; the block is not handed out.
+			for j := first; j <= last; j++ {
+				if g := &seg.granules[j]; g.mapped && g.used == 0 {
+					v.idle.push(g)
+				}
+			}
+			return err
+		}
+	}
+	p.useGranules(seg, b.base, size, true)
+	return nil
+}
+
+// mapGranule maps physical memory at g: a free granule, a new one within the
+// quota, or the oldest idle granule unmapped from where it was. Unmapping an
+// idle granule is safe: none of its bytes belongs to a block that queued work
+// may still use.
+func (p *Pool) mapGranule(g *granule) error {
+	v := p.virt
+	h, err := p.takePhysical()
+	if err != nil {
+		return err
+	}
+	if err := v.back.Map(g.va, v.gran, h); err != nil {
+		v.free = append(v.free, h)
+		p.stats.BackingErrors++
+		return fmt.Errorf("pool: mapping a granule at %#x: %w", g.va, err)
+	}
+	g.handle, g.mapped = h, true
+	p.stats.GranuleMaps++
+	return nil
+}
+
+func (p *Pool) takePhysical() (uint64, error) {
+	v := p.virt
+	if n := len(v.free); n > 0 {
+		h := v.free[n-1]
+		v.free = v.free[:n-1]
+		return h, nil
+	}
+	if g := v.idle.head; g != nil {
+		if err := p.unmapGranule(g); err == nil {
+			h := v.free[len(v.free)-1]
+			v.free = v.free[:len(v.free)-1]
+			return h, nil
+		}
+	}
+	if p.devBytes+v.gran > p.opt.Quota {
+		return 0, fmt.Errorf("pool: no granule within the quota: %w", errNoPhysical)
+	}
+	h, err := v.back.CreatePhysical(v.gran)
+	if err != nil {
+		return 0, fmt.Errorf("pool: creating a %d-byte granule: %w", v.gran, err)
+	}
+	v.granule++
+	p.segBytes += v.gran
+	p.addDevice(v.gran)
+	p.stats.Granules = v.granule
+	return h, nil
+}
+
+// unmapGranule unmaps an idle granule and keeps its physical memory free.
+func (p *Pool) unmapGranule(g *granule) error {
+	v := p.virt
+	v.idle.remove(g)
+	if err := v.back.Unmap(g.va, v.gran); err != nil {
+		// Its state is unknown: never use this granule again.
+		p.stats.BackingErrors++
+		return fmt.Errorf("pool: unmapping the granule at %#x: %w", g.va, err)
+	}
+	g.mapped = false
+	v.free = append(v.free, g.handle)
+	p.stats.GranuleUnmaps++
+	return nil
+}
+
+// useGranules adds (or, for !add, removes) the bytes of [base, base+size) to
+// the used bytes of the granules they lie on. A granule left with no used
+// bytes becomes idle, still mapped.
+func (p *Pool) useGranules(seg *segment, base, size uint64, add bool) {
+	v := p.virt
+	first, last := v.granuleRange(seg, base, size)
+	for i := first; i <= last; i++ {
+		g := &seg.granules[i]
+		lo, hi := max(base, g.va), min(base+size, g.va+v.gran)
+		if add {
+			g.used += hi - lo
+			continue
+		}
+		g.used -= hi - lo
+		if g.used == 0 {
+			v.idle.push(g)
+		}
+	}
+}
+
+// becomeFree is called when a block of a virtual segment becomes reusable by
+// anyone (its free is known complete): its bytes no longer hold granules.
+func (p *Pool) becomeFree(b *block) {
+	if b.seg.granules != nil {
+		p.useGranules(b.seg, b.base, b.size, false)
+	}
+}
+
+// releaseGranulesWhile returns free then idle granules to the device while
+// cond holds.
+func (p *Pool) releaseGranulesWhile(cond func() bool) {
+	v := p.virt
+	if v == nil {
+		return
+	}
+	for cond() {
+		if len(v.free) == 0 {
+			g := v.idle.head
+			if g == nil || p.unmapGranule(g) != nil {
+				return
+			}
+		}
+		h := v.free[len(v.free)-1]
+		if err := v.back.ReleasePhysical(h, v.gran); err != nil {
+			p.stats.BackingErrors++
+			return
+		}
+		v.free = v.free[:len(v.free)-1]
+		v.granule--
+		p.stats.Granules = v.granule
+		p.segBytes -= v.gran
+		p.devBytes -= v.gran
+		p.stats.BytesReleased += v.gran
+	}
+}
+
+// releasableBytes is the device memory the pool could return at once without
+// touching a block: empty segments, free and idle granules.
+func (p *Pool) releasableBytes() uint64 {
+	n := p.empty.bytes
+	if v := p.virt; v != nil {
+		n += uint64(len(v.free)+v.idle.n) << v.shift
+	}
+	return n
+}
+
+// closeVirtual unmaps and releases every granule and frees every arena.
+func (p *Pool) closeVirtual() []error {
+	v := p.virt
+	var errs []error
+	for _, seg := range p.segs {
+		if seg.granules == nil {
+			continue
+		}
+		for i := range seg.granules {
+			g := &seg.granules[i]
+			if !g.mapped {
+				continue
+			}
+			if err := v.back.Unmap(g.va, v.gran); err != nil {
+				errs = append(errs, fmt.Errorf("pool: unmapping the granule at %#x: %w", g.va, err))
+				continue
+			}
+			v.free = append(v.free, g.handle)
+		}
+		if err := v.back.FreeAddress(seg.base, seg.size); err != nil {
+			errs = append(errs, fmt.Errorf("pool: freeing the address range %#x: %w", seg.base, err))
+		}
+	}
+	for _, h := range v.free {
+		if err := v.back.ReleasePhysical(h, v.gran); err != nil {
+			errs = append(errs, fmt.Errorf("pool: releasing physical granule %#x: %w", h, err))
+		}
+	}
+	p.segs = slices.DeleteFunc(p.segs, func(s *segment) bool { return s.granules != nil })
+	v.free, v.idle, v.granule = nil, idleList{}, 0
+	return errs
+}

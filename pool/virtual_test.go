@@ -1,0 +1,325 @@
+package pool_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/pool"
+	"github.com/spillway-gpu/spillway/pool/pooltest"
+)
+
+const granule = pooltest.Granularity
+
+// newVirtualHarness is newHarness on a device with virtual memory. Every
+// unmap is checked against the model: no live block and no freed block that
+// queued work may still use lies under an unmapped granule, so a granule
+// remapped elsewhere is never reused before its work completed.
+func newVirtualHarness(t testing.TB, f *pooltest.VirtualFake, opt pool.Options) *harness {
+	t.Helper()
+	p, err := pool.New(f, opt)
+	if err != nil {
+		t.Fatalf("pool.New: %v", err)
+	}
+	h := &harness{t: t, f: f.Fake, p: p, opt: opt, live: make(map[uint64]uint64), vmm: f}
+	f.OnUnmap = h.checkUnmap
+	return h
+}
+
+func (h *harness) checkUnmap(va, size uint64) {
+	h.t.Helper()
+	for base, n := range h.live {
+		if base < va+size && va < base+n {
+			h.unmappedLive = append(h.unmappedLive, base)
+		}
+	}
+	for _, d := range h.dirty {
+		if d.lo < va+size && va < d.hi && !h.f.SafeSince(d.at, d.stream, d.anyStream) {
+			h.t.Fatalf("unmap of [%#x,%#x) under [%#x,%#x) freed at %d (stream %d, any %v) before the free completed",
+				va, va+size, d.lo, d.hi, d.at, d.stream, d.anyStream)
+		}
+	}
+}
+
+// checkVirtualRefusal: with virtual memory a request needs whole granules
+// wherever it is placed, so it may be refused only when the quota left cannot
+// hold the granules it covers at a granule boundary.
+func (h *harness) checkVirtualRefusal(size uint64) {
+	h.t.Helper()
+	st := h.p.Stats()
+	need := (alignUp(size) + granule - 1) &^ (granule - 1)
+	if st.ReservedBytes <= h.opt.Quota && (h.opt.Quota-st.ReservedBytes)&^(granule-1) >= need {
+		h.t.Fatalf("refused %d bytes with only %d of %d reserved", size, st.ReservedBytes, h.opt.Quota)
+	}
+}
+
+// checkPhysical compares the pool's granules with the device's ground truth
+// and checks that no block still live lost its memory.
+func (h *harness) checkPhysical() {
+	h.t.Helper()
+	for _, base := range h.unmappedLive {
+		if n, ok := h.live[base]; ok {
+			h.t.Fatalf("granule unmapped under live [%#x,%#x)", base, base+n)
+		}
+	}
+	h.unmappedLive = h.unmappedLive[:0]
+	st := h.p.Stats()
+	if got := h.vmm.PhysicalBytes(); st.Granules*granule != got {
+		h.t.Fatalf("pool holds %d granules, device has %d physical bytes", st.Granules, got)
+	}
+	if st.ReservedBytes < st.Granules*granule {
+		h.t.Fatalf("reserved %d bytes, below %d granules", st.ReservedBytes, st.Granules)
+	}
+}
+
+func (h *harness) closeVirtual() {
+	h.t.Helper()
+	h.vmm.OnUnmap = nil // Close releases live blocks too
+	h.close()
+	if n, m := h.vmm.AddressRanges(), h.vmm.MappedBytes(); n != 0 || m != 0 {
+		h.t.Fatalf("after Close: %d address ranges, %d mapped bytes left", n, m)
+	}
+}
+
+func virtualOptions(quota uint64) pool.Options {
+	opt := pool.DefaultOptions(quota)
+	opt.ReleaseThreshold = 0
+	return opt
+}
+
+// TestVirtualStitching: blocks freed apart from each other serve one larger
+// request by mapping their granules behind a new address range, where fixed
+// segments, each still holding live blocks, cannot.
+func TestVirtualStitching(t *testing.T) {
+	for _, virtual := range []bool{true, false} {
+		f := pooltest.NewVirtual(0)
+		opt := virtualOptions(1 * giB)
+		opt.ReleaseThreshold = opt.Quota
+		opt.VirtualMemory = virtual
+		h := newVirtualHarness(t, f, opt)
+		var blocks []uint64
+		for range 255 { // 1020 MiB: 51 medium segments of 20 MiB
+			blocks = append(blocks, h.mustAlloc(4*miB))
+		}
+		for i := 0; i < len(blocks); i += 2 {
+			h.mustFree(blocks[i])
+		}
+		h.appSync()
+		_, err := h.alloc(8 * miB)
+		if !virtual {
+			if !errors.Is(err, pool.ErrQuota) {
+				t.Fatalf("fixed segments: 8 MiB in two 4 MiB holes gave %v, want a refusal", err)
+			}
+			if vc := f.VirtualCounts(); vc.Maps != 0 {
+				t.Fatalf("virtual memory off, yet %d maps", vc.Maps)
+			}
+			h.closeVirtual()
+			continue
+		}
+		if err != nil {
+			t.Fatalf("8 MiB from two freed 4 MiB blocks: %v", err)
+		}
+		h.checkPhysical()
+		if got := f.PhysicalBytes(); got != 1020*miB {
+			t.Fatalf("%d physical bytes, want 1020 MiB", got)
+		}
+		// The last 4 MiB block was freed: the new block starts there, on its
+		// two idle granules, and takes two more from the other holes.
+		if st, vc := h.p.Stats(), f.VirtualCounts(); st.GranuleUnmaps != 2 || vc.Creates != 510 {
+			t.Fatalf("%d granules remapped and %d created, want 2 and 510", st.GranuleUnmaps, vc.Creates)
+		}
+		h.closeVirtual()
+	}
+}
+
+// TestVirtualPendingGranules: a granule freed by Free stays mapped until a
+// synchronization, and a granule freed on a stream until the stream's work is
+// known complete, even when the quota needs it elsewhere.
+func TestVirtualPendingGranules(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	h := newVirtualHarness(t, f, virtualOptions(4*miB))
+	a := h.mustAlloc(4 * miB)
+	h.mustFree(a)
+	syncs := f.Counts().Syncs
+	if _, err := h.allocAsync(4*miB, 1); err != nil {
+		t.Fatal(err)
+	}
+	if f.Counts().Syncs != syncs+1 {
+		t.Fatalf("the pool reused a pending granule without synchronizing")
+	}
+	b, _ := h.p.Lookup(a)
+	_ = b
+	h.closeVirtual()
+
+	f = pooltest.NewVirtual(0)
+	h = newVirtualHarness(t, f, virtualOptions(4*miB))
+	a, err := h.allocAsync(3*miB, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.freeAsync(a, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Another stream needs the granules: they are handed over only after a
+	// synchronization (checked by the harness at every unmap and reuse).
+	if _, err := h.allocAsync(4*miB, 2); err != nil {
+		t.Fatal(err)
+	}
+	h.checkPhysical()
+	h.closeVirtual()
+}
+
+// TestVirtualReleaseThreshold: with a threshold of 0 the granules of freed
+// blocks go back to the device once the frees complete, and only the granules
+// under live blocks stay.
+func TestVirtualReleaseThreshold(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	h := newVirtualHarness(t, f, virtualOptions(64*miB))
+	keep := h.mustAlloc(1 * miB)
+	var ptrs []uint64
+	for range 5 {
+		ptrs = append(ptrs, h.mustAlloc(3*miB))
+	}
+	for _, p := range ptrs {
+		h.mustFree(p)
+	}
+	// The MiB lies in the small class's arena, the 15 MiB in eight granules
+	// of the medium class's.
+	if got := f.PhysicalBytes(); got != 9*granule {
+		t.Fatalf("%d physical bytes before the synchronization, want 9 granules", got)
+	}
+	h.appSync()
+	h.checkPhysical()
+	if got := f.PhysicalBytes(); got != granule {
+		t.Fatalf("%d physical bytes after it, want one granule under the live MiB", got)
+	}
+	h.mustFree(keep)
+	h.appSync()
+	if got := f.PhysicalBytes(); got != 0 {
+		t.Fatalf("%d physical bytes with nothing live", got)
+	}
+	h.closeVirtual()
+}
+
+// TestVirtualOff: Options.VirtualMemory false keeps fixed segments over a
+// backing with virtual memory.
+func TestVirtualOff(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	opt := virtualOptions(64 * miB)
+	opt.VirtualMemory = false
+	h := newVirtualHarness(t, f, opt)
+	h.mustFree(h.mustAlloc(5 * miB))
+	if c, vc := f.Counts(), f.VirtualCounts(); c.Reserves != 1 || vc != (pooltest.VirtualCounts{}) {
+		t.Fatalf("counts %+v and %+v, want one fixed segment and no virtual memory", c, vc)
+	}
+	h.closeVirtual()
+}
+
+// TestVirtualDeviceFull: a device out of memory below the quota refuses with
+// its own error and leaves the accounting exact.
+func TestVirtualDeviceFull(t *testing.T) {
+	f := pooltest.NewVirtual(6 * miB)
+	h := newVirtualHarness(t, f, virtualOptions(64*miB))
+	h.mustAlloc(5 * miB)
+	_, err := h.alloc(4 * miB)
+	if !errors.Is(err, pool.ErrOutOfMemory) || errors.Is(err, pool.ErrQuota) {
+		t.Fatalf("allocation beyond the device: %v, want the device's out of memory", err)
+	}
+	h.checkPhysical()
+	h.closeVirtual()
+}
+
+// FuzzPoolVirtual is FuzzPool on a device with virtual memory, checking
+// besides the reference model that every unmapped granule is free of queued
+// work and that the pool's granules are the device's physical memory.
+func FuzzPoolVirtual(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 0, 2, 1, 3, 0, 0, 1, 4, 5, 6})
+	f.Add([]byte{0x13, 2, 0x40, 0x10, 4, 1, 2, 0x80, 0x01, 6, 2, 0x40, 0x10, 5, 3})
+	f.Add([]byte{0x08, 0, 0xff, 0xff, 0, 0xff, 0x7f, 7, 0, 3, 0, 7, 1, 7, 2, 7, 3})
+	f.Add([]byte{0x20, 0, 0x80, 0x16, 0, 0x80, 0x16, 3, 0, 4, 1, 0, 0x81, 0x17, 2, 0x40, 0x15, 1, 6, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		cfg := data[0]
+		data = data[1:]
+		quotas := [...]uint64{8 * miB, 20 * miB, 64 * miB, 1 * giB}
+		opt := pool.DefaultOptions(quotas[cfg&3])
+		opt.StrictFree = cfg&4 != 0
+		opt.Oversubscribe = cfg&8 != 0
+		if cfg&0x10 != 0 {
+			opt.SpillTier = pool.TierPinned
+		}
+		if cfg&0x20 != 0 {
+			opt.ReleaseThreshold = 0
+		}
+		if cfg&0x40 != 0 {
+			opt.Reserve = opt.Quota / 4
+		}
+		fake := pooltest.NewVirtual(0)
+		h := newVirtualHarness(t, fake, opt)
+		var ptrs []uint64
+		next := func() byte {
+			if len(data) == 0 {
+				return 0
+			}
+			b := data[0]
+			data = data[1:]
+			return b
+		}
+		size := func() uint64 {
+			v := uint64(next())<<8 | uint64(next())
+			return 1 + (v>>4)<<(v&15)
+		}
+		stream := func() pool.Stream { return pool.Stream(1 + next()%3) }
+		for len(data) > 0 {
+			switch op := next() % 8; {
+			case op <= 2:
+				var p uint64
+				var err error
+				if op == 2 {
+					p, err = h.allocAsync(size(), stream())
+				} else {
+					p, err = h.alloc(size())
+				}
+				if err != nil && !errors.Is(err, pool.ErrOutOfMemory) {
+					t.Fatalf("allocation failed with %v", err)
+				}
+				if p != 0 {
+					ptrs = append(ptrs, p)
+				}
+			case op <= 4 && len(ptrs) > 0:
+				i := int(next()) % len(ptrs)
+				var err error
+				if op == 3 {
+					err = h.free(ptrs[i])
+				} else {
+					err = h.freeAsync(ptrs[i], stream())
+				}
+				if err != nil {
+					t.Fatalf("free of a live block: %v", err)
+				}
+				ptrs[i] = ptrs[len(ptrs)-1]
+				ptrs = ptrs[:len(ptrs)-1]
+			case op == 5:
+				h.appSync()
+			case op == 6:
+				fake.Complete(stream())
+			case op == 7:
+				switch next() % 3 {
+				case 0:
+					h.p.ForgetStream(stream())
+				case 1:
+					if _, err := h.p.Promote(); err != nil {
+						t.Fatalf("Promote: %v", err)
+					}
+				case 2:
+					if err := h.p.Free(0x1000); !errors.Is(err, pool.ErrNotOwned) {
+						t.Fatalf("foreign free: %v", err)
+					}
+				}
+			}
+			h.checkPhysical()
+		}
+		h.closeVirtual()
+	})
+}
