@@ -118,27 +118,17 @@ func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
 }
 
 // allocateVirtual serves a pooled request of size aligned bytes with virtual
-// memory. It follows allocate: the caches, completed markers, a
-// synchronization for pending bytes, then a new placement; physical granules
-// are then mapped under the block, and only a lack of them leads to the
-// pressure steps.
+// memory. It follows allocate, except that what counts as a miss is a
+// placement that needs new physical memory (free address space is always
+// found): then completed markers, and a synchronization when enough is
+// pending, may give granules back before the pool creates more. Only when the
+// quota cannot provide the granules does the pressure path run.
 func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, error) {
 	b, src, err := p.placeVirtual(size, class, c)
 	if err != nil {
 		return 0, err
 	}
-	if p.virt.shortOf(b, size) > 0 && p.pending.bytes+p.streamBytes() >= p.virt.gran && p.virt.idle.n+len(p.virt.free) == 0 {
-		// The block needs new physical memory while freed blocks may give
-		// some back: synchronize first, as allocate does before growing.
-		if err := p.synchronize(); err != nil {
-			return 0, err
-		}
-		if b, src, err = p.placeVirtual(size, class, c); err != nil {
-			return 0, err
-		}
-	}
-	err = p.commit(b, size)
-	if err == nil {
+	if err = p.commit(b, size); err == nil {
 		return p.hand(b, size, src), nil
 	}
 	if !errors.Is(err, errNoPhysical) {
@@ -163,30 +153,36 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 	if err = p.commit(b, size); err == nil {
 		return p.hand(b, size, SourceDevice), nil
 	}
-	var deviceFull error
-	if !errors.Is(err, errNoPhysical) {
-		deviceFull = err
-	}
 	if p.opt.Oversubscribe {
 		return p.spill(size)
 	}
-	if deviceFull != nil {
-		return 0, p.refuse(size, deviceFull)
+	if errors.Is(err, errNoPhysical) {
+		return 0, p.refuse(size, nil)
 	}
-	return 0, p.refuse(size, nil)
+	return 0, p.refuse(size, err)
 }
 
-// placeVirtual chooses the address of a block: a cached block, or one freed
-// on another stream whose marker completed, the static reserve, or the start
+// placeVirtual chooses the address of a block: a cached block whose memory is
+// mapped or can be from free and idle granules; otherwise, after moving the
+// blocks of completed markers and synchronizing when the pending bytes could
+// serve the request, the best cached block, the static reserve, or the start
 // of a new arena.
 func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (*block, Source, error) {
-	if b := p.fromCache(size, class, c, ownClass); b != nil {
+	b := p.fromCache(size, class, c, ownClass)
+	if b != nil && !p.needsNewGranules(b, size) {
 		return b, SourceCache, nil
 	}
 	if p.pollMarkers() {
-		if b := p.fromCache(size, class, c, ownClass); b != nil {
-			return b, SourceCache, nil
+		b = p.fromCache(size, class, c, ownClass)
+	}
+	if (b == nil || p.needsNewGranules(b, size)) && p.pending.bytes >= size {
+		if err := p.synchronize(); err != nil {
+			return nil, 0, err
 		}
+		b = p.fromCache(size, class, c, ownClass)
+	}
+	if b != nil {
+		return b, SourceCache, nil
 	}
 	if p.opt.Reserve > 0 {
 		// A static reserve (a fixed segment) serves every class first.
@@ -196,6 +192,14 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (*block, Sou
 	}
 	b, err := p.growVirtual(size, class)
 	return b, SourceDevice, err
+}
+
+// needsNewGranules reports whether handing out the first size bytes of b
+// would create physical memory: more of its granules are unmapped than there
+// are free and idle granules.
+func (p *Pool) needsNewGranules(b *block, size uint64) bool {
+	v := p.virt
+	return v.shortOf(b, size) > len(v.free)+v.idle.n
 }
 
 // growVirtual reserves an arena for class large enough for size bytes and

@@ -2,6 +2,8 @@ package pool_test
 
 import (
 	"errors"
+	"math/rand/v2"
+	"sync"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/pool"
@@ -146,8 +148,6 @@ func TestVirtualPendingGranules(t *testing.T) {
 	if f.Counts().Syncs != syncs+1 {
 		t.Fatalf("the pool reused a pending granule without synchronizing")
 	}
-	b, _ := h.p.Lookup(a)
-	_ = b
 	h.closeVirtual()
 
 	f = pooltest.NewVirtual(0)
@@ -322,4 +322,64 @@ func FuzzPoolVirtual(f *testing.F) {
 		}
 		h.closeVirtual()
 	})
+}
+
+// TestVirtualConcurrent allocates and frees from many goroutines over virtual
+// memory under a quota the peak exceeds, then checks the device's ground
+// truth. Run it with -race.
+func TestVirtualConcurrent(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	opt := pool.DefaultOptions(64 * miB)
+	opt.Oversubscribe = true
+	opt.HostLimit = giB
+	p, err := pool.New(f, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			s := pool.Stream(w % 3)
+			var mine []uint64
+			for range 1000 {
+				if len(mine) > 0 && rng.IntN(2) == 0 {
+					i := rng.IntN(len(mine))
+					var err error
+					if rng.IntN(2) == 0 {
+						err = p.Free(mine[i])
+					} else {
+						err = p.FreeAsync(mine[i], s)
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mine[i] = mine[len(mine)-1]
+					mine = mine[:len(mine)-1]
+					continue
+				}
+				ptr, err := p.AllocAsync(uint64(1+rng.IntN(6*miB)), s)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mine = append(mine, ptr)
+				if rng.IntN(50) == 0 {
+					f.Complete(s)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := p.Stats()
+	if st.ReservedBytes != f.DeviceBytes() || st.Granules*granule != f.PhysicalBytes() || st.ReservedBytes > opt.Quota {
+		t.Fatalf("pool %+v, device %d bytes, %d physical", st, f.DeviceBytes(), f.PhysicalBytes())
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f.DeviceBytes() != 0 || f.HostBytes() != 0 || f.AddressRanges() != 0 {
+		t.Fatalf("after Close: %d device, %d host bytes, %d ranges", f.DeviceBytes(), f.HostBytes(), f.AddressRanges())
+	}
 }

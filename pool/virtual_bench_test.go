@@ -1,0 +1,68 @@
+package pool_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/pool"
+	"github.com/spillway-gpu/spillway/pool/pooltest"
+	"github.com/spillway-gpu/spillway/tests/traces"
+)
+
+// virtualBenchPool is benchPool on a device with virtual memory.
+func virtualBenchPool(b *testing.B) (*pool.Pool, *pooltest.Fake) {
+	f := pooltest.NewVirtual(0)
+	p, err := pool.New(f, pool.DefaultOptions(1<<40))
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p, f.Fake
+}
+
+// BenchmarkTraceVirtual replays each reference trace once on a fresh pool
+// with an unbounded quota, with and without virtual memory on the same
+// device, and reports peak reserved ÷ peak live for both, the granules
+// remapped per allocation, and the time per allocation+free pair.
+func BenchmarkTraceVirtual(b *testing.B) {
+	for _, ref := range traces.References {
+		ops := loadTrace(b, ref.File)
+		for _, virtual := range []bool{true, false} {
+			b.Run(fmt.Sprintf("%s/virtual=%v", ref.File, virtual), func(b *testing.B) {
+				var st pool.Stats
+				for range b.N {
+					f := pooltest.NewVirtual(0)
+					opt := pool.DefaultOptions(1 << 40)
+					opt.VirtualMemory = virtual
+					p, err := pool.New(f, opt)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := traces.Replay(newReplayTarget(p, f.Fake), ops, nil); err != nil {
+						b.Fatal(err)
+					}
+					st = p.Stats()
+					if err := p.Close(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				allocs := st.CacheHits + st.DeviceReservations
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(uint64(b.N)*allocs), "ns/pair")
+				b.ReportMetric(float64(st.PeakReservedBytes)/float64(st.PeakLiveBytes), "reserved/live")
+				b.ReportMetric(float64(st.GranuleMaps)/float64(allocs), "maps/alloc")
+			})
+		}
+	}
+}
+
+// BenchmarkPairVirtual is BenchmarkPair on a device with virtual memory.
+func BenchmarkPairVirtual(b *testing.B) {
+	for _, sizes := range []string{"fixed", "random"} {
+		for _, mode := range []string{"sync", "stream"} {
+			for _, live := range liveCounts {
+				b.Run(fmt.Sprintf("%s/%s/live=%d", sizes, mode, live), func(b *testing.B) {
+					benchPair(b, virtualBenchPool, sizes == "random", mode == "stream", live, false)
+				})
+			}
+		}
+	}
+}
