@@ -191,6 +191,21 @@
 // remains a fixed segment, which every class uses first. Arenas hold only
 // address space and are freed by Close, with every granule.
 //
+// With Options.Oversubscribe, spilling is page-granular: when the quota
+// cannot give a block all its granules, after the steps above, the granules
+// it still lacks are host-located physical memory
+// (VirtualBacking.CreatePhysical with TierPinned) mapped behind the same range
+// as its device granules, up to Options.HostLimit; only if that fails is the
+// whole block spilled to the host tier. Device memory is always preferred:
+// free, then idle, then new device granules come before host ones. A host
+// granule goes back to the host the moment no used byte is left on it, and
+// the next block placed on its address gets device memory, so spilled memory
+// moves back to the device by reuse, at no copy. Granules of live blocks are
+// never moved between device and host: the pool cannot know when work the
+// application queues uses a live block, and a copy and remap under running
+// work would corrupt it; stream-ordered and pending blocks keep their
+// granules, device or host, until their frees complete.
+//
 // Cost: handing out or freeing a block visits the ceil(size/granule)+1
 // granules it touches, O(1) for a block up to a granule, plus one
 // VirtualBacking.Map per granule mapped and one Unmap per idle granule taken

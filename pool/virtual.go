@@ -27,10 +27,12 @@ type VirtualBacking interface {
 	// FreeAddress returns a range from ReserveAddress, with the same size;
 	// nothing is mapped in it any more.
 	FreeAddress(va, size uint64) error
-	// CreatePhysical allocates size bytes (one granule) of device memory and
-	// returns its handle. A failure caused by lack of device memory must wrap
+	// CreatePhysical allocates size bytes (one granule) of physical memory
+	// and returns its handle: device memory for TierDevice, host memory the
+	// device reads and writes in place for TierPinned (a host-located
+	// allocation). A failure caused by lack of memory must wrap
 	// ErrOutOfMemory.
-	CreatePhysical(size uint64) (uint64, error)
+	CreatePhysical(size uint64, tier Tier) (uint64, error)
 	// ReleasePhysical frees physical memory that is mapped nowhere.
 	ReleasePhysical(handle, size uint64) error
 	// Map maps the physical memory of handle at va, inside a reserved range,
@@ -57,6 +59,7 @@ type granule struct {
 	used     uint64 // bytes of blocks on it that are not free (live, pending, stream-owned)
 	handle   uint64 // physical memory mapped here, when mapped
 	mapped   bool
+	host     bool // the memory mapped here is host-located (spilled)
 	inIdle   bool
 	prevIdle *granule
 	nextIdle *granule
@@ -128,7 +131,7 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 	if err != nil {
 		return 0, err
 	}
-	if err = p.commit(b, size); err == nil {
+	if err = p.commit(b, size, false); err == nil {
 		return p.hand(b, size, src), nil
 	}
 	if !errors.Is(err, errNoPhysical) {
@@ -143,15 +146,26 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 		if b, src, err = p.placeVirtual(size, class, c); err != nil {
 			return 0, err
 		}
-		if err = p.commit(b, size); err == nil {
+		if err = p.commit(b, size, false); err == nil {
 			return p.hand(b, size, src), nil
 		}
 	}
 	if b, err = p.growVirtual(size, class); err != nil {
 		return 0, err
 	}
-	if err = p.commit(b, size); err == nil {
+	if err = p.commit(b, size, false); err == nil {
 		return p.hand(b, size, SourceDevice), nil
+	}
+	if p.opt.Oversubscribe && errors.Is(err, errNoPhysical) {
+		// Page-granular spill: the granules the quota cannot hold are
+		// host-located, behind the same range as the device ones.
+		before := p.stats.SpilledTotal
+		if err = p.commit(b, size, true); err == nil {
+			if p.obs != nil {
+				p.obs.Spill(b.base, p.stats.SpilledTotal-before, TierPinned)
+			}
+			return p.hand(b, size, SourceDevice), nil
+		}
 	}
 	if p.opt.Oversubscribe {
 		return p.spill(size)
@@ -257,7 +271,7 @@ func (v *virtualMemory) shortOf(b *block, size uint64) int {
 // to be handed out, and counts those bytes as used. A stream-owned block is
 // already counted, and so is the reserve, a fixed segment. It fails with errNoPhysical, changing nothing, when the
 // granules free, idle or within the quota cannot cover the block.
-func (p *Pool) commit(b *block, size uint64) error {
+func (p *Pool) commit(b *block, size uint64, spill bool) error {
 	if b.state != stateFree || b.seg.granules == nil {
 		return nil
 	}
@@ -277,6 +291,9 @@ func (p *Pool) commit(b *block, size uint64) error {
 	if p.devBytes < p.opt.Quota {
 		headroom = (p.opt.Quota - p.devBytes) >> v.shift
 	}
+	if spill && p.hostBytes < p.opt.HostLimit {
+		headroom += (p.opt.HostLimit - p.hostBytes) >> v.shift
+	}
 	if uint64(need) > uint64(len(v.free)+v.idle.n-idleHere)+headroom {
 		return fmt.Errorf("pool: %d granules needed for %d bytes: %w", need, size, errNoPhysical)
 	}
@@ -292,11 +309,12 @@ func (p *Pool) commit(b *block, size uint64) error {
 		if g.mapped {
 			continue
 		}
-		if err := p.mapGranule(g); err != nil {
-			// What is mapped so far stays mapped, idle; the block is not handed out.
+		if err := p.mapGranule(g, spill); err != nil {
+			// The block is not handed out: what is mapped so far stays
+			// mapped, idle, except spilled memory, which goes back.
 			for j := first; j <= last; j++ {
-				if g := &seg.granules[j]; g.mapped && g.used == 0 {
-					v.idle.push(g)
+				if g := &seg.granules[j]; g.mapped && g.used == 0 && !g.inIdle {
+					p.granuleUnused(g)
 				}
 			}
 			return err
@@ -310,18 +328,27 @@ func (p *Pool) commit(b *block, size uint64) error {
 // quota, or the oldest idle granule unmapped from where it was. Unmapping an
 // idle granule is safe: none of its bytes belongs to a block that queued work
 // may still use.
-func (p *Pool) mapGranule(g *granule) error {
+func (p *Pool) mapGranule(g *granule, spill bool) error {
 	v := p.virt
+	host := false
 	h, err := p.takePhysical()
+	if err != nil && spill && errors.Is(err, errNoPhysical) {
+		h, err = p.createHostGranule()
+		host = true
+	}
 	if err != nil {
 		return err
 	}
 	if err := v.back.Map(g.va, v.gran, h); err != nil {
-		v.free = append(v.free, h)
 		p.stats.BackingErrors++
+		if host {
+			p.releaseHostGranule(h)
+		} else {
+			v.free = append(v.free, h)
+		}
 		return fmt.Errorf("pool: mapping a granule at %#x: %w", g.va, err)
 	}
-	g.handle, g.mapped = h, true
+	g.handle, g.mapped, g.host = h, true, host
 	p.stats.GranuleMaps++
 	return nil
 }
@@ -343,7 +370,7 @@ func (p *Pool) takePhysical() (uint64, error) {
 	if p.devBytes+v.gran > p.opt.Quota {
 		return 0, fmt.Errorf("pool: no granule within the quota: %w", errNoPhysical)
 	}
-	h, err := v.back.CreatePhysical(v.gran)
+	h, err := v.back.CreatePhysical(v.gran, TierDevice)
 	if err != nil {
 		return 0, fmt.Errorf("pool: creating a %d-byte granule: %w", v.gran, err)
 	}
@@ -352,6 +379,34 @@ func (p *Pool) takePhysical() (uint64, error) {
 	p.addDevice(v.gran)
 	p.stats.Granules = v.granule
 	return h, nil
+}
+
+// createHostGranule creates a host-located granule within the host limit.
+func (p *Pool) createHostGranule() (uint64, error) {
+	v := p.virt
+	if p.hostBytes+v.gran > p.opt.HostLimit {
+		return 0, fmt.Errorf("pool: no host granule within the host limit: %w", errNoPhysical)
+	}
+	h, err := v.back.CreatePhysical(v.gran, TierPinned)
+	if err != nil {
+		return 0, fmt.Errorf("pool: creating a %d-byte host granule: %w", v.gran, err)
+	}
+	p.hostBytes += v.gran
+	p.stats.SpilledBytes += v.gran
+	p.stats.PeakSpilledBytes = max(p.stats.PeakSpilledBytes, p.stats.SpilledBytes)
+	p.stats.SpilledTotal += v.gran
+	return h, nil
+}
+
+// releaseHostGranule frees a host granule mapped nowhere.
+func (p *Pool) releaseHostGranule(h uint64) {
+	v := p.virt
+	if err := v.back.ReleasePhysical(h, v.gran); err != nil {
+		p.stats.BackingErrors++
+		return
+	}
+	p.hostBytes -= v.gran
+	p.stats.SpilledBytes -= v.gran
 }
 
 // unmapGranule unmaps an idle granule and keeps its physical memory free.
@@ -384,9 +439,27 @@ func (p *Pool) useGranules(seg *segment, base, size uint64, add bool) {
 		}
 		g.used -= hi - lo
 		if g.used == 0 {
-			v.idle.push(g)
+			p.granuleUnused(g)
 		}
 	}
+}
+
+// granuleUnused is called when no used byte is left on a mapped granule: a
+// device granule becomes idle; spilled memory goes back at once, and device
+// memory is mapped in its place when the address is used again.
+func (p *Pool) granuleUnused(g *granule) {
+	v := p.virt
+	if !g.host {
+		v.idle.push(g)
+		return
+	}
+	if err := v.back.Unmap(g.va, v.gran); err != nil {
+		p.stats.BackingErrors++ // its state is unknown: left as it is
+		return
+	}
+	g.mapped, g.host = false, false
+	p.stats.GranuleUnmaps++
+	p.releaseHostGranule(g.handle)
 }
 
 // becomeFree is called when a block of a virtual segment becomes reusable by
@@ -450,6 +523,12 @@ func (p *Pool) closeVirtual() []error {
 			}
 			if err := v.back.Unmap(g.va, v.gran); err != nil {
 				errs = append(errs, fmt.Errorf("pool: unmapping the granule at %#x: %w", g.va, err))
+				continue
+			}
+			if g.host {
+				if err := v.back.ReleasePhysical(g.handle, v.gran); err != nil {
+					errs = append(errs, fmt.Errorf("pool: releasing host granule %#x: %w", g.handle, err))
+				}
 				continue
 			}
 			v.free = append(v.free, g.handle)

@@ -383,3 +383,42 @@ func TestVirtualConcurrent(t *testing.T) {
 		t.Fatalf("after Close: %d device, %d host bytes, %d ranges", f.DeviceBytes(), f.HostBytes(), f.AddressRanges())
 	}
 }
+
+// TestVirtualPageSpill: with oversubscription, the granules of a block that
+// the quota cannot hold are host memory mapped behind the same range, and go
+// back to the host as soon as the block's free completes.
+func TestVirtualPageSpill(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	opt := virtualOptions(8 * miB)
+	opt.Oversubscribe = true
+	opt.HostLimit = 64 * miB
+	h := newVirtualHarness(t, f, opt)
+	keep := h.mustAlloc(6 * miB)
+	ptr := h.mustAlloc(5 * miB) // three granules: one on the device, two on the host
+	if a, _ := h.p.Lookup(ptr); a.Tier != pool.TierDevice {
+		t.Fatalf("a partly spilled block has tier %v, want one range on the device", a.Tier)
+	}
+	st := h.p.Stats()
+	if st.ReservedBytes != 8*miB || st.SpilledBytes != 2*granule || f.HostBytes() != 2*granule {
+		t.Fatalf("reserved %d, spilled %d, host %d; want 8 MiB and two granules", st.ReservedBytes, st.SpilledBytes, f.HostBytes())
+	}
+	if vc := f.VirtualCounts(); vc.HostCreates != 2 {
+		t.Fatalf("%d host granules created, want 2", vc.HostCreates)
+	}
+	h.mustFree(ptr)
+	if f.HostBytes() != 2*granule {
+		t.Fatalf("host granules released before the free completed")
+	}
+	h.appSync()
+	if st := h.p.Stats(); f.HostBytes() != 0 || st.SpilledBytes != 0 {
+		t.Fatalf("%d host bytes (%d spilled) after the free completed, want 0", f.HostBytes(), st.SpilledBytes)
+	}
+	// The device granule it had is reused; the host ones are not needed.
+	h.mustFree(keep)
+	h.appSync()
+	h.mustAlloc(8 * miB)
+	if f.HostBytes() != 0 {
+		t.Fatalf("spilled with the quota free")
+	}
+	h.closeVirtual()
+}

@@ -14,7 +14,8 @@ const Granularity = 2 << 20
 // rules: address ranges and mappings aligned to the granularity, no mapping
 // over a mapping, no unmapping of what is not mapped, no release of mapped
 // physical memory or of a range with mappings in it. Physical memory counts
-// in DeviceBytes from creation to release, however often it is mapped.
+// in DeviceBytes (host-located memory in HostBytes) from creation to
+// release, however often it is mapped.
 type VirtualFake struct {
 	*Fake
 	// OnUnmap, if set, is called with the range of every successful Unmap,
@@ -22,16 +23,20 @@ type VirtualFake struct {
 	OnUnmap func(va, size uint64)
 
 	ranges   map[uint64]uint64 // reserved address ranges: base -> size
-	handles  map[uint64]bool   // physical granules: handle -> mapped
+	handles  map[uint64]*physical
 	mappings map[uint64]uint64 // granule address -> handle
 	handleID uint64
 	physical uint64
 	vcounts  VirtualCounts
 }
 
+type physical struct {
+	mapped, host bool
+}
+
 // VirtualCounts are the virtual-memory calls the fake has served.
 type VirtualCounts struct {
-	AddressReserves, AddressFrees, Creates, Releases, Maps, Unmaps int
+	AddressReserves, AddressFrees, Creates, HostCreates, Releases, Maps, Unmaps int
 }
 
 // NewVirtual returns a virtual fake device with capacity bytes of memory
@@ -40,7 +45,7 @@ func NewVirtual(capacity uint64) *VirtualFake {
 	return &VirtualFake{
 		Fake:     New(capacity),
 		ranges:   make(map[uint64]uint64),
-		handles:  make(map[uint64]bool),
+		handles:  make(map[uint64]*physical),
 		mappings: make(map[uint64]uint64),
 	}
 }
@@ -80,8 +85,15 @@ func (f *VirtualFake) FreeAddress(va, size uint64) error {
 	return nil
 }
 
-// CreatePhysical implements pool.VirtualBacking.
-func (f *VirtualFake) CreatePhysical(size uint64) (uint64, error) {
+// CreatePhysical implements pool.VirtualBacking: TierDevice memory counts
+// against Capacity, TierPinned (host-located) memory against HostCapacity.
+func (f *VirtualFake) CreatePhysical(size uint64, tier pool.Tier) (uint64, error) {
+	if tier == pool.TierPinned {
+		return f.createHost(size)
+	}
+	if tier != pool.TierDevice {
+		return 0, fmt.Errorf("fake device: physical memory of tier %v; want %v or %v", tier, pool.TierDevice, pool.TierPinned)
+	}
 	if f.FailReserve != nil {
 		if err := f.FailReserve(size); err != nil {
 			return 0, err
@@ -96,10 +108,26 @@ func (f *VirtualFake) CreatePhysical(size uint64) (uint64, error) {
 		return 0, fmt.Errorf("fake device: %d bytes with %d of %d used: %w", size, f.devBytes, f.Capacity, pool.ErrOutOfMemory)
 	}
 	f.handleID++
-	f.handles[f.handleID] = false
+	f.handles[f.handleID] = &physical{}
 	f.devBytes += size
 	f.physical += size
 	f.vcounts.Creates++
+	return f.handleID, nil
+}
+
+func (f *VirtualFake) createHost(size uint64) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if size == 0 || !aligned(size) {
+		return 0, fmt.Errorf("fake host: physical allocation of %d bytes, not a multiple of %d", size, Granularity)
+	}
+	if f.HostCapacity != 0 && f.hostBytes+size > f.HostCapacity {
+		return 0, fmt.Errorf("fake host: %d bytes with %d of %d used: %w", size, f.hostBytes, f.HostCapacity, pool.ErrOutOfMemory)
+	}
+	f.handleID++
+	f.handles[f.handleID] = &physical{host: true}
+	f.hostBytes += size
+	f.vcounts.HostCreates++
 	return f.handleID, nil
 }
 
@@ -107,18 +135,22 @@ func (f *VirtualFake) CreatePhysical(size uint64) (uint64, error) {
 func (f *VirtualFake) ReleasePhysical(handle, size uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	mapped, ok := f.handles[handle]
+	ph, ok := f.handles[handle]
 	switch {
 	case !ok:
 		return fmt.Errorf("fake device: release of unknown physical handle %d", handle)
-	case mapped:
+	case ph.mapped:
 		return fmt.Errorf("fake device: release of physical handle %d while mapped", handle)
 	case size != Granularity:
 		return fmt.Errorf("fake device: release of physical handle %d with size %d, created with %d", handle, size, Granularity)
 	}
 	delete(f.handles, handle)
-	f.devBytes -= size
-	f.physical -= size
+	if ph.host {
+		f.hostBytes -= size
+	} else {
+		f.devBytes -= size
+		f.physical -= size
+	}
 	f.vcounts.Releases++
 	return nil
 }
@@ -136,7 +168,7 @@ func (f *VirtualFake) inRange(va, size uint64) bool {
 func (f *VirtualFake) Map(va, size, handle uint64) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	mapped, ok := f.handles[handle]
+	ph, ok := f.handles[handle]
 	switch {
 	case !ok:
 		return fmt.Errorf("fake device: map of unknown physical handle %d", handle)
@@ -144,14 +176,14 @@ func (f *VirtualFake) Map(va, size, handle uint64) error {
 		return fmt.Errorf("fake device: map of %d bytes at %#x, not one aligned granule", size, va)
 	case !f.inRange(va, size):
 		return fmt.Errorf("fake device: map at %#x outside every reserved range", va)
-	case mapped:
+	case ph.mapped:
 		return fmt.Errorf("fake device: physical handle %d is already mapped", handle)
 	}
 	if _, ok := f.mappings[va]; ok {
 		return fmt.Errorf("fake device: map at %#x over an existing mapping", va)
 	}
 	f.mappings[va] = handle
-	f.handles[handle] = true
+	ph.mapped = true
 	f.vcounts.Maps++
 	return nil
 }
@@ -170,7 +202,7 @@ func (f *VirtualFake) Unmap(va, size uint64) error {
 		}
 	}
 	for g := va; g < va+size; g += Granularity {
-		f.handles[f.mappings[g]] = false
+		f.handles[f.mappings[g]].mapped = false
 		delete(f.mappings, g)
 	}
 	f.vcounts.Unmaps++
@@ -200,7 +232,7 @@ func (f *VirtualFake) Mapped(lo, hi uint64) bool {
 	return true
 }
 
-// PhysicalBytes returns the physical memory created and not released.
+// PhysicalBytes returns the device memory created and not released.
 func (f *VirtualFake) PhysicalBytes() uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
