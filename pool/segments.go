@@ -120,6 +120,7 @@ func (p *Pool) makeFree(b *block) {
 	if b.prevPhys == nil && b.nextPhys == nil && !seg.pinned && seg.granules == nil {
 		p.empty.push(seg)
 	}
+	p.arenaEmptied(b)
 }
 
 // reserveAtFirstUse reserves Options.Reserve as one pinned segment.

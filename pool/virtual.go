@@ -106,6 +106,7 @@ type virtualMemory struct {
 	free    []uint64 // physical granules mapped nowhere
 	idle    idleList
 	granule uint64 // physical granules held: mapped or free
+	arenas  [numClasses]int
 }
 
 func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
@@ -156,6 +157,7 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 	if err = p.commit(b, size, false); err == nil {
 		return p.hand(b, size, SourceDevice), nil
 	}
+	defer p.arenaEmptied(b) // if nothing was placed in it
 	if p.opt.Oversubscribe && errors.Is(err, errNoPhysical) {
 		// Page-granular spill: the granules the quota cannot hold are
 		// host-located, behind the same range as the device ones.
@@ -242,7 +244,35 @@ func (p *Pool) growVirtual(size uint64, class int) (*block, error) {
 	p.segs = slices.Insert(p.segs, i, seg)
 	p.idx[class].insert(b)
 	p.stats.Segments++
+	v.arenas[class]++
 	return b, nil
+}
+
+// arenaEmptied frees the arena of b if b, a free block, now spans all of it
+// and its class has another arena: address space is not held for nothing,
+// while a class's last arena stays, so a pool that empties and fills again
+// does not remap.
+func (p *Pool) arenaEmptied(b *block) {
+	seg := b.seg
+	v := p.virt
+	if seg.granules == nil || b.state != stateFree || b.prevPhys != nil || b.nextPhys != nil || v.arenas[seg.class] < 2 {
+		return
+	}
+	for i := range seg.granules {
+		if g := &seg.granules[i]; g.mapped && p.unmapGranule(g) != nil {
+			return // counted in BackingErrors; the arena stays
+		}
+	}
+	if err := v.back.FreeAddress(seg.base, seg.size); err != nil {
+		p.stats.BackingErrors++
+		return
+	}
+	p.idx[seg.class].remove(b)
+	p.recycle(b)
+	i, _ := slices.BinarySearchFunc(p.segs, seg.base, bySegmentBase)
+	p.segs = slices.Delete(p.segs, i, i+1)
+	p.stats.Segments--
+	v.arenas[seg.class]--
 }
 
 // granuleRange returns the indexes of the first and last granules of seg that
@@ -543,6 +573,6 @@ func (p *Pool) closeVirtual() []error {
 		}
 	}
 	p.segs = slices.DeleteFunc(p.segs, func(s *segment) bool { return s.granules != nil })
-	v.free, v.idle, v.granule = nil, idleList{}, 0
+	v.free, v.idle, v.granule, v.arenas = nil, idleList{}, 0, [numClasses]int{}
 	return errs
 }

@@ -422,3 +422,33 @@ func TestVirtualPageSpill(t *testing.T) {
 	}
 	h.closeVirtual()
 }
+
+// TestVirtualArenas: a request refused under quota pressure, which tried a
+// second arena of its class, leaves no address range behind.
+func TestVirtualArenas(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	h := newVirtualHarness(t, f, virtualOptions(8*miB))
+	var small []uint64
+	for range 8 {
+		small = append(small, h.mustAlloc(1*miB))
+	}
+	// Every granule still holds a live MiB after these frees.
+	for _, i := range []int{1, 2, 5, 6} {
+		h.mustFree(small[i])
+	}
+	h.appSync()
+	ranges := f.AddressRanges()
+	for range 3 {
+		if _, err := h.alloc(1*miB + 512); !errors.Is(err, pool.ErrQuota) {
+			t.Fatalf("a medium request with every granule in use: %v", err)
+		}
+	}
+	// The medium class's first arena stays; the pressure arenas are freed.
+	if got := f.AddressRanges(); got != ranges+1 {
+		t.Fatalf("%d address ranges after refusals, want %d", got, ranges+1)
+	}
+	if vc := f.VirtualCounts(); vc.AddressFrees != vc.AddressReserves-ranges-1 {
+		t.Fatalf("%d ranges reserved, %d freed", vc.AddressReserves, vc.AddressFrees)
+	}
+	h.closeVirtual()
+}
