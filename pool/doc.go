@@ -189,7 +189,10 @@
 // while the cached memory (physical memory not live) exceeds
 // Options.ReleaseThreshold, and when promotion needs room. Options.Reserve
 // remains a fixed segment, which every class uses first. Arenas hold only
-// address space and are freed by Close, with every granule.
+// address space: one emptied while its class has another is freed, the rest
+// by Close, with every granule. Stats.Segments counts arenas, and
+// Stats.LargestFreeBlock free address space, which is not a bound on what
+// can be served; Stats.Granules counts the physical granules held.
 //
 // With Options.Oversubscribe, spilling is page-granular: when the quota
 // cannot give a block all its granules, after the steps above, the granules
@@ -210,7 +213,9 @@
 // granules it touches, O(1) for a block up to a granule, plus one
 // VirtualBacking.Map per granule mapped and one Unmap per idle granule taken
 // from elsewhere (a driver call each, microseconds on a device:
-// BenchmarkTraceVirtual reports maps per allocation). Fragmentation: the only
+// BenchmarkTraceVirtual reports maps per allocation: 0.06 on the inference
+// and random-churn traces, 6.6 on the training trace, whose allocations
+// touch 11.7 granules on average). Fragmentation: the only
 // physical memory not live is idle and free granules (within the release
 // threshold), pending and stream-owned blocks, and the free parts of granules
 // that also hold used bytes: less than two granules per free range between

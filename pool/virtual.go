@@ -422,6 +422,7 @@ func (p *Pool) createHostGranule() (uint64, error) {
 		return 0, fmt.Errorf("pool: creating a %d-byte host granule: %w", v.gran, err)
 	}
 	p.hostBytes += v.gran
+	p.segBytes += v.gran // live bytes on it count in segLive
 	p.stats.SpilledBytes += v.gran
 	p.stats.PeakSpilledBytes = max(p.stats.PeakSpilledBytes, p.stats.SpilledBytes)
 	p.stats.SpilledTotal += v.gran
@@ -436,6 +437,7 @@ func (p *Pool) releaseHostGranule(h uint64) {
 		return
 	}
 	p.hostBytes -= v.gran
+	p.segBytes -= v.gran
 	p.stats.SpilledBytes -= v.gran
 }
 
