@@ -182,8 +182,8 @@
 // request, the pool synchronizes, as it does before growing; then the best
 // cached block, the static reserve, or a new arena. If the quota cannot give
 // the granules the pool synchronizes for everything freed, then places the
-// block at the start of a new arena, where it needs ceil(size/granule)
-// granules, then spills or refuses: a request is refused only when the quota
+// block in an arena of its own, rounded up to the granularity, where it needs
+// ceil(size/granule) granules, then spills or refuses: a request is refused only when the quota
 // minus the granules holding used bytes cannot hold ceil(size/granule)
 // granules. Free granules, then idle ones oldest first, go back to the device
 // while the cached memory (physical memory not live) exceeds

@@ -139,7 +139,7 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 		return 0, err
 	}
 	// Quota pressure: synchronize for everything freed, then place the
-	// block where it needs the fewest granules, at the start of a new arena.
+	// block where it needs the fewest granules, in an arena of its own.
 	if p.pending.bytes > 0 || p.streamBytes() > 0 {
 		if err := p.synchronize(); err != nil {
 			return 0, err
@@ -151,7 +151,7 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 			return p.hand(b, size, src), nil
 		}
 	}
-	if b, err = p.growVirtual(size, class); err != nil {
+	if b, err = p.growVirtual(size, class, true); err != nil {
 		return 0, err
 	}
 	if err = p.commit(b, size, false); err == nil {
@@ -206,7 +206,7 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (*block, Sou
 			return b, SourceCache, nil
 		}
 	}
-	b, err := p.growVirtual(size, class)
+	b, err := p.growVirtual(size, class, false)
 	return b, SourceDevice, err
 }
 
@@ -218,13 +218,16 @@ func (p *Pool) needsNewGranules(b *block, size uint64) bool {
 	return v.shortOf(b, size) > len(v.free)+v.idle.n
 }
 
-// growVirtual reserves an arena for class large enough for size bytes and
-// returns its single free block, already in the class index. An arena holds
-// no physical memory until blocks are handed out in it.
-func (p *Pool) growVirtual(size uint64, class int) (*block, error) {
+// growVirtual reserves an arena for class large enough for size bytes (of
+// exactly that, rounded up to the granularity, when exact) and returns its
+// single free block, already in the class index. An arena holds no physical
+// memory until blocks are handed out in it.
+func (p *Pool) growVirtual(size uint64, class int, exact bool) (*block, error) {
 	v := p.virt
-	arena := min(max(alignUp(2*p.opt.Quota, v.gran), arenaMin), arenaMax)
-	arena = max(arena, alignUp(size, v.gran))
+	arena := alignUp(size, v.gran)
+	if !exact {
+		arena = max(arena, min(max(alignUp(2*p.opt.Quota, v.gran), arenaMin), arenaMax))
+	}
 	base, err := v.back.ReserveAddress(arena)
 	if err != nil {
 		return nil, fmt.Errorf("pool: reserving %d bytes of address space: %w", arena, err)

@@ -66,3 +66,46 @@ func BenchmarkPairVirtual(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSpillVirtual replays each reference trace with oversubscription
+// under a quota of 60% of its peak live bytes, with and without virtual
+// memory (page-granular spill, or whole blocks in managed memory), and
+// reports the peak spilled bytes ÷ peak live, the bytes ever spilled per
+// free, how much of the quota the device held at its peak, and refusals.
+func BenchmarkSpillVirtual(b *testing.B) {
+	for _, ref := range traces.References {
+		ops := loadTrace(b, ref.File)
+		sum, err := traces.Summarize(ops)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, virtual := range []bool{true, false} {
+			b.Run(fmt.Sprintf("%s/virtual=%v", ref.File, virtual), func(b *testing.B) {
+				quota := sum.PeakLive * 6 / 10
+				var st pool.Stats
+				for range b.N {
+					f := pooltest.NewVirtual(0)
+					opt := pool.DefaultOptions(quota)
+					opt.VirtualMemory = virtual
+					opt.Oversubscribe = true
+					opt.HostLimit = sum.PeakLive
+					p, err := pool.New(f, opt)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if _, err := traces.Replay(newReplayTarget(p, f.Fake), ops, nil); err != nil {
+						b.Fatal(err)
+					}
+					st = p.Stats()
+					if err := p.Close(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(st.PeakSpilledBytes)/float64(st.PeakLiveBytes), "peak-spilled/live")
+				b.ReportMetric(float64(st.SpilledTotal)/float64(st.Frees), "spilled-B/free")
+				b.ReportMetric(float64(st.PeakReservedBytes)/float64(quota), "peak-reserved/quota")
+				b.ReportMetric(float64(st.Refused), "refused")
+			})
+		}
+	}
+}
