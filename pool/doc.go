@@ -214,7 +214,7 @@
 // VirtualBacking.Map per granule mapped and one Unmap per idle granule taken
 // from elsewhere (a driver call each, microseconds on a device:
 // BenchmarkTraceVirtual reports maps per allocation: 0.06 on the inference
-// and random-churn traces, 6.6 on the training trace, whose allocations
+// trace, 0.09 on random churn, 6.6 on the training trace, whose allocations
 // touch 11.7 granules on average). Fragmentation: the only
 // physical memory not live is idle and free granules (within the release
 // threshold), pending and stream-owned blocks, and the free parts of granules
@@ -222,12 +222,12 @@
 // used blocks, and less than the range itself. Measured (peak reserved ÷ peak
 // live, unbounded quota, BenchmarkTraceVirtual, fixed segments in brackets):
 // Qwen2.5-32B inference 1.001 (1.004), training steps 1.003 (1.037), random
-// churn 1.244 (1.250). Random churn stays near the fifty-percent rule because
-// its free ranges average about a granule: removing whole free granules from
-// under them reclaims little, and what remains is the partial granules at
-// their edges. Reclaiming those would need one physical granule mapped at two
-// addresses, so that the free end of a granule can begin another block; the
-// pool does not do it.
+// churn 1.162 (1.250). At random churn's peak almost all of the rest is the
+// free parts of granules that also hold used bytes: its free ranges average
+// about a granule, so removing whole free granules from under them reclaims
+// little. Reclaiming those parts would need one physical granule mapped at
+// two addresses, so that the free end of a granule can begin another block;
+// the pool does not do it.
 //
 // # Bounds
 //

@@ -212,10 +212,11 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (*block, Sou
 
 // needsNewGranules reports whether handing out the first size bytes of b
 // would create physical memory: more of its granules are unmapped than there
-// are free and idle granules.
+// are free granules and idle ones elsewhere.
 func (p *Pool) needsNewGranules(b *block, size uint64) bool {
 	v := p.virt
-	return v.shortOf(b, size) > len(v.free)+v.idle.n
+	unmapped, idleHere := v.shortOf(b, size)
+	return unmapped > len(v.free)+v.idle.n-idleHere
 }
 
 // growVirtual reserves an arena for class large enough for size bytes (of
@@ -285,19 +286,21 @@ func (v *virtualMemory) granuleRange(seg *segment, base, size uint64) (first, la
 }
 
 // shortOf returns how many granules under the first size bytes of b are not
-// mapped, for a free block, or 0 for a stream-owned one (its memory is mapped).
-func (v *virtualMemory) shortOf(b *block, size uint64) int {
+// mapped and how many are idle, for a free block of an arena; a stream-owned
+// block's memory is mapped and used, and the reserve is a fixed segment.
+func (v *virtualMemory) shortOf(b *block, size uint64) (unmapped, idle int) {
 	if b.state != stateFree || b.seg.granules == nil {
-		return 0
+		return 0, 0
 	}
 	first, last := v.granuleRange(b.seg, b.base, size)
-	n := 0
 	for i := first; i <= last; i++ {
-		if !b.seg.granules[i].mapped {
-			n++
+		if g := &b.seg.granules[i]; !g.mapped {
+			unmapped++
+		} else if g.inIdle {
+			idle++
 		}
 	}
-	return n
+	return unmapped, idle
 }
 
 // commit maps physical memory under the first size bytes of b, which is about
@@ -311,15 +314,7 @@ func (p *Pool) commit(b *block, size uint64, spill bool) error {
 	v := p.virt
 	seg := b.seg
 	first, last := v.granuleRange(seg, b.base, size)
-	need, idleHere := 0, 0
-	for i := first; i <= last; i++ {
-		g := &seg.granules[i]
-		if !g.mapped {
-			need++
-		} else if g.inIdle {
-			idleHere++
-		}
-	}
+	need, idleHere := v.shortOf(b, size)
 	var headroom uint64
 	if p.devBytes < p.opt.Quota {
 		headroom = (p.opt.Quota - p.devBytes) >> v.shift

@@ -458,3 +458,23 @@ func TestVirtualArenas(t *testing.T) {
 	}
 	h.closeVirtual()
 }
+
+// TestVirtualSyncBeforeNewGranule: a placement on one idle and one unmapped
+// granule needs new memory when no other granule is idle, so the pool
+// synchronizes for the pending bytes that can serve it instead of creating a
+// granule.
+func TestVirtualSyncBeforeNewGranule(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	h := newVirtualHarness(t, f, pool.DefaultOptions(1*giB))
+	e := h.mustAlloc(4 * miB) // granules 0 and 1
+	a := h.mustAlloc(2 * miB) // granule 2
+	h.mustFree(a)
+	h.appSync() // granule 2 idle
+	h.mustFree(e)
+	syncs := f.Counts().Syncs
+	h.mustAlloc(4 * miB)
+	if got := f.PhysicalBytes(); got != 3*granule || f.Counts().Syncs != syncs+1 {
+		t.Fatalf("%d physical bytes after %d synchronizations, want 3 granules after one", got, f.Counts().Syncs-syncs)
+	}
+	h.closeVirtual()
+}
