@@ -22,7 +22,8 @@ func virtualBenchPool(b *testing.B) (*pool.Pool, *pooltest.Fake) {
 // BenchmarkTraceVirtual replays each reference trace once on a fresh pool
 // with an unbounded quota, with and without virtual memory on the same
 // device, and reports peak reserved ÷ peak live for both, the granules
-// remapped per allocation, and the time per allocation+free pair.
+// mapped per allocation, the synchronizations the pool forced, and the time
+// per allocation+free pair.
 func BenchmarkTraceVirtual(b *testing.B) {
 	for _, ref := range traces.References {
 		ops := loadTrace(b, ref.File)
@@ -49,6 +50,7 @@ func BenchmarkTraceVirtual(b *testing.B) {
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(uint64(b.N)*allocs), "ns/pair")
 				b.ReportMetric(float64(st.PeakReservedBytes)/float64(st.PeakLiveBytes), "reserved/live")
 				b.ReportMetric(float64(st.GranuleMaps)/float64(allocs), "maps/alloc")
+				b.ReportMetric(float64(st.Syncs), "forced-syncs")
 			})
 		}
 	}
