@@ -41,7 +41,7 @@ func BenchmarkPair(b *testing.B) {
 		for _, mode := range []string{"sync", "stream"} {
 			for _, live := range liveCounts {
 				b.Run(fmt.Sprintf("%s/%s/live=%d", sizes, mode, live), func(b *testing.B) {
-					benchPair(b, sizes == "random", mode == "stream", live, false)
+					benchPair(b, benchPool, sizes == "random", mode == "stream", live, false)
 				})
 			}
 		}
@@ -54,15 +54,15 @@ func BenchmarkPair(b *testing.B) {
 func BenchmarkPairRandomVictim(b *testing.B) {
 	for _, live := range liveCounts {
 		b.Run(fmt.Sprintf("random/stream/live=%d", live), func(b *testing.B) {
-			benchPair(b, true, true, live, true)
+			benchPair(b, benchPool, true, true, live, true)
 		})
 	}
 }
 
 const pairWindow = 64
 
-func benchPair(b *testing.B, random, stream bool, live int, randomVictim bool) {
-	p, f := benchPool(b)
+func benchPair(b *testing.B, newPool func(*testing.B) (*pool.Pool, *pooltest.Fake), random, stream bool, live int, randomVictim bool) {
+	p, f := newPool(b)
 	rng := rand.New(rand.NewPCG(uint64(live), 1))
 	const n = 1 << 16
 	sizes := make([]uint64, n)

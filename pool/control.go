@@ -113,6 +113,9 @@ func (p *Pool) Close() error {
 			errs = append(errs, fmt.Errorf("pool: releasing spilled allocation %#x: %w", b.base, err))
 		}
 	})
+	if p.virt != nil {
+		errs = append(errs, p.closeVirtual()...)
+	}
 	for _, seg := range p.segs {
 		if err := p.back.Release(seg.base, seg.size); err != nil {
 			errs = append(errs, fmt.Errorf("pool: releasing segment %#x: %w", seg.base, err))

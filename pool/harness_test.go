@@ -19,6 +19,10 @@ type harness struct {
 	opt   pool.Options
 	live  map[uint64]uint64 // base -> aligned size
 	dirty []dirtyRange
+	vmm   *pooltest.VirtualFake // the device, when it has virtual memory
+	// unmappedLive are the live blocks the pool unmapped granules under
+	// during the current call: a defect unless the call freed them.
+	unmappedLive []uint64
 }
 
 // dirtyRange is memory freed at time at that queued work may still use: on
@@ -70,7 +74,9 @@ func (h *harness) admit(ptr, size uint64, err error, async bool, s pool.Stream) 
 		if ptr != 0 {
 			h.t.Fatalf("failed allocation of %d returned %#x", size, ptr)
 		}
-		if errors.Is(err, pool.ErrQuota) {
+		if errors.Is(err, pool.ErrQuota) && h.vmm != nil {
+			h.checkVirtualRefusal(size)
+		} else if errors.Is(err, pool.ErrQuota) {
 			st := h.p.Stats()
 			if st.ReservedBytes+alignUp(size) <= h.opt.Quota {
 				h.t.Fatalf("refused %d bytes with only %d of %d reserved: %v", size, st.ReservedBytes, h.opt.Quota, err)
@@ -124,6 +130,9 @@ func (h *harness) admit(ptr, size uint64, err error, async bool, s pool.Stream) 
 	}
 	h.dirty = kept
 	h.live[ptr] = n
+	if a, _ := h.p.Lookup(ptr); h.vmm != nil && h.opt.VirtualMemory && a.Tier == pool.TierDevice && !h.vmm.Mapped(ptr, ptr+n) {
+		h.t.Fatalf("allocation [%#x,%#x) is not wholly mapped", ptr, ptr+n)
+	}
 	h.check()
 }
 
@@ -190,6 +199,9 @@ func (h *harness) check() {
 	}
 	if st.PeakLiveBytes < st.LiveBytes || st.PeakReservedBytes < st.ReservedBytes {
 		h.t.Fatalf("stats: peaks below current values: %+v", st)
+	}
+	if h.vmm != nil {
+		h.checkPhysical()
 	}
 }
 

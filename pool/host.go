@@ -69,7 +69,7 @@ func (p *Pool) promoteAfterFree() {
 // large old block is never overtaken by younger small ones.
 func (p *Pool) promote() error {
 	for b := p.spilled.head; b != nil; b = p.spilled.head {
-		if p.devBytes-p.empty.bytes+b.size > p.opt.Quota {
+		if p.devBytes-p.releasableBytes()+b.size > p.opt.Quota {
 			return nil
 		}
 		p.releaseEmptyWhile(func() bool { return p.devBytes+b.size > p.opt.Quota })

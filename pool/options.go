@@ -30,6 +30,11 @@ type Options struct {
 	// HostLimit caps the host memory used for spilling, in bytes
 	// (SPILLWAY_HOST_LIMIT).
 	HostLimit uint64
+	// VirtualMemory maps physical granules into reserved address ranges
+	// instead of reserving fixed segments, when the Backing implements
+	// VirtualBacking and Pooling is on. Off, the fixed-segment design is used
+	// even over such a Backing.
+	VirtualMemory bool
 	// Observer, if not nil, receives the pool's events.
 	Observer Observer
 }
@@ -42,6 +47,7 @@ func DefaultOptions(quota uint64) Options {
 	return Options{
 		Quota:            quota,
 		Pooling:          true,
+		VirtualMemory:    true,
 		ReleaseThreshold: quota / 8,
 		SpillTier:        TierManaged,
 		HostLimit:        quota,

@@ -98,8 +98,9 @@ type block struct {
 type segment struct {
 	base, size           uint64
 	class                int
-	pinned               bool   // the reserve segment: never released before Close
-	head                 *block // lowest block
+	pinned               bool      // the reserve segment: never released before Close
+	head                 *block    // lowest block
+	granules             []granule // an arena's granules (virtual memory); nil for a fixed segment
 	inEmpty              bool
 	prevEmpty, nextEmpty *segment
 }
@@ -197,6 +198,7 @@ type Pool struct {
 	back     Backing
 	host     HostBacking // nil when the Backing cannot spill
 	ordered  StreamOrderedBacking
+	virt     *virtualMemory // nil without virtual memory
 	opt      Options
 	obs      Observer
 	closed   bool
@@ -241,6 +243,13 @@ func New(back Backing, opt Options) (*Pool, error) {
 	}
 	p.host, _ = back.(HostBacking)
 	p.ordered, _ = back.(StreamOrderedBacking)
+	if vb, ok := back.(VirtualBacking); ok && opt.VirtualMemory && opt.Pooling {
+		v, err := newVirtualMemory(vb)
+		if err != nil {
+			return nil, err
+		}
+		p.virt = v
+	}
 	if opt.Oversubscribe && p.host == nil {
 		return nil, errors.New("pool: oversubscription needs a backing that implements HostBacking")
 	}
@@ -419,6 +428,9 @@ func (p *Pool) allocate(size uint64, async bool, s Stream) (uint64, error) {
 		}
 	}
 	class := classOf(size)
+	if p.virt != nil {
+		return p.allocateVirtual(size, class, c)
+	}
 	if b := p.fromCache(size, class, c, ownClass); b != nil {
 		return p.hand(b, size, SourceCache), nil
 	}
@@ -535,7 +547,7 @@ func (p *Pool) fromClass(size uint64, k int, c *streamCache, how search) *block 
 		// Scanned in full, so a request is never refused while a free block
 		// that fits exists.
 		scan = int(^uint(0) >> 1)
-	} else if k == classHuge {
+	} else if k == classHuge && p.virt == nil {
 		slack = hugeSlack(size)
 	}
 	if c != nil {
@@ -558,7 +570,7 @@ func (p *Pool) hand(b *block, size uint64, src Source) uint64 {
 	case stateStream:
 		b.cache.idx[b.seg.class].remove(b)
 	}
-	if rest := b.size - size; rest >= Alignment && (b.seg.class != classHuge || rest > hugeSlack(size)) {
+	if rest := b.size - size; rest >= Alignment && (b.seg.class != classHuge || b.seg.granules != nil || rest > hugeSlack(size)) {
 		r := p.newBlock()
 		r.base, r.size, r.seg, r.state = b.base+size, rest, b.seg, b.state
 		r.prevPhys, r.nextPhys = b, b.nextPhys

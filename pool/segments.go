@@ -92,6 +92,7 @@ func (p *Pool) releaseEmptyWhile(cond func() bool) {
 	for p.empty.head != nil && cond() {
 		_ = p.releaseSegment(p.empty.head) // counted in BackingErrors
 	}
+	p.releaseGranulesWhile(cond)
 }
 
 // trim applies the release threshold.
@@ -103,6 +104,7 @@ func (p *Pool) trim() {
 // neighbours, and notes an empty segment.
 func (p *Pool) makeFree(b *block) {
 	seg := b.seg
+	p.becomeFree(b)
 	idx := &p.idx[seg.class]
 	if prev := b.prevPhys; prev != nil && prev.state == stateFree {
 		idx.remove(prev)
@@ -115,9 +117,10 @@ func (p *Pool) makeFree(b *block) {
 	b.state = stateFree
 	b.cache = nil
 	idx.insert(b)
-	if b.prevPhys == nil && b.nextPhys == nil && !seg.pinned {
+	if b.prevPhys == nil && b.nextPhys == nil && !seg.pinned && seg.granules == nil {
 		p.empty.push(seg)
 	}
+	p.arenaEmptied(b)
 }
 
 // reserveAtFirstUse reserves Options.Reserve as one pinned segment.

@@ -29,6 +29,10 @@ type Stats struct {
 	BytesReleased      uint64
 	BackingErrors      uint64 // failed backing calls that did not fail a request
 
+	Granules      uint64 // physical granules held now (virtual memory)
+	GranuleMaps   uint64 // granules mapped under an address, ever
+	GranuleUnmaps uint64 // granules unmapped to serve another address, or to be released
+
 	SpilledBytes     uint64 // live bytes on the host now
 	PeakSpilledBytes uint64
 	SpilledTotal     uint64 // bytes ever spilled

@@ -1,0 +1,261 @@
+package pooltest
+
+import (
+	"fmt"
+
+	"github.com/spillway-gpu/spillway/pool"
+)
+
+// Granularity is the virtual fake's physical allocation granularity, that of
+// current CUDA devices.
+const Granularity = 2 << 20
+
+// VirtualFake is a Fake that also implements pool.VirtualBacking, with CUDA's
+// rules: address ranges and mappings aligned to the granularity, no mapping
+// over a mapping, no unmapping of what is not mapped, no release of mapped
+// physical memory or of a range with mappings in it. Physical memory counts
+// in DeviceBytes (host-located memory in HostBytes) from creation to
+// release, however often it is mapped.
+type VirtualFake struct {
+	*Fake
+	// OnUnmap, if set, is called with the range of every successful Unmap,
+	// so a test can check that no queued work may still use it.
+	OnUnmap func(va, size uint64)
+
+	ranges   map[uint64]uint64 // reserved address ranges: base -> size
+	handles  map[uint64]*physical
+	mappings map[uint64]uint64 // granule address -> handle
+	handleID uint64
+	physical uint64
+	vcounts  VirtualCounts
+}
+
+type physical struct {
+	mapped, host bool
+}
+
+// VirtualCounts are the virtual-memory calls the fake has served.
+type VirtualCounts struct {
+	AddressReserves, AddressFrees, Creates, HostCreates, Releases, Maps, Unmaps int
+}
+
+// NewVirtual returns a virtual fake device with capacity bytes of memory
+// (0: unlimited).
+func NewVirtual(capacity uint64) *VirtualFake {
+	return &VirtualFake{
+		Fake:     New(capacity),
+		ranges:   make(map[uint64]uint64),
+		handles:  make(map[uint64]*physical),
+		mappings: make(map[uint64]uint64),
+	}
+}
+
+// Granularity implements pool.VirtualBacking.
+func (f *VirtualFake) Granularity() uint64 { return Granularity }
+
+func aligned(v uint64) bool { return v%Granularity == 0 }
+
+// ReserveAddress implements pool.VirtualBacking.
+func (f *VirtualFake) ReserveAddress(size uint64) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if size == 0 || !aligned(size) {
+		return 0, fmt.Errorf("fake device: address reservation of %d bytes, not a multiple of %d", size, Granularity)
+	}
+	base := f.alloc(size)
+	f.ranges[base] = size
+	f.vcounts.AddressReserves++
+	return base, nil
+}
+
+// FreeAddress implements pool.VirtualBacking.
+func (f *VirtualFake) FreeAddress(va, size uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if got, ok := f.ranges[va]; !ok || got != size {
+		return fmt.Errorf("fake device: free of address range %#x (%d bytes) that was not reserved", va, size)
+	}
+	for g := va; g < va+size; g += Granularity {
+		if _, ok := f.mappings[g]; ok {
+			return fmt.Errorf("fake device: free of address range %#x with %#x still mapped", va, g)
+		}
+	}
+	delete(f.ranges, va)
+	f.vcounts.AddressFrees++
+	return nil
+}
+
+// CreatePhysical implements pool.VirtualBacking: TierDevice memory counts
+// against Capacity, TierPinned (host-located) memory against HostCapacity.
+func (f *VirtualFake) CreatePhysical(size uint64, tier pool.Tier) (uint64, error) {
+	if tier == pool.TierPinned {
+		return f.createHost(size)
+	}
+	if tier != pool.TierDevice {
+		return 0, fmt.Errorf("fake device: physical memory of tier %v; want %v or %v", tier, pool.TierDevice, pool.TierPinned)
+	}
+	if f.FailReserve != nil {
+		if err := f.FailReserve(size); err != nil {
+			return 0, err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if size == 0 || !aligned(size) {
+		return 0, fmt.Errorf("fake device: physical allocation of %d bytes, not a multiple of %d", size, Granularity)
+	}
+	if f.Capacity != 0 && f.devBytes+size > f.Capacity {
+		return 0, fmt.Errorf("fake device: %d bytes with %d of %d used: %w", size, f.devBytes, f.Capacity, pool.ErrOutOfMemory)
+	}
+	f.handleID++
+	f.handles[f.handleID] = &physical{}
+	f.devBytes += size
+	f.physical += size
+	f.vcounts.Creates++
+	return f.handleID, nil
+}
+
+func (f *VirtualFake) createHost(size uint64) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if size == 0 || !aligned(size) {
+		return 0, fmt.Errorf("fake host: physical allocation of %d bytes, not a multiple of %d", size, Granularity)
+	}
+	if f.HostCapacity != 0 && f.hostBytes+size > f.HostCapacity {
+		return 0, fmt.Errorf("fake host: %d bytes with %d of %d used: %w", size, f.hostBytes, f.HostCapacity, pool.ErrOutOfMemory)
+	}
+	f.handleID++
+	f.handles[f.handleID] = &physical{host: true}
+	f.hostBytes += size
+	f.vcounts.HostCreates++
+	return f.handleID, nil
+}
+
+// ReleasePhysical implements pool.VirtualBacking.
+func (f *VirtualFake) ReleasePhysical(handle, size uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ph, ok := f.handles[handle]
+	switch {
+	case !ok:
+		return fmt.Errorf("fake device: release of unknown physical handle %d", handle)
+	case ph.mapped:
+		return fmt.Errorf("fake device: release of physical handle %d while mapped", handle)
+	case size != Granularity:
+		return fmt.Errorf("fake device: release of physical handle %d with size %d, created with %d", handle, size, Granularity)
+	}
+	delete(f.handles, handle)
+	if ph.host {
+		f.hostBytes -= size
+	} else {
+		f.devBytes -= size
+		f.physical -= size
+	}
+	f.vcounts.Releases++
+	return nil
+}
+
+func (f *VirtualFake) inRange(va, size uint64) bool {
+	for base, n := range f.ranges {
+		if base <= va && va+size <= base+n {
+			return true
+		}
+	}
+	return false
+}
+
+// Map implements pool.VirtualBacking. One handle is one granule.
+func (f *VirtualFake) Map(va, size, handle uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ph, ok := f.handles[handle]
+	switch {
+	case !ok:
+		return fmt.Errorf("fake device: map of unknown physical handle %d", handle)
+	case size != Granularity || !aligned(va):
+		return fmt.Errorf("fake device: map of %d bytes at %#x, not one aligned granule", size, va)
+	case !f.inRange(va, size):
+		return fmt.Errorf("fake device: map at %#x outside every reserved range", va)
+	case ph.mapped:
+		return fmt.Errorf("fake device: physical handle %d is already mapped", handle)
+	}
+	if _, ok := f.mappings[va]; ok {
+		return fmt.Errorf("fake device: map at %#x over an existing mapping", va)
+	}
+	f.mappings[va] = handle
+	ph.mapped = true
+	f.vcounts.Maps++
+	return nil
+}
+
+// Unmap implements pool.VirtualBacking.
+func (f *VirtualFake) Unmap(va, size uint64) error {
+	f.mu.Lock()
+	if !aligned(va) || !aligned(size) || size == 0 {
+		f.mu.Unlock()
+		return fmt.Errorf("fake device: unmap of %d bytes at %#x, not aligned to %d", size, va, Granularity)
+	}
+	for g := va; g < va+size; g += Granularity {
+		if _, ok := f.mappings[g]; !ok {
+			f.mu.Unlock()
+			return fmt.Errorf("fake device: unmap at %#x, which is not mapped", g)
+		}
+	}
+	for g := va; g < va+size; g += Granularity {
+		f.handles[f.mappings[g]].mapped = false
+		delete(f.mappings, g)
+	}
+	f.vcounts.Unmaps++
+	hook := f.OnUnmap
+	f.mu.Unlock()
+	if hook != nil {
+		hook(va, size)
+	}
+	return nil
+}
+
+// Mapped reports whether every byte of [lo, hi) is device memory: mapped, or
+// inside one segment from Reserve.
+func (f *VirtualFake) Mapped(lo, hi uint64) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for base, size := range f.segments {
+		if base <= lo && hi <= base+size {
+			return true
+		}
+	}
+	for g := lo &^ (Granularity - 1); g < hi; g += Granularity {
+		if _, ok := f.mappings[g]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// PhysicalBytes returns the device memory created and not released.
+func (f *VirtualFake) PhysicalBytes() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.physical
+}
+
+// MappedBytes returns the physical memory mapped now.
+func (f *VirtualFake) MappedBytes() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return uint64(len(f.mappings)) * Granularity
+}
+
+// AddressRanges returns how many address ranges are reserved.
+func (f *VirtualFake) AddressRanges() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.ranges)
+}
+
+// VirtualCounts returns the virtual-memory calls served so far.
+func (f *VirtualFake) VirtualCounts() VirtualCounts {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.vcounts
+}

@@ -1,0 +1,578 @@
+package pool
+
+// Virtual memory: blocks live in large reserved address ranges (arenas) and
+// physical memory is mapped under them one granule at a time, only where
+// blocks that are not free lie. See "Virtual memory" in the package
+// documentation.
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+)
+
+// VirtualBacking is implemented by a Backing that separates addresses from
+// physical memory (CUDA's cuMemAddressReserve, cuMemCreate, cuMemMap,
+// cuMemSetAccess, cuMemUnmap, cuMemRelease). When the Backing has it and
+// Options.VirtualMemory is set, the pool reserves address ranges and maps
+// physical granules under them instead of reserving fixed segments.
+type VirtualBacking interface {
+	// Granularity is the size of every physical allocation and the alignment
+	// of every address range and mapping, in bytes: a power of two, at least
+	// Alignment (cuMemGetAllocationGranularity, 2 MiB on current devices).
+	Granularity() uint64
+	// ReserveAddress reserves size bytes of address space with no memory
+	// behind it, aligned to the granularity.
+	ReserveAddress(size uint64) (uint64, error)
+	// FreeAddress returns a range from ReserveAddress, with the same size;
+	// nothing is mapped in it any more.
+	FreeAddress(va, size uint64) error
+	// CreatePhysical allocates size bytes (one granule) of physical memory
+	// and returns its handle: device memory for TierDevice, host memory the
+	// device reads and writes in place for TierPinned (a host-located
+	// allocation). A failure caused by lack of memory must wrap
+	// ErrOutOfMemory.
+	CreatePhysical(size uint64, tier Tier) (uint64, error)
+	// ReleasePhysical frees physical memory that is mapped nowhere.
+	ReleasePhysical(handle, size uint64) error
+	// Map maps the physical memory of handle at va, inside a reserved range,
+	// and makes it readable and writable by the device.
+	Map(va, size, handle uint64) error
+	// Unmap removes the mapping at va; the physical memory stays allocated.
+	Unmap(va, size uint64) error
+}
+
+// arenaMin and arenaMax bound the address range an arena reserves: twice the
+// quota, so one arena per class usually serves the whole pool.
+const (
+	arenaMin = 1 << 30
+	arenaMax = 64 << 30
+)
+
+// errNoPhysical says that the quota (or the device) cannot hold the granules a
+// placement needs; the caller tries harder before refusing.
+var errNoPhysical = errors.New("no physical granule available")
+
+// granule is one granularity-sized piece of an arena's address range.
+type granule struct {
+	va       uint64
+	used     uint64 // bytes of blocks on it that are not free (live, pending, stream-owned)
+	handle   uint64 // physical memory mapped here, when mapped
+	mapped   bool
+	host     bool // the memory mapped here is host-located (spilled)
+	inIdle   bool
+	prevIdle *granule
+	nextIdle *granule
+}
+
+// idleList holds mapped granules with no used bytes, oldest first: the first
+// taken when physical memory is needed elsewhere or released.
+type idleList struct {
+	head, tail *granule
+	n          int
+}
+
+func (l *idleList) push(g *granule) {
+	g.prevIdle, g.nextIdle, g.inIdle = l.tail, nil, true
+	if l.tail != nil {
+		l.tail.nextIdle = g
+	} else {
+		l.head = g
+	}
+	l.tail = g
+	l.n++
+}
+
+func (l *idleList) remove(g *granule) {
+	if g.prevIdle != nil {
+		g.prevIdle.nextIdle = g.nextIdle
+	} else {
+		l.head = g.nextIdle
+	}
+	if g.nextIdle != nil {
+		g.nextIdle.prevIdle = g.prevIdle
+	} else {
+		l.tail = g.prevIdle
+	}
+	g.prevIdle, g.nextIdle, g.inIdle = nil, nil, false
+	l.n--
+}
+
+// virtualMemory is the pool's state for the virtual-memory design.
+type virtualMemory struct {
+	back    VirtualBacking
+	gran    uint64
+	shift   uint
+	free    []uint64 // physical granules mapped nowhere
+	idle    idleList
+	granule uint64 // physical granules held: mapped or free
+	arenas  [numClasses]int
+}
+
+func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
+	g := back.Granularity()
+	if g < Alignment || g&(g-1) != 0 {
+		return nil, fmt.Errorf("pool: virtual memory granularity of %d bytes; it must be a power of two of at least %d", g, Alignment)
+	}
+	shift := uint(0)
+	for 1<<shift < g {
+		shift++
+	}
+	return &virtualMemory{back: back, gran: g, shift: shift}, nil
+}
+
+// allocateVirtual serves a pooled request of size aligned bytes with virtual
+// memory. It follows allocate, except that what counts as a miss is a
+// placement that needs new physical memory (free address space is always
+// found): then completed markers, and a synchronization when enough is
+// pending, may give granules back before the pool creates more. Only when the
+// quota cannot provide the granules does the pressure path run.
+func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, error) {
+	b, src, err := p.placeVirtual(size, class, c)
+	if err != nil {
+		return 0, err
+	}
+	if err = p.commit(b, size, false); err == nil {
+		return p.hand(b, size, src), nil
+	}
+	if !errors.Is(err, errNoPhysical) {
+		return 0, err
+	}
+	// Quota pressure: synchronize for everything freed, then place the
+	// block where it needs the fewest granules, in an arena of its own.
+	if p.pending.bytes > 0 || p.streamBytes() > 0 {
+		if err := p.synchronize(); err != nil {
+			return 0, err
+		}
+		if b, src, err = p.placeVirtual(size, class, c); err != nil {
+			return 0, err
+		}
+		if err = p.commit(b, size, false); err == nil {
+			return p.hand(b, size, src), nil
+		}
+	}
+	if b, err = p.growVirtual(size, class, true); err != nil {
+		return 0, err
+	}
+	if err = p.commit(b, size, false); err == nil {
+		return p.hand(b, size, SourceDevice), nil
+	}
+	defer p.arenaEmptied(b) // if nothing was placed in it
+	if p.opt.Oversubscribe && errors.Is(err, errNoPhysical) {
+		// Page-granular spill: the granules the quota cannot hold are
+		// host-located, behind the same range as the device ones.
+		before := p.stats.SpilledTotal
+		if err = p.commit(b, size, true); err == nil {
+			if p.obs != nil {
+				p.obs.Spill(b.base, p.stats.SpilledTotal-before, TierPinned)
+			}
+			return p.hand(b, size, SourceDevice), nil
+		}
+	}
+	if p.opt.Oversubscribe {
+		return p.spill(size)
+	}
+	if errors.Is(err, errNoPhysical) {
+		return 0, p.refuse(size, nil)
+	}
+	return 0, p.refuse(size, err)
+}
+
+// placeVirtual chooses the address of a block: a cached block whose memory is
+// mapped or can be from free and idle granules; otherwise, after moving the
+// blocks of completed markers and synchronizing when the pending bytes could
+// serve the request, the best cached block, the static reserve, or the start
+// of a new arena.
+func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (*block, Source, error) {
+	b := p.fromCache(size, class, c, ownClass)
+	if b != nil && !p.needsNewGranules(b, size) {
+		return b, SourceCache, nil
+	}
+	if p.pollMarkers() {
+		b = p.fromCache(size, class, c, ownClass)
+	}
+	if (b == nil || p.needsNewGranules(b, size)) && p.pending.bytes >= size {
+		if err := p.synchronize(); err != nil {
+			return nil, 0, err
+		}
+		b = p.fromCache(size, class, c, ownClass)
+	}
+	if b != nil {
+		return b, SourceCache, nil
+	}
+	if p.opt.Reserve > 0 {
+		// A static reserve (a fixed segment) serves every class first.
+		if b := p.fromCache(size, class, c, anyClass); b != nil {
+			return b, SourceCache, nil
+		}
+	}
+	b, err := p.growVirtual(size, class, false)
+	return b, SourceDevice, err
+}
+
+// needsNewGranules reports whether handing out the first size bytes of b
+// would create physical memory: more of its granules are unmapped than there
+// are free granules and idle ones elsewhere.
+func (p *Pool) needsNewGranules(b *block, size uint64) bool {
+	v := p.virt
+	unmapped, idleHere := v.shortOf(b, size)
+	return unmapped > len(v.free)+v.idle.n-idleHere
+}
+
+// growVirtual reserves an arena for class large enough for size bytes (of
+// exactly that, rounded up to the granularity, when exact) and returns its
+// single free block, already in the class index. An arena holds no physical
+// memory until blocks are handed out in it.
+func (p *Pool) growVirtual(size uint64, class int, exact bool) (*block, error) {
+	v := p.virt
+	arena := alignUp(size, v.gran)
+	if !exact {
+		arena = max(arena, min(max(alignUp(2*p.opt.Quota, v.gran), arenaMin), arenaMax))
+	}
+	base, err := v.back.ReserveAddress(arena)
+	if err != nil {
+		return nil, fmt.Errorf("pool: reserving %d bytes of address space: %w", arena, err)
+	}
+	if base%v.gran != 0 || base == 0 {
+		freeErr := v.back.FreeAddress(base, arena)
+		return nil, fmt.Errorf("pool: backing returned address range %#x, not aligned to %d bytes (free: %v)", base, v.gran, freeErr)
+	}
+	seg := &segment{base: base, size: arena, class: class, granules: make([]granule, arena>>v.shift)}
+	for i := range seg.granules {
+		seg.granules[i].va = base + uint64(i)<<v.shift
+	}
+	b := p.newBlock()
+	b.base, b.size, b.seg, b.state = base, arena, seg, stateFree
+	seg.head = b
+	i, _ := slices.BinarySearchFunc(p.segs, base, bySegmentBase)
+	p.segs = slices.Insert(p.segs, i, seg)
+	p.idx[class].insert(b)
+	p.stats.Segments++
+	v.arenas[class]++
+	return b, nil
+}
+
+// arenaEmptied frees the arena of b if b, a free block, now spans all of it
+// and its class has another arena: address space is not held for nothing,
+// while a class's last arena stays, so a pool that empties and fills again
+// does not remap.
+func (p *Pool) arenaEmptied(b *block) {
+	seg := b.seg
+	v := p.virt
+	if seg.granules == nil || b.state != stateFree || b.prevPhys != nil || b.nextPhys != nil || v.arenas[seg.class] < 2 {
+		return
+	}
+	for i := range seg.granules {
+		if g := &seg.granules[i]; g.mapped && p.unmapGranule(g) != nil {
+			return // counted in BackingErrors; the arena stays
+		}
+	}
+	if err := v.back.FreeAddress(seg.base, seg.size); err != nil {
+		p.stats.BackingErrors++
+		return
+	}
+	p.idx[seg.class].remove(b)
+	p.recycle(b)
+	i, _ := slices.BinarySearchFunc(p.segs, seg.base, bySegmentBase)
+	p.segs = slices.Delete(p.segs, i, i+1)
+	p.stats.Segments--
+	v.arenas[seg.class]--
+}
+
+// granuleRange returns the indexes of the first and last granules of seg that
+// [base, base+size) touches.
+func (v *virtualMemory) granuleRange(seg *segment, base, size uint64) (first, last uint64) {
+	return (base - seg.base) >> v.shift, (base + size - 1 - seg.base) >> v.shift
+}
+
+// shortOf returns how many granules under the first size bytes of b are not
+// mapped and how many are idle, for a free block of an arena; a stream-owned
+// block's memory is mapped and used, and the reserve is a fixed segment.
+func (v *virtualMemory) shortOf(b *block, size uint64) (unmapped, idle int) {
+	if b.state != stateFree || b.seg.granules == nil {
+		return 0, 0
+	}
+	first, last := v.granuleRange(b.seg, b.base, size)
+	for i := first; i <= last; i++ {
+		if g := &b.seg.granules[i]; !g.mapped {
+			unmapped++
+		} else if g.inIdle {
+			idle++
+		}
+	}
+	return unmapped, idle
+}
+
+// commit maps physical memory under the first size bytes of b, which is about
+// to be handed out, and counts those bytes as used. A stream-owned block is
+// already counted, and so is the reserve, a fixed segment. It fails with errNoPhysical, changing nothing, when the
+// granules free, idle or within the quota cannot cover the block.
+func (p *Pool) commit(b *block, size uint64, spill bool) error {
+	if b.state != stateFree || b.seg.granules == nil {
+		return nil
+	}
+	v := p.virt
+	seg := b.seg
+	first, last := v.granuleRange(seg, b.base, size)
+	need, idleHere := v.shortOf(b, size)
+	var headroom uint64
+	if p.devBytes < p.opt.Quota {
+		headroom = (p.opt.Quota - p.devBytes) >> v.shift
+	}
+	if spill && p.hostBytes < p.opt.HostLimit {
+		headroom += (p.opt.HostLimit - p.hostBytes) >> v.shift
+	}
+	if uint64(need) > uint64(len(v.free)+v.idle.n-idleHere)+headroom {
+		return fmt.Errorf("pool: %d granules needed for %d bytes: %w", need, size, errNoPhysical)
+	}
+	// The idle granules under the block are taken first, so that finding
+	// physical memory for the others never unmaps them.
+	for i := first; i <= last; i++ {
+		if g := &seg.granules[i]; g.inIdle {
+			v.idle.remove(g)
+		}
+	}
+	for i := first; i <= last; i++ {
+		g := &seg.granules[i]
+		if g.mapped {
+			continue
+		}
+		if err := p.mapGranule(g, spill); err != nil {
+			// The block is not handed out: what is mapped so far stays
+			// mapped, idle, except spilled memory, which goes back.
+			for j := first; j <= last; j++ {
+				if g := &seg.granules[j]; g.mapped && g.used == 0 && !g.inIdle {
+					p.granuleUnused(g)
+				}
+			}
+			return err
+		}
+	}
+	p.useGranules(seg, b.base, size, true)
+	return nil
+}
+
+// mapGranule maps physical memory at g: a free granule, a new one within the
+// quota, or the oldest idle granule unmapped from where it was. Unmapping an
+// idle granule is safe: none of its bytes belongs to a block that queued work
+// may still use.
+func (p *Pool) mapGranule(g *granule, spill bool) error {
+	v := p.virt
+	host := false
+	h, err := p.takePhysical()
+	if err != nil && spill && errors.Is(err, errNoPhysical) {
+		h, err = p.createHostGranule()
+		host = true
+	}
+	if err != nil {
+		return err
+	}
+	if err := v.back.Map(g.va, v.gran, h); err != nil {
+		p.stats.BackingErrors++
+		if host {
+			p.releaseHostGranule(h)
+		} else {
+			v.free = append(v.free, h)
+		}
+		return fmt.Errorf("pool: mapping a granule at %#x: %w", g.va, err)
+	}
+	g.handle, g.mapped, g.host = h, true, host
+	p.stats.GranuleMaps++
+	return nil
+}
+
+func (p *Pool) takePhysical() (uint64, error) {
+	v := p.virt
+	if n := len(v.free); n > 0 {
+		h := v.free[n-1]
+		v.free = v.free[:n-1]
+		return h, nil
+	}
+	if g := v.idle.head; g != nil {
+		if err := p.unmapGranule(g); err == nil {
+			h := v.free[len(v.free)-1]
+			v.free = v.free[:len(v.free)-1]
+			return h, nil
+		}
+	}
+	if p.devBytes+v.gran > p.opt.Quota {
+		return 0, fmt.Errorf("pool: no granule within the quota: %w", errNoPhysical)
+	}
+	h, err := v.back.CreatePhysical(v.gran, TierDevice)
+	if err != nil {
+		return 0, fmt.Errorf("pool: creating a %d-byte granule: %w", v.gran, err)
+	}
+	v.granule++
+	p.segBytes += v.gran
+	p.addDevice(v.gran)
+	p.stats.Granules = v.granule
+	return h, nil
+}
+
+// createHostGranule creates a host-located granule within the host limit.
+func (p *Pool) createHostGranule() (uint64, error) {
+	v := p.virt
+	if p.hostBytes+v.gran > p.opt.HostLimit {
+		return 0, fmt.Errorf("pool: no host granule within the host limit: %w", errNoPhysical)
+	}
+	h, err := v.back.CreatePhysical(v.gran, TierPinned)
+	if err != nil {
+		return 0, fmt.Errorf("pool: creating a %d-byte host granule: %w", v.gran, err)
+	}
+	p.hostBytes += v.gran
+	p.segBytes += v.gran // live bytes on it count in segLive
+	p.stats.SpilledBytes += v.gran
+	p.stats.PeakSpilledBytes = max(p.stats.PeakSpilledBytes, p.stats.SpilledBytes)
+	p.stats.SpilledTotal += v.gran
+	return h, nil
+}
+
+// releaseHostGranule frees a host granule mapped nowhere.
+func (p *Pool) releaseHostGranule(h uint64) {
+	v := p.virt
+	if err := v.back.ReleasePhysical(h, v.gran); err != nil {
+		p.stats.BackingErrors++
+		return
+	}
+	p.hostBytes -= v.gran
+	p.segBytes -= v.gran
+	p.stats.SpilledBytes -= v.gran
+}
+
+// unmapGranule unmaps an idle granule and keeps its physical memory free.
+func (p *Pool) unmapGranule(g *granule) error {
+	v := p.virt
+	v.idle.remove(g)
+	if err := v.back.Unmap(g.va, v.gran); err != nil {
+		// Its state is unknown: never use this granule again.
+		p.stats.BackingErrors++
+		return fmt.Errorf("pool: unmapping the granule at %#x: %w", g.va, err)
+	}
+	g.mapped = false
+	v.free = append(v.free, g.handle)
+	p.stats.GranuleUnmaps++
+	return nil
+}
+
+// useGranules adds (or, for !add, removes) the bytes of [base, base+size) to
+// the used bytes of the granules they lie on. A granule left with no used
+// bytes becomes idle, still mapped.
+func (p *Pool) useGranules(seg *segment, base, size uint64, add bool) {
+	v := p.virt
+	first, last := v.granuleRange(seg, base, size)
+	for i := first; i <= last; i++ {
+		g := &seg.granules[i]
+		lo, hi := max(base, g.va), min(base+size, g.va+v.gran)
+		if add {
+			g.used += hi - lo
+			continue
+		}
+		g.used -= hi - lo
+		if g.used == 0 {
+			p.granuleUnused(g)
+		}
+	}
+}
+
+// granuleUnused is called when no used byte is left on a mapped granule: a
+// device granule becomes idle; spilled memory goes back at once, and device
+// memory is mapped in its place when the address is used again.
+func (p *Pool) granuleUnused(g *granule) {
+	v := p.virt
+	if !g.host {
+		v.idle.push(g)
+		return
+	}
+	if err := v.back.Unmap(g.va, v.gran); err != nil {
+		p.stats.BackingErrors++ // its state is unknown: left as it is
+		return
+	}
+	g.mapped, g.host = false, false
+	p.stats.GranuleUnmaps++
+	p.releaseHostGranule(g.handle)
+}
+
+// becomeFree is called when a block of a virtual segment becomes reusable by
+// anyone (its free is known complete): its bytes no longer hold granules.
+func (p *Pool) becomeFree(b *block) {
+	if b.seg.granules != nil {
+		p.useGranules(b.seg, b.base, b.size, false)
+	}
+}
+
+// releaseGranulesWhile returns free then idle granules to the device while
+// cond holds.
+func (p *Pool) releaseGranulesWhile(cond func() bool) {
+	v := p.virt
+	if v == nil {
+		return
+	}
+	for cond() {
+		if len(v.free) == 0 {
+			g := v.idle.head
+			if g == nil || p.unmapGranule(g) != nil {
+				return
+			}
+		}
+		h := v.free[len(v.free)-1]
+		if err := v.back.ReleasePhysical(h, v.gran); err != nil {
+			p.stats.BackingErrors++
+			return
+		}
+		v.free = v.free[:len(v.free)-1]
+		v.granule--
+		p.stats.Granules = v.granule
+		p.segBytes -= v.gran
+		p.devBytes -= v.gran
+		p.stats.BytesReleased += v.gran
+	}
+}
+
+// releasableBytes is the device memory the pool could return at once without
+// touching a block: empty segments, free and idle granules.
+func (p *Pool) releasableBytes() uint64 {
+	n := p.empty.bytes
+	if v := p.virt; v != nil {
+		n += uint64(len(v.free)+v.idle.n) << v.shift
+	}
+	return n
+}
+
+// closeVirtual unmaps and releases every granule and frees every arena.
+func (p *Pool) closeVirtual() []error {
+	v := p.virt
+	var errs []error
+	for _, seg := range p.segs {
+		if seg.granules == nil {
+			continue
+		}
+		for i := range seg.granules {
+			g := &seg.granules[i]
+			if !g.mapped {
+				continue
+			}
+			if err := v.back.Unmap(g.va, v.gran); err != nil {
+				errs = append(errs, fmt.Errorf("pool: unmapping the granule at %#x: %w", g.va, err))
+				continue
+			}
+			if g.host {
+				if err := v.back.ReleasePhysical(g.handle, v.gran); err != nil {
+					errs = append(errs, fmt.Errorf("pool: releasing host granule %#x: %w", g.handle, err))
+				}
+				continue
+			}
+			v.free = append(v.free, g.handle)
+		}
+		if err := v.back.FreeAddress(seg.base, seg.size); err != nil {
+			errs = append(errs, fmt.Errorf("pool: freeing the address range %#x: %w", seg.base, err))
+		}
+	}
+	for _, h := range v.free {
+		if err := v.back.ReleasePhysical(h, v.gran); err != nil {
+			errs = append(errs, fmt.Errorf("pool: releasing physical granule %#x: %w", h, err))
+		}
+	}
+	p.segs = slices.DeleteFunc(p.segs, func(s *segment) bool { return s.granules != nil })
+	v.free, v.idle, v.granule, v.arenas = nil, idleList{}, 0, [numClasses]int{}
+	return errs
+}

@@ -1,0 +1,480 @@
+package pool_test
+
+import (
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/pool"
+	"github.com/spillway-gpu/spillway/pool/pooltest"
+)
+
+const granule = pooltest.Granularity
+
+// newVirtualHarness is newHarness on a device with virtual memory. Every
+// unmap is checked against the model: no live block and no freed block that
+// queued work may still use lies under an unmapped granule, so a granule
+// remapped elsewhere is never reused before its work completed.
+func newVirtualHarness(t testing.TB, f *pooltest.VirtualFake, opt pool.Options) *harness {
+	t.Helper()
+	p, err := pool.New(f, opt)
+	if err != nil {
+		t.Fatalf("pool.New: %v", err)
+	}
+	h := &harness{t: t, f: f.Fake, p: p, opt: opt, live: make(map[uint64]uint64), vmm: f}
+	f.OnUnmap = h.checkUnmap
+	return h
+}
+
+func (h *harness) checkUnmap(va, size uint64) {
+	h.t.Helper()
+	for base, n := range h.live {
+		if base < va+size && va < base+n {
+			h.unmappedLive = append(h.unmappedLive, base)
+		}
+	}
+	for _, d := range h.dirty {
+		if d.lo < va+size && va < d.hi && !h.f.SafeSince(d.at, d.stream, d.anyStream) {
+			h.t.Fatalf("unmap of [%#x,%#x) under [%#x,%#x) freed at %d (stream %d, any %v) before the free completed",
+				va, va+size, d.lo, d.hi, d.at, d.stream, d.anyStream)
+		}
+	}
+}
+
+// checkVirtualRefusal: with virtual memory a request needs whole granules
+// wherever it is placed, so it may be refused only when the quota left cannot
+// hold the granules it covers at a granule boundary.
+func (h *harness) checkVirtualRefusal(size uint64) {
+	h.t.Helper()
+	st := h.p.Stats()
+	need := (alignUp(size) + granule - 1) &^ (granule - 1)
+	if st.ReservedBytes <= h.opt.Quota && (h.opt.Quota-st.ReservedBytes)&^(granule-1) >= need {
+		h.t.Fatalf("refused %d bytes with only %d of %d reserved", size, st.ReservedBytes, h.opt.Quota)
+	}
+}
+
+// checkPhysical compares the pool's granules with the device's ground truth
+// and checks that no block still live lost its memory.
+func (h *harness) checkPhysical() {
+	h.t.Helper()
+	for _, base := range h.unmappedLive {
+		if n, ok := h.live[base]; ok {
+			h.t.Fatalf("granule unmapped under live [%#x,%#x)", base, base+n)
+		}
+	}
+	h.unmappedLive = h.unmappedLive[:0]
+	st := h.p.Stats()
+	if got := h.vmm.PhysicalBytes(); st.Granules*granule != got {
+		h.t.Fatalf("pool holds %d granules, device has %d physical bytes", st.Granules, got)
+	}
+	if st.ReservedBytes < st.Granules*granule {
+		h.t.Fatalf("reserved %d bytes, below %d granules", st.ReservedBytes, st.Granules)
+	}
+	if st.CachedBytes > st.ReservedBytes+st.SpilledBytes {
+		h.t.Fatalf("%d bytes cached, more than the %d reserved and %d spilled", st.CachedBytes, st.ReservedBytes, st.SpilledBytes)
+	}
+}
+
+func (h *harness) closeVirtual() {
+	h.t.Helper()
+	h.vmm.OnUnmap = nil // Close releases live blocks too
+	h.close()
+	if n, m := h.vmm.AddressRanges(), h.vmm.MappedBytes(); n != 0 || m != 0 {
+		h.t.Fatalf("after Close: %d address ranges, %d mapped bytes left", n, m)
+	}
+}
+
+func virtualOptions(quota uint64) pool.Options {
+	opt := pool.DefaultOptions(quota)
+	opt.ReleaseThreshold = 0
+	return opt
+}
+
+// TestVirtualStitching: blocks freed apart from each other serve one larger
+// request by mapping their granules behind a new address range, where fixed
+// segments, each still holding live blocks, cannot.
+func TestVirtualStitching(t *testing.T) {
+	for _, virtual := range []bool{true, false} {
+		f := pooltest.NewVirtual(0)
+		opt := virtualOptions(1 * giB)
+		opt.ReleaseThreshold = opt.Quota
+		opt.VirtualMemory = virtual
+		h := newVirtualHarness(t, f, opt)
+		var blocks []uint64
+		for range 255 { // 1020 MiB: 51 medium segments of 20 MiB
+			blocks = append(blocks, h.mustAlloc(4*miB))
+		}
+		for i := 0; i < len(blocks); i += 2 {
+			h.mustFree(blocks[i])
+		}
+		h.appSync()
+		_, err := h.alloc(8 * miB)
+		if !virtual {
+			if !errors.Is(err, pool.ErrQuota) {
+				t.Fatalf("fixed segments: 8 MiB in two 4 MiB holes gave %v, want a refusal", err)
+			}
+			if vc := f.VirtualCounts(); vc.Maps != 0 {
+				t.Fatalf("virtual memory off, yet %d maps", vc.Maps)
+			}
+			h.closeVirtual()
+			continue
+		}
+		if err != nil {
+			t.Fatalf("8 MiB from two freed 4 MiB blocks: %v", err)
+		}
+		h.checkPhysical()
+		if got := f.PhysicalBytes(); got != 1020*miB {
+			t.Fatalf("%d physical bytes, want 1020 MiB", got)
+		}
+		// The last 4 MiB block was freed: the new block starts there, on its
+		// two idle granules, and takes two more from the other holes.
+		if st, vc := h.p.Stats(), f.VirtualCounts(); st.GranuleUnmaps != 2 || vc.Creates != 510 {
+			t.Fatalf("%d granules remapped and %d created, want 2 and 510", st.GranuleUnmaps, vc.Creates)
+		}
+		h.closeVirtual()
+	}
+}
+
+// TestVirtualPendingGranules: a granule freed by Free stays mapped until a
+// synchronization, and a granule freed on a stream until the stream's work is
+// known complete, even when the quota needs it elsewhere.
+func TestVirtualPendingGranules(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	h := newVirtualHarness(t, f, virtualOptions(4*miB))
+	a := h.mustAlloc(4 * miB)
+	h.mustFree(a)
+	syncs := f.Counts().Syncs
+	if _, err := h.allocAsync(4*miB, 1); err != nil {
+		t.Fatal(err)
+	}
+	if f.Counts().Syncs != syncs+1 {
+		t.Fatalf("the pool reused a pending granule without synchronizing")
+	}
+	h.closeVirtual()
+
+	f = pooltest.NewVirtual(0)
+	h = newVirtualHarness(t, f, virtualOptions(4*miB))
+	a, err := h.allocAsync(3*miB, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := h.freeAsync(a, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Another stream needs the granules: they are handed over only after a
+	// synchronization (checked by the harness at every unmap and reuse).
+	if _, err := h.allocAsync(4*miB, 2); err != nil {
+		t.Fatal(err)
+	}
+	h.checkPhysical()
+	h.closeVirtual()
+}
+
+// TestVirtualReleaseThreshold: with a threshold of 0 the granules of freed
+// blocks go back to the device once the frees complete, and only the granules
+// under live blocks stay.
+func TestVirtualReleaseThreshold(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	h := newVirtualHarness(t, f, virtualOptions(64*miB))
+	keep := h.mustAlloc(1 * miB)
+	var ptrs []uint64
+	for range 5 {
+		ptrs = append(ptrs, h.mustAlloc(3*miB))
+	}
+	for _, p := range ptrs {
+		h.mustFree(p)
+	}
+	// The MiB lies in the small class's arena, the 15 MiB in eight granules
+	// of the medium class's.
+	if got := f.PhysicalBytes(); got != 9*granule {
+		t.Fatalf("%d physical bytes before the synchronization, want 9 granules", got)
+	}
+	h.appSync()
+	h.checkPhysical()
+	if got := f.PhysicalBytes(); got != granule {
+		t.Fatalf("%d physical bytes after it, want one granule under the live MiB", got)
+	}
+	h.mustFree(keep)
+	h.appSync()
+	if got := f.PhysicalBytes(); got != 0 {
+		t.Fatalf("%d physical bytes with nothing live", got)
+	}
+	h.closeVirtual()
+}
+
+// TestVirtualOff: Options.VirtualMemory false keeps fixed segments over a
+// backing with virtual memory.
+func TestVirtualOff(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	opt := virtualOptions(64 * miB)
+	opt.VirtualMemory = false
+	h := newVirtualHarness(t, f, opt)
+	h.mustFree(h.mustAlloc(5 * miB))
+	if c, vc := f.Counts(), f.VirtualCounts(); c.Reserves != 1 || vc != (pooltest.VirtualCounts{}) {
+		t.Fatalf("counts %+v and %+v, want one fixed segment and no virtual memory", c, vc)
+	}
+	h.closeVirtual()
+}
+
+// TestVirtualDeviceFull: a device out of memory below the quota refuses with
+// its own error and leaves the accounting exact.
+func TestVirtualDeviceFull(t *testing.T) {
+	f := pooltest.NewVirtual(6 * miB)
+	h := newVirtualHarness(t, f, virtualOptions(64*miB))
+	h.mustAlloc(5 * miB)
+	_, err := h.alloc(4 * miB)
+	if !errors.Is(err, pool.ErrOutOfMemory) || errors.Is(err, pool.ErrQuota) {
+		t.Fatalf("allocation beyond the device: %v, want the device's out of memory", err)
+	}
+	h.checkPhysical()
+	h.closeVirtual()
+}
+
+// FuzzPoolVirtual is FuzzPool on a device with virtual memory, checking
+// besides the reference model that every unmapped granule is free of queued
+// work and that the pool's granules are the device's physical memory.
+func FuzzPoolVirtual(f *testing.F) {
+	f.Add([]byte{0, 0, 1, 0, 2, 1, 3, 0, 0, 1, 4, 5, 6})
+	f.Add([]byte{0x13, 2, 0x40, 0x10, 4, 1, 2, 0x80, 0x01, 6, 2, 0x40, 0x10, 5, 3})
+	f.Add([]byte{0x08, 0, 0xff, 0xff, 0, 0xff, 0x7f, 7, 0, 3, 0, 7, 1, 7, 2, 7, 3})
+	f.Add([]byte{0x20, 0, 0x80, 0x16, 0, 0x80, 0x16, 3, 0, 4, 1, 0, 0x81, 0x17, 2, 0x40, 0x15, 1, 6, 1})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) == 0 {
+			return
+		}
+		cfg := data[0]
+		data = data[1:]
+		quotas := [...]uint64{8 * miB, 20 * miB, 64 * miB, 1 * giB}
+		opt := pool.DefaultOptions(quotas[cfg&3])
+		opt.StrictFree = cfg&4 != 0
+		opt.Oversubscribe = cfg&8 != 0
+		if cfg&0x10 != 0 {
+			opt.SpillTier = pool.TierPinned
+		}
+		if cfg&0x20 != 0 {
+			opt.ReleaseThreshold = 0
+		}
+		if cfg&0x40 != 0 {
+			opt.Reserve = opt.Quota / 4
+		}
+		fake := pooltest.NewVirtual(0)
+		h := newVirtualHarness(t, fake, opt)
+		var ptrs []uint64
+		next := func() byte {
+			if len(data) == 0 {
+				return 0
+			}
+			b := data[0]
+			data = data[1:]
+			return b
+		}
+		size := func() uint64 {
+			v := uint64(next())<<8 | uint64(next())
+			return 1 + (v>>4)<<(v&15)
+		}
+		stream := func() pool.Stream { return pool.Stream(1 + next()%3) }
+		for len(data) > 0 {
+			switch op := next() % 8; {
+			case op <= 2:
+				var p uint64
+				var err error
+				if op == 2 {
+					p, err = h.allocAsync(size(), stream())
+				} else {
+					p, err = h.alloc(size())
+				}
+				if err != nil && !errors.Is(err, pool.ErrOutOfMemory) {
+					t.Fatalf("allocation failed with %v", err)
+				}
+				if p != 0 {
+					ptrs = append(ptrs, p)
+				}
+			case op <= 4 && len(ptrs) > 0:
+				i := int(next()) % len(ptrs)
+				var err error
+				if op == 3 {
+					err = h.free(ptrs[i])
+				} else {
+					err = h.freeAsync(ptrs[i], stream())
+				}
+				if err != nil {
+					t.Fatalf("free of a live block: %v", err)
+				}
+				ptrs[i] = ptrs[len(ptrs)-1]
+				ptrs = ptrs[:len(ptrs)-1]
+			case op == 5:
+				h.appSync()
+			case op == 6:
+				fake.Complete(stream())
+			case op == 7:
+				switch next() % 3 {
+				case 0:
+					h.p.ForgetStream(stream())
+				case 1:
+					if _, err := h.p.Promote(); err != nil {
+						t.Fatalf("Promote: %v", err)
+					}
+				case 2:
+					if err := h.p.Free(0x1000); !errors.Is(err, pool.ErrNotOwned) {
+						t.Fatalf("foreign free: %v", err)
+					}
+				}
+			}
+			h.checkPhysical()
+		}
+		h.closeVirtual()
+	})
+}
+
+// TestVirtualConcurrent allocates and frees from many goroutines over virtual
+// memory under a quota the peak exceeds, then checks the device's ground
+// truth. Run it with -race.
+func TestVirtualConcurrent(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	opt := pool.DefaultOptions(64 * miB)
+	opt.Oversubscribe = true
+	opt.HostLimit = giB
+	p, err := pool.New(f, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(w), 7))
+			s := pool.Stream(w % 3)
+			var mine []uint64
+			for range 1000 {
+				if len(mine) > 0 && rng.IntN(2) == 0 {
+					i := rng.IntN(len(mine))
+					var err error
+					if rng.IntN(2) == 0 {
+						err = p.Free(mine[i])
+					} else {
+						err = p.FreeAsync(mine[i], s)
+					}
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					mine[i] = mine[len(mine)-1]
+					mine = mine[:len(mine)-1]
+					continue
+				}
+				ptr, err := p.AllocAsync(uint64(1+rng.IntN(6*miB)), s)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mine = append(mine, ptr)
+				if rng.IntN(50) == 0 {
+					f.Complete(s)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st := p.Stats()
+	if st.ReservedBytes != f.DeviceBytes() || st.Granules*granule != f.PhysicalBytes() || st.ReservedBytes > opt.Quota {
+		t.Fatalf("pool %+v, device %d bytes, %d physical", st, f.DeviceBytes(), f.PhysicalBytes())
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f.DeviceBytes() != 0 || f.HostBytes() != 0 || f.AddressRanges() != 0 {
+		t.Fatalf("after Close: %d device, %d host bytes, %d ranges", f.DeviceBytes(), f.HostBytes(), f.AddressRanges())
+	}
+}
+
+// TestVirtualPageSpill: with oversubscription, the granules of a block that
+// the quota cannot hold are host memory mapped behind the same range, and go
+// back to the host as soon as the block's free completes.
+func TestVirtualPageSpill(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	opt := virtualOptions(8 * miB)
+	opt.Oversubscribe = true
+	opt.HostLimit = 64 * miB
+	h := newVirtualHarness(t, f, opt)
+	keep := h.mustAlloc(6 * miB)
+	ptr := h.mustAlloc(5 * miB) // three granules: one on the device, two on the host
+	if a, _ := h.p.Lookup(ptr); a.Tier != pool.TierDevice {
+		t.Fatalf("a partly spilled block has tier %v, want one range on the device", a.Tier)
+	}
+	st := h.p.Stats()
+	if st.ReservedBytes != 8*miB || st.SpilledBytes != 2*granule || f.HostBytes() != 2*granule {
+		t.Fatalf("reserved %d, spilled %d, host %d; want 8 MiB and two granules", st.ReservedBytes, st.SpilledBytes, f.HostBytes())
+	}
+	if st.CachedBytes != 1*miB {
+		t.Fatalf("%d bytes cached, want the MiB left in the last host granule", st.CachedBytes)
+	}
+	if vc := f.VirtualCounts(); vc.HostCreates != 2 {
+		t.Fatalf("%d host granules created, want 2", vc.HostCreates)
+	}
+	h.mustFree(ptr)
+	if f.HostBytes() != 2*granule {
+		t.Fatalf("host granules released before the free completed")
+	}
+	h.appSync()
+	if st := h.p.Stats(); f.HostBytes() != 0 || st.SpilledBytes != 0 {
+		t.Fatalf("%d host bytes (%d spilled) after the free completed, want 0", f.HostBytes(), st.SpilledBytes)
+	}
+	// The device granule it had is reused; the host ones are not needed.
+	h.mustFree(keep)
+	h.appSync()
+	h.mustAlloc(8 * miB)
+	if f.HostBytes() != 0 {
+		t.Fatalf("spilled with the quota free")
+	}
+	h.closeVirtual()
+}
+
+// TestVirtualArenas: a request refused under quota pressure, which tried a
+// second arena of its class, leaves no address range behind.
+func TestVirtualArenas(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	h := newVirtualHarness(t, f, virtualOptions(8*miB))
+	var small []uint64
+	for range 8 {
+		small = append(small, h.mustAlloc(1*miB))
+	}
+	// Every granule still holds a live MiB after these frees.
+	for _, i := range []int{1, 2, 5, 6} {
+		h.mustFree(small[i])
+	}
+	h.appSync()
+	ranges := f.AddressRanges()
+	for range 3 {
+		if _, err := h.alloc(1*miB + 512); !errors.Is(err, pool.ErrQuota) {
+			t.Fatalf("a medium request with every granule in use: %v", err)
+		}
+	}
+	// The medium class's first arena stays; the pressure arenas are freed.
+	if got := f.AddressRanges(); got != ranges+1 {
+		t.Fatalf("%d address ranges after refusals, want %d", got, ranges+1)
+	}
+	if vc := f.VirtualCounts(); vc.AddressFrees != vc.AddressReserves-ranges-1 {
+		t.Fatalf("%d ranges reserved, %d freed", vc.AddressReserves, vc.AddressFrees)
+	}
+	h.closeVirtual()
+}
+
+// TestVirtualSyncBeforeNewGranule: a placement on one idle and one unmapped
+// granule needs new memory when no other granule is idle, so the pool
+// synchronizes for the pending bytes that can serve it instead of creating a
+// granule.
+func TestVirtualSyncBeforeNewGranule(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	h := newVirtualHarness(t, f, pool.DefaultOptions(1*giB))
+	e := h.mustAlloc(4 * miB) // granules 0 and 1
+	a := h.mustAlloc(2 * miB) // granule 2
+	h.mustFree(a)
+	h.appSync() // granule 2 idle
+	h.mustFree(e)
+	syncs := f.Counts().Syncs
+	h.mustAlloc(4 * miB)
+	if got := f.PhysicalBytes(); got != 3*granule || f.Counts().Syncs != syncs+1 {
+		t.Fatalf("%d physical bytes after %d synchronizations, want 3 granules after one", got, f.Counts().Syncs-syncs)
+	}
+	h.closeVirtual()
+}
