@@ -131,3 +131,57 @@ func answer(e interpose.Error) C.int32_t {
 }
 
 func setLastError(e interpose.Error) { running().rt.SetLastError(e) }
+
+// The driver's entry points answer a CUresult (a panic: CUDA_ERROR_UNKNOWN,
+// the same 999 as cudaErrorUnknown) and never touch the runtime's last
+// error: a driver call leaves none.
+
+//export spillway_core_cu_malloc
+func spillway_core_cu_malloc(device C.int32_t, size C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemAlloc")
+	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindDevice})
+	if e == interpose.Success {
+		*ptr = C.uint64_t(p)
+	}
+	return driverAnswer(e)
+}
+
+//export spillway_core_cu_free
+func spillway_core_cu_free(ptr C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemFree")
+	return driverAnswer(running().free(interpose.DevicePtr(ptr), 0, false))
+}
+
+//export spillway_core_cu_mem_get_info
+func spillway_core_cu_mem_get_info(device C.int32_t, free, total *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemGetInfo")
+	f, t, e := running().memGetInfo(int(device))
+	if e == interpose.Success {
+		*free, *total = C.uint64_t(f), C.uint64_t(t)
+	}
+	return driverAnswer(e)
+}
+
+// driverAnswer is the CUresult the driver would give for the runtime's e.
+func driverAnswer(e interpose.Error) C.int32_t {
+	switch e {
+	case interpose.Success:
+		return C.CUDA_SUCCESS
+	case interpose.ErrorInvalidValue, interpose.ErrorInvalidDevicePtr:
+		return C.CUDA_ERROR_INVALID_VALUE
+	case interpose.ErrorMemoryAllocation:
+		return C.CUDA_ERROR_OUT_OF_MEMORY
+	case interpose.ErrorInitialization:
+		return C.CUDA_ERROR_NOT_INITIALIZED
+	case interpose.ErrorInvalidDevice:
+		return C.CUDA_ERROR_INVALID_DEVICE
+	case interpose.ErrorSymbolNotFound:
+		return C.CUDA_ERROR_NOT_FOUND
+	case interpose.ErrorNotReady:
+		return C.CUDA_ERROR_NOT_READY
+	case interpose.ErrorNotSupported:
+		return C.CUDA_ERROR_NOT_SUPPORTED
+	default:
+		return C.CUDA_ERROR_UNKNOWN
+	}
+}

@@ -117,7 +117,7 @@ PROBE void spillway_probe_refuse(uint64_t size, int32_t device, uint64_t used, u
     __asm__ volatile(PROBE_NOP : : "r"(size), "r"(device), "r"(used), "r"(quota) : "memory");
 }
 
-static const struct spillway_probes probes = {
+static struct spillway_probes probes = {
     .size = sizeof(struct spillway_probes),
     .alloc = spillway_probe_alloc,
     .free = spillway_probe_free,
@@ -169,32 +169,44 @@ struct candidates {
     char path[MAX_CANDIDATES][PATH_MAX];
 };
 
-static int collect_cudart(struct dl_phdr_info *info, size_t size, void *data)
+/* The library a CUDA name lives in: libcudart for cuda*, libcuda for the driver's cu*. */
+static const char *library_of(const char *name)
+{
+    return strncmp(name, "cuda", 4) == 0 ? "libcudart" : "libcuda.";
+}
+
+struct search {
+    const char *library; /* the file name's prefix */
+    struct candidates found;
+};
+
+static int collect_library(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
-    struct candidates *c = data;
+    struct search *s = data;
+    struct candidates *c = &s->found;
     const char *base = strrchr(info->dlpi_name, '/');
     base = base ? base + 1 : info->dlpi_name;
-    if (strncmp(base, "libcudart", 9) == 0 && c->n < MAX_CANDIDATES &&
+    if (strncmp(base, s->library, strlen(s->library)) == 0 && c->n < MAX_CANDIDATES &&
         strlen(info->dlpi_name) < PATH_MAX)
         strcpy(c->path[c->n++], info->dlpi_name);
     return 0;
 }
 
 /*
- * RTLD_NEXT finds the runtime in the global scope. A runtime loaded with
- * RTLD_LOCAL (Python extension modules, ctypes) is not there: find it among
- * the loaded objects and look the name up in its own scope.
+ * RTLD_NEXT finds the runtime (or the driver) in the global scope. One
+ * loaded with RTLD_LOCAL (Python extension modules, ctypes) is not there:
+ * find it among the loaded objects and look the name up in its own scope.
  */
 static void *find_real(const char *name)
 {
     void *f = dlsym(RTLD_NEXT, name);
     if (f && !in_self(f))
         return f;
-    struct candidates c = {0};
-    dl_iterate_phdr(collect_cudart, &c); /* no dlopen inside the callback */
-    for (int i = 0; i < c.n; i++) {
-        void *h = dlopen(c.path[i], RTLD_LAZY | RTLD_NOLOAD);
+    struct search s = {.library = library_of(name)};
+    dl_iterate_phdr(collect_library, &s); /* no dlopen inside the callback */
+    for (int i = 0; i < s.found.n; i++) {
+        void *h = dlopen(s.found.path[i], RTLD_LAZY | RTLD_NOLOAD);
         if (!h)
             continue;
         f = dlsym(h, name);
@@ -206,7 +218,21 @@ static void *find_real(const char *name)
 }
 
 static struct spillway_real real = {.size = sizeof(struct spillway_real)};
-static const char *const real_names[] = {SPILLWAY_REAL_NAMES};
+
+/* The CUDA names of the table's entries, in field order. */
+static const char *const real_names[] = {
+#define SPILLWAY_REAL(ret, field, name, params) #name,
+#define SPILLWAY_INTERPOSED SPILLWAY_REAL
+#include "calls.def"
+};
+
+/* R_<field>: a real function's index in the table. */
+enum {
+#define SPILLWAY_REAL(ret, field, name, params) R_##field,
+#define SPILLWAY_INTERPOSED SPILLWAY_REAL
+#include "calls.def"
+    R_COUNT
+};
 
 /* The table's function pointers, as an array indexed in field order. */
 static void **real_slot(int i)
@@ -214,10 +240,9 @@ static void **real_slot(int i)
     return (void **)((char *)&real + offsetof(struct spillway_real, malloc)) + i;
 }
 
-_Static_assert(sizeof(real_names) / sizeof(real_names[0]) ==
-                   (sizeof(struct spillway_real) - offsetof(struct spillway_real, malloc)) /
-                       sizeof(void *),
-               "every field of spillway_real needs a name");
+_Static_assert(R_COUNT == (sizeof(struct spillway_real) - offsetof(struct spillway_real, malloc)) /
+                              sizeof(void *),
+               "every field of spillway_real needs a row in calls.def");
 
 static void *resolve(int i)
 {
@@ -231,42 +256,28 @@ static void *resolve(int i)
     return f;
 }
 
-enum {
-    R_MALLOC,
-    R_FREE,
-    R_MALLOC_MANAGED,
-    R_MALLOC_PITCH,
-    R_MALLOC_ASYNC,
-    R_FREE_ASYNC,
-    R_MEM_GET_INFO,
-    R_DEVICE_RESET,
-    R_GET_DEVICE,
-    R_SET_DEVICE,
-    R_GET_DEVICE_COUNT,
-    R_DEVICE_SYNCHRONIZE,
-    R_STREAM_SYNCHRONIZE,
-    R_EVENT_CREATE,
-    R_EVENT_RECORD,
-    R_EVENT_QUERY,
-    R_EVENT_SYNCHRONIZE,
-    R_EVENT_DESTROY,
-    R_STREAM_DESTROY,
-};
-
 /* Yields a typed pointer to the real function, or returns an error from the caller. */
-#define REAL(var, field, idx)                                                                  \
-    __typeof__(real.field) var = (__typeof__(real.field))resolve(idx);                         \
+#define REAL(var, field)                                                                       \
+    __typeof__(real.field) var = (__typeof__(real.field))resolve(R_##field);                   \
     if (!var)                                                                                  \
-        return missing_real(idx);
+        return missing_real(R_##field);
 
-static cudaError_t missing_real(int i)
+/* The error both APIs give for a missing function: cudaErrorSymbolNotFound, CUDA_ERROR_NOT_FOUND. */
+#define NOT_FOUND 500
+_Static_assert(NOT_FOUND == cudaErrorSymbolNotFound && NOT_FOUND == CUDA_ERROR_NOT_FOUND,
+               "one code for a missing function");
+
+static int missing_real(int i)
 {
     static atomic_int told;
     if (!atomic_exchange(&told, 1))
-        log_line("cannot find the real %s: no CUDA runtime (libcudart) is loaded in this "
-                 "process; the call fails with cudaErrorSymbolNotFound",
-                 real_names[i]);
-    return cudaErrorSymbolNotFound;
+        log_line("cannot find the real %s: no %s is loaded in this process; the call fails with "
+                 "error %d (cudaErrorSymbolNotFound, CUDA_ERROR_NOT_FOUND)",
+                 real_names[i],
+                 strcmp(library_of(real_names[i]), "libcudart") == 0 ? "CUDA runtime (libcudart)"
+                                                                     : "CUDA driver (libcuda)",
+                 NOT_FOUND);
+    return NOT_FOUND;
 }
 
 /* ---- the core ---- */
@@ -274,19 +285,10 @@ static cudaError_t missing_real(int i)
 enum state { UNLOADED, LOADING, READY, FAILED, PASSTHROUGH };
 static atomic_int state = UNLOADED;
 
+/* The core's entry points, once loaded. */
 static struct {
-    spillway_core_malloc_fn malloc;
-    spillway_core_malloc_managed_fn malloc_managed;
-    spillway_core_malloc_pitch_fn malloc_pitch;
-    spillway_core_malloc_async_fn malloc_async;
-    spillway_core_free_fn free;
-    spillway_core_free_async_fn free_async;
-    spillway_core_mem_get_info_fn mem_get_info;
-    spillway_core_device_reset_fn device_reset;
-    spillway_core_device_synchronize_fn device_synchronize;
-    spillway_core_stream_destroy_fn stream_destroy;
-    spillway_core_report_fn report;
-    spillway_core_adopt_fn adopt;
+#define SPILLWAY_ENTRY(name, params) spillway_core_##name##_fn name;
+#include "calls.def"
 } core;
 
 /* Calls this thread is inside; a nested call goes straight to the real runtime. */
@@ -396,26 +398,9 @@ static int open_core(void)
     if (!same_abi(h, path))
         return -1;
     int missing = 0;
-    spillway_core_init_fn init = (spillway_core_init_fn)entry(h, "spillway_core_init", &missing);
-    core.malloc = (spillway_core_malloc_fn)entry(h, "spillway_core_malloc", &missing);
-    core.malloc_managed =
-        (spillway_core_malloc_managed_fn)entry(h, "spillway_core_malloc_managed", &missing);
-    core.malloc_pitch =
-        (spillway_core_malloc_pitch_fn)entry(h, "spillway_core_malloc_pitch", &missing);
-    core.malloc_async =
-        (spillway_core_malloc_async_fn)entry(h, "spillway_core_malloc_async", &missing);
-    core.free = (spillway_core_free_fn)entry(h, "spillway_core_free", &missing);
-    core.free_async = (spillway_core_free_async_fn)entry(h, "spillway_core_free_async", &missing);
-    core.mem_get_info =
-        (spillway_core_mem_get_info_fn)entry(h, "spillway_core_mem_get_info", &missing);
-    core.device_reset =
-        (spillway_core_device_reset_fn)entry(h, "spillway_core_device_reset", &missing);
-    core.device_synchronize = (spillway_core_device_synchronize_fn)entry(
-        h, "spillway_core_device_synchronize", &missing);
-    core.stream_destroy =
-        (spillway_core_stream_destroy_fn)entry(h, "spillway_core_stream_destroy", &missing);
-    core.report = (spillway_core_report_fn)entry(h, "spillway_core_report", &missing);
-    core.adopt = (spillway_core_adopt_fn)entry(h, "spillway_core_adopt", &missing);
+#define SPILLWAY_ENTRY(name, params)                                                           \
+    core.name = (spillway_core_##name##_fn)entry(h, "spillway_core_" #name, &missing);
+#include "calls.def"
     if (missing) {
         log_line("the core %s lacks an entry point (a front and a core from different builds?)",
                  path);
@@ -423,7 +408,7 @@ static int open_core(void)
     }
     for (size_t i = 0; i < sizeof real_names / sizeof real_names[0]; i++)
         resolve((int)i); /* optional ones may stay NULL; the core checks */
-    int32_t rc = init(SPILLWAY_CORE_ABI, &real, &probes);
+    int32_t rc = core.init(SPILLWAY_CORE_ABI, &real, &probes);
     if (rc != 0) {
         log_line("the core %s refused to start (error %d)", path, rc);
         return -1;
@@ -577,7 +562,7 @@ static uint64_t stream_id(cudaStream_t stream)
 
 static cudaError_t current_device(int32_t *device)
 {
-    REAL(get_device, get_device, R_GET_DEVICE);
+    REAL(get_device, get_device);
     int d = 0;
     cudaError_t rc = get_device(&d);
     *device = d;
@@ -591,7 +576,7 @@ static cudaError_t early_alloc(cudaError_t rc, void *ptr, uint64_t size)
         return rc;
     int32_t device = 0;
     if (current_device(&device) != cudaSuccess || early_record(ptr, size, device) != cudaSuccess) {
-        __typeof__(real.free) release = (__typeof__(real.free))resolve(R_FREE);
+        __typeof__(real.free) release = (__typeof__(real.free))resolve(R_free);
         if (release)
             release(ptr);
         return cudaErrorMemoryAllocation;
@@ -603,7 +588,7 @@ static cudaError_t early_alloc(cudaError_t rc, void *ptr, uint64_t size)
 
 EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
-    REAL(real_malloc, malloc, R_MALLOC);
+    REAL(real_malloc, malloc);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -639,7 +624,7 @@ EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 
 EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
 {
-    REAL(real_malloc_managed, malloc_managed, R_MALLOC_MANAGED);
+    REAL(real_malloc_managed, malloc_managed);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -675,7 +660,7 @@ EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int fl
 
 EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
 {
-    REAL(real_malloc_pitch, malloc_pitch, R_MALLOC_PITCH);
+    REAL(real_malloc_pitch, malloc_pitch);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -714,7 +699,7 @@ EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
 
 EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)
 {
-    REAL(real_malloc_async, malloc_async, R_MALLOC_ASYNC);
+    REAL(real_malloc_async, malloc_async);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -750,7 +735,7 @@ EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stre
 
 EXPORT cudaError_t cudaFree(void *devPtr)
 {
-    REAL(real_free, free, R_FREE);
+    REAL(real_free, free);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -767,7 +752,7 @@ EXPORT cudaError_t cudaFree(void *devPtr)
 
 EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
 {
-    REAL(real_free_async, free_async, R_FREE_ASYNC);
+    REAL(real_free_async, free_async);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -784,7 +769,7 @@ EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
 
 EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 {
-    REAL(real_mem_get_info, mem_get_info, R_MEM_GET_INFO);
+    REAL(real_mem_get_info, mem_get_info);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -809,7 +794,7 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 
 EXPORT cudaError_t cudaDeviceReset(void)
 {
-    REAL(real_device_reset, device_reset, R_DEVICE_RESET);
+    REAL(real_device_reset, device_reset);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -830,7 +815,7 @@ EXPORT cudaError_t cudaDeviceReset(void)
  */
 EXPORT cudaError_t cudaDeviceSynchronize(void)
 {
-    REAL(real_device_synchronize, device_synchronize, R_DEVICE_SYNCHRONIZE);
+    REAL(real_device_synchronize, device_synchronize);
     cudaError_t rc;
     if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY) {
         depth++;
@@ -845,7 +830,7 @@ EXPORT cudaError_t cudaDeviceSynchronize(void)
 
 EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
-    REAL(real_stream_destroy, stream_destroy, R_STREAM_DESTROY);
+    REAL(real_stream_destroy, stream_destroy);
     cudaError_t rc;
     if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY &&
         stream != cudaStreamPerThread && stream != cudaStreamLegacy && stream != NULL) {
@@ -856,3 +841,109 @@ EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
     }
     return real_stream_destroy(stream);
 }
+
+/* ---- the driver's memory API ---- */
+
+/* The device of the calling thread's current context. */
+static CUresult context_device(int32_t *device)
+{
+    __typeof__(real.cu_ctx_get_device) get =
+        (__typeof__(real.cu_ctx_get_device))resolve(R_cu_ctx_get_device);
+    CUdevice d = 0;
+    CUresult rc = get ? get(&d) : CUDA_ERROR_NOT_FOUND;
+    *device = d;
+    return rc;
+}
+
+/*
+ * The driver's calls reach the core like the runtime's, as CUresult codes
+ * and without the runtime's last error. Every context is taken as its
+ * device's primary context: the core serves the call from that device's
+ * pool. A call the core cannot place (no current context, a null pointer,
+ * zero bytes) gets the real driver's own answer.
+ */
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    REAL(real_alloc, cu_mem_alloc);
+    CUresult rc;
+    int32_t device = 0;
+    enum route r = route();
+    depth++;
+    switch (r) {
+    case ROUTE_CORE: {
+        uint64_t p = 0;
+        if (!dptr || bytesize == 0 || context_device(&device) != CUDA_SUCCESS) {
+            rc = real_alloc(dptr, bytesize);
+            break;
+        }
+        rc = (CUresult)core.cu_malloc(device, bytesize, &p);
+        if (rc == CUDA_SUCCESS)
+            *dptr = (CUdeviceptr)p;
+        break;
+    }
+    case ROUTE_EARLY:
+        rc = real_alloc(dptr, bytesize);
+        if (rc == CUDA_SUCCESS &&
+            (context_device(&device) != CUDA_SUCCESS ||
+             early_record((void *)(uintptr_t)*dptr, bytesize, device) != cudaSuccess)) {
+            __typeof__(real.cu_mem_free) release =
+                (__typeof__(real.cu_mem_free))resolve(R_cu_mem_free);
+            if (release)
+                release(*dptr);
+            rc = CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        break;
+    case ROUTE_REFUSE:
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+        break;
+    default:
+        rc = real_alloc(dptr, bytesize);
+    }
+    depth--;
+    return rc;
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    REAL(real_free, cu_mem_free);
+    CUresult rc;
+    enum route r = route();
+    depth++;
+    if (r == ROUTE_EARLY && !early_forget((void *)(uintptr_t)dptr))
+        r = ROUTE_CORE;
+    if (r == ROUTE_CORE)
+        rc = (CUresult)core.cu_free((uint64_t)dptr);
+    else
+        rc = real_free(dptr);
+    depth--;
+    return rc;
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    REAL(real_mem_get_info, cu_mem_get_info);
+    CUresult rc;
+    int32_t device;
+    enum route r = route();
+    depth++;
+    if (r == ROUTE_CORE && context_device(&device) == CUDA_SUCCESS) {
+        uint64_t f = 0, t = 0;
+        rc = (CUresult)core.cu_mem_get_info(device, &f, &t);
+        if (rc == CUDA_SUCCESS) {
+            if (free)
+                *free = (size_t)f;
+            if (total)
+                *total = (size_t)t;
+        }
+    } else {
+        rc = real_mem_get_info(free, total);
+    }
+    depth--;
+    return rc;
+}
+
+/* Every interposed function has exactly the type of its row in calls.def. */
+#define SPILLWAY_INTERPOSED(ret, field, name, params)                                          \
+    _Static_assert(__builtin_types_compatible_p(__typeof__(&name), __typeof__(real.field)),     \
+                   #name " differs from its row in calls.def");
+#include "calls.def"

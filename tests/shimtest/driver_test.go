@@ -1,0 +1,70 @@
+package shimtest
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+// The driver's CUresult codes the tests expect (cuda.h).
+const (
+	cuSuccess     = 0
+	cuOutOfMemory = 2
+)
+
+// drvops builds testdata/drvops.c against the driver and, with runtime set,
+// the dynamic ("dynamic") or static ("static") simcuda runtime.
+func drvops(t testing.TB, runtime string) string {
+	b := harness.CBuild{Sources: []string{"testdata/drvops.c"}, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}}
+	switch runtime {
+	case "dynamic":
+		b.Cudart = true
+		b.Flags = append(b.Flags, "-DWITH_RUNTIME")
+	case "static":
+		b.StaticCudart = true
+		b.Flags = append(b.Flags, "-DWITH_RUNTIME")
+	}
+	return harness.Compile(t, b)
+}
+
+// TestDriverQuota: cuMemAlloc_v2 is refused at the quota with
+// CUDA_ERROR_OUT_OF_MEMORY, leaves the runtime's last error alone, and
+// cuMemGetInfo_v2 reports the quota as the total; simcuda never holds more
+// than the quota. The runtime's own driver calls, made for an interposed
+// runtime call, are not counted a second time: runtime and driver
+// allocations share one quota, each counted once.
+func TestDriverQuota(t *testing.T) {
+	for _, runtime := range []string{"dynamic"} {
+		t.Run(runtime, func(t *testing.T) {
+			prog := drvops(t, runtime)
+			stats := filepath.Join(t.TempDir(), "stats.json")
+			env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+			res, out := harness.RunOK(t, harness.Shimmed(t, env, prog,
+				"r", "24M", "m", "24M", "m", "24M", "e", "i", "I", "m", "8M", "f", "1", "m", "24M"))
+			if res.ExitCode != 0 {
+				t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
+			}
+			if rc := out.Code(t, "r", 0); rc != 0 {
+				t.Errorf("cudaMalloc of 24 MiB under a 64 MiB quota: %d", rc)
+			}
+			for i, want := range []int{cuSuccess, cuOutOfMemory, cuSuccess, cuSuccess} {
+				if rc := out.Code(t, "m", i); rc != want {
+					t.Errorf("cuMemAlloc_v2 #%d: %d, want %d\n%v", i, rc, want, out)
+				}
+			}
+			if rc := out.Code(t, "e", 0); rc != 0 {
+				t.Errorf("a refused cuMemAlloc_v2 left the runtime's last error %d", rc)
+			}
+			for _, op := range []string{"i", "I"} {
+				if rc, total := out.Code(t, op, 0), out.Num(t, op, 0, 3); rc != 0 || total != 64<<20 {
+					t.Errorf("%s: rc %d total %d, want 0 and the 64 MiB quota", op, rc, total)
+				}
+			}
+			if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+				t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+			}
+		})
+	}
+}

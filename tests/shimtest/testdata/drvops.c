@@ -1,0 +1,116 @@
+/*
+ * drvops: runs the driver API operations named on its command line, one
+ * line of output each, on device 0's primary context, so that tests can
+ * script a driver-API program under the shim. Built with WITH_RUNTIME it
+ * also runs the runtime's (the dynamic or the static runtime).
+ *
+ *   m SIZE   cuMemAlloc_v2        -> "m RC SLOT"
+ *   f SLOT   cuMemFree_v2         -> "f RC"
+ *   i        cuMemGetInfo_v2      -> "i RC FREE TOTAL"
+ *   r SIZE   cudaMalloc           -> "r RC SLOT"
+ *   R SLOT   cudaFree             -> "R RC"
+ *   I        cudaMemGetInfo       -> "I RC FREE TOTAL"
+ *   e        cudaGetLastError     -> "e RC"
+ * SIZE takes K, M, G suffixes (binary).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <spillway/cuda.h>
+#ifdef WITH_RUNTIME
+#include <spillway/cuda_runtime.h>
+#endif
+
+#define SLOTS 1024
+static CUdeviceptr slot[SLOTS];
+static int nslots;
+
+static size_t size_arg(const char *s)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    switch (*end) {
+    case 'K': v <<= 10; break;
+    case 'M': v <<= 20; break;
+    case 'G': v <<= 30; break;
+    }
+    return (size_t)v;
+}
+
+static int keep(CUdeviceptr p)
+{
+    if (nslots == SLOTS) {
+        fprintf(stderr, "drvops: out of slots\n");
+        exit(2);
+    }
+    slot[nslots] = p;
+    return nslots++;
+}
+
+static CUdeviceptr slot_arg(const char *s)
+{
+    int i = atoi(s);
+    if (i < 0 || i >= nslots) {
+        fprintf(stderr, "drvops: no slot %s\n", s);
+        exit(2);
+    }
+    return slot[i];
+}
+
+int main(int argc, char **argv)
+{
+    CUcontext ctx;
+    CUresult rc;
+    if ((rc = cuInit(0)) != CUDA_SUCCESS || (rc = cuDevicePrimaryCtxRetain(&ctx, 0)) != CUDA_SUCCESS ||
+        (rc = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS) {
+        fprintf(stderr, "drvops: no primary context on device 0: %d\n", rc);
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *op = argv[i];
+        const char *arg = i + 1 < argc ? argv[i + 1] : "0";
+        CUdeviceptr p = 0;
+        size_t free = 0, total = 0;
+        switch (op[0]) {
+        case 'm':
+            rc = cuMemAlloc_v2(&p, size_arg(arg));
+            printf("m %d %d\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1);
+            i++;
+            break;
+        case 'f':
+            printf("f %d\n", cuMemFree_v2(slot_arg(arg)));
+            i++;
+            break;
+        case 'i':
+            rc = cuMemGetInfo_v2(&free, &total);
+            printf("i %d %zu %zu\n", rc, free, total);
+            break;
+#ifdef WITH_RUNTIME
+        case 'r': {
+            void *q = NULL;
+            cudaError_t e = cudaMalloc(&q, size_arg(arg));
+            printf("r %d %d\n", e, e == cudaSuccess ? keep((CUdeviceptr)(uintptr_t)q) : -1);
+            i++;
+            break;
+        }
+        case 'R':
+            printf("R %d\n", cudaFree((void *)(uintptr_t)slot_arg(arg)));
+            i++;
+            break;
+        case 'I': {
+            cudaError_t e = cudaMemGetInfo(&free, &total);
+            printf("I %d %zu %zu\n", e, free, total);
+            break;
+        }
+        case 'e':
+            printf("e %d\n", cudaGetLastError());
+            break;
+#endif
+        default:
+            fprintf(stderr, "drvops: unknown operation %s\n", op);
+            return 2;
+        }
+    }
+    return 0;
+}
