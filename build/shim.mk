@@ -3,7 +3,7 @@
 # spillway command (build/bin/spillway).
 
 SHIM_FRONT_SRCS := shim/front/front.c
-SHIM_FRONT_DEPS := $(SHIM_FRONT_SRCS) shim/core/abi.h interpose/real.h interpose/calls.def \
+SHIM_FRONT_DEPS := $(SHIM_FRONT_SRCS) shim/core/abi.h interpose/real.h interpose/calls.h \
 	interpose/probes.h interpose/include/spillway/cuda.h \
 	interpose/include/spillway/cuda_runtime.h build/shim.mk
 SHIM_FRONT_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
@@ -11,7 +11,7 @@ SHIM_FRONT_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hi
 
 # Go sources of the core and the command, so that make rebuilds on any change.
 SHIM_CORE_DEPS := $(wildcard shim/core/*.go shim/core/*.c shim/core/*.h shim/core/*.map shim/config/*.go \
-	interpose/*.go interpose/*.h interpose/*.def pool/*.go) interpose/include/spillway/cuda_runtime.h go.mod \
+	interpose/*.go interpose/*.h pool/*.go) interpose/include/spillway/cuda_runtime.h go.mod \
 	build/shim.mk
 SHIM_CMD_DEPS := $(wildcard cmd/spillway/*.go shim/config/*.go bpf/*.go bpf/*.o) go.mod \
 	build/shim.mk

@@ -6,7 +6,7 @@
  * events, while a tracer holds the probe semaphore (probes.h). Pointers and
  * streams cross as integers.
  * Every entry point but spillway_core_abi returns a cudaError_t value (the
- * runtime's) or a CUresult (the driver's): calls.def says which.
+ * runtime's) or a CUresult (the driver's): calls.h says which.
  */
 #ifndef SPILLWAY_CORE_ABI_H
 #define SPILLWAY_CORE_ABI_H
@@ -35,9 +35,9 @@
 /*
  * Entry points, looked up by the front with dlsym: spillway_core_<name> has
  * the type spillway_core_<name>_fn, one for each SPILLWAY_ENTRY row of
- * calls.def (which says what each does).
+ * calls.h (which says what each does).
  */
 #define SPILLWAY_ENTRY(name, params) typedef int32_t(*spillway_core_##name##_fn) params;
-#include "calls.def"
+#include "calls.h"
 
 #endif /* SPILLWAY_CORE_ABI_H */

@@ -223,14 +223,14 @@ static struct spillway_real real = {.size = sizeof(struct spillway_real)};
 static const char *const real_names[] = {
 #define SPILLWAY_REAL(ret, field, name, params) #name,
 #define SPILLWAY_INTERPOSED SPILLWAY_REAL
-#include "calls.def"
+#include "calls.h"
 };
 
 /* R_<field>: a real function's index in the table. */
 enum {
 #define SPILLWAY_REAL(ret, field, name, params) R_##field,
 #define SPILLWAY_INTERPOSED SPILLWAY_REAL
-#include "calls.def"
+#include "calls.h"
     R_COUNT
 };
 
@@ -242,7 +242,7 @@ static void **real_slot(int i)
 
 _Static_assert(R_COUNT == (sizeof(struct spillway_real) - offsetof(struct spillway_real, malloc)) /
                               sizeof(void *),
-               "every field of spillway_real needs a row in calls.def");
+               "every field of spillway_real needs a row in calls.h");
 
 static void *resolve(int i)
 {
@@ -288,7 +288,7 @@ static atomic_int state = UNLOADED;
 /* The core's entry points, once loaded. */
 static struct {
 #define SPILLWAY_ENTRY(name, params) spillway_core_##name##_fn name;
-#include "calls.def"
+#include "calls.h"
 } core;
 
 /* Calls this thread is inside; a nested call goes straight to the real runtime. */
@@ -400,7 +400,7 @@ static int open_core(void)
     int missing = 0;
 #define SPILLWAY_ENTRY(name, params)                                                           \
     core.name = (spillway_core_##name##_fn)entry(h, "spillway_core_" #name, &missing);
-#include "calls.def"
+#include "calls.h"
     if (missing) {
         log_line("the core %s lacks an entry point (a front and a core from different builds?)",
                  path);
@@ -942,8 +942,57 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     return rc;
 }
 
-/* Every interposed function has exactly the type of its row in calls.def. */
+/* ---- the driver's lookup ---- */
+
+/* Every interposed function, by its index in the real table. */
+static const struct {
+    int index;
+    void *wrapper;
+} interposed[] = {
+#define SPILLWAY_INTERPOSED(ret, field, name, params) {R_##field, (void *)name},
+#include "calls.h"
+};
+
+/*
+ * Exchanges a real function the driver handed out for the front's version
+ * of it. The match is by the pointer, so the version and the stream
+ * semantics the caller asked for are the ones it gets: a function the front
+ * does not interpose (an older version, another variant) stays the
+ * driver's.
+ */
+static void exchange_real(void **pfn)
+{
+    if (!pfn || !*pfn)
+        return;
+    for (size_t i = 0; i < sizeof interposed / sizeof interposed[0]; i++)
+        if (strncmp(real_names[interposed[i].index], "cuda", 4) != 0 &&
+            resolve(interposed[i].index) == *pfn) {
+            *pfn = interposed[i].wrapper;
+            return;
+        }
+}
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    REAL(real_get_proc_address, cu_get_proc_address);
+    CUresult rc = real_get_proc_address(symbol, pfn, cudaVersion, flags);
+    if (rc == CUDA_SUCCESS)
+        exchange_real(pfn);
+    return rc;
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                    cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
+{
+    REAL(real_get_proc_address, cu_get_proc_address_v2);
+    CUresult rc = real_get_proc_address(symbol, pfn, cudaVersion, flags, symbolStatus);
+    if (rc == CUDA_SUCCESS)
+        exchange_real(pfn);
+    return rc;
+}
+
+/* Every interposed function has exactly the type of its row in calls.h. */
 #define SPILLWAY_INTERPOSED(ret, field, name, params)                                          \
     _Static_assert(__builtin_types_compatible_p(__typeof__(&name), __typeof__(real.field)),     \
-                   #name " differs from its row in calls.def");
-#include "calls.def"
+                   #name " differs from its row in calls.h");
+#include "calls.h"

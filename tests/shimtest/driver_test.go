@@ -68,3 +68,28 @@ func TestDriverQuota(t *testing.T) {
 		})
 	}
 }
+
+// TestProcAddressQuota: cuMemAlloc as cuGetProcAddress and
+// cuGetProcAddress_v2 hand it out (default and per-thread default stream)
+// is the shim's, refused at the quota like the linked one.
+func TestProcAddressQuota(t *testing.T) {
+	prog := drvops(t, "dynamic")
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, "g", "40M", "g", "40M", "G", "40M", "f", "0", "G", "40M", "e"))
+	for _, c := range []struct {
+		op   string
+		i    int
+		want int
+	}{{"g", 0, cuSuccess}, {"g", 1, cuOutOfMemory}, {"G", 0, cuOutOfMemory}, {"G", 1, cuSuccess}} {
+		if rc := out.Code(t, c.op, c.i); rc != c.want {
+			t.Errorf("%s #%d: %d, want %d\n%v", c.op, c.i, rc, c.want, out)
+		}
+	}
+	if rc := out.Code(t, "e", 0); rc != 0 {
+		t.Errorf("a refused driver allocation left the runtime's last error %d", rc)
+	}
+	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+	}
+}

@@ -7,6 +7,10 @@
  *   m SIZE   cuMemAlloc_v2        -> "m RC SLOT"
  *   f SLOT   cuMemFree_v2         -> "f RC"
  *   i        cuMemGetInfo_v2      -> "i RC FREE TOTAL"
+ *   g SIZE   cuMemAlloc as cuGetProcAddress hands it out (CUDA 12.0)
+ *                                 -> "g RC SLOT"
+ *   G SIZE   the same through cuGetProcAddress_v2, asking for the
+ *            per-thread default stream -> "G RC SLOT"
  *   r SIZE   cudaMalloc           -> "r RC SLOT"
  *   R SLOT   cudaFree             -> "R RC"
  *   I        cudaMemGetInfo       -> "I RC FREE TOTAL"
@@ -36,6 +40,23 @@ static size_t size_arg(const char *s)
     case 'G': v <<= 30; break;
     }
     return (size_t)v;
+}
+
+typedef CUresult (*mem_alloc_fn)(CUdeviceptr *, size_t);
+
+/* cuMemAlloc as the driver's lookup hands it out, or NULL. */
+static mem_alloc_fn looked_up(int v2)
+{
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult status;
+    CUresult rc = v2 ? cuGetProcAddress_v2("cuMemAlloc", &fn, 12000,
+                                           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status)
+                     : cuGetProcAddress("cuMemAlloc", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT);
+    if (rc != CUDA_SUCCESS || !fn) {
+        fprintf(stderr, "drvops: no cuMemAlloc from the driver's lookup: %d\n", rc);
+        exit(2);
+    }
+    return (mem_alloc_fn)fn;
 }
 
 static int keep(CUdeviceptr p)
@@ -76,6 +97,12 @@ int main(int argc, char **argv)
         case 'm':
             rc = cuMemAlloc_v2(&p, size_arg(arg));
             printf("m %d %d\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1);
+            i++;
+            break;
+        case 'g':
+        case 'G':
+            rc = looked_up(op[0] == 'G')(&p, size_arg(arg));
+            printf("%c %d %d\n", op[0], rc, rc == CUDA_SUCCESS ? keep(p) : -1);
             i++;
             break;
         case 'f':

@@ -1,5 +1,5 @@
 /*
- * calls.def: the one list of the CUDA functions the shim knows, and of the
+ * calls.h: the one list of the CUDA functions the shim knows, and of the
  * core's entry points. Everything that must agree about them is generated
  * from these rows: the table of real functions and its names (real.h), the
  * index of each real function and the check that each interposed function
@@ -7,7 +7,8 @@
  * (abi.h), the front's lookups of them, and the check that the Go core
  * exports each one with that type (shim/core/entries.c).
  *
- * Define the macros a reader needs, then include this file; the others
+ * Define the macros a reader needs, then include this file (it has no
+ * include guard: each inclusion is one expansion); the others
  * expand to nothing, and all are undefined at its end.
  *
  * SPILLWAY_REAL(ret, field, name, params)
@@ -78,11 +79,15 @@ SPILLWAY_REAL(cudaError_t, get_last_error, cudaGetLastError, (void))
 SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc, cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize))
 SPILLWAY_INTERPOSED(CUresult, cu_mem_free, cuMemFree_v2, (CUdeviceptr dptr))
 SPILLWAY_INTERPOSED(CUresult, cu_mem_get_info, cuMemGetInfo_v2, (size_t *free, size_t *total))
-SPILLWAY_REAL(CUresult, cu_ctx_get_current, cuCtxGetCurrent, (CUcontext * pctx))
 SPILLWAY_REAL(CUresult, cu_ctx_get_device, cuCtxGetDevice, (CUdevice * device))
-SPILLWAY_REAL(CUresult, cu_primary_ctx_retain, cuDevicePrimaryCtxRetain,
-              (CUcontext * pctx, CUdevice dev))
-SPILLWAY_REAL(CUresult, cu_primary_ctx_release, cuDevicePrimaryCtxRelease_v2, (CUdevice dev))
+/* The driver's own lookup: what it returns for an interposed function is
+ * exchanged for the front's (by the pointer, whatever name, version or
+ * flags the caller asked with). */
+SPILLWAY_INTERPOSED(CUresult, cu_get_proc_address, cuGetProcAddress,
+                    (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags))
+SPILLWAY_INTERPOSED(CUresult, cu_get_proc_address_v2, cuGetProcAddress_v2,
+                    (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                     CUdriverProcAddressQueryResult *symbolStatus))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */
