@@ -80,6 +80,21 @@ SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc, cuMemAlloc_v2, (CUdeviceptr * dptr, 
 SPILLWAY_INTERPOSED(CUresult, cu_mem_free, cuMemFree_v2, (CUdeviceptr dptr))
 SPILLWAY_INTERPOSED(CUresult, cu_mem_get_info, cuMemGetInfo_v2, (size_t *free, size_t *total))
 SPILLWAY_REAL(CUresult, cu_ctx_get_device, cuCtxGetDevice, (CUdevice * device))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc_pitch, cuMemAllocPitch_v2,
+                    (CUdeviceptr * dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                     unsigned int ElementSizeBytes))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc_managed, cuMemAllocManaged,
+                    (CUdeviceptr * dptr, size_t bytesize, unsigned int flags))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc_async, cuMemAllocAsync,
+                    (CUdeviceptr * dptr, size_t bytesize, CUstream hStream))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc_async_ptsz, cuMemAllocAsync_ptsz,
+                    (CUdeviceptr * dptr, size_t bytesize, CUstream hStream))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_free_async, cuMemFreeAsync, (CUdeviceptr dptr, CUstream hStream))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_free_async_ptsz, cuMemFreeAsync_ptsz,
+                    (CUdeviceptr dptr, CUstream hStream))
+SPILLWAY_INTERPOSED(CUresult, cu_device_total_mem, cuDeviceTotalMem_v2, (size_t * bytes, CUdevice dev))
+SPILLWAY_INTERPOSED(CUresult, cu_primary_ctx_reset, cuDevicePrimaryCtxReset_v2, (CUdevice dev))
+SPILLWAY_INTERPOSED(CUresult, cu_ctx_synchronize, cuCtxSynchronize, (void))
 /* The driver's own lookup: what it returns for an interposed function is
  * exchanged for the front's (by the pointer, whatever name, version or
  * flags the caller asked with). */
@@ -115,6 +130,15 @@ SPILLWAY_ENTRY(adopt, (uint64_t ptr, uint64_t size, int32_t device))
 SPILLWAY_ENTRY(cu_malloc, (int32_t device, uint64_t size, uint64_t *ptr))
 SPILLWAY_ENTRY(cu_free, (uint64_t ptr))
 SPILLWAY_ENTRY(cu_mem_get_info, (int32_t device, uint64_t *free, uint64_t *total))
+SPILLWAY_ENTRY(cu_malloc_managed, (int32_t device, uint64_t size, uint32_t flags, uint64_t *ptr))
+SPILLWAY_ENTRY(cu_malloc_pitch,
+               (int32_t device, uint64_t width, uint64_t height, uint64_t *ptr, uint64_t *pitch))
+SPILLWAY_ENTRY(cu_malloc_async, (int32_t device, uint64_t size, uint64_t stream, uint64_t *ptr))
+SPILLWAY_ENTRY(cu_free_async, (uint64_t ptr, uint64_t stream))
+/* total: the device's real total in, what the process may see of it out. */
+SPILLWAY_ENTRY(cu_device_total_mem, (int32_t device, uint64_t *total))
+SPILLWAY_ENTRY(cu_device_reset, (int32_t device))
+SPILLWAY_ENTRY(cu_device_synchronize, (int32_t device))
 
 #undef SPILLWAY_REAL
 #undef SPILLWAY_INTERPOSED

@@ -185,3 +185,61 @@ func driverAnswer(e interpose.Error) C.int32_t {
 		return C.CUDA_ERROR_UNKNOWN
 	}
 }
+
+//export spillway_core_cu_malloc_managed
+func spillway_core_cu_malloc_managed(device C.int32_t, size C.uint64_t, flags C.uint32_t, ptr *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemAllocManaged")
+	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindManaged, flags: uint32(flags)})
+	if e == interpose.Success {
+		*ptr = C.uint64_t(p)
+	}
+	return driverAnswer(e)
+}
+
+//export spillway_core_cu_malloc_pitch
+func spillway_core_cu_malloc_pitch(device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemAllocPitch")
+	p, pt, e := running().mallocPitch(int(device), uint64(width), uint64(height))
+	if e == interpose.Success {
+		*ptr, *pitch = C.uint64_t(p), C.uint64_t(pt)
+	}
+	return driverAnswer(e)
+}
+
+//export spillway_core_cu_malloc_async
+func spillway_core_cu_malloc_async(device C.int32_t, size, stream C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemAllocAsync")
+	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindAsync, stream: interpose.Stream(stream)})
+	if e == interpose.Success {
+		*ptr = C.uint64_t(p)
+	}
+	return driverAnswer(e)
+}
+
+//export spillway_core_cu_free_async
+func spillway_core_cu_free_async(ptr, stream C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemFreeAsync")
+	return driverAnswer(running().free(interpose.DevicePtr(ptr), interpose.Stream(stream), true))
+}
+
+//export spillway_core_cu_device_total_mem
+func spillway_core_cu_device_total_mem(device C.int32_t, total *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuDeviceTotalMem")
+	t, e := running().totalMem(int(device), uint64(*total))
+	if e == interpose.Success {
+		*total = C.uint64_t(t)
+	}
+	return driverAnswer(e)
+}
+
+//export spillway_core_cu_device_reset
+func spillway_core_cu_device_reset(device C.int32_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuDevicePrimaryCtxReset")
+	return driverAnswer(running().deviceReset(int(device)))
+}
+
+//export spillway_core_cu_device_synchronize
+func spillway_core_cu_device_synchronize(device C.int32_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuCtxSynchronize")
+	return driverAnswer(running().deviceSynchronize(int(device)))
+}

@@ -93,3 +93,37 @@ func TestProcAddressQuota(t *testing.T) {
 		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
 	}
 }
+
+// TestDriverMemoryAPI: the driver's other allocation functions, its
+// stream-ordered free, cuCtxSynchronize, cuDeviceTotalMem_v2 and
+// cuDevicePrimaryCtxReset_v2 go through the shim against one quota.
+func TestDriverMemoryAPI(t *testing.T) {
+	prog := drvops(t, "dynamic")
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog,
+		"M", "24M", "p", "1M", "48", "p", "1M", "16", "a", "16M", "A", "12M", "F", "2", "s", "A", "12M",
+		"t", "x", "m", "60M", "e"))
+	for _, c := range []struct {
+		op   string
+		i    int
+		want int
+	}{
+		{"M", 0, cuSuccess}, {"p", 0, cuOutOfMemory}, {"p", 1, cuSuccess}, {"a", 0, cuSuccess},
+		{"A", 0, cuOutOfMemory}, {"F", 0, cuSuccess}, {"s", 0, cuSuccess}, {"A", 1, cuSuccess},
+		{"t", 0, cuSuccess}, {"x", 0, cuSuccess}, {"m", 0, cuSuccess}, {"e", 0, 0},
+	} {
+		if rc := out.Code(t, c.op, c.i); rc != c.want {
+			t.Errorf("%s #%d: %d, want %d\n%v", c.op, c.i, rc, c.want, out)
+		}
+	}
+	if pitch := out.Num(t, "p", 1, 3); pitch < 1<<20 {
+		t.Errorf("pitch %d for rows of 1 MiB", pitch)
+	}
+	if total := out.Num(t, "t", 0, 2); total != 64<<20 {
+		t.Errorf("cuDeviceTotalMem_v2 reports %d, want the 64 MiB quota", total)
+	}
+	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+	}
+}

@@ -96,7 +96,10 @@ func TestProbePointsStartWithNOP(t *testing.T) {
 
 func TestExportSurface(t *testing.T) {
 	want := []string{
-		"cuGetProcAddress", "cuGetProcAddress_v2", "cuMemAlloc_v2", "cuMemFree_v2", "cuMemGetInfo_v2",
+		"cuCtxSynchronize", "cuDevicePrimaryCtxReset_v2", "cuDeviceTotalMem_v2",
+		"cuGetProcAddress", "cuGetProcAddress_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
+		"cuMemAllocManaged", "cuMemAllocPitch_v2", "cuMemAlloc_v2", "cuMemFreeAsync",
+		"cuMemFreeAsync_ptsz", "cuMemFree_v2", "cuMemGetInfo_v2",
 		"cudaDeviceReset", "cudaDeviceSynchronize", "cudaFree", "cudaFreeAsync", "cudaMalloc",
 		"cudaMallocAsync", "cudaMallocManaged", "cudaMallocPitch", "cudaMemGetInfo", "cudaStreamDestroy",
 		"spillway_probe_alloc", "spillway_probe_free", "spillway_probe_promote",

@@ -11,6 +11,16 @@
  *                                 -> "g RC SLOT"
  *   G SIZE   the same through cuGetProcAddress_v2, asking for the
  *            per-thread default stream -> "G RC SLOT"
+ *   M SIZE   cuMemAllocManaged (global) -> "M RC SLOT"
+ *   p W H    cuMemAllocPitch_v2 (4-byte elements) -> "p RC SLOT PITCH"
+ *   a SIZE   cuMemAllocAsync on the legacy stream -> "a RC SLOT"
+ *   A SIZE   cuMemAllocAsync_ptsz on stream 0 (the per-thread stream)
+ *                                 -> "A RC SLOT"
+ *   F SLOT   cuMemFreeAsync on the legacy stream -> "F RC"
+ *   t        cuDeviceTotalMem_v2 of device 0 -> "t RC BYTES"
+ *   s        cuCtxSynchronize     -> "s RC"
+ *   x        cuDevicePrimaryCtxReset_v2 of device 0, then the context made
+ *            current again -> "x RC"
  *   r SIZE   cudaMalloc           -> "r RC SLOT"
  *   R SLOT   cudaFree             -> "R RC"
  *   I        cudaMemGetInfo       -> "I RC FREE TOTAL"
@@ -22,6 +32,8 @@
 #include <string.h>
 
 #include <spillway/cuda.h>
+
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 #ifdef WITH_RUNTIME
 #include <spillway/cuda_runtime.h>
 #endif
@@ -104,6 +116,43 @@ int main(int argc, char **argv)
             rc = looked_up(op[0] == 'G')(&p, size_arg(arg));
             printf("%c %d %d\n", op[0], rc, rc == CUDA_SUCCESS ? keep(p) : -1);
             i++;
+            break;
+        case 'M':
+            rc = cuMemAllocManaged(&p, size_arg(arg), CU_MEM_ATTACH_GLOBAL);
+            printf("M %d %d\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1);
+            i++;
+            break;
+        case 'p': {
+            size_t pitch = 0;
+            rc = cuMemAllocPitch_v2(&p, &pitch, size_arg(arg), (size_t)atol(i + 2 < argc ? argv[i + 2] : "0"), 4);
+            printf("p %d %d %zu\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1, pitch);
+            i += 2;
+            break;
+        }
+        case 'a':
+        case 'A':
+            rc = op[0] == 'a' ? cuMemAllocAsync(&p, size_arg(arg), NULL)
+                              : cuMemAllocAsync_ptsz(&p, size_arg(arg), NULL);
+            printf("%c %d %d\n", op[0], rc, rc == CUDA_SUCCESS ? keep(p) : -1);
+            i++;
+            break;
+        case 'F':
+            printf("F %d\n", cuMemFreeAsync(slot_arg(arg), NULL));
+            i++;
+            break;
+        case 't':
+            rc = cuDeviceTotalMem_v2(&total, 0);
+            printf("t %d %zu\n", rc, total);
+            break;
+        case 's':
+            printf("s %d\n", cuCtxSynchronize());
+            break;
+        case 'x':
+            rc = cuDevicePrimaryCtxReset_v2(0);
+            if (rc == CUDA_SUCCESS && ((rc = cuDevicePrimaryCtxRetain(&ctx, 0)) != CUDA_SUCCESS ||
+                                       (rc = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS))
+                fprintf(stderr, "drvops: no context after the reset: %d\n", rc);
+            printf("x %d\n", rc);
             break;
         case 'f':
             printf("f %d\n", cuMemFree_v2(slot_arg(arg)));
