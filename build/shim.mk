@@ -2,8 +2,8 @@
 # loads at the first CUDA call (build/lib/libspillway-core.so), and the
 # spillway command (build/bin/spillway).
 
-SHIM_FRONT_SRCS := shim/front/front.c
-SHIM_FRONT_DEPS := $(SHIM_FRONT_SRCS) shim/core/abi.h interpose/real.h interpose/calls.h \
+SHIM_FRONT_SRCS := shim/front/front.c shim/front/dlsym.c
+SHIM_FRONT_DEPS := $(SHIM_FRONT_SRCS) shim/front/dlsym.h shim/core/abi.h interpose/real.h interpose/calls.h \
 	interpose/probes.h interpose/include/spillway/cuda.h \
 	interpose/include/spillway/cuda_runtime.h build/shim.mk
 SHIM_FRONT_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \

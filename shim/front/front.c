@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "abi.h"
+#include "dlsym.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define PROBE __attribute__((noinline, noipa, used, visibility("default")))
@@ -209,7 +210,7 @@ static void *find_real(const char *name)
         void *h = dlopen(s.found.path[i], RTLD_LAZY | RTLD_NOLOAD);
         if (!h)
             continue;
-        f = dlsym(h, name);
+        f = front_dlsym_real(h, name);
         dlclose(h);
         if (f && !in_self(f))
             return f;
@@ -1170,6 +1171,21 @@ static const struct {
 #include "calls.h"
 };
 
+/* The front's function standing for the real function f, or NULL; driver_only: among the driver's. */
+static void *wrapper_of(void *f, int driver_only)
+{
+    for (size_t i = 0; f && i < sizeof interposed / sizeof interposed[0]; i++)
+        if ((!driver_only || strncmp(real_names[interposed[i].index], "cuda", 4) != 0) &&
+            resolve(interposed[i].index) == f)
+            return interposed[i].wrapper;
+    return NULL;
+}
+
+void *front_wrapper_of(void *f)
+{
+    return wrapper_of(f, 0);
+}
+
 /*
  * Exchanges a real function the driver handed out for the front's version
  * of it. The match is by the pointer, so the version and the stream
@@ -1179,14 +1195,9 @@ static const struct {
  */
 static void exchange_real(void **pfn)
 {
-    if (!pfn || !*pfn)
-        return;
-    for (size_t i = 0; i < sizeof interposed / sizeof interposed[0]; i++)
-        if (strncmp(real_names[interposed[i].index], "cuda", 4) != 0 &&
-            resolve(interposed[i].index) == *pfn) {
-            *pfn = interposed[i].wrapper;
-            return;
-        }
+    void *wrapper = pfn ? wrapper_of(*pfn, 1) : NULL;
+    if (wrapper)
+        *pfn = wrapper;
 }
 
 EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
