@@ -103,6 +103,21 @@ SPILLWAY_INTERPOSED(CUresult, cu_get_proc_address, cuGetProcAddress,
 SPILLWAY_INTERPOSED(CUresult, cu_get_proc_address_v2, cuGetProcAddress_v2,
                     (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                      CUdriverProcAddressQueryResult *symbolStatus))
+/* NVML's memory reports, and what maps its devices to CUDA's ordinals. */
+SPILLWAY_INTERPOSED(nvmlReturn_t, nvml_memory_info, nvmlDeviceGetMemoryInfo,
+                    (nvmlDevice_t device, nvmlMemory_t *memory))
+SPILLWAY_INTERPOSED(nvmlReturn_t, nvml_memory_info_v2, nvmlDeviceGetMemoryInfo_v2,
+                    (nvmlDevice_t device, nvmlMemory_v2_t *memory))
+SPILLWAY_INTERPOSED(nvmlReturn_t, nvml_processes_v2, nvmlDeviceGetComputeRunningProcesses_v2,
+                    (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos))
+SPILLWAY_INTERPOSED(nvmlReturn_t, nvml_processes_v3, nvmlDeviceGetComputeRunningProcesses_v3,
+                    (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos))
+SPILLWAY_REAL(nvmlReturn_t, nvml_device_uuid, nvmlDeviceGetUUID,
+              (nvmlDevice_t device, char *uuid, unsigned int length))
+SPILLWAY_REAL(CUresult, cu_init, cuInit, (unsigned int Flags))
+SPILLWAY_REAL(CUresult, cu_device_get_count, cuDeviceGetCount, (int *count))
+SPILLWAY_REAL(CUresult, cu_device_get, cuDeviceGet, (CUdevice * device, int ordinal))
+SPILLWAY_REAL(CUresult, cu_device_get_uuid, cuDeviceGetUuid, (CUuuid * uuid, CUdevice dev))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */
@@ -139,6 +154,10 @@ SPILLWAY_ENTRY(cu_free_async, (uint64_t ptr, uint64_t stream))
 SPILLWAY_ENTRY(cu_device_total_mem, (int32_t device, uint64_t *total))
 SPILLWAY_ENTRY(cu_device_reset, (int32_t device))
 SPILLWAY_ENTRY(cu_device_synchronize, (int32_t device))
+/* NVML's view of CUDA device `device`: total and used, NVML's in, the
+ * process's out (its quota and what it holds, when it has a quota).
+ * Returns a cudaError_t and never touches the last error. */
+SPILLWAY_ENTRY(nvml_memory, (int32_t device, uint64_t *total, uint64_t *used))
 
 #undef SPILLWAY_REAL
 #undef SPILLWAY_INTERPOSED

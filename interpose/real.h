@@ -10,6 +10,7 @@
 #include <stdint.h>
 #include <spillway/cuda_runtime.h>
 #include <spillway/cuda.h>
+#include <spillway/nvml.h>
 
 struct spillway_real {
     uint32_t size; /* sizeof(struct spillway_real) as the front built it */

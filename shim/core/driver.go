@@ -19,3 +19,22 @@ func (c *core) totalMem(ordinal int, real uint64) (uint64, interpose.Error) {
 	}
 	return real, interpose.Success
 }
+
+// nvmlMemory is NVML's view of a device for a process with a quota there:
+// its quota as the total and what it holds against it as used. Without a
+// quota, NVML's own figures.
+func (c *core) nvmlMemory(ordinal int, total, used uint64) (uint64, uint64, interpose.Error) {
+	if c.broken != nil {
+		return 0, 0, interpose.ErrorInitialization
+	}
+	if d := c.mem.existing(ordinal); d != nil {
+		if d.limited {
+			return d.quota, d.acct.used(), interpose.Success
+		}
+		return total, used, interpose.Success
+	}
+	if limit := c.cfg.LimitFor(ordinal); limit.IsSet() {
+		return min(limit.Resolve(total), total), 0, interpose.Success
+	}
+	return total, used, interpose.Success
+}

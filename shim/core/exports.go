@@ -243,3 +243,13 @@ func spillway_core_cu_device_synchronize(device C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuCtxSynchronize")
 	return driverAnswer(running().deviceSynchronize(int(device)))
 }
+
+//export spillway_core_nvml_memory
+func spillway_core_nvml_memory(device C.int32_t, total, used *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "nvmlDeviceGetMemoryInfo")
+	t, u, e := running().nvmlMemory(int(device), uint64(*total), uint64(*used))
+	if e == interpose.Success {
+		*total, *used = C.uint64_t(t), C.uint64_t(u)
+	}
+	return C.int32_t(e)
+}

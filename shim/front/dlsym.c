@@ -2,7 +2,8 @@
  * dlsym.c: the front's dlsym. A program, or a library such as a static CUDA
  * runtime, that finds CUDA's functions with dlsym(handle, "name") on its own
  * handle of libcuda or libcudart gets the front's function for every name
- * the front interposes, as a program linked against them does; every other
+ * the front interposes, as a program linked against them does (and on its
+ * handle of NVML, libnvidia-ml, likewise); every other
  * lookup is the real dlsym's.
  *
  * glibc resolves dlsym(RTLD_NEXT, ...) relative to the object that called
@@ -94,7 +95,8 @@ static int cuda_handle(void *handle)
         return 0;
     const char *base = strrchr(map->l_name, '/');
     base = base ? base + 1 : map->l_name;
-    return strncmp(base, "libcuda.", 8) == 0 || strncmp(base, "libcudart", 9) == 0;
+    return strncmp(base, "libcuda.", 8) == 0 || strncmp(base, "libcudart", 9) == 0 ||
+           strncmp(base, "libnvidia-ml", 12) == 0;
 }
 
 static __thread int answering __attribute__((tls_model("initial-exec")));
@@ -106,7 +108,7 @@ static __thread int answering __attribute__((tls_model("initial-exec")));
  */
 __attribute__((visibility("hidden"))) void *front_dlsym_answer(void *handle, const char *name)
 {
-    if (answering || !name || name[0] != 'c' || name[1] != 'u')
+    if (answering || !name || !((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0))
         return NULL;
     answering = 1;
     void *answer = NULL;

@@ -170,10 +170,12 @@ struct candidates {
     char path[MAX_CANDIDATES][PATH_MAX];
 };
 
-/* The library a CUDA name lives in: libcudart for cuda*, libcuda for the driver's cu*. */
+/* The library a name lives in: libcudart for cuda*, libnvidia-ml for nvml*, libcuda for cu*. */
 static const char *library_of(const char *name)
 {
-    return strncmp(name, "cuda", 4) == 0 ? "libcudart" : "libcuda.";
+    if (strncmp(name, "cuda", 4) == 0)
+        return "libcudart";
+    return strncmp(name, "nvml", 4) == 0 ? "libnvidia-ml" : "libcuda.";
 }
 
 struct search {
@@ -263,6 +265,14 @@ static void *resolve(int i)
     if (!var)                                                                                  \
         return missing_real(R_##field);
 
+static const char *library_description(const char *name)
+{
+    const char *library = library_of(name);
+    if (strcmp(library, "libcudart") == 0)
+        return "CUDA runtime (libcudart)";
+    return strcmp(library, "libcuda.") == 0 ? "CUDA driver (libcuda)" : "NVML (libnvidia-ml)";
+}
+
 /* The error both APIs give for a missing function: cudaErrorSymbolNotFound, CUDA_ERROR_NOT_FOUND. */
 #define NOT_FOUND 500
 _Static_assert(NOT_FOUND == cudaErrorSymbolNotFound && NOT_FOUND == CUDA_ERROR_NOT_FOUND,
@@ -274,10 +284,7 @@ static int missing_real(int i)
     if (!atomic_exchange(&told, 1))
         log_line("cannot find the real %s: no %s is loaded in this process; the call fails with "
                  "error %d (cudaErrorSymbolNotFound, CUDA_ERROR_NOT_FOUND)",
-                 real_names[i],
-                 strcmp(library_of(real_names[i]), "libcudart") == 0 ? "CUDA runtime (libcudart)"
-                                                                     : "CUDA driver (libcuda)",
-                 NOT_FOUND);
+                 real_names[i], library_description(real_names[i]), NOT_FOUND);
     return NOT_FOUND;
 }
 
@@ -1157,6 +1164,128 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
         rc = real_mem_get_info(free, total);
     }
     depth--;
+    return rc;
+}
+
+/* ---- NVML ---- */
+
+/*
+ * NVML numbers devices its own way (all of them, by PCI order); CUDA by
+ * CUDA_VISIBLE_DEVICES and its ordering. A device is matched to its CUDA
+ * ordinal by its UUID, through the driver, which the front loads (and
+ * initialises) for the purpose when the process has not. -1: no match.
+ */
+static int cuda_ordinal(nvmlDevice_t device)
+{
+    char want[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    __typeof__(real.nvml_device_uuid) uuid_of =
+        (__typeof__(real.nvml_device_uuid))resolve(R_nvml_device_uuid);
+    if (!uuid_of || uuid_of(device, want, sizeof want) != NVML_SUCCESS)
+        return -1;
+    if (!resolve(R_cu_init))
+        dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); /* kept: the mapping needs it again */
+    __typeof__(real.cu_init) init = (__typeof__(real.cu_init))resolve(R_cu_init);
+    __typeof__(real.cu_device_get_count) count_devices =
+        (__typeof__(real.cu_device_get_count))resolve(R_cu_device_get_count);
+    __typeof__(real.cu_device_get) get = (__typeof__(real.cu_device_get))resolve(R_cu_device_get);
+    __typeof__(real.cu_device_get_uuid) uuid =
+        (__typeof__(real.cu_device_get_uuid))resolve(R_cu_device_get_uuid);
+    int n = 0;
+    if (!init || !count_devices || !get || !uuid || init(0) != CUDA_SUCCESS ||
+        count_devices(&n) != CUDA_SUCCESS)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        CUdevice dev;
+        CUuuid u;
+        char have[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+        if (get(&dev, i) != CUDA_SUCCESS || uuid(&u, dev) != CUDA_SUCCESS)
+            continue;
+        const unsigned char *b = (const unsigned char *)u.bytes;
+        snprintf(have, sizeof have,
+                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                 b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                 b[14], b[15]);
+        if (strcmp(have, want) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/*
+ * NVML's memory figures as this process may see them: with a quota on the
+ * device, total = the quota and used = what Spillway counts against it.
+ * Returns 0 when the figures stand as NVML gave them.
+ */
+static int nvml_as_limited(nvmlDevice_t device, unsigned long long *total,
+                           unsigned long long *used)
+{
+    int ordinal;
+    if (route() != ROUTE_CORE || (ordinal = cuda_ordinal(device)) < 0)
+        return 0;
+    uint64_t t = *total, u = *used;
+    depth++;
+    int32_t rc = core.nvml_memory(ordinal, &t, &u);
+    depth--;
+    if (rc != cudaSuccess || (t == *total && u == *used))
+        return 0;
+    *total = t;
+    *used = u < t ? u : t;
+    return 1;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    REAL(real_memory_info, nvml_memory_info);
+    nvmlReturn_t rc = real_memory_info(device, memory);
+    if (rc == NVML_SUCCESS && depth == 0 && nvml_as_limited(device, &memory->total, &memory->used))
+        memory->free = memory->total - memory->used;
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    REAL(real_memory_info, nvml_memory_info_v2);
+    nvmlReturn_t rc = real_memory_info(device, memory);
+    if (rc == NVML_SUCCESS && depth == 0 &&
+        nvml_as_limited(device, &memory->total, &memory->used)) {
+        memory->reserved = 0;
+        memory->free = memory->total - memory->used;
+    }
+    return rc;
+}
+
+/* This process's entry in a process list: what Spillway counts, when it has a quota. */
+static void own_process_usage(nvmlDevice_t device, unsigned int count, nvmlProcessInfo_t *infos)
+{
+    unsigned int self = (unsigned int)getpid();
+    for (unsigned int i = 0; infos && i < count; i++)
+        if (infos[i].pid == self) {
+            unsigned long long total = ~0ull, used = infos[i].usedGpuMemory;
+            if (nvml_as_limited(device, &total, &used))
+                infos[i].usedGpuMemory = used;
+            return;
+        }
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                            unsigned int *infoCount,
+                                                            nvmlProcessInfo_t *infos)
+{
+    REAL(real_processes, nvml_processes_v2);
+    nvmlReturn_t rc = real_processes(device, infoCount, infos);
+    if (rc == NVML_SUCCESS && depth == 0)
+        own_process_usage(device, *infoCount, infos);
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                            unsigned int *infoCount,
+                                                            nvmlProcessInfo_t *infos)
+{
+    REAL(real_processes, nvml_processes_v3);
+    nvmlReturn_t rc = real_processes(device, infoCount, infos);
+    if (rc == NVML_SUCCESS && depth == 0)
+        own_process_usage(device, *infoCount, infos);
     return rc;
 }
 

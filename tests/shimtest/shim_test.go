@@ -102,6 +102,8 @@ func TestExportSurface(t *testing.T) {
 		"cuMemFreeAsync_ptsz", "cuMemFree_v2", "cuMemGetInfo_v2",
 		"cudaDeviceReset", "cudaDeviceSynchronize", "cudaFree", "cudaFreeAsync", "cudaMalloc",
 		"cudaMallocAsync", "cudaMallocManaged", "cudaMallocPitch", "cudaMemGetInfo", "cudaStreamDestroy", "dlsym",
+		"nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
+		"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2",
 		"spillway_probe_alloc", "spillway_probe_free", "spillway_probe_promote",
 		"spillway_probe_refuse", "spillway_probe_semaphore", "spillway_probe_spill", "spillway_probe_sync",
 	}
