@@ -12,6 +12,11 @@
  * jumps to the real dlsym with the caller's arguments and return address
  * untouched, so the real one sees the true caller. The real dlsym is looked
  * up by version (dlvsym), never through dlsym itself.
+ *
+ * dlclose of one of those libraries counts in front_unloads: a library
+ * loaded again lands at other addresses, and the front finds its real
+ * functions anew (a count, read once per call, instead of walking the
+ * loaded objects at every call).
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -86,6 +91,31 @@ void *front_dlsym_real(void *handle, const char *name)
     return ((dlsym_fn)front_real_dlsym())(handle, name);
 }
 
+typedef int (*dlclose_fn)(void *handle);
+
+static int no_dlclose(void *handle)
+{
+    (void)handle;
+    return -1;
+}
+
+int front_dlclose_real(void *handle)
+{
+    static dlclose_fn real;
+    dlclose_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (!f) {
+        f = (dlclose_fn)dlvsym(RTLD_NEXT, "dlclose", "GLIBC_2.34");
+        if (!f)
+            f = (dlclose_fn)dlvsym(RTLD_NEXT, "dlclose", "GLIBC_2.2.5");
+        if (!f)
+            f = no_dlclose;
+        __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+    }
+    return f(handle);
+}
+
+unsigned int front_unloads;
+
 /* Whether handle is one of dlopen's handles of libcuda or libcudart. */
 static int cuda_handle(void *handle)
 {
@@ -119,4 +149,13 @@ __attribute__((visibility("hidden"))) void *front_dlsym_answer(void *handle, con
     }
     answering = 0;
     return answer;
+}
+
+__attribute__((visibility("default"))) int dlclose(void *handle)
+{
+    int cuda = cuda_handle(handle);
+    int rc = front_dlclose_real(handle);
+    if (rc == 0 && cuda)
+        __atomic_fetch_add(&front_unloads, 1, __ATOMIC_RELEASE);
+    return rc;
 }

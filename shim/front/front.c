@@ -213,7 +213,7 @@ static void *find_real(const char *name)
         if (!h)
             continue;
         f = front_dlsym_real(h, name);
-        dlclose(h);
+        front_dlclose_real(h);
         if (f && !in_self(f))
             return f;
     }
@@ -247,8 +247,32 @@ _Static_assert(R_COUNT == (sizeof(struct spillway_real) - offsetof(struct spillw
                               sizeof(void *),
                "every field of spillway_real needs a row in calls.h");
 
+/*
+ * After a CUDA library was closed, every real function is found anew: one
+ * loaded again lies elsewhere, and the core calls through the same table.
+ */
+static void refresh_real(unsigned int unloads)
+{
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static unsigned int seen;
+    pthread_mutex_lock(&lock);
+    if (seen != unloads) {
+        for (int i = 0; i < R_COUNT; i++)
+            if (__atomic_load_n(real_slot(i), __ATOMIC_ACQUIRE))
+                __atomic_store_n(real_slot(i), find_real(real_names[i]), __ATOMIC_RELEASE);
+        seen = unloads;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
 static void *resolve(int i)
 {
+    static unsigned int refreshed;
+    unsigned int unloads = __atomic_load_n(&front_unloads, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(unloads != __atomic_load_n(&refreshed, __ATOMIC_RELAXED), 0)) {
+        refresh_real(unloads);
+        __atomic_store_n(&refreshed, unloads, __ATOMIC_RELAXED);
+    }
     void **slot = real_slot(i);
     void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (!f) {
@@ -570,6 +594,7 @@ static uint64_t stream_id(cudaStream_t stream)
 
 static cudaError_t current_device(int32_t *device)
 {
+    *device = 0;
     REAL(get_device, get_device);
     int d = 0;
     cudaError_t rc = get_device(&d);

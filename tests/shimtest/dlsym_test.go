@@ -58,3 +58,21 @@ func TestCtypesRuntimeHandle(t *testing.T) {
 		t.Errorf("two cudaMalloc of 40 MiB under a 64 MiB quota: %v, want 0 then %d\n%s", out, harness.ErrMemoryAllocation, res.Stderr)
 	}
 }
+
+// TestRuntimeReload: a runtime unloaded with dlclose and loaded again at
+// other addresses is found again: the shim calls the new one, never the
+// old addresses.
+func TestRuntimeReload(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/reload.c"}, Flags: []string{"-ldl"}})
+	res := harness.Run(t, harness.Shimmed(t, []string{"SPILLWAY_POOL=0"}, prog))
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d after reloading the runtime\nstdout: %s\nstderr: %s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	out := harness.ParseOutput(res.Stdout)
+	if out.Code(t, "moved", 0) != 1 {
+		t.Fatalf("the runtime was loaded again at the same place; the test proves nothing: %v", out)
+	}
+	if out.Code(t, "first", 0) != 0 || out.Code(t, "second", 0) != 0 {
+		t.Errorf("allocations before and after the reload: %v", out)
+	}
+}

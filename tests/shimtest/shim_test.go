@@ -101,7 +101,7 @@ func TestExportSurface(t *testing.T) {
 		"cuMemAllocManaged", "cuMemAllocPitch_v2", "cuMemAlloc_v2", "cuMemFreeAsync",
 		"cuMemFreeAsync_ptsz", "cuMemFree_v2", "cuMemGetInfo_v2",
 		"cudaDeviceReset", "cudaDeviceSynchronize", "cudaFree", "cudaFreeAsync", "cudaMalloc",
-		"cudaMallocAsync", "cudaMallocManaged", "cudaMallocPitch", "cudaMemGetInfo", "cudaStreamDestroy", "dlsym",
+		"cudaMallocAsync", "cudaMallocManaged", "cudaMallocPitch", "cudaMemGetInfo", "cudaStreamDestroy", "dlclose", "dlsym",
 		"nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
 		"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2",
 		"spillway_probe_alloc", "spillway_probe_free", "spillway_probe_promote",
