@@ -118,6 +118,28 @@ SPILLWAY_REAL(CUresult, cu_init, cuInit, (unsigned int Flags))
 SPILLWAY_REAL(CUresult, cu_device_get_count, cuDeviceGetCount, (int *count))
 SPILLWAY_REAL(CUresult, cu_device_get, cuDeviceGet, (CUdevice * device, int ordinal))
 SPILLWAY_REAL(CUresult, cu_device_get_uuid, cuDeviceGetUuid, (CUuuid * uuid, CUdevice dev))
+/* The driver's calls that serve the core where there is no runtime. */
+SPILLWAY_REAL(CUresult, cu_ctx_get_current, cuCtxGetCurrent, (CUcontext * pctx))
+SPILLWAY_REAL(CUresult, cu_ctx_set_current, cuCtxSetCurrent, (CUcontext ctx))
+SPILLWAY_REAL(CUresult, cu_primary_ctx_retain, cuDevicePrimaryCtxRetain,
+              (CUcontext * pctx, CUdevice dev))
+SPILLWAY_REAL(CUresult, cu_stream_synchronize, cuStreamSynchronize, (CUstream hStream))
+SPILLWAY_REAL(CUresult, cu_stream_destroy, cuStreamDestroy_v2, (CUstream hStream))
+SPILLWAY_REAL(CUresult, cu_event_create, cuEventCreate, (CUevent * phEvent, unsigned int Flags))
+SPILLWAY_REAL(CUresult, cu_event_record, cuEventRecord, (CUevent hEvent, CUstream hStream))
+SPILLWAY_REAL(CUresult, cu_event_query, cuEventQuery, (CUevent hEvent))
+SPILLWAY_REAL(CUresult, cu_event_synchronize, cuEventSynchronize, (CUevent hEvent))
+SPILLWAY_REAL(CUresult, cu_event_destroy, cuEventDestroy_v2, (CUevent hEvent))
+SPILLWAY_REAL(CUresult, cu_device_get_attribute, cuDeviceGetAttribute,
+              (int *pi, CUdevice_attribute attrib, CUdevice dev))
+SPILLWAY_REAL(CUresult, cu_mem_host_alloc, cuMemHostAlloc, (void **pp, size_t bytesize, unsigned int Flags))
+SPILLWAY_REAL(CUresult, cu_mem_free_host, cuMemFreeHost, (void *p))
+SPILLWAY_REAL(CUresult, cu_mem_host_get_device_pointer, cuMemHostGetDevicePointer_v2,
+              (CUdeviceptr * pdptr, void *p, unsigned int Flags))
+SPILLWAY_REAL(CUresult, cu_mem_advise, cuMemAdvise,
+              (CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device))
+SPILLWAY_REAL(CUresult, cu_mem_prefetch_async, cuMemPrefetchAsync,
+              (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */

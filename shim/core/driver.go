@@ -1,6 +1,34 @@
 package main
 
-import "github.com/spillway-gpu/spillway/interpose"
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/spillway-gpu/spillway/interpose"
+)
+
+// appRuntime is the real CUDA the core calls for the application: the
+// runtime (*interpose.Runtime), or where the process has none, the driver
+// (*interpose.Driver).
+type appRuntime interface {
+	realRuntime
+	SetLastError(interpose.Error)
+}
+
+// openRuntime returns the real CUDA over the front's table, and its form
+// for the core's own calls on a device: the runtime when the process has
+// one, else the driver in each device's primary context.
+func openRuntime(table unsafe.Pointer) (appRuntime, onDevice, error) {
+	rt, err := interpose.NewRuntime(table)
+	if err == nil {
+		return rt, func(ordinal int) realRuntime { return rt.On(ordinal) }, nil
+	}
+	drv, derr := interpose.NewDriverRuntime(table)
+	if derr != nil {
+		return nil, nil, fmt.Errorf("%w, and the driver cannot serve instead: %w", err, derr)
+	}
+	return drv, func(ordinal int) realRuntime { return drv.On(ordinal) }, nil
+}
 
 // totalMem is what cuDeviceTotalMem reports for a device whose real total
 // is real: its quota when one is set, as cudaMemGetInfo's total is.

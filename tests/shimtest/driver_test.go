@@ -1,6 +1,7 @@
 package shimtest
 
 import (
+	"maps"
 	"path/filepath"
 	"testing"
 
@@ -36,7 +37,7 @@ func drvops(t testing.TB, runtime string) string {
 // runtime call, are not counted a second time: runtime and driver
 // allocations share one quota, each counted once.
 func TestDriverQuota(t *testing.T) {
-	for _, runtime := range []string{"dynamic"} {
+	for _, runtime := range []string{"dynamic", "static"} {
 		t.Run(runtime, func(t *testing.T) {
 			prog := drvops(t, runtime)
 			stats := filepath.Join(t.TempDir(), "stats.json")
@@ -122,6 +123,36 @@ func TestDriverMemoryAPI(t *testing.T) {
 	}
 	if total := out.Num(t, "t", 0, 2); total != 64<<20 {
 		t.Errorf("cuDeviceTotalMem_v2 reports %d, want the 64 MiB quota", total)
+	}
+	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+	}
+}
+
+// TestDriverWithoutRuntime: a process with no CUDA runtime at all (only
+// libcuda) gets the quota and the pool, which serve it with the driver.
+func TestDriverWithoutRuntime(t *testing.T) {
+	prog := drvops(t, "")
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_REPORT=1", "SIMCUDA_STATS_FILE=" + stats}
+	ops := []string{"m", "40M", "m", "40M", "f", "0", "m", "40M", "m", "4K", "f", "2", "m", "4K", "M", "8M", "i", "s"}
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, prog, ops...))
+	for _, c := range []struct {
+		op      string
+		i, want int
+	}{{"m", 0, cuSuccess}, {"m", 1, cuOutOfMemory}, {"f", 0, cuSuccess}, {"m", 2, cuSuccess}, {"M", 0, cuSuccess}, {"i", 0, cuSuccess}, {"s", 0, cuSuccess}} {
+		if rc := out.Code(t, c.op, c.i); rc != c.want {
+			t.Errorf("%s #%d: %d, want %d\n%v\n%s", c.op, c.i, rc, c.want, out, res.Stderr)
+		}
+	}
+	if total := out.Num(t, "i", 0, 3); total != 64<<20 {
+		t.Errorf("cuMemGetInfo_v2 total %d, want the 64 MiB quota", total)
+	}
+	// The pool works as it does over the runtime.
+	withRuntime, _ := harness.RunOK(t, harness.Shimmed(t, env[:2], drvops(t, "dynamic"), ops...))
+	got, want := reportOf(t, res.Stderr, 0), reportOf(t, withRuntime.Stderr, 0)
+	if got["cache_hits"] == 0 || !maps.Equal(got, want) {
+		t.Errorf("the pool without a runtime: %v\nwant as over the runtime: %v", got, want)
 	}
 	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
 		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
