@@ -251,7 +251,7 @@ _Static_assert(R_COUNT == (sizeof(struct spillway_real) - offsetof(struct spillw
  * After a CUDA library was closed, every real function is found anew: one
  * loaded again lies elsewhere, and the core calls through the same table.
  */
-static void refresh_real(unsigned int unloads)
+__attribute__((noinline, cold)) static void refresh_real(unsigned int unloads)
 {
     static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
     static unsigned int seen;
@@ -265,7 +265,8 @@ static void refresh_real(unsigned int unloads)
     pthread_mutex_unlock(&lock);
 }
 
-static void *resolve(int i)
+/* The real function with index i; NULL if the process has none. */
+static inline void *resolve(int i)
 {
     static unsigned int refreshed;
     unsigned int unloads = __atomic_load_n(&front_unloads, __ATOMIC_ACQUIRE);

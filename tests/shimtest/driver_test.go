@@ -18,7 +18,7 @@ const (
 // the dynamic ("dynamic") or static ("static") simcuda runtime.
 func drvops(t testing.TB, runtime string) string {
 	b := harness.CBuild{Sources: []string{"testdata/drvops.c"}, ProjectHeaders: true,
-		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}}
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda", "-ldl"}}
 	switch runtime {
 	case "dynamic":
 		b.Cudart = true
@@ -153,6 +153,27 @@ func TestDriverWithoutRuntime(t *testing.T) {
 	got, want := reportOf(t, res.Stderr, 0), reportOf(t, withRuntime.Stderr, 0)
 	if got["cache_hits"] == 0 || !maps.Equal(got, want) {
 		t.Errorf("the pool without a runtime: %v\nwant as over the runtime: %v", got, want)
+	}
+	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+	}
+}
+
+// TestBothRuntimes: a program with the static runtime that also loads the
+// dynamic one: the static runtime's, the dynamic runtime's and the
+// driver's allocations share the quota, each counted once.
+func TestBothRuntimes(t *testing.T) {
+	prog := drvops(t, "static")
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, "r", "20M", "d", "20M", "m", "20M", "d", "8M", "r", "2M", "m", "2M"))
+	for _, c := range []struct {
+		op      string
+		i, want int
+	}{{"r", 0, 0}, {"d", 0, 0}, {"m", 0, cuSuccess}, {"d", 1, harness.ErrMemoryAllocation}, {"r", 1, 0}, {"m", 1, cuSuccess}} {
+		if rc := out.Code(t, c.op, c.i); rc != c.want {
+			t.Errorf("%s #%d: %d, want %d\n%v", c.op, c.i, rc, c.want, out)
+		}
 	}
 	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
 		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)

@@ -25,8 +25,12 @@
  *   R SLOT   cudaFree             -> "R RC"
  *   I        cudaMemGetInfo       -> "I RC FREE TOTAL"
  *   e        cudaGetLastError     -> "e RC"
+ *   d SIZE   cudaMalloc of the dynamic runtime, loaded with dlopen (in a
+ *            program built with the static runtime: both in one process)
+ *                                 -> "d RC SLOT"
  * SIZE takes K, M, G suffixes (binary).
  */
+#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -182,6 +186,21 @@ int main(int argc, char **argv)
         case 'e':
             printf("e %d\n", cudaGetLastError());
             break;
+        case 'd': {
+            static cudaError_t (*dynamic_malloc)(void **, size_t);
+            void *h = dynamic_malloc ? NULL : dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
+            if (h)
+                dynamic_malloc = (cudaError_t(*)(void **, size_t))dlsym(h, "cudaMalloc");
+            if (!dynamic_malloc) {
+                fprintf(stderr, "drvops: no dynamic runtime: %s\n", dlerror());
+                return 2;
+            }
+            void *q = NULL;
+            cudaError_t e = dynamic_malloc(&q, size_arg(arg));
+            printf("d %d %d\n", e, e == cudaSuccess ? keep((CUdeviceptr)(uintptr_t)q) : -1);
+            i++;
+            break;
+        }
 #endif
         default:
             fprintf(stderr, "drvops: unknown operation %s\n", op);
