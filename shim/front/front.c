@@ -1,11 +1,11 @@
 /*
  * front.c: libspillway.so, the object users put in LD_PRELOAD.
  *
- * It defines the interposed CUDA runtime memory functions, the probe
- * points and their semaphore, and nothing else (everything else is
- * hidden). It has no constructor: a process that never calls one of these
- * functions pays for mapping the object and nothing more, and never starts
- * a Go runtime.
+ * It defines the interposed CUDA runtime, driver and NVML functions (the
+ * list is interpose/calls.h), dlsym and dlclose (dlsym.c), the probe points
+ * and their semaphore, and nothing else (everything else is hidden). It has
+ * no constructor: a process that never calls one of these functions pays
+ * for mapping the object and nothing more, and never starts a Go runtime.
  *
  * At the first interposed call it loads the Go core (libspillway-core.so,
  * beside this object or at $SPILLWAY_CORE) with RTLD_LOCAL, hands it the
