@@ -1240,12 +1240,16 @@ static int cuda_ordinal(nvmlDevice_t device)
 /*
  * NVML's memory figures as this process may see them: with a quota on the
  * device, total = the quota and used = what Spillway counts against it.
- * Returns 0 when the figures stand as NVML gave them.
+ * Returns 0 when the figures stand as NVML gave them. Without a quota
+ * configured, NVML never loads the core (a monitoring tool that uses only
+ * NVML starts no Go runtime).
  */
 static int nvml_as_limited(nvmlDevice_t device, unsigned long long *total,
                            unsigned long long *used)
 {
     int ordinal;
+    if (atomic_load_explicit(&state, memory_order_acquire) != READY && !quota_configured())
+        return 0;
     if (route() != ROUTE_CORE || (ordinal = cuda_ordinal(device)) < 0)
         return 0;
     uint64_t t = *total, u = *used;

@@ -35,3 +35,17 @@ func TestNVMLQuota(t *testing.T) {
 		t.Errorf("the process's own entry shows %d bytes, want the 16 MiB Spillway counts", own)
 	}
 }
+
+// TestNVMLWithoutQuota: a process that only uses NVML and has no quota
+// gets NVML's figures and never loads the core.
+func TestNVMLWithoutQuota(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/nvmlonly.c"}, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lnvidia-ml"}})
+	_, out := harness.RunOK(t, harness.Shimmed(t, nil, prog))
+	if total := out.Num(t, "t", 0, 1); total != 16<<30 {
+		t.Errorf("total %d, want the device's 16 GiB", total)
+	}
+	if out.Num(t, "L", 0, 1) != 0 {
+		t.Errorf("an NVML call without a quota loaded the core")
+	}
+}
