@@ -77,18 +77,22 @@ func TestProcAddressQuota(t *testing.T) {
 	prog := drvops(t, "dynamic")
 	stats := filepath.Join(t.TempDir(), "stats.json")
 	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
-	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, "g", "40M", "g", "40M", "G", "40M", "f", "0", "G", "40M", "e"))
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, "g", "40M", "g", "40M", "G", "40M", "h", "40M", "f", "0", "G", "40M", "e"))
 	for _, c := range []struct {
 		op   string
 		i    int
 		want int
-	}{{"g", 0, cuSuccess}, {"g", 1, cuOutOfMemory}, {"G", 0, cuOutOfMemory}, {"G", 1, cuSuccess}} {
+	}{{"g", 0, cuSuccess}, {"g", 1, cuOutOfMemory}, {"G", 0, cuOutOfMemory}, {"h", 0, cuOutOfMemory}, {"G", 1, cuSuccess}} {
 		if rc := out.Code(t, c.op, c.i); rc != c.want {
 			t.Errorf("%s #%d: %d, want %d\n%v", c.op, c.i, rc, c.want, out)
 		}
 	}
 	if rc := out.Code(t, "e", 0); rc != 0 {
 		t.Errorf("a refused driver allocation left the runtime's last error %d", rc)
+	}
+	// The version asked for the per-thread default stream is the one wrapped.
+	if name := out.Line(t, "h", 0)[3]; name != "cuMemAllocAsync_ptsz@libspillway.so" {
+		t.Errorf("cuGetProcAddress_v2 handed out %s for cuMemAllocAsync on the per-thread stream, want the shim's cuMemAllocAsync_ptsz", name)
 	}
 	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
 		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)

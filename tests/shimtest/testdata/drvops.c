@@ -11,6 +11,9 @@
  *                                 -> "g RC SLOT"
  *   G SIZE   the same through cuGetProcAddress_v2, asking for the
  *            per-thread default stream -> "G RC SLOT"
+ *   h SIZE   cuMemAllocAsync on stream 0 as cuGetProcAddress_v2 hands it
+ *            out for the per-thread default stream -> "h RC SLOT NAME", NAME
+ *            the function's symbol and its file's base name
  *   M SIZE   cuMemAllocManaged (global) -> "M RC SLOT"
  *   p W H    cuMemAllocPitch_v2 (4-byte elements) -> "p RC SLOT PITCH"
  *   a SIZE   cuMemAllocAsync on the legacy stream -> "a RC SLOT"
@@ -121,6 +124,23 @@ int main(int argc, char **argv)
             printf("%c %d %d\n", op[0], rc, rc == CUDA_SUCCESS ? keep(p) : -1);
             i++;
             break;
+        case 'h': {
+            void *fn = NULL;
+            CUdriverProcAddressQueryResult status;
+            Dl_info info = {0};
+            if (cuGetProcAddress_v2("cuMemAllocAsync", &fn, 12000,
+                                    CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status) != CUDA_SUCCESS ||
+                !fn || !dladdr(fn, &info) || !info.dli_sname) {
+                fprintf(stderr, "drvops: no cuMemAllocAsync from cuGetProcAddress_v2\n");
+                return 2;
+            }
+            const char *file = strrchr(info.dli_fname, '/');
+            rc = ((CUresult(*)(CUdeviceptr *, size_t, CUstream))fn)(&p, size_arg(arg), NULL);
+            printf("h %d %d %s@%s\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1, info.dli_sname,
+                   file ? file + 1 : info.dli_fname);
+            i++;
+            break;
+        }
         case 'M':
             rc = cuMemAllocManaged(&p, size_arg(arg), CU_MEM_ATTACH_GLOBAL);
             printf("M %d %d\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1);
