@@ -2,14 +2,15 @@
 # loads at the first CUDA call (build/lib/libspillway-core.so), and the
 # spillway command (build/bin/spillway).
 
-SHIM_FRONT_SRCS := shim/front/front.c
-SHIM_FRONT_DEPS := $(SHIM_FRONT_SRCS) shim/core/abi.h interpose/real.h interpose/probes.h \
+SHIM_FRONT_SRCS := shim/front/front.c shim/front/dlsym.c
+SHIM_FRONT_DEPS := $(SHIM_FRONT_SRCS) shim/front/dlsym.h shim/core/abi.h interpose/real.h interpose/calls.h \
+	interpose/probes.h interpose/include/spillway/cuda.h \
 	interpose/include/spillway/cuda_runtime.h build/shim.mk
 SHIM_FRONT_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 	-Iinterpose/include -Iinterpose -Ishim/core
 
 # Go sources of the core and the command, so that make rebuilds on any change.
-SHIM_CORE_DEPS := $(wildcard shim/core/*.go shim/core/*.h shim/core/*.map shim/config/*.go \
+SHIM_CORE_DEPS := $(wildcard shim/core/*.go shim/core/*.c shim/core/*.h shim/core/*.map shim/config/*.go \
 	interpose/*.go interpose/*.h pool/*.go) interpose/include/spillway/cuda_runtime.h go.mod \
 	build/shim.mk
 SHIM_CMD_DEPS := $(wildcard cmd/spillway/*.go shim/config/*.go bpf/*.go bpf/*.o) go.mod \

@@ -17,7 +17,7 @@ import (
 // core is the state of the shim in this process. The entry points reach it
 // through the one process-wide pointer below: C calls carry no context.
 type core struct {
-	rt     *interpose.Runtime
+	rt     appRuntime
 	probes *interpose.Probes
 	log    *logrus.Logger
 	cfg    config.Config
@@ -42,7 +42,7 @@ func start(frontABI int32, real, probes unsafe.Pointer) interpose.Error {
 		c.log.Errorf("cannot start: %v", err)
 		return interpose.ErrorInitialization
 	}
-	rt, err := interpose.NewRuntime(real)
+	rt, on, err := openRuntime(real)
 	if err != nil {
 		c.log.Errorf("cannot start: %v", err)
 		return interpose.ErrorInitialization
@@ -62,7 +62,7 @@ func start(frontABI int32, real, probes unsafe.Pointer) interpose.Error {
 	}
 	c.cfg = cfg
 	c.debug = c.log.IsLevelEnabled(logrus.DebugLevel)
-	c.mem = newMemory(rt, func(ordinal int) realRuntime { return rt.On(ordinal) }, cfg, c.probes, c.log, c.refused)
+	c.mem = newMemory(rt, on, cfg, c.probes, c.log, c.refused)
 	if c.broken == nil {
 		c.describeSettings()
 	}

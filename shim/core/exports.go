@@ -131,3 +131,125 @@ func answer(e interpose.Error) C.int32_t {
 }
 
 func setLastError(e interpose.Error) { running().rt.SetLastError(e) }
+
+// The driver's entry points answer a CUresult (a panic: CUDA_ERROR_UNKNOWN,
+// the same 999 as cudaErrorUnknown) and never touch the runtime's last
+// error: a driver call leaves none.
+
+//export spillway_core_cu_malloc
+func spillway_core_cu_malloc(device C.int32_t, size C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemAlloc")
+	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindDevice})
+	if e == interpose.Success {
+		*ptr = C.uint64_t(p)
+	}
+	return driverAnswer(e)
+}
+
+//export spillway_core_cu_free
+func spillway_core_cu_free(ptr C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemFree")
+	return driverAnswer(running().free(interpose.DevicePtr(ptr), 0, false))
+}
+
+//export spillway_core_cu_mem_get_info
+func spillway_core_cu_mem_get_info(device C.int32_t, free, total *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemGetInfo")
+	f, t, e := running().memGetInfo(int(device))
+	if e == interpose.Success {
+		*free, *total = C.uint64_t(f), C.uint64_t(t)
+	}
+	return driverAnswer(e)
+}
+
+// driverAnswer is the CUresult the driver would give for the runtime's e.
+func driverAnswer(e interpose.Error) C.int32_t {
+	switch e {
+	case interpose.Success:
+		return C.CUDA_SUCCESS
+	case interpose.ErrorInvalidValue, interpose.ErrorInvalidDevicePtr:
+		return C.CUDA_ERROR_INVALID_VALUE
+	case interpose.ErrorMemoryAllocation:
+		return C.CUDA_ERROR_OUT_OF_MEMORY
+	case interpose.ErrorInitialization:
+		return C.CUDA_ERROR_NOT_INITIALIZED
+	case interpose.ErrorInvalidDevice:
+		return C.CUDA_ERROR_INVALID_DEVICE
+	case interpose.ErrorSymbolNotFound:
+		return C.CUDA_ERROR_NOT_FOUND
+	case interpose.ErrorNotReady:
+		return C.CUDA_ERROR_NOT_READY
+	case interpose.ErrorNotSupported:
+		return C.CUDA_ERROR_NOT_SUPPORTED
+	default:
+		return C.CUDA_ERROR_UNKNOWN
+	}
+}
+
+//export spillway_core_cu_malloc_managed
+func spillway_core_cu_malloc_managed(device C.int32_t, size C.uint64_t, flags C.uint32_t, ptr *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemAllocManaged")
+	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindManaged, flags: uint32(flags)})
+	if e == interpose.Success {
+		*ptr = C.uint64_t(p)
+	}
+	return driverAnswer(e)
+}
+
+//export spillway_core_cu_malloc_pitch
+func spillway_core_cu_malloc_pitch(device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemAllocPitch")
+	p, pt, e := running().mallocPitch(int(device), uint64(width), uint64(height))
+	if e == interpose.Success {
+		*ptr, *pitch = C.uint64_t(p), C.uint64_t(pt)
+	}
+	return driverAnswer(e)
+}
+
+//export spillway_core_cu_malloc_async
+func spillway_core_cu_malloc_async(device C.int32_t, size, stream C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemAllocAsync")
+	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindAsync, stream: interpose.Stream(stream)})
+	if e == interpose.Success {
+		*ptr = C.uint64_t(p)
+	}
+	return driverAnswer(e)
+}
+
+//export spillway_core_cu_free_async
+func spillway_core_cu_free_async(ptr, stream C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemFreeAsync")
+	return driverAnswer(running().free(interpose.DevicePtr(ptr), interpose.Stream(stream), true))
+}
+
+//export spillway_core_cu_device_total_mem
+func spillway_core_cu_device_total_mem(device C.int32_t, total *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuDeviceTotalMem")
+	t, e := running().totalMem(int(device), uint64(*total))
+	if e == interpose.Success {
+		*total = C.uint64_t(t)
+	}
+	return driverAnswer(e)
+}
+
+//export spillway_core_cu_device_reset
+func spillway_core_cu_device_reset(device C.int32_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuDevicePrimaryCtxReset")
+	return driverAnswer(running().deviceReset(int(device)))
+}
+
+//export spillway_core_cu_device_synchronize
+func spillway_core_cu_device_synchronize(device C.int32_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuCtxSynchronize")
+	return driverAnswer(running().deviceSynchronize(int(device)))
+}
+
+//export spillway_core_nvml_memory
+func spillway_core_nvml_memory(device C.int32_t, total, used *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "nvmlDeviceGetMemoryInfo")
+	t, u, e := running().nvmlMemory(int(device), uint64(*total), uint64(*used))
+	if e == interpose.Success {
+		*total, *used = C.uint64_t(t), C.uint64_t(u)
+	}
+	return C.int32_t(e)
+}

@@ -1,11 +1,11 @@
 /*
  * front.c: libspillway.so, the object users put in LD_PRELOAD.
  *
- * It defines the interposed CUDA runtime memory functions, the probe
- * points and their semaphore, and nothing else (everything else is
- * hidden). It has no constructor: a process that never calls one of these
- * functions pays for mapping the object and nothing more, and never starts
- * a Go runtime.
+ * It defines the interposed CUDA runtime, driver and NVML functions (the
+ * list is interpose/calls.h), dlsym and dlclose (dlsym.c), the probe points
+ * and their semaphore, and nothing else (everything else is hidden). It has
+ * no constructor: a process that never calls one of these functions pays
+ * for mapping the object and nothing more, and never starts a Go runtime.
  *
  * At the first interposed call it loads the Go core (libspillway-core.so,
  * beside this object or at $SPILLWAY_CORE) with RTLD_LOCAL, hands it the
@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "abi.h"
+#include "dlsym.h"
 
 #define EXPORT __attribute__((visibility("default")))
 #define PROBE __attribute__((noinline, noipa, used, visibility("default")))
@@ -117,7 +118,7 @@ PROBE void spillway_probe_refuse(uint64_t size, int32_t device, uint64_t used, u
     __asm__ volatile(PROBE_NOP : : "r"(size), "r"(device), "r"(used), "r"(quota) : "memory");
 }
 
-static const struct spillway_probes probes = {
+static struct spillway_probes probes = {
     .size = sizeof(struct spillway_probes),
     .alloc = spillway_probe_alloc,
     .free = spillway_probe_free,
@@ -169,36 +170,50 @@ struct candidates {
     char path[MAX_CANDIDATES][PATH_MAX];
 };
 
-static int collect_cudart(struct dl_phdr_info *info, size_t size, void *data)
+/* The library a name lives in: libcudart for cuda*, libnvidia-ml for nvml*, libcuda for cu*. */
+static const char *library_of(const char *name)
+{
+    if (strncmp(name, "cuda", 4) == 0)
+        return "libcudart";
+    return strncmp(name, "nvml", 4) == 0 ? "libnvidia-ml" : "libcuda.";
+}
+
+struct search {
+    const char *library; /* the file name's prefix */
+    struct candidates found;
+};
+
+static int collect_library(struct dl_phdr_info *info, size_t size, void *data)
 {
     (void)size;
-    struct candidates *c = data;
+    struct search *s = data;
+    struct candidates *c = &s->found;
     const char *base = strrchr(info->dlpi_name, '/');
     base = base ? base + 1 : info->dlpi_name;
-    if (strncmp(base, "libcudart", 9) == 0 && c->n < MAX_CANDIDATES &&
+    if (strncmp(base, s->library, strlen(s->library)) == 0 && c->n < MAX_CANDIDATES &&
         strlen(info->dlpi_name) < PATH_MAX)
         strcpy(c->path[c->n++], info->dlpi_name);
     return 0;
 }
 
 /*
- * RTLD_NEXT finds the runtime in the global scope. A runtime loaded with
- * RTLD_LOCAL (Python extension modules, ctypes) is not there: find it among
- * the loaded objects and look the name up in its own scope.
+ * RTLD_NEXT finds the runtime (or the driver) in the global scope. One
+ * loaded with RTLD_LOCAL (Python extension modules, ctypes) is not there:
+ * find it among the loaded objects and look the name up in its own scope.
  */
 static void *find_real(const char *name)
 {
     void *f = dlsym(RTLD_NEXT, name);
     if (f && !in_self(f))
         return f;
-    struct candidates c = {0};
-    dl_iterate_phdr(collect_cudart, &c); /* no dlopen inside the callback */
-    for (int i = 0; i < c.n; i++) {
-        void *h = dlopen(c.path[i], RTLD_LAZY | RTLD_NOLOAD);
+    struct search s = {.library = library_of(name)};
+    dl_iterate_phdr(collect_library, &s); /* no dlopen inside the callback */
+    for (int i = 0; i < s.found.n; i++) {
+        void *h = dlopen(s.found.path[i], RTLD_LAZY | RTLD_NOLOAD);
         if (!h)
             continue;
-        f = dlsym(h, name);
-        dlclose(h);
+        f = front_dlsym_real(h, name);
+        front_dlclose_real(h);
         if (f && !in_self(f))
             return f;
     }
@@ -206,7 +221,21 @@ static void *find_real(const char *name)
 }
 
 static struct spillway_real real = {.size = sizeof(struct spillway_real)};
-static const char *const real_names[] = {SPILLWAY_REAL_NAMES};
+
+/* The CUDA names of the table's entries, in field order. */
+static const char *const real_names[] = {
+#define SPILLWAY_REAL(ret, field, name, params) #name,
+#define SPILLWAY_INTERPOSED SPILLWAY_REAL
+#include "calls.h"
+};
+
+/* R_<field>: a real function's index in the table. */
+enum {
+#define SPILLWAY_REAL(ret, field, name, params) R_##field,
+#define SPILLWAY_INTERPOSED SPILLWAY_REAL
+#include "calls.h"
+    R_COUNT
+};
 
 /* The table's function pointers, as an array indexed in field order. */
 static void **real_slot(int i)
@@ -214,13 +243,37 @@ static void **real_slot(int i)
     return (void **)((char *)&real + offsetof(struct spillway_real, malloc)) + i;
 }
 
-_Static_assert(sizeof(real_names) / sizeof(real_names[0]) ==
-                   (sizeof(struct spillway_real) - offsetof(struct spillway_real, malloc)) /
-                       sizeof(void *),
-               "every field of spillway_real needs a name");
+_Static_assert(R_COUNT == (sizeof(struct spillway_real) - offsetof(struct spillway_real, malloc)) /
+                              sizeof(void *),
+               "every field of spillway_real needs a row in calls.h");
 
-static void *resolve(int i)
+/*
+ * After a CUDA library was closed, every real function is found anew: one
+ * loaded again lies elsewhere, and the core calls through the same table.
+ */
+__attribute__((noinline, cold)) static void refresh_real(unsigned int unloads)
 {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static unsigned int seen;
+    pthread_mutex_lock(&lock);
+    if (seen != unloads) {
+        for (int i = 0; i < R_COUNT; i++)
+            if (__atomic_load_n(real_slot(i), __ATOMIC_ACQUIRE))
+                __atomic_store_n(real_slot(i), find_real(real_names[i]), __ATOMIC_RELEASE);
+        seen = unloads;
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+/* The real function with index i; NULL if the process has none. */
+static inline void *resolve(int i)
+{
+    static unsigned int refreshed;
+    unsigned int unloads = __atomic_load_n(&front_unloads, __ATOMIC_ACQUIRE);
+    if (__builtin_expect(unloads != __atomic_load_n(&refreshed, __ATOMIC_RELAXED), 0)) {
+        refresh_real(unloads);
+        __atomic_store_n(&refreshed, unloads, __ATOMIC_RELAXED);
+    }
     void **slot = real_slot(i);
     void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
     if (!f) {
@@ -231,42 +284,33 @@ static void *resolve(int i)
     return f;
 }
 
-enum {
-    R_MALLOC,
-    R_FREE,
-    R_MALLOC_MANAGED,
-    R_MALLOC_PITCH,
-    R_MALLOC_ASYNC,
-    R_FREE_ASYNC,
-    R_MEM_GET_INFO,
-    R_DEVICE_RESET,
-    R_GET_DEVICE,
-    R_SET_DEVICE,
-    R_GET_DEVICE_COUNT,
-    R_DEVICE_SYNCHRONIZE,
-    R_STREAM_SYNCHRONIZE,
-    R_EVENT_CREATE,
-    R_EVENT_RECORD,
-    R_EVENT_QUERY,
-    R_EVENT_SYNCHRONIZE,
-    R_EVENT_DESTROY,
-    R_STREAM_DESTROY,
-};
-
 /* Yields a typed pointer to the real function, or returns an error from the caller. */
-#define REAL(var, field, idx)                                                                  \
-    __typeof__(real.field) var = (__typeof__(real.field))resolve(idx);                         \
+#define REAL(var, field)                                                                       \
+    __typeof__(real.field) var = (__typeof__(real.field))resolve(R_##field);                   \
     if (!var)                                                                                  \
-        return missing_real(idx);
+        return missing_real(R_##field);
 
-static cudaError_t missing_real(int i)
+static const char *library_description(const char *name)
+{
+    const char *library = library_of(name);
+    if (strcmp(library, "libcudart") == 0)
+        return "CUDA runtime (libcudart)";
+    return strcmp(library, "libcuda.") == 0 ? "CUDA driver (libcuda)" : "NVML (libnvidia-ml)";
+}
+
+/* The error both APIs give for a missing function: cudaErrorSymbolNotFound, CUDA_ERROR_NOT_FOUND. */
+#define NOT_FOUND 500
+_Static_assert(NOT_FOUND == cudaErrorSymbolNotFound && NOT_FOUND == CUDA_ERROR_NOT_FOUND,
+               "one code for a missing function");
+
+static int missing_real(int i)
 {
     static atomic_int told;
     if (!atomic_exchange(&told, 1))
-        log_line("cannot find the real %s: no CUDA runtime (libcudart) is loaded in this "
-                 "process; the call fails with cudaErrorSymbolNotFound",
-                 real_names[i]);
-    return cudaErrorSymbolNotFound;
+        log_line("cannot find the real %s: no %s is loaded in this process; the call fails with "
+                 "error %d (cudaErrorSymbolNotFound, CUDA_ERROR_NOT_FOUND)",
+                 real_names[i], library_description(real_names[i]), NOT_FOUND);
+    return NOT_FOUND;
 }
 
 /* ---- the core ---- */
@@ -274,19 +318,10 @@ static cudaError_t missing_real(int i)
 enum state { UNLOADED, LOADING, READY, FAILED, PASSTHROUGH };
 static atomic_int state = UNLOADED;
 
+/* The core's entry points, once loaded. */
 static struct {
-    spillway_core_malloc_fn malloc;
-    spillway_core_malloc_managed_fn malloc_managed;
-    spillway_core_malloc_pitch_fn malloc_pitch;
-    spillway_core_malloc_async_fn malloc_async;
-    spillway_core_free_fn free;
-    spillway_core_free_async_fn free_async;
-    spillway_core_mem_get_info_fn mem_get_info;
-    spillway_core_device_reset_fn device_reset;
-    spillway_core_device_synchronize_fn device_synchronize;
-    spillway_core_stream_destroy_fn stream_destroy;
-    spillway_core_report_fn report;
-    spillway_core_adopt_fn adopt;
+#define SPILLWAY_ENTRY(name, params) spillway_core_##name##_fn name;
+#include "calls.h"
 } core;
 
 /* Calls this thread is inside; a nested call goes straight to the real runtime. */
@@ -396,26 +431,9 @@ static int open_core(void)
     if (!same_abi(h, path))
         return -1;
     int missing = 0;
-    spillway_core_init_fn init = (spillway_core_init_fn)entry(h, "spillway_core_init", &missing);
-    core.malloc = (spillway_core_malloc_fn)entry(h, "spillway_core_malloc", &missing);
-    core.malloc_managed =
-        (spillway_core_malloc_managed_fn)entry(h, "spillway_core_malloc_managed", &missing);
-    core.malloc_pitch =
-        (spillway_core_malloc_pitch_fn)entry(h, "spillway_core_malloc_pitch", &missing);
-    core.malloc_async =
-        (spillway_core_malloc_async_fn)entry(h, "spillway_core_malloc_async", &missing);
-    core.free = (spillway_core_free_fn)entry(h, "spillway_core_free", &missing);
-    core.free_async = (spillway_core_free_async_fn)entry(h, "spillway_core_free_async", &missing);
-    core.mem_get_info =
-        (spillway_core_mem_get_info_fn)entry(h, "spillway_core_mem_get_info", &missing);
-    core.device_reset =
-        (spillway_core_device_reset_fn)entry(h, "spillway_core_device_reset", &missing);
-    core.device_synchronize = (spillway_core_device_synchronize_fn)entry(
-        h, "spillway_core_device_synchronize", &missing);
-    core.stream_destroy =
-        (spillway_core_stream_destroy_fn)entry(h, "spillway_core_stream_destroy", &missing);
-    core.report = (spillway_core_report_fn)entry(h, "spillway_core_report", &missing);
-    core.adopt = (spillway_core_adopt_fn)entry(h, "spillway_core_adopt", &missing);
+#define SPILLWAY_ENTRY(name, params)                                                           \
+    core.name = (spillway_core_##name##_fn)entry(h, "spillway_core_" #name, &missing);
+#include "calls.h"
     if (missing) {
         log_line("the core %s lacks an entry point (a front and a core from different builds?)",
                  path);
@@ -423,7 +441,7 @@ static int open_core(void)
     }
     for (size_t i = 0; i < sizeof real_names / sizeof real_names[0]; i++)
         resolve((int)i); /* optional ones may stay NULL; the core checks */
-    int32_t rc = init(SPILLWAY_CORE_ABI, &real, &probes);
+    int32_t rc = core.init(SPILLWAY_CORE_ABI, &real, &probes);
     if (rc != 0) {
         log_line("the core %s refused to start (error %d)", path, rc);
         return -1;
@@ -577,7 +595,8 @@ static uint64_t stream_id(cudaStream_t stream)
 
 static cudaError_t current_device(int32_t *device)
 {
-    REAL(get_device, get_device, R_GET_DEVICE);
+    *device = 0;
+    REAL(get_device, get_device);
     int d = 0;
     cudaError_t rc = get_device(&d);
     *device = d;
@@ -591,7 +610,7 @@ static cudaError_t early_alloc(cudaError_t rc, void *ptr, uint64_t size)
         return rc;
     int32_t device = 0;
     if (current_device(&device) != cudaSuccess || early_record(ptr, size, device) != cudaSuccess) {
-        __typeof__(real.free) release = (__typeof__(real.free))resolve(R_FREE);
+        __typeof__(real.free) release = (__typeof__(real.free))resolve(R_free);
         if (release)
             release(ptr);
         return cudaErrorMemoryAllocation;
@@ -603,7 +622,7 @@ static cudaError_t early_alloc(cudaError_t rc, void *ptr, uint64_t size)
 
 EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
-    REAL(real_malloc, malloc, R_MALLOC);
+    REAL(real_malloc, malloc);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -639,7 +658,7 @@ EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 
 EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
 {
-    REAL(real_malloc_managed, malloc_managed, R_MALLOC_MANAGED);
+    REAL(real_malloc_managed, malloc_managed);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -675,7 +694,7 @@ EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int fl
 
 EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
 {
-    REAL(real_malloc_pitch, malloc_pitch, R_MALLOC_PITCH);
+    REAL(real_malloc_pitch, malloc_pitch);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -714,7 +733,7 @@ EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
 
 EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)
 {
-    REAL(real_malloc_async, malloc_async, R_MALLOC_ASYNC);
+    REAL(real_malloc_async, malloc_async);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -750,7 +769,7 @@ EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stre
 
 EXPORT cudaError_t cudaFree(void *devPtr)
 {
-    REAL(real_free, free, R_FREE);
+    REAL(real_free, free);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -767,7 +786,7 @@ EXPORT cudaError_t cudaFree(void *devPtr)
 
 EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
 {
-    REAL(real_free_async, free_async, R_FREE_ASYNC);
+    REAL(real_free_async, free_async);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -784,7 +803,7 @@ EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
 
 EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 {
-    REAL(real_mem_get_info, mem_get_info, R_MEM_GET_INFO);
+    REAL(real_mem_get_info, mem_get_info);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -809,7 +828,7 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 
 EXPORT cudaError_t cudaDeviceReset(void)
 {
-    REAL(real_device_reset, device_reset, R_DEVICE_RESET);
+    REAL(real_device_reset, device_reset);
     cudaError_t rc;
     enum route r = route();
     depth++;
@@ -830,7 +849,7 @@ EXPORT cudaError_t cudaDeviceReset(void)
  */
 EXPORT cudaError_t cudaDeviceSynchronize(void)
 {
-    REAL(real_device_synchronize, device_synchronize, R_DEVICE_SYNCHRONIZE);
+    REAL(real_device_synchronize, device_synchronize);
     cudaError_t rc;
     if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY) {
         depth++;
@@ -845,7 +864,7 @@ EXPORT cudaError_t cudaDeviceSynchronize(void)
 
 EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
-    REAL(real_stream_destroy, stream_destroy, R_STREAM_DESTROY);
+    REAL(real_stream_destroy, stream_destroy);
     cudaError_t rc;
     if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY &&
         stream != cudaStreamPerThread && stream != cudaStreamLegacy && stream != NULL) {
@@ -856,3 +875,511 @@ EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
     }
     return real_stream_destroy(stream);
 }
+
+/* ---- the driver's memory API ---- */
+
+/* The device of the calling thread's current context. */
+static CUresult context_device(int32_t *device)
+{
+    __typeof__(real.cu_ctx_get_device) get =
+        (__typeof__(real.cu_ctx_get_device))resolve(R_cu_ctx_get_device);
+    CUdevice d = 0;
+    CUresult rc = get ? get(&d) : CUDA_ERROR_NOT_FOUND;
+    *device = d;
+    return rc;
+}
+
+/*
+ * The driver's calls reach the core like the runtime's, as CUresult codes
+ * and without the runtime's last error. Every context is taken as its
+ * device's primary context: the core serves the call from that device's
+ * pool. A call the core cannot place (no current context, a null pointer,
+ * zero bytes) gets the real driver's own answer.
+ */
+
+/* Records a driver allocation passed through on the early route; undoes it if it cannot. */
+static CUresult driver_early(CUresult rc, const CUdeviceptr *dptr, uint64_t size)
+{
+    int32_t device = 0;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    CUdeviceptr p = *dptr;
+    if (context_device(&device) != CUDA_SUCCESS ||
+        early_record((void *)(uintptr_t)p, size, device) != cudaSuccess) {
+        __typeof__(real.cu_mem_free) release = (__typeof__(real.cu_mem_free))resolve(R_cu_mem_free);
+        if (release)
+            release(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+/*
+ * The route of a driver allocation into dptr of size bytes: the core's only
+ * when it can place it (sets *device), the real driver's otherwise.
+ */
+static enum route driver_alloc_route(CUdeviceptr *dptr, uint64_t size, int32_t *device)
+{
+    enum route r = route();
+    if (r == ROUTE_CORE && (!dptr || size == 0 || context_device(device) != CUDA_SUCCESS))
+        return ROUTE_REAL;
+    return r;
+}
+
+/* The stream as the core sees it; in the _ptsz forms, stream 0 is the per-thread stream. */
+static uint64_t driver_stream(CUstream stream, int per_thread)
+{
+    if (per_thread && stream == NULL)
+        return stream_id(cudaStreamPerThread);
+    return stream_id((cudaStream_t)stream);
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    REAL(real_alloc, cu_mem_alloc);
+    CUresult rc;
+    int32_t device = 0;
+    uint64_t p = 0;
+    enum route r = driver_alloc_route(dptr, bytesize, &device);
+    depth++;
+    switch (r) {
+    case ROUTE_CORE:
+        if ((rc = (CUresult)core.cu_malloc(device, bytesize, &p)) == CUDA_SUCCESS)
+            *dptr = (CUdeviceptr)p;
+        break;
+    case ROUTE_EARLY:
+        rc = driver_early(real_alloc(dptr, bytesize), dptr, bytesize);
+        break;
+    case ROUTE_REFUSE:
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+        break;
+    default:
+        rc = real_alloc(dptr, bytesize);
+    }
+    depth--;
+    return rc;
+}
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    REAL(real_alloc, cu_mem_alloc_managed);
+    CUresult rc;
+    int32_t device = 0;
+    uint64_t p = 0;
+    enum route r = driver_alloc_route(dptr, bytesize, &device);
+    depth++;
+    switch (r) {
+    case ROUTE_CORE:
+        if ((rc = (CUresult)core.cu_malloc_managed(device, bytesize, flags, &p)) == CUDA_SUCCESS)
+            *dptr = (CUdeviceptr)p;
+        break;
+    case ROUTE_EARLY:
+        rc = driver_early(real_alloc(dptr, bytesize, flags), dptr, bytesize);
+        break;
+    case ROUTE_REFUSE:
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+        break;
+    default:
+        rc = real_alloc(dptr, bytesize, flags);
+    }
+    depth--;
+    return rc;
+}
+
+/* The element sizes cuMemAllocPitch accepts; others get the driver's own answer. */
+static int valid_element_size(unsigned int size)
+{
+    return size == 4 || size == 8 || size == 16;
+}
+
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                   size_t Height, unsigned int ElementSizeBytes)
+{
+    REAL(real_alloc, cu_mem_alloc_pitch);
+    CUresult rc;
+    int32_t device = 0;
+    uint64_t p = 0, pitch = 0;
+    enum route r = driver_alloc_route(dptr, (uint64_t)WidthInBytes * Height, &device);
+    if (r == ROUTE_CORE && (!pPitch || !valid_element_size(ElementSizeBytes)))
+        r = ROUTE_REAL;
+    depth++;
+    switch (r) {
+    case ROUTE_CORE:
+        rc = (CUresult)core.cu_malloc_pitch(device, WidthInBytes, Height, &p, &pitch);
+        if (rc == CUDA_SUCCESS) {
+            *dptr = (CUdeviceptr)p;
+            *pPitch = (size_t)pitch;
+        }
+        break;
+    case ROUTE_EARLY:
+        rc = real_alloc(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+        rc = driver_early(rc, dptr, rc == CUDA_SUCCESS ? (uint64_t)*pPitch * Height : 0);
+        break;
+    case ROUTE_REFUSE:
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+        break;
+    default:
+        rc = real_alloc(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    }
+    depth--;
+    return rc;
+}
+
+static CUresult mem_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream stream,
+                                int per_thread)
+{
+    __typeof__(real.cu_mem_alloc_async) real_alloc =
+        (__typeof__(real.cu_mem_alloc_async))resolve(per_thread ? R_cu_mem_alloc_async_ptsz
+                                                                : R_cu_mem_alloc_async);
+    if (!real_alloc)
+        return missing_real(per_thread ? R_cu_mem_alloc_async_ptsz : R_cu_mem_alloc_async);
+    CUresult rc;
+    int32_t device = 0;
+    uint64_t p = 0;
+    enum route r = driver_alloc_route(dptr, bytesize, &device);
+    depth++;
+    switch (r) {
+    case ROUTE_CORE:
+        rc = (CUresult)core.cu_malloc_async(device, bytesize, driver_stream(stream, per_thread), &p);
+        if (rc == CUDA_SUCCESS)
+            *dptr = (CUdeviceptr)p;
+        break;
+    case ROUTE_EARLY:
+        rc = driver_early(real_alloc(dptr, bytesize, stream), dptr, bytesize);
+        break;
+    case ROUTE_REFUSE:
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+        break;
+    default:
+        rc = real_alloc(dptr, bytesize, stream);
+    }
+    depth--;
+    return rc;
+}
+
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    return mem_alloc_async(dptr, bytesize, hStream, 0);
+}
+
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    return mem_alloc_async(dptr, bytesize, hStream, 1);
+}
+
+static CUresult mem_free_async(CUdeviceptr dptr, CUstream stream, int per_thread)
+{
+    __typeof__(real.cu_mem_free_async) real_free =
+        (__typeof__(real.cu_mem_free_async))resolve(per_thread ? R_cu_mem_free_async_ptsz
+                                                               : R_cu_mem_free_async);
+    if (!real_free)
+        return missing_real(per_thread ? R_cu_mem_free_async_ptsz : R_cu_mem_free_async);
+    CUresult rc;
+    enum route r = route();
+    depth++;
+    if (r == ROUTE_EARLY && !early_forget((void *)(uintptr_t)dptr))
+        r = ROUTE_CORE;
+    if (r == ROUTE_CORE)
+        rc = (CUresult)core.cu_free_async((uint64_t)dptr, driver_stream(stream, per_thread));
+    else
+        rc = real_free(dptr, stream);
+    depth--;
+    return rc;
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    return mem_free_async(dptr, hStream, 0);
+}
+
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    return mem_free_async(dptr, hStream, 1);
+}
+
+/* The device's real total, or with a quota the quota, as cuMemGetInfo's total. */
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    REAL(real_total_mem, cu_device_total_mem);
+    enum route r = route();
+    depth++;
+    CUresult rc = real_total_mem(bytes, dev);
+    if (rc == CUDA_SUCCESS && r == ROUTE_CORE) {
+        uint64_t total = *bytes;
+        if ((rc = (CUresult)core.cu_device_total_mem(dev, &total)) == CUDA_SUCCESS)
+            *bytes = (size_t)total;
+    }
+    depth--;
+    return rc;
+}
+
+/*
+ * Resetting the primary context destroys every allocation on the device:
+ * the core drops the device's pool first. cuCtxSynchronize, like
+ * cudaDeviceSynchronize, tells the pool its stream-ordered frees are done.
+ * Both reach the core only once it runs and never load it.
+ */
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    REAL(real_reset, cu_primary_ctx_reset);
+    CUresult rc;
+    if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY) {
+        /* The core resets the runtime's current device: make it dev for the call. */
+        int32_t current;
+        if (current_device(&current) != cudaSuccess || real.set_device == NULL ||
+            (current != dev && real.set_device(dev) != cudaSuccess))
+            return real_reset(dev);
+        depth++;
+        rc = (CUresult)core.cu_device_reset(dev);
+        depth--;
+        if (current != dev)
+            real.set_device(current);
+        return rc;
+    }
+    return real_reset(dev);
+}
+
+EXPORT CUresult cuCtxSynchronize(void)
+{
+    REAL(real_synchronize, cu_ctx_synchronize);
+    CUresult rc;
+    int32_t device;
+    if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY &&
+        context_device(&device) == CUDA_SUCCESS) {
+        depth++;
+        rc = (CUresult)core.cu_device_synchronize(device);
+        depth--;
+        return rc;
+    }
+    return real_synchronize();
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    REAL(real_free, cu_mem_free);
+    CUresult rc;
+    enum route r = route();
+    depth++;
+    if (r == ROUTE_EARLY && !early_forget((void *)(uintptr_t)dptr))
+        r = ROUTE_CORE;
+    if (r == ROUTE_CORE)
+        rc = (CUresult)core.cu_free((uint64_t)dptr);
+    else
+        rc = real_free(dptr);
+    depth--;
+    return rc;
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    REAL(real_mem_get_info, cu_mem_get_info);
+    CUresult rc;
+    int32_t device;
+    enum route r = route();
+    depth++;
+    if (r == ROUTE_CORE && context_device(&device) == CUDA_SUCCESS) {
+        uint64_t f = 0, t = 0;
+        rc = (CUresult)core.cu_mem_get_info(device, &f, &t);
+        if (rc == CUDA_SUCCESS) {
+            if (free)
+                *free = (size_t)f;
+            if (total)
+                *total = (size_t)t;
+        }
+    } else {
+        rc = real_mem_get_info(free, total);
+    }
+    depth--;
+    return rc;
+}
+
+/* ---- NVML ---- */
+
+/*
+ * NVML numbers devices its own way (all of them, by PCI order); CUDA by
+ * CUDA_VISIBLE_DEVICES and its ordering. A device is matched to its CUDA
+ * ordinal by its UUID, through the driver, which the front loads (and
+ * initialises) for the purpose when the process has not. -1: no match.
+ */
+static int cuda_ordinal(nvmlDevice_t device)
+{
+    char want[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    __typeof__(real.nvml_device_uuid) uuid_of =
+        (__typeof__(real.nvml_device_uuid))resolve(R_nvml_device_uuid);
+    if (!uuid_of || uuid_of(device, want, sizeof want) != NVML_SUCCESS)
+        return -1;
+    if (!resolve(R_cu_init))
+        dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); /* kept: the mapping needs it again */
+    __typeof__(real.cu_init) init = (__typeof__(real.cu_init))resolve(R_cu_init);
+    __typeof__(real.cu_device_get_count) count_devices =
+        (__typeof__(real.cu_device_get_count))resolve(R_cu_device_get_count);
+    __typeof__(real.cu_device_get) get = (__typeof__(real.cu_device_get))resolve(R_cu_device_get);
+    __typeof__(real.cu_device_get_uuid) uuid =
+        (__typeof__(real.cu_device_get_uuid))resolve(R_cu_device_get_uuid);
+    int n = 0;
+    if (!init || !count_devices || !get || !uuid || init(0) != CUDA_SUCCESS ||
+        count_devices(&n) != CUDA_SUCCESS)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        CUdevice dev;
+        CUuuid u;
+        char have[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+        if (get(&dev, i) != CUDA_SUCCESS || uuid(&u, dev) != CUDA_SUCCESS)
+            continue;
+        const unsigned char *b = (const unsigned char *)u.bytes;
+        snprintf(have, sizeof have,
+                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                 b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                 b[14], b[15]);
+        if (strcmp(have, want) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/*
+ * NVML's memory figures as this process may see them: with a quota on the
+ * device, total = the quota and used = what Spillway counts against it.
+ * Returns 0 when the figures stand as NVML gave them. Without a quota
+ * configured, NVML never loads the core (a monitoring tool that uses only
+ * NVML starts no Go runtime).
+ */
+static int nvml_as_limited(nvmlDevice_t device, unsigned long long *total,
+                           unsigned long long *used)
+{
+    int ordinal;
+    if (atomic_load_explicit(&state, memory_order_acquire) != READY && !quota_configured())
+        return 0;
+    if (route() != ROUTE_CORE || (ordinal = cuda_ordinal(device)) < 0)
+        return 0;
+    uint64_t t = *total, u = *used;
+    depth++;
+    int32_t rc = core.nvml_memory(ordinal, &t, &u);
+    depth--;
+    if (rc != cudaSuccess || (t == *total && u == *used))
+        return 0;
+    *total = t;
+    *used = u < t ? u : t;
+    return 1;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    REAL(real_memory_info, nvml_memory_info);
+    nvmlReturn_t rc = real_memory_info(device, memory);
+    if (rc == NVML_SUCCESS && depth == 0 && nvml_as_limited(device, &memory->total, &memory->used))
+        memory->free = memory->total - memory->used;
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    REAL(real_memory_info, nvml_memory_info_v2);
+    nvmlReturn_t rc = real_memory_info(device, memory);
+    if (rc == NVML_SUCCESS && depth == 0 &&
+        nvml_as_limited(device, &memory->total, &memory->used)) {
+        memory->reserved = 0;
+        memory->free = memory->total - memory->used;
+    }
+    return rc;
+}
+
+/* This process's entry in a process list: what Spillway counts, when it has a quota. */
+static void own_process_usage(nvmlDevice_t device, unsigned int count, nvmlProcessInfo_t *infos)
+{
+    unsigned int self = (unsigned int)getpid();
+    for (unsigned int i = 0; infos && i < count; i++)
+        if (infos[i].pid == self) {
+            unsigned long long total = ~0ull, used = infos[i].usedGpuMemory;
+            if (nvml_as_limited(device, &total, &used))
+                infos[i].usedGpuMemory = used;
+            return;
+        }
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                            unsigned int *infoCount,
+                                                            nvmlProcessInfo_t *infos)
+{
+    REAL(real_processes, nvml_processes_v2);
+    nvmlReturn_t rc = real_processes(device, infoCount, infos);
+    if (rc == NVML_SUCCESS && depth == 0)
+        own_process_usage(device, *infoCount, infos);
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                            unsigned int *infoCount,
+                                                            nvmlProcessInfo_t *infos)
+{
+    REAL(real_processes, nvml_processes_v3);
+    nvmlReturn_t rc = real_processes(device, infoCount, infos);
+    if (rc == NVML_SUCCESS && depth == 0)
+        own_process_usage(device, *infoCount, infos);
+    return rc;
+}
+
+/* ---- the driver's lookup ---- */
+
+/* Every interposed function, by its index in the real table. */
+static const struct {
+    int index;
+    void *wrapper;
+} interposed[] = {
+#define SPILLWAY_INTERPOSED(ret, field, name, params) {R_##field, (void *)name},
+#include "calls.h"
+};
+
+/* The front's function standing for the real function f, or NULL; driver_only: among the driver's. */
+static void *wrapper_of(void *f, int driver_only)
+{
+    for (size_t i = 0; f && i < sizeof interposed / sizeof interposed[0]; i++)
+        if ((!driver_only || strncmp(real_names[interposed[i].index], "cuda", 4) != 0) &&
+            resolve(interposed[i].index) == f)
+            return interposed[i].wrapper;
+    return NULL;
+}
+
+void *front_wrapper_of(void *f)
+{
+    return wrapper_of(f, 0);
+}
+
+/*
+ * Exchanges a real function the driver handed out for the front's version
+ * of it. The match is by the pointer, so the version and the stream
+ * semantics the caller asked for are the ones it gets: a function the front
+ * does not interpose (an older version, another variant) stays the
+ * driver's.
+ */
+static void exchange_real(void **pfn)
+{
+    void *wrapper = pfn ? wrapper_of(*pfn, 1) : NULL;
+    if (wrapper)
+        *pfn = wrapper;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags)
+{
+    REAL(real_get_proc_address, cu_get_proc_address);
+    CUresult rc = real_get_proc_address(symbol, pfn, cudaVersion, flags);
+    if (rc == CUDA_SUCCESS)
+        exchange_real(pfn);
+    return rc;
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion,
+                                    cuuint64_t flags, CUdriverProcAddressQueryResult *symbolStatus)
+{
+    REAL(real_get_proc_address, cu_get_proc_address_v2);
+    CUresult rc = real_get_proc_address(symbol, pfn, cudaVersion, flags, symbolStatus);
+    if (rc == CUDA_SUCCESS)
+        exchange_real(pfn);
+    return rc;
+}
+
+/* Every interposed function has exactly the type of its row in calls.h. */
+#define SPILLWAY_INTERPOSED(ret, field, name, params)                                          \
+    _Static_assert(__builtin_types_compatible_p(__typeof__(&name), __typeof__(real.field)),     \
+                   #name " differs from its row in calls.h");
+#include "calls.h"

@@ -184,3 +184,34 @@ func pythonInterpreter(b *testing.B) string {
 	}
 	return strings.TrimSpace(string(out))
 }
+
+// BenchmarkDriverPair: the driver's cuMemAlloc_v2+cuMemFree_v2 pair and
+// the static runtime's cudaMalloc+cudaFree pair (which reaches the shim
+// through the driver), of 4 KiB on one thread, against the dynamic
+// runtime's pair, each without the shim and through the pool (the
+// default); ratio: the pair through the pool against the runtime's.
+func BenchmarkDriverPair(b *testing.B) {
+	header := []string{"-L", harness.SimcudaDir(b), "-lcuda"}
+	progs := map[string]string{
+		"runtime": harness.Compile(b, harness.CBuild{Sources: []string{"testdata/bench.c"}, Cudart: true, ProjectHeaders: true}),
+		"driver": harness.Compile(b, harness.CBuild{Sources: []string{"testdata/bench.c"}, Cudart: true, ProjectHeaders: true,
+			Flags: append([]string{"-DBENCH_DRIVER"}, header...)}),
+		"static": harness.Compile(b, harness.CBuild{Sources: []string{"testdata/bench.c"}, StaticCudart: true, ProjectHeaders: true}),
+	}
+	got := map[string][]float64{}
+	for range b.N {
+		for name, prog := range progs {
+			for _, shim := range []bool{false, true} {
+				key := name + map[bool]string{false: "-none", true: "-pool"}[shim]
+				got[key] = append(got[key], figure(b, prepared(b, shim, nil, prog, "pairs", "1", "20000", "4096"), "pair_ns"))
+			}
+		}
+	}
+	for _, name := range []string{"runtime", "driver", "static"} {
+		b.ReportMetric(median(got[name+"-none"]), name+"-none-ns/pair")
+		b.ReportMetric(median(got[name+"-pool"]), name+"-pool-ns/pair")
+	}
+	for _, name := range []string{"driver", "static"} {
+		b.ReportMetric(median(got[name+"-pool"])/median(got["runtime-pool"]), name+"/runtime-pool-ratio")
+	}
+}

@@ -96,8 +96,14 @@ func TestProbePointsStartWithNOP(t *testing.T) {
 
 func TestExportSurface(t *testing.T) {
 	want := []string{
+		"cuCtxSynchronize", "cuDevicePrimaryCtxReset_v2", "cuDeviceTotalMem_v2",
+		"cuGetProcAddress", "cuGetProcAddress_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
+		"cuMemAllocManaged", "cuMemAllocPitch_v2", "cuMemAlloc_v2", "cuMemFreeAsync",
+		"cuMemFreeAsync_ptsz", "cuMemFree_v2", "cuMemGetInfo_v2",
 		"cudaDeviceReset", "cudaDeviceSynchronize", "cudaFree", "cudaFreeAsync", "cudaMalloc",
-		"cudaMallocAsync", "cudaMallocManaged", "cudaMallocPitch", "cudaMemGetInfo", "cudaStreamDestroy",
+		"cudaMallocAsync", "cudaMallocManaged", "cudaMallocPitch", "cudaMemGetInfo", "cudaStreamDestroy", "dlclose", "dlsym",
+		"nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
+		"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2",
 		"spillway_probe_alloc", "spillway_probe_free", "spillway_probe_promote",
 		"spillway_probe_refuse", "spillway_probe_semaphore", "spillway_probe_spill", "spillway_probe_sync",
 	}

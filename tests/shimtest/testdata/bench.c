@@ -4,6 +4,8 @@
  * wall time per pair as each thread saw it.
  * bench first SIZE: initialises the runtime with a call the shim does not
  * interpose, then times the first cudaMalloc; prints "first_ns X".
+ * Built with BENCH_DRIVER, the pairs are cuMemAlloc_v2 + cuMemFree_v2 in
+ * device 0's primary context.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -15,6 +17,25 @@
 
 static long pairs;
 static size_t size;
+
+#ifdef BENCH_DRIVER
+#include <spillway/cuda.h>
+
+static CUcontext context;
+
+static int pair(void)
+{
+    CUdeviceptr p;
+    return cuMemAlloc_v2(&p, size) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS ? -1 : 0;
+}
+#else
+static int pair(void)
+{
+    void *p;
+    return cudaMalloc(&p, size) != cudaSuccess || cudaFree(p) != cudaSuccess ? -1 : 0;
+}
+#endif
+
 static pthread_barrier_t start;
 
 static double now_ns(void)
@@ -26,17 +47,19 @@ static double now_ns(void)
 
 static int run_pairs(long n)
 {
-    for (long i = 0; i < n; i++) {
-        void *p;
-        if (cudaMalloc(&p, size) != cudaSuccess || cudaFree(p) != cudaSuccess)
+    for (long i = 0; i < n; i++)
+        if (pair() != 0)
             return -1;
-    }
     return 0;
 }
 
 static void *worker(void *arg)
 {
     (void)arg;
+#ifdef BENCH_DRIVER
+    if (cuCtxSetCurrent(context) != CUDA_SUCCESS)
+        exit(1);
+#endif
     if (run_pairs(1000) != 0)
         exit(1);
     pthread_barrier_wait(&start);
@@ -54,6 +77,10 @@ int main(int argc, char **argv)
         pthread_t t[64];
         if (threads < 1 || threads > 64)
             return 2;
+#ifdef BENCH_DRIVER
+        if (cuInit(0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&context, 0) != CUDA_SUCCESS)
+            return 1;
+#endif
         pthread_barrier_init(&start, NULL, (unsigned)threads + 1);
         for (int i = 0; i < threads; i++)
             pthread_create(&t[i], NULL, worker, NULL);

@@ -1,0 +1,186 @@
+/*
+ * calls.h: the one list of the CUDA functions the shim knows, and of the
+ * core's entry points. Everything that must agree about them is generated
+ * from these rows: the table of real functions and its names (real.h), the
+ * index of each real function and the check that each interposed function
+ * has the real one's type (shim/front/front.c), the entry points' types
+ * (abi.h), the front's lookups of them, and the check that the Go core
+ * exports each one with that type (shim/core/entries.c).
+ *
+ * Define the macros a reader needs, then include this file (it has no
+ * include guard: each inclusion is one expansion); the others
+ * expand to nothing, and all are undefined at its end.
+ *
+ * SPILLWAY_REAL(ret, field, name, params)
+ *   a real function the core calls but the front does not interpose: a
+ *   field `field` of struct spillway_real, resolved by the CUDA name `name`.
+ * SPILLWAY_INTERPOSED(ret, field, name, params)
+ *   the same, and the front also defines `name` with exactly that type.
+ * Both kinds share one sequence, the field order of struct spillway_real:
+ * append new rows at the end of it and never reorder (the front and the
+ * core are separate objects and check the table's size).
+ *
+ * SPILLWAY_ENTRY(name, params)
+ *   the core's entry point spillway_core_<name>, returning int32_t: a
+ *   cudaError_t for the runtime's calls (which leave the thread's last
+ *   error as CUDA would), a CUresult for the driver's (which never touch
+ *   the runtime's last error).
+ */
+#ifndef SPILLWAY_REAL
+#define SPILLWAY_REAL(ret, field, name, params)
+#endif
+#ifndef SPILLWAY_INTERPOSED
+#define SPILLWAY_INTERPOSED(ret, field, name, params)
+#endif
+#ifndef SPILLWAY_ENTRY
+#define SPILLWAY_ENTRY(name, params)
+#endif
+
+/* ---- struct spillway_real, in field order ---- */
+SPILLWAY_INTERPOSED(cudaError_t, malloc, cudaMalloc, (void **devPtr, size_t size))
+SPILLWAY_INTERPOSED(cudaError_t, free, cudaFree, (void *devPtr))
+SPILLWAY_INTERPOSED(cudaError_t, malloc_managed, cudaMallocManaged,
+                    (void **devPtr, size_t size, unsigned int flags))
+SPILLWAY_INTERPOSED(cudaError_t, malloc_pitch, cudaMallocPitch,
+                    (void **devPtr, size_t *pitch, size_t width, size_t height))
+SPILLWAY_INTERPOSED(cudaError_t, malloc_async, cudaMallocAsync,
+                    (void **devPtr, size_t size, cudaStream_t stream))
+SPILLWAY_INTERPOSED(cudaError_t, free_async, cudaFreeAsync, (void *devPtr, cudaStream_t stream))
+SPILLWAY_INTERPOSED(cudaError_t, mem_get_info, cudaMemGetInfo, (size_t *free, size_t *total))
+SPILLWAY_INTERPOSED(cudaError_t, device_reset, cudaDeviceReset, (void))
+SPILLWAY_REAL(cudaError_t, get_device, cudaGetDevice, (int *device))
+SPILLWAY_REAL(cudaError_t, set_device, cudaSetDevice, (int device))
+SPILLWAY_REAL(cudaError_t, get_device_count, cudaGetDeviceCount, (int *count))
+SPILLWAY_INTERPOSED(cudaError_t, device_synchronize, cudaDeviceSynchronize, (void))
+SPILLWAY_REAL(cudaError_t, stream_synchronize, cudaStreamSynchronize, (cudaStream_t stream))
+SPILLWAY_REAL(cudaError_t, event_create_with_flags, cudaEventCreateWithFlags,
+              (cudaEvent_t * event, unsigned int flags))
+SPILLWAY_REAL(cudaError_t, event_record, cudaEventRecord, (cudaEvent_t event, cudaStream_t stream))
+SPILLWAY_REAL(cudaError_t, event_query, cudaEventQuery, (cudaEvent_t event))
+SPILLWAY_REAL(cudaError_t, event_synchronize, cudaEventSynchronize, (cudaEvent_t event))
+SPILLWAY_REAL(cudaError_t, event_destroy, cudaEventDestroy, (cudaEvent_t event))
+/* Added for the pool and spilling. */
+SPILLWAY_INTERPOSED(cudaError_t, stream_destroy, cudaStreamDestroy, (cudaStream_t stream))
+SPILLWAY_REAL(cudaError_t, device_get_attribute, cudaDeviceGetAttribute,
+              (int *value, enum cudaDeviceAttr attr, int device))
+SPILLWAY_REAL(cudaError_t, host_alloc, cudaHostAlloc, (void **pHost, size_t size, unsigned int flags))
+SPILLWAY_REAL(cudaError_t, free_host, cudaFreeHost, (void *ptr))
+SPILLWAY_REAL(cudaError_t, host_get_device_pointer, cudaHostGetDevicePointer,
+              (void **pDevice, void *pHost, unsigned int flags))
+/* CUDA 12 runtime signatures (an int device), not the cudaMemLocation forms. */
+SPILLWAY_REAL(cudaError_t, mem_advise, cudaMemAdvise,
+              (const void *devPtr, size_t count, enum cudaMemoryAdvise advice, int device))
+SPILLWAY_REAL(cudaError_t, mem_prefetch_async, cudaMemPrefetchAsync,
+              (const void *devPtr, size_t count, int dstDevice, cudaStream_t stream))
+/* Added to keep the application's last error as CUDA would leave it. */
+SPILLWAY_REAL(cudaError_t, peek_at_last_error, cudaPeekAtLastError, (void))
+SPILLWAY_REAL(cudaError_t, get_last_error, cudaGetLastError, (void))
+/* The driver's memory API (CUresult; never the runtime's last error). */
+SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc, cuMemAlloc_v2, (CUdeviceptr * dptr, size_t bytesize))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_free, cuMemFree_v2, (CUdeviceptr dptr))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_get_info, cuMemGetInfo_v2, (size_t *free, size_t *total))
+SPILLWAY_REAL(CUresult, cu_ctx_get_device, cuCtxGetDevice, (CUdevice * device))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc_pitch, cuMemAllocPitch_v2,
+                    (CUdeviceptr * dptr, size_t *pPitch, size_t WidthInBytes, size_t Height,
+                     unsigned int ElementSizeBytes))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc_managed, cuMemAllocManaged,
+                    (CUdeviceptr * dptr, size_t bytesize, unsigned int flags))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc_async, cuMemAllocAsync,
+                    (CUdeviceptr * dptr, size_t bytesize, CUstream hStream))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc_async_ptsz, cuMemAllocAsync_ptsz,
+                    (CUdeviceptr * dptr, size_t bytesize, CUstream hStream))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_free_async, cuMemFreeAsync, (CUdeviceptr dptr, CUstream hStream))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_free_async_ptsz, cuMemFreeAsync_ptsz,
+                    (CUdeviceptr dptr, CUstream hStream))
+SPILLWAY_INTERPOSED(CUresult, cu_device_total_mem, cuDeviceTotalMem_v2, (size_t * bytes, CUdevice dev))
+SPILLWAY_INTERPOSED(CUresult, cu_primary_ctx_reset, cuDevicePrimaryCtxReset_v2, (CUdevice dev))
+SPILLWAY_INTERPOSED(CUresult, cu_ctx_synchronize, cuCtxSynchronize, (void))
+/* The driver's own lookup: what it returns for an interposed function is
+ * exchanged for the front's (by the pointer, whatever name, version or
+ * flags the caller asked with). */
+SPILLWAY_INTERPOSED(CUresult, cu_get_proc_address, cuGetProcAddress,
+                    (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags))
+SPILLWAY_INTERPOSED(CUresult, cu_get_proc_address_v2, cuGetProcAddress_v2,
+                    (const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
+                     CUdriverProcAddressQueryResult *symbolStatus))
+/* NVML's memory reports, and what maps its devices to CUDA's ordinals. */
+SPILLWAY_INTERPOSED(nvmlReturn_t, nvml_memory_info, nvmlDeviceGetMemoryInfo,
+                    (nvmlDevice_t device, nvmlMemory_t *memory))
+SPILLWAY_INTERPOSED(nvmlReturn_t, nvml_memory_info_v2, nvmlDeviceGetMemoryInfo_v2,
+                    (nvmlDevice_t device, nvmlMemory_v2_t *memory))
+SPILLWAY_INTERPOSED(nvmlReturn_t, nvml_processes_v2, nvmlDeviceGetComputeRunningProcesses_v2,
+                    (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos))
+SPILLWAY_INTERPOSED(nvmlReturn_t, nvml_processes_v3, nvmlDeviceGetComputeRunningProcesses_v3,
+                    (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos))
+SPILLWAY_REAL(nvmlReturn_t, nvml_device_uuid, nvmlDeviceGetUUID,
+              (nvmlDevice_t device, char *uuid, unsigned int length))
+SPILLWAY_REAL(CUresult, cu_init, cuInit, (unsigned int Flags))
+SPILLWAY_REAL(CUresult, cu_device_get_count, cuDeviceGetCount, (int *count))
+SPILLWAY_REAL(CUresult, cu_device_get, cuDeviceGet, (CUdevice * device, int ordinal))
+SPILLWAY_REAL(CUresult, cu_device_get_uuid, cuDeviceGetUuid, (CUuuid * uuid, CUdevice dev))
+/* The driver's calls that serve the core where there is no runtime. */
+SPILLWAY_REAL(CUresult, cu_ctx_get_current, cuCtxGetCurrent, (CUcontext * pctx))
+SPILLWAY_REAL(CUresult, cu_ctx_set_current, cuCtxSetCurrent, (CUcontext ctx))
+SPILLWAY_REAL(CUresult, cu_primary_ctx_retain, cuDevicePrimaryCtxRetain,
+              (CUcontext * pctx, CUdevice dev))
+SPILLWAY_REAL(CUresult, cu_stream_synchronize, cuStreamSynchronize, (CUstream hStream))
+SPILLWAY_REAL(CUresult, cu_stream_destroy, cuStreamDestroy_v2, (CUstream hStream))
+SPILLWAY_REAL(CUresult, cu_event_create, cuEventCreate, (CUevent * phEvent, unsigned int Flags))
+SPILLWAY_REAL(CUresult, cu_event_record, cuEventRecord, (CUevent hEvent, CUstream hStream))
+SPILLWAY_REAL(CUresult, cu_event_query, cuEventQuery, (CUevent hEvent))
+SPILLWAY_REAL(CUresult, cu_event_synchronize, cuEventSynchronize, (CUevent hEvent))
+SPILLWAY_REAL(CUresult, cu_event_destroy, cuEventDestroy_v2, (CUevent hEvent))
+SPILLWAY_REAL(CUresult, cu_device_get_attribute, cuDeviceGetAttribute,
+              (int *pi, CUdevice_attribute attrib, CUdevice dev))
+SPILLWAY_REAL(CUresult, cu_mem_host_alloc, cuMemHostAlloc, (void **pp, size_t bytesize, unsigned int Flags))
+SPILLWAY_REAL(CUresult, cu_mem_free_host, cuMemFreeHost, (void *p))
+SPILLWAY_REAL(CUresult, cu_mem_host_get_device_pointer, cuMemHostGetDevicePointer_v2,
+              (CUdeviceptr * pdptr, void *p, unsigned int Flags))
+SPILLWAY_REAL(CUresult, cu_mem_advise, cuMemAdvise,
+              (CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device))
+SPILLWAY_REAL(CUresult, cu_mem_prefetch_async, cuMemPrefetchAsync,
+              (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream))
+
+/* ---- the core's entry points ---- */
+/* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */
+SPILLWAY_ENTRY(abi, (void))
+/* abi is the front's SPILLWAY_CORE_ABI; the core refuses another. The core
+ * only reads the tables (Go's exports cannot say const). */
+SPILLWAY_ENTRY(init, (int32_t abi, struct spillway_real *real, struct spillway_probes *probes))
+SPILLWAY_ENTRY(malloc, (int32_t device, uint64_t size, uint64_t *ptr))
+SPILLWAY_ENTRY(malloc_managed, (int32_t device, uint64_t size, uint32_t flags, uint64_t *ptr))
+SPILLWAY_ENTRY(malloc_pitch,
+               (int32_t device, uint64_t width, uint64_t height, uint64_t *ptr, uint64_t *pitch))
+SPILLWAY_ENTRY(malloc_async, (int32_t device, uint64_t size, uint64_t stream, uint64_t *ptr))
+SPILLWAY_ENTRY(free, (uint64_t ptr))
+SPILLWAY_ENTRY(free_async, (uint64_t ptr, uint64_t stream))
+SPILLWAY_ENTRY(mem_get_info, (int32_t device, uint64_t *free, uint64_t *total))
+SPILLWAY_ENTRY(device_reset, (int32_t device))
+SPILLWAY_ENTRY(device_synchronize, (int32_t device))
+/* Makes the pools forget the stream, then destroys it. */
+SPILLWAY_ENTRY(stream_destroy, (uint64_t stream))
+/* Prints the SPILLWAY_REPORT lines; the front calls it at exit. */
+SPILLWAY_ENTRY(report, (void))
+/* Hands over an allocation the front passed through while the core was starting. */
+SPILLWAY_ENTRY(adopt, (uint64_t ptr, uint64_t size, int32_t device))
+/* The driver's forms: CUresult, and the runtime's last error left alone. */
+SPILLWAY_ENTRY(cu_malloc, (int32_t device, uint64_t size, uint64_t *ptr))
+SPILLWAY_ENTRY(cu_free, (uint64_t ptr))
+SPILLWAY_ENTRY(cu_mem_get_info, (int32_t device, uint64_t *free, uint64_t *total))
+SPILLWAY_ENTRY(cu_malloc_managed, (int32_t device, uint64_t size, uint32_t flags, uint64_t *ptr))
+SPILLWAY_ENTRY(cu_malloc_pitch,
+               (int32_t device, uint64_t width, uint64_t height, uint64_t *ptr, uint64_t *pitch))
+SPILLWAY_ENTRY(cu_malloc_async, (int32_t device, uint64_t size, uint64_t stream, uint64_t *ptr))
+SPILLWAY_ENTRY(cu_free_async, (uint64_t ptr, uint64_t stream))
+/* total: the device's real total in, what the process may see of it out. */
+SPILLWAY_ENTRY(cu_device_total_mem, (int32_t device, uint64_t *total))
+SPILLWAY_ENTRY(cu_device_reset, (int32_t device))
+SPILLWAY_ENTRY(cu_device_synchronize, (int32_t device))
+/* NVML's view of CUDA device `device`: total and used, NVML's in, the
+ * process's out (its quota and what it holds, when it has a quota).
+ * Returns a cudaError_t and never touches the last error. */
+SPILLWAY_ENTRY(nvml_memory, (int32_t device, uint64_t *total, uint64_t *used))
+
+#undef SPILLWAY_REAL
+#undef SPILLWAY_INTERPOSED
+#undef SPILLWAY_ENTRY

@@ -1,0 +1,355 @@
+package interpose
+
+/*
+#cgo CFLAGS: -I${SRCDIR}/include -I${SRCDIR}
+#include <stdint.h>
+#include "real.h"
+
+// The driver's calls made for the core where the process has no runtime.
+// A call with ctx set runs with that context current and puts the
+// caller's back; with ctx NULL it runs in the calling thread's context.
+
+struct drv_guard {
+	CUcontext prev;
+	int switched;
+};
+
+static CUresult drv_enter(const struct spillway_real *r, CUcontext ctx, struct drv_guard *g) {
+	g->switched = 0;
+	if (!ctx)
+		return CUDA_SUCCESS;
+	CUcontext cur = NULL;
+	CUresult rc = r->cu_ctx_get_current(&cur);
+	if (rc != CUDA_SUCCESS || cur == ctx)
+		return rc;
+	if ((rc = r->cu_ctx_set_current(ctx)) == CUDA_SUCCESS) {
+		g->prev = cur;
+		g->switched = 1;
+	}
+	return rc;
+}
+
+static void drv_leave(const struct spillway_real *r, const struct drv_guard *g) {
+	if (g->switched)
+		r->cu_ctx_set_current(g->prev);
+}
+
+#define IN_CONTEXT(call)                          \
+	struct drv_guard g;                           \
+	CUresult rc = drv_enter(r, ctx, &g);          \
+	if (rc == CUDA_SUCCESS) {                     \
+		rc = (call);                              \
+		drv_leave(r, &g);                         \
+	}
+
+struct drv_out {
+	uint64_t v, w;
+	CUresult rc;
+};
+
+// The first function the driver runtime needs that the table lacks, or NULL.
+static const char *drv_missing(const struct spillway_real *r) {
+	if (!r->cu_mem_alloc) return "cuMemAlloc_v2";
+	if (!r->cu_mem_free) return "cuMemFree_v2";
+	if (!r->cu_mem_get_info) return "cuMemGetInfo_v2";
+	if (!r->cu_ctx_get_current) return "cuCtxGetCurrent";
+	if (!r->cu_ctx_set_current) return "cuCtxSetCurrent";
+	if (!r->cu_ctx_get_device) return "cuCtxGetDevice";
+	if (!r->cu_primary_ctx_retain) return "cuDevicePrimaryCtxRetain";
+	if (!r->cu_ctx_synchronize) return "cuCtxSynchronize";
+	return NULL;
+}
+
+struct drv_ctx {
+	CUcontext ctx;
+	CUresult rc;
+};
+
+static struct drv_ctx drv_retain(const struct spillway_real *r, int device) {
+	struct drv_ctx o = {NULL, CUDA_SUCCESS};
+	o.rc = r->cu_primary_ctx_retain(&o.ctx, device);
+	return o;
+}
+static struct drv_out drv_malloc(const struct spillway_real *r, CUcontext ctx, uint64_t size) {
+	CUdeviceptr p = 0;
+	IN_CONTEXT(r->cu_mem_alloc(&p, (size_t)size));
+	return (struct drv_out){p, 0, rc};
+}
+static struct drv_out drv_malloc_managed(const struct spillway_real *r, CUcontext ctx, uint64_t size, unsigned flags) {
+	CUdeviceptr p = 0;
+	IN_CONTEXT(r->cu_mem_alloc_managed ? r->cu_mem_alloc_managed(&p, (size_t)size, flags) : CUDA_ERROR_NOT_FOUND);
+	return (struct drv_out){p, 0, rc};
+}
+static struct drv_out drv_malloc_async(const struct spillway_real *r, CUcontext ctx, uint64_t size, uint64_t stream) {
+	CUdeviceptr p = 0;
+	IN_CONTEXT(r->cu_mem_alloc_async ? r->cu_mem_alloc_async(&p, (size_t)size, (CUstream)(uintptr_t)stream) : CUDA_ERROR_NOT_FOUND);
+	return (struct drv_out){p, 0, rc};
+}
+static CUresult drv_free(const struct spillway_real *r, CUcontext ctx, uint64_t p) {
+	IN_CONTEXT(r->cu_mem_free((CUdeviceptr)p));
+	return rc;
+}
+static CUresult drv_free_async(const struct spillway_real *r, CUcontext ctx, uint64_t p, uint64_t stream) {
+	IN_CONTEXT(r->cu_mem_free_async ? r->cu_mem_free_async((CUdeviceptr)p, (CUstream)(uintptr_t)stream) : CUDA_ERROR_NOT_FOUND);
+	return rc;
+}
+static struct drv_out drv_mem_get_info(const struct spillway_real *r, CUcontext ctx) {
+	size_t f = 0, t = 0;
+	IN_CONTEXT(r->cu_mem_get_info(&f, &t));
+	return (struct drv_out){f, t, rc};
+}
+static struct drv_out drv_device_count(const struct spillway_real *r) {
+	int n = 0;
+	CUresult rc = r->cu_device_get_count ? r->cu_device_get_count(&n) : CUDA_ERROR_NOT_FOUND;
+	return (struct drv_out){(uint64_t)n, 0, rc};
+}
+static CUresult drv_device_reset(const struct spillway_real *r, CUcontext ctx) {
+	CUdevice dev = 0;
+	IN_CONTEXT(r->cu_ctx_get_device(&dev));
+	if (rc == CUDA_SUCCESS)
+		rc = r->cu_primary_ctx_reset ? r->cu_primary_ctx_reset(dev) : CUDA_ERROR_NOT_FOUND;
+	return rc;
+}
+static CUresult drv_synchronize(const struct spillway_real *r, CUcontext ctx) {
+	IN_CONTEXT(r->cu_ctx_synchronize());
+	return rc;
+}
+static CUresult drv_stream_synchronize(const struct spillway_real *r, CUcontext ctx, uint64_t s) {
+	IN_CONTEXT(r->cu_stream_synchronize ? r->cu_stream_synchronize((CUstream)(uintptr_t)s) : CUDA_ERROR_NOT_FOUND);
+	return rc;
+}
+static CUresult drv_stream_destroy(const struct spillway_real *r, CUcontext ctx, uint64_t s) {
+	IN_CONTEXT(r->cu_stream_destroy ? r->cu_stream_destroy((CUstream)(uintptr_t)s) : CUDA_ERROR_NOT_FOUND);
+	return rc;
+}
+static struct drv_out drv_event_create(const struct spillway_real *r, CUcontext ctx, unsigned flags) {
+	CUevent e = NULL;
+	IN_CONTEXT(r->cu_event_create ? r->cu_event_create(&e, flags) : CUDA_ERROR_NOT_FOUND);
+	return (struct drv_out){(uint64_t)(uintptr_t)e, 0, rc};
+}
+static CUresult drv_event_record(const struct spillway_real *r, CUcontext ctx, uint64_t e, uint64_t s) {
+	IN_CONTEXT(r->cu_event_record ? r->cu_event_record((CUevent)(uintptr_t)e, (CUstream)(uintptr_t)s) : CUDA_ERROR_NOT_FOUND);
+	return rc;
+}
+static CUresult drv_event_query(const struct spillway_real *r, CUcontext ctx, uint64_t e) {
+	IN_CONTEXT(r->cu_event_query ? r->cu_event_query((CUevent)(uintptr_t)e) : CUDA_ERROR_NOT_FOUND);
+	return rc;
+}
+static CUresult drv_event_synchronize(const struct spillway_real *r, CUcontext ctx, uint64_t e) {
+	IN_CONTEXT(r->cu_event_synchronize ? r->cu_event_synchronize((CUevent)(uintptr_t)e) : CUDA_ERROR_NOT_FOUND);
+	return rc;
+}
+static CUresult drv_event_destroy(const struct spillway_real *r, CUcontext ctx, uint64_t e) {
+	IN_CONTEXT(r->cu_event_destroy ? r->cu_event_destroy((CUevent)(uintptr_t)e) : CUDA_ERROR_NOT_FOUND);
+	return rc;
+}
+static struct drv_out drv_device_get_attribute(const struct spillway_real *r, int attr, int device) {
+	int v = 0;
+	CUresult rc = r->cu_device_get_attribute ? r->cu_device_get_attribute(&v, (CUdevice_attribute)attr, device) : CUDA_ERROR_NOT_FOUND;
+	return (struct drv_out){(uint64_t)v, 0, rc};
+}
+static struct drv_out drv_host_alloc(const struct spillway_real *r, CUcontext ctx, uint64_t size, unsigned flags) {
+	void *p = NULL;
+	IN_CONTEXT(r->cu_mem_host_alloc ? r->cu_mem_host_alloc(&p, (size_t)size, flags) : CUDA_ERROR_NOT_FOUND);
+	return (struct drv_out){(uint64_t)(uintptr_t)p, 0, rc};
+}
+static CUresult drv_free_host(const struct spillway_real *r, CUcontext ctx, uint64_t p) {
+	IN_CONTEXT(r->cu_mem_free_host ? r->cu_mem_free_host((void *)(uintptr_t)p) : CUDA_ERROR_NOT_FOUND);
+	return rc;
+}
+static struct drv_out drv_host_get_device_pointer(const struct spillway_real *r, CUcontext ctx, uint64_t host) {
+	CUdeviceptr d = 0;
+	IN_CONTEXT(r->cu_mem_host_get_device_pointer ? r->cu_mem_host_get_device_pointer(&d, (void *)(uintptr_t)host, 0) : CUDA_ERROR_NOT_FOUND);
+	return (struct drv_out){d, 0, rc};
+}
+static CUresult drv_mem_advise(const struct spillway_real *r, CUcontext ctx, uint64_t p, uint64_t size, int advice, int device) {
+	IN_CONTEXT(r->cu_mem_advise ? r->cu_mem_advise((CUdeviceptr)p, (size_t)size, (CUmem_advise)advice, device) : CUDA_ERROR_NOT_FOUND);
+	return rc;
+}
+static CUresult drv_mem_prefetch_async(const struct spillway_real *r, CUcontext ctx, uint64_t p, uint64_t size, int device, uint64_t s) {
+	IN_CONTEXT(r->cu_mem_prefetch_async ? r->cu_mem_prefetch_async((CUdeviceptr)p, (size_t)size, device, (CUstream)(uintptr_t)s) : CUDA_ERROR_NOT_FOUND);
+	return rc;
+}
+*/
+import "C"
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"unsafe"
+)
+
+// Driver serves the core's calls with the driver API where the process has
+// no CUDA runtime (a program that uses only libcuda, or a static runtime,
+// whose functions the shim cannot call). It has Runtime's methods, with
+// cudaError_t results; a call for a device runs in that device's primary
+// context, which the Driver retains at its first use and holds for the
+// life of the process, as the runtime does.
+type Driver struct {
+	t *C.struct_spillway_real
+	// ctx is the context the calls run in; nil: the calling thread's.
+	ctx      C.CUcontext
+	contexts *primaryContexts
+}
+
+type primaryContexts struct {
+	mu  sync.Mutex
+	ctx map[int]C.CUcontext
+}
+
+// NewDriverRuntime returns a Driver over the table of real functions, or
+// an error naming a driver function the table lacks.
+func NewDriverRuntime(table unsafe.Pointer) (*Driver, error) {
+	t := (*C.struct_spillway_real)(table)
+	if t == nil {
+		return nil, errors.New("no real-function table")
+	}
+	if uintptr(t.size) < unsafe.Sizeof(*t) {
+		return nil, fmt.Errorf("real-function table of %d bytes, want at least %d (front and core from different builds?)", t.size, unsafe.Sizeof(*t))
+	}
+	if missing := C.drv_missing(t); missing != nil {
+		return nil, fmt.Errorf("the real %s was not found", C.GoString(missing))
+	}
+	return &Driver{t: t, contexts: &primaryContexts{ctx: map[int]C.CUcontext{}}}, nil
+}
+
+// On returns a Driver whose calls run in the primary context of device;
+// one that cannot be retained makes every call fail with its error.
+func (d *Driver) On(device int) *Driver {
+	d.contexts.mu.Lock()
+	defer d.contexts.mu.Unlock()
+	ctx, ok := d.contexts.ctx[device]
+	if !ok {
+		o := C.drv_retain(d.t, C.int(device))
+		if o.rc != C.CUDA_SUCCESS {
+			return &Driver{t: d.t, ctx: nil, contexts: d.contexts}
+		}
+		ctx = o.ctx
+		d.contexts.ctx[device] = ctx
+	}
+	return &Driver{t: d.t, ctx: ctx, contexts: d.contexts}
+}
+
+// SetLastError does nothing: without a runtime there is no last error.
+func (d *Driver) SetLastError(Error) {}
+
+// fromDriver is the cudaError_t the runtime returns for a CUresult.
+func fromDriver(rc C.CUresult) Error {
+	switch rc {
+	case C.CUDA_SUCCESS:
+		return Success
+	case C.CUDA_ERROR_INVALID_VALUE:
+		return ErrorInvalidValue
+	case C.CUDA_ERROR_OUT_OF_MEMORY:
+		return ErrorMemoryAllocation
+	case C.CUDA_ERROR_NOT_INITIALIZED:
+		return ErrorInitialization
+	case C.CUDA_ERROR_INVALID_DEVICE:
+		return ErrorInvalidDevice
+	case C.CUDA_ERROR_NOT_FOUND:
+		return ErrorSymbolNotFound
+	case C.CUDA_ERROR_NOT_READY:
+		return ErrorNotReady
+	case C.CUDA_ERROR_NOT_SUPPORTED:
+		return ErrorNotSupported
+	default:
+		return ErrorUnknown
+	}
+}
+
+func (d *Driver) Malloc(size uint64) (DevicePtr, Error) {
+	o := C.drv_malloc(d.t, d.ctx, C.uint64_t(size))
+	return DevicePtr(o.v), fromDriver(o.rc)
+}
+
+func (d *Driver) MallocManaged(size uint64, flags uint32) (DevicePtr, Error) {
+	o := C.drv_malloc_managed(d.t, d.ctx, C.uint64_t(size), C.unsigned(flags))
+	return DevicePtr(o.v), fromDriver(o.rc)
+}
+
+func (d *Driver) MallocAsync(size uint64, s Stream) (DevicePtr, Error) {
+	o := C.drv_malloc_async(d.t, d.ctx, C.uint64_t(size), C.uint64_t(s))
+	return DevicePtr(o.v), fromDriver(o.rc)
+}
+
+func (d *Driver) Free(p DevicePtr) Error { return fromDriver(C.drv_free(d.t, d.ctx, C.uint64_t(p))) }
+
+func (d *Driver) FreeAsync(p DevicePtr, s Stream) Error {
+	return fromDriver(C.drv_free_async(d.t, d.ctx, C.uint64_t(p), C.uint64_t(s)))
+}
+
+func (d *Driver) MemGetInfo() (free, total uint64, rc Error) {
+	o := C.drv_mem_get_info(d.t, d.ctx)
+	return uint64(o.v), uint64(o.w), fromDriver(o.rc)
+}
+
+// DeviceReset resets the primary context of the context's device.
+// GetDeviceCount calls cuDeviceGetCount.
+func (d *Driver) GetDeviceCount() (int, Error) {
+	o := C.drv_device_count(d.t)
+	return int(o.v), fromDriver(o.rc)
+}
+
+func (d *Driver) DeviceReset() Error { return fromDriver(C.drv_device_reset(d.t, d.ctx)) }
+
+func (d *Driver) DeviceSynchronize() Error { return fromDriver(C.drv_synchronize(d.t, d.ctx)) }
+
+func (d *Driver) StreamSynchronize(s Stream) Error {
+	return fromDriver(C.drv_stream_synchronize(d.t, d.ctx, C.uint64_t(s)))
+}
+
+func (d *Driver) StreamDestroy(s Stream) Error {
+	return fromDriver(C.drv_stream_destroy(d.t, d.ctx, C.uint64_t(s)))
+}
+
+func (d *Driver) EventCreate(flags uint32) (Event, Error) {
+	o := C.drv_event_create(d.t, d.ctx, C.unsigned(flags))
+	return Event(o.v), fromDriver(o.rc)
+}
+
+func (d *Driver) EventRecord(e Event, s Stream) Error {
+	return fromDriver(C.drv_event_record(d.t, d.ctx, C.uint64_t(e), C.uint64_t(s)))
+}
+
+func (d *Driver) EventQuery(e Event) Error {
+	return fromDriver(C.drv_event_query(d.t, d.ctx, C.uint64_t(e)))
+}
+
+func (d *Driver) EventSynchronize(e Event) Error {
+	return fromDriver(C.drv_event_synchronize(d.t, d.ctx, C.uint64_t(e)))
+}
+
+func (d *Driver) EventDestroy(e Event) Error {
+	return fromDriver(C.drv_event_destroy(d.t, d.ctx, C.uint64_t(e)))
+}
+
+// DeviceGetAttribute: the runtime's attribute numbers are the driver's.
+func (d *Driver) DeviceGetAttribute(attr DeviceAttr, device int) (int, Error) {
+	o := C.drv_device_get_attribute(d.t, C.int(attr), C.int(device))
+	return int(o.v), fromDriver(o.rc)
+}
+
+// HostAlloc: cudaHostAlloc's flags are cuMemHostAlloc's.
+func (d *Driver) HostAlloc(size uint64, flags uint32) (uint64, Error) {
+	o := C.drv_host_alloc(d.t, d.ctx, C.uint64_t(size), C.unsigned(flags))
+	return uint64(o.v), fromDriver(o.rc)
+}
+
+func (d *Driver) FreeHost(host uint64) Error {
+	return fromDriver(C.drv_free_host(d.t, d.ctx, C.uint64_t(host)))
+}
+
+func (d *Driver) HostGetDevicePointer(host uint64) (DevicePtr, Error) {
+	o := C.drv_host_get_device_pointer(d.t, d.ctx, C.uint64_t(host))
+	return DevicePtr(o.v), fromDriver(o.rc)
+}
+
+// MemAdvise: the advice values and CPUDevice are the driver's (CU_DEVICE_CPU).
+func (d *Driver) MemAdvise(p DevicePtr, size uint64, advice Advice, device int) Error {
+	return fromDriver(C.drv_mem_advise(d.t, d.ctx, C.uint64_t(p), C.uint64_t(size), C.int(advice), C.int(device)))
+}
+
+func (d *Driver) MemPrefetchAsync(p DevicePtr, size uint64, device int, s Stream) Error {
+	return fromDriver(C.drv_mem_prefetch_async(d.t, d.ctx, C.uint64_t(p), C.uint64_t(size), C.int(device), C.uint64_t(s)))
+}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/spillway-gpu/spillway/interpose"
+)
+
+// appRuntime is the real CUDA the core calls for the application: the
+// runtime (*interpose.Runtime), or where the process has none, the driver
+// (*interpose.Driver).
+type appRuntime interface {
+	realRuntime
+	SetLastError(interpose.Error)
+	GetDeviceCount() (int, interpose.Error)
+}
+
+// openRuntime returns the real CUDA over the front's table, and its form
+// for the core's own calls on a device: the runtime when the process has
+// one, else the driver in each device's primary context.
+func openRuntime(table unsafe.Pointer) (appRuntime, onDevice, error) {
+	rt, err := interpose.NewRuntime(table)
+	if err == nil {
+		return rt, func(ordinal int) realRuntime { return rt.On(ordinal) }, nil
+	}
+	drv, derr := interpose.NewDriverRuntime(table)
+	if derr != nil {
+		return nil, nil, fmt.Errorf("%w, and the driver cannot serve instead: %w", err, derr)
+	}
+	return drv, func(ordinal int) realRuntime { return drv.On(ordinal) }, nil
+}
+
+// totalMem is what cuDeviceTotalMem reports for a device whose real total
+// is real: its quota when one is set, as cudaMemGetInfo's total is.
+func (c *core) totalMem(ordinal int, real uint64) (uint64, interpose.Error) {
+	if c.broken != nil {
+		return 0, interpose.ErrorInitialization
+	}
+	if d := c.mem.existing(ordinal); d != nil {
+		if d.limited {
+			return d.quota, interpose.Success
+		}
+		return real, interpose.Success
+	}
+	if limit := c.cfg.LimitFor(ordinal); limit.IsSet() {
+		return min(limit.Resolve(real), real), interpose.Success
+	}
+	return real, interpose.Success
+}
+
+// nvmlMemory is NVML's view of a device for a process with a quota there:
+// its quota as the total and what it holds against it as used. Without a
+// quota, NVML's own figures.
+func (c *core) nvmlMemory(ordinal int, total, used uint64) (uint64, uint64, interpose.Error) {
+	if c.broken != nil {
+		return 0, 0, interpose.ErrorInitialization
+	}
+	if d := c.mem.existing(ordinal); d != nil {
+		if d.limited {
+			return d.quota, d.acct.used(), interpose.Success
+		}
+		return total, used, interpose.Success
+	}
+	if limit := c.cfg.LimitFor(ordinal); limit.IsSet() {
+		return min(limit.Resolve(total), total), 0, interpose.Success
+	}
+	return total, used, interpose.Success
+}

@@ -1,0 +1,160 @@
+/*
+ * dlsym.c: the front's dlsym. A program, or a library such as a static CUDA
+ * runtime, that finds CUDA's functions with dlsym(handle, "name") on its own
+ * handle of libcuda or libcudart gets the front's function for every name
+ * the front interposes, as a program linked against them does (and on its
+ * handle of NVML, libnvidia-ml, likewise); every other
+ * lookup is the real dlsym's.
+ *
+ * glibc resolves dlsym(RTLD_NEXT, ...) relative to the object that called
+ * dlsym, found from its return address. So dlsym is a trampoline: it asks
+ * front_dlsym_answer (C) whether the front answers the lookup; if not, it
+ * jumps to the real dlsym with the caller's arguments and return address
+ * untouched, so the real one sees the true caller. The real dlsym is looked
+ * up by version (dlvsym), never through dlsym itself.
+ *
+ * dlclose of one of those libraries counts in front_unloads: a library
+ * loaded again lands at other addresses, and the front finds its real
+ * functions anew (a count, read once per call, instead of walking the
+ * loaded objects at every call).
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <link.h>
+#include <stddef.h>
+#include <string.h>
+
+#include "dlsym.h"
+
+/* Elsewhere than on x86-64 there is no trampoline yet: dlsym is the C library's alone. */
+#if defined(__x86_64__)
+__asm__(".text\n"
+        ".globl dlsym\n"
+        ".type dlsym, @function\n"
+        "dlsym:\n"
+        ".cfi_startproc\n"
+        "    endbr64\n"
+        "    pushq %rdi\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "    pushq %rsi\n"
+        ".cfi_adjust_cfa_offset 8\n"
+        "    subq $8, %rsp\n" /* the stack 16-byte aligned for the calls */
+        ".cfi_adjust_cfa_offset 8\n"
+        "    call front_dlsym_answer\n"
+        "    testq %rax, %rax\n"
+        "    jnz 1f\n"
+        "    call front_real_dlsym\n"
+        "    addq $8, %rsp\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "    popq %rsi\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "    popq %rdi\n"
+        ".cfi_adjust_cfa_offset -8\n"
+        "    jmp *%rax\n" /* the real dlsym, returning to our caller */
+        "1:\n"
+        ".cfi_adjust_cfa_offset 24\n"
+        "    addq $24, %rsp\n"
+        ".cfi_adjust_cfa_offset -24\n"
+        "    ret\n"
+        ".cfi_endproc\n"
+        ".size dlsym, .-dlsym\n");
+#endif
+
+typedef void *(*dlsym_fn)(void *handle, const char *name);
+
+static void *no_dlsym(void *handle, const char *name)
+{
+    (void)handle;
+    (void)name;
+    return NULL;
+}
+
+/* The C library's dlsym; by its versions, newest first. */
+__attribute__((visibility("hidden"))) void *front_real_dlsym(void)
+{
+    static dlsym_fn real;
+    dlsym_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (f)
+        return (void *)f;
+    f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
+    if (!f)
+        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    if (!f)
+        f = no_dlsym;
+    __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+    return (void *)f;
+}
+
+void *front_dlsym_real(void *handle, const char *name)
+{
+    return ((dlsym_fn)front_real_dlsym())(handle, name);
+}
+
+typedef int (*dlclose_fn)(void *handle);
+
+static int no_dlclose(void *handle)
+{
+    (void)handle;
+    return -1;
+}
+
+int front_dlclose_real(void *handle)
+{
+    static dlclose_fn real;
+    dlclose_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
+    if (!f) {
+        f = (dlclose_fn)dlvsym(RTLD_NEXT, "dlclose", "GLIBC_2.34");
+        if (!f)
+            f = (dlclose_fn)dlvsym(RTLD_NEXT, "dlclose", "GLIBC_2.2.5");
+        if (!f)
+            f = no_dlclose;
+        __atomic_store_n(&real, f, __ATOMIC_RELEASE);
+    }
+    return f(handle);
+}
+
+unsigned int front_unloads;
+
+/* Whether handle is one of dlopen's handles of libcuda or libcudart. */
+static int cuda_handle(void *handle)
+{
+    struct link_map *map = NULL;
+    if (handle == RTLD_DEFAULT || handle == RTLD_NEXT || dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 ||
+        !map || !map->l_name)
+        return 0;
+    const char *base = strrchr(map->l_name, '/');
+    base = base ? base + 1 : map->l_name;
+    return strncmp(base, "libcuda.", 8) == 0 || strncmp(base, "libcudart", 9) == 0 ||
+           strncmp(base, "libnvidia-ml", 12) == 0;
+}
+
+static __thread int answering __attribute__((tls_model("initial-exec")));
+
+/*
+ * The front's function for a lookup of one of its names on a CUDA handle,
+ * when the real dlsym would return the very function the front calls for
+ * it; NULL otherwise (the real dlsym answers).
+ */
+__attribute__((visibility("hidden"))) void *front_dlsym_answer(void *handle, const char *name)
+{
+    if (answering || !name || !((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0))
+        return NULL;
+    answering = 1;
+    void *answer = NULL;
+    if (cuda_handle(handle)) {
+        void *found = front_dlsym_real(handle, name);
+        if (found)
+            answer = front_wrapper_of(found);
+    }
+    answering = 0;
+    return answer;
+}
+
+__attribute__((visibility("default"))) int dlclose(void *handle)
+{
+    int cuda = cuda_handle(handle);
+    int rc = front_dlclose_real(handle);
+    if (rc == 0 && cuda)
+        __atomic_fetch_add(&front_unloads, 1, __ATOMIC_RELEASE);
+    return rc;
+}

@@ -1,0 +1,78 @@
+package shimtest
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+// TestDlsymRTLDNext: the shim's dlsym leaves dlsym(RTLD_NEXT, ...) relative
+// to the library that calls it: the answer is the same with and without
+// the shim preloaded.
+func TestDlsymRTLDNext(t *testing.T) {
+	var flags []string
+	for _, lib := range []string{"nexta", "nextb"} {
+		dir := filepath.Dir(harness.Compile(t, harness.CBuild{Sources: []string{"testdata/" + lib + ".c"}, Shared: true, Flags: []string{"-ldl"}}))
+		flags = append(flags, "-L", dir, "-Wl,-rpath,"+dir, "-Wl,--no-as-needed", "-l"+lib)
+	}
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/rtldnext.c"}, Flags: flags})
+	_, plain := harness.RunOK(t, harness.Command(t, prog))
+	_, shimmed := harness.RunOK(t, harness.Shimmed(t, nil, prog))
+	want := plain.Line(t, "next", 0)[1]
+	if want != "nextb" {
+		t.Fatalf("without the shim, RTLD_NEXT from libnexta finds %q, want nextb", want)
+	}
+	if got := shimmed.Line(t, "next", 0)[1]; got != want {
+		t.Errorf("with the shim, RTLD_NEXT from libnexta finds %q, want %q as without it", got, want)
+	}
+}
+
+// TestDlsymCUDAHandles: functions found with dlsym on a program's own
+// handles of the runtime and the driver are the shim's: each path is
+// refused at the quota, and simcuda never holds more than the quota.
+func TestDlsymCUDAHandles(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/handles.c"}, ProjectHeaders: true, Flags: []string{"-ldl"}})
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, "r", "40", "r", "40", "m", "40", "g", "40", "m", "16"))
+	for _, c := range []struct {
+		op      string
+		i, want int
+	}{{"r", 0, 0}, {"r", 1, harness.ErrMemoryAllocation}, {"m", 0, cuOutOfMemory}, {"g", 0, cuOutOfMemory}, {"m", 1, cuSuccess}} {
+		if rc := out.Code(t, c.op, c.i); rc != c.want {
+			t.Errorf("%s #%d: %d, want %d\n%v", c.op, c.i, rc, c.want, out)
+		}
+	}
+	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+	}
+}
+
+// TestCtypesRuntimeHandle: cudaMalloc found through Python's ctypes on the
+// runtime's handle is refused at the quota.
+func TestCtypesRuntimeHandle(t *testing.T) {
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, "python3", "testdata/ctypes_cudart.py", "41943040", "41943040"))
+	if out.Code(t, "m", 0) != 0 || out.Code(t, "m", 1) != harness.ErrMemoryAllocation {
+		t.Errorf("two cudaMalloc of 40 MiB under a 64 MiB quota: %v, want 0 then %d\n%s", out, harness.ErrMemoryAllocation, res.Stderr)
+	}
+}
+
+// TestRuntimeReload: a runtime unloaded with dlclose and loaded again at
+// other addresses is found again: the shim calls the new one, never the
+// old addresses.
+func TestRuntimeReload(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/reload.c"}, Flags: []string{"-ldl"}})
+	res := harness.Run(t, harness.Shimmed(t, []string{"SPILLWAY_POOL=0"}, prog))
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d after reloading the runtime\nstdout: %s\nstderr: %s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	out := harness.ParseOutput(res.Stdout)
+	if out.Code(t, "moved", 0) != 1 {
+		t.Fatalf("the runtime was loaded again at the same place; the test proves nothing: %v", out)
+	}
+	if out.Code(t, "first", 0) != 0 || out.Code(t, "second", 0) != 0 {
+		t.Errorf("allocations before and after the reload: %v", out)
+	}
+}

@@ -1,0 +1,185 @@
+package shimtest
+
+import (
+	"maps"
+	"path/filepath"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+// The driver's CUresult codes the tests expect (cuda.h).
+const (
+	cuSuccess     = 0
+	cuOutOfMemory = 2
+)
+
+// drvops builds testdata/drvops.c against the driver and, with runtime set,
+// the dynamic ("dynamic") or static ("static") simcuda runtime.
+func drvops(t testing.TB, runtime string) string {
+	b := harness.CBuild{Sources: []string{"testdata/drvops.c"}, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda", "-ldl"}}
+	switch runtime {
+	case "dynamic":
+		b.Cudart = true
+		b.Flags = append(b.Flags, "-DWITH_RUNTIME")
+	case "static":
+		b.StaticCudart = true
+		b.Flags = append(b.Flags, "-DWITH_RUNTIME")
+	}
+	return harness.Compile(t, b)
+}
+
+// TestDriverQuota: cuMemAlloc_v2 is refused at the quota with
+// CUDA_ERROR_OUT_OF_MEMORY, leaves the runtime's last error alone, and
+// cuMemGetInfo_v2 reports the quota as the total; simcuda never holds more
+// than the quota. The runtime's own driver calls, made for an interposed
+// runtime call, are not counted a second time: runtime and driver
+// allocations share one quota, each counted once.
+func TestDriverQuota(t *testing.T) {
+	for _, runtime := range []string{"dynamic", "static"} {
+		t.Run(runtime, func(t *testing.T) {
+			prog := drvops(t, runtime)
+			stats := filepath.Join(t.TempDir(), "stats.json")
+			env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+			res, out := harness.RunOK(t, harness.Shimmed(t, env, prog,
+				"r", "24M", "m", "24M", "m", "24M", "e", "i", "I", "m", "8M", "f", "1", "m", "24M"))
+			if res.ExitCode != 0 {
+				t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
+			}
+			if rc := out.Code(t, "r", 0); rc != 0 {
+				t.Errorf("cudaMalloc of 24 MiB under a 64 MiB quota: %d", rc)
+			}
+			for i, want := range []int{cuSuccess, cuOutOfMemory, cuSuccess, cuSuccess} {
+				if rc := out.Code(t, "m", i); rc != want {
+					t.Errorf("cuMemAlloc_v2 #%d: %d, want %d\n%v", i, rc, want, out)
+				}
+			}
+			if rc := out.Code(t, "e", 0); rc != 0 {
+				t.Errorf("a refused cuMemAlloc_v2 left the runtime's last error %d", rc)
+			}
+			for _, op := range []string{"i", "I"} {
+				if rc, total := out.Code(t, op, 0), out.Num(t, op, 0, 3); rc != 0 || total != 64<<20 {
+					t.Errorf("%s: rc %d total %d, want 0 and the 64 MiB quota", op, rc, total)
+				}
+			}
+			if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+				t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+			}
+		})
+	}
+}
+
+// TestProcAddressQuota: cuMemAlloc as cuGetProcAddress and
+// cuGetProcAddress_v2 hand it out (default and per-thread default stream)
+// is the shim's, refused at the quota like the linked one.
+func TestProcAddressQuota(t *testing.T) {
+	prog := drvops(t, "dynamic")
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, "g", "40M", "g", "40M", "G", "40M", "h", "40M", "f", "0", "G", "40M", "e"))
+	for _, c := range []struct {
+		op   string
+		i    int
+		want int
+	}{{"g", 0, cuSuccess}, {"g", 1, cuOutOfMemory}, {"G", 0, cuOutOfMemory}, {"h", 0, cuOutOfMemory}, {"G", 1, cuSuccess}} {
+		if rc := out.Code(t, c.op, c.i); rc != c.want {
+			t.Errorf("%s #%d: %d, want %d\n%v", c.op, c.i, rc, c.want, out)
+		}
+	}
+	if rc := out.Code(t, "e", 0); rc != 0 {
+		t.Errorf("a refused driver allocation left the runtime's last error %d", rc)
+	}
+	// The version asked for the per-thread default stream is the one wrapped.
+	if name := out.Line(t, "h", 0)[3]; name != "cuMemAllocAsync_ptsz@libspillway.so" {
+		t.Errorf("cuGetProcAddress_v2 handed out %s for cuMemAllocAsync on the per-thread stream, want the shim's cuMemAllocAsync_ptsz", name)
+	}
+	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+	}
+}
+
+// TestDriverMemoryAPI: the driver's other allocation functions, its
+// stream-ordered free, cuCtxSynchronize, cuDeviceTotalMem_v2 and
+// cuDevicePrimaryCtxReset_v2 go through the shim against one quota.
+func TestDriverMemoryAPI(t *testing.T) {
+	prog := drvops(t, "dynamic")
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog,
+		"M", "24M", "p", "1M", "48", "p", "1M", "16", "a", "16M", "A", "12M", "F", "2", "s", "A", "12M",
+		"t", "x", "m", "60M", "e"))
+	for _, c := range []struct {
+		op   string
+		i    int
+		want int
+	}{
+		{"M", 0, cuSuccess}, {"p", 0, cuOutOfMemory}, {"p", 1, cuSuccess}, {"a", 0, cuSuccess},
+		{"A", 0, cuOutOfMemory}, {"F", 0, cuSuccess}, {"s", 0, cuSuccess}, {"A", 1, cuSuccess},
+		{"t", 0, cuSuccess}, {"x", 0, cuSuccess}, {"m", 0, cuSuccess}, {"e", 0, 0},
+	} {
+		if rc := out.Code(t, c.op, c.i); rc != c.want {
+			t.Errorf("%s #%d: %d, want %d\n%v", c.op, c.i, rc, c.want, out)
+		}
+	}
+	if pitch := out.Num(t, "p", 1, 3); pitch < 1<<20 {
+		t.Errorf("pitch %d for rows of 1 MiB", pitch)
+	}
+	if total := out.Num(t, "t", 0, 2); total != 64<<20 {
+		t.Errorf("cuDeviceTotalMem_v2 reports %d, want the 64 MiB quota", total)
+	}
+	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+	}
+}
+
+// TestDriverWithoutRuntime: a process with no CUDA runtime at all (only
+// libcuda) gets the quota and the pool, which serve it with the driver.
+func TestDriverWithoutRuntime(t *testing.T) {
+	prog := drvops(t, "")
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_REPORT=1", "SIMCUDA_STATS_FILE=" + stats}
+	ops := []string{"m", "40M", "m", "40M", "f", "0", "m", "40M", "m", "4K", "f", "2", "m", "4K", "M", "8M", "i", "s"}
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, prog, ops...))
+	for _, c := range []struct {
+		op      string
+		i, want int
+	}{{"m", 0, cuSuccess}, {"m", 1, cuOutOfMemory}, {"f", 0, cuSuccess}, {"m", 2, cuSuccess}, {"M", 0, cuSuccess}, {"i", 0, cuSuccess}, {"s", 0, cuSuccess}} {
+		if rc := out.Code(t, c.op, c.i); rc != c.want {
+			t.Errorf("%s #%d: %d, want %d\n%v\n%s", c.op, c.i, rc, c.want, out, res.Stderr)
+		}
+	}
+	if total := out.Num(t, "i", 0, 3); total != 64<<20 {
+		t.Errorf("cuMemGetInfo_v2 total %d, want the 64 MiB quota", total)
+	}
+	// The pool works as it does over the runtime.
+	withRuntime, _ := harness.RunOK(t, harness.Shimmed(t, env[:2], drvops(t, "dynamic"), ops...))
+	got, want := reportOf(t, res.Stderr, 0), reportOf(t, withRuntime.Stderr, 0)
+	if got["cache_hits"] == 0 || !maps.Equal(got, want) {
+		t.Errorf("the pool without a runtime: %v\nwant as over the runtime: %v", got, want)
+	}
+	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+	}
+}
+
+// TestBothRuntimes: a program with the static runtime that also loads the
+// dynamic one: the static runtime's, the dynamic runtime's and the
+// driver's allocations share the quota, each counted once.
+func TestBothRuntimes(t *testing.T) {
+	prog := drvops(t, "static")
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, "r", "20M", "d", "20M", "m", "20M", "d", "8M", "r", "2M", "m", "2M"))
+	for _, c := range []struct {
+		op      string
+		i, want int
+	}{{"r", 0, 0}, {"d", 0, 0}, {"m", 0, cuSuccess}, {"d", 1, harness.ErrMemoryAllocation}, {"r", 1, 0}, {"m", 1, cuSuccess}} {
+		if rc := out.Code(t, c.op, c.i); rc != c.want {
+			t.Errorf("%s #%d: %d, want %d\n%v", c.op, c.i, rc, c.want, out)
+		}
+	}
+	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+	}
+}

@@ -1,0 +1,231 @@
+/*
+ * drvops: runs the driver API operations named on its command line, one
+ * line of output each, on device 0's primary context, so that tests can
+ * script a driver-API program under the shim. Built with WITH_RUNTIME it
+ * also runs the runtime's (the dynamic or the static runtime).
+ *
+ *   m SIZE   cuMemAlloc_v2        -> "m RC SLOT"
+ *   f SLOT   cuMemFree_v2         -> "f RC"
+ *   i        cuMemGetInfo_v2      -> "i RC FREE TOTAL"
+ *   g SIZE   cuMemAlloc as cuGetProcAddress hands it out (CUDA 12.0)
+ *                                 -> "g RC SLOT"
+ *   G SIZE   the same through cuGetProcAddress_v2, asking for the
+ *            per-thread default stream -> "G RC SLOT"
+ *   h SIZE   cuMemAllocAsync on stream 0 as cuGetProcAddress_v2 hands it
+ *            out for the per-thread default stream -> "h RC SLOT NAME", NAME
+ *            the function's symbol and its file's base name
+ *   M SIZE   cuMemAllocManaged (global) -> "M RC SLOT"
+ *   p W H    cuMemAllocPitch_v2 (4-byte elements) -> "p RC SLOT PITCH"
+ *   a SIZE   cuMemAllocAsync on the legacy stream -> "a RC SLOT"
+ *   A SIZE   cuMemAllocAsync_ptsz on stream 0 (the per-thread stream)
+ *                                 -> "A RC SLOT"
+ *   F SLOT   cuMemFreeAsync on the legacy stream -> "F RC"
+ *   t        cuDeviceTotalMem_v2 of device 0 -> "t RC BYTES"
+ *   s        cuCtxSynchronize     -> "s RC"
+ *   x        cuDevicePrimaryCtxReset_v2 of device 0, then the context made
+ *            current again -> "x RC"
+ *   r SIZE   cudaMalloc           -> "r RC SLOT"
+ *   R SLOT   cudaFree             -> "R RC"
+ *   I        cudaMemGetInfo       -> "I RC FREE TOTAL"
+ *   e        cudaGetLastError     -> "e RC"
+ *   d SIZE   cudaMalloc of the dynamic runtime, loaded with dlopen (in a
+ *            program built with the static runtime: both in one process)
+ *                                 -> "d RC SLOT"
+ * SIZE takes K, M, G suffixes (binary).
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <spillway/cuda.h>
+
+CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
+#ifdef WITH_RUNTIME
+#include <spillway/cuda_runtime.h>
+#endif
+
+#define SLOTS 1024
+static CUdeviceptr slot[SLOTS];
+static int nslots;
+
+static size_t size_arg(const char *s)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    switch (*end) {
+    case 'K': v <<= 10; break;
+    case 'M': v <<= 20; break;
+    case 'G': v <<= 30; break;
+    }
+    return (size_t)v;
+}
+
+typedef CUresult (*mem_alloc_fn)(CUdeviceptr *, size_t);
+
+/* cuMemAlloc as the driver's lookup hands it out, or NULL. */
+static mem_alloc_fn looked_up(int v2)
+{
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult status;
+    CUresult rc = v2 ? cuGetProcAddress_v2("cuMemAlloc", &fn, 12000,
+                                           CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status)
+                     : cuGetProcAddress("cuMemAlloc", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT);
+    if (rc != CUDA_SUCCESS || !fn) {
+        fprintf(stderr, "drvops: no cuMemAlloc from the driver's lookup: %d\n", rc);
+        exit(2);
+    }
+    return (mem_alloc_fn)fn;
+}
+
+static int keep(CUdeviceptr p)
+{
+    if (nslots == SLOTS) {
+        fprintf(stderr, "drvops: out of slots\n");
+        exit(2);
+    }
+    slot[nslots] = p;
+    return nslots++;
+}
+
+static CUdeviceptr slot_arg(const char *s)
+{
+    int i = atoi(s);
+    if (i < 0 || i >= nslots) {
+        fprintf(stderr, "drvops: no slot %s\n", s);
+        exit(2);
+    }
+    return slot[i];
+}
+
+int main(int argc, char **argv)
+{
+    CUcontext ctx;
+    CUresult rc;
+    if ((rc = cuInit(0)) != CUDA_SUCCESS || (rc = cuDevicePrimaryCtxRetain(&ctx, 0)) != CUDA_SUCCESS ||
+        (rc = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS) {
+        fprintf(stderr, "drvops: no primary context on device 0: %d\n", rc);
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *op = argv[i];
+        const char *arg = i + 1 < argc ? argv[i + 1] : "0";
+        CUdeviceptr p = 0;
+        size_t free = 0, total = 0;
+        switch (op[0]) {
+        case 'm':
+            rc = cuMemAlloc_v2(&p, size_arg(arg));
+            printf("m %d %d\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1);
+            i++;
+            break;
+        case 'g':
+        case 'G':
+            rc = looked_up(op[0] == 'G')(&p, size_arg(arg));
+            printf("%c %d %d\n", op[0], rc, rc == CUDA_SUCCESS ? keep(p) : -1);
+            i++;
+            break;
+        case 'h': {
+            void *fn = NULL;
+            CUdriverProcAddressQueryResult status;
+            Dl_info info = {0};
+            if (cuGetProcAddress_v2("cuMemAllocAsync", &fn, 12000,
+                                    CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status) != CUDA_SUCCESS ||
+                !fn || !dladdr(fn, &info) || !info.dli_sname) {
+                fprintf(stderr, "drvops: no cuMemAllocAsync from cuGetProcAddress_v2\n");
+                return 2;
+            }
+            const char *file = strrchr(info.dli_fname, '/');
+            rc = ((CUresult(*)(CUdeviceptr *, size_t, CUstream))fn)(&p, size_arg(arg), NULL);
+            printf("h %d %d %s@%s\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1, info.dli_sname,
+                   file ? file + 1 : info.dli_fname);
+            i++;
+            break;
+        }
+        case 'M':
+            rc = cuMemAllocManaged(&p, size_arg(arg), CU_MEM_ATTACH_GLOBAL);
+            printf("M %d %d\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1);
+            i++;
+            break;
+        case 'p': {
+            size_t pitch = 0;
+            rc = cuMemAllocPitch_v2(&p, &pitch, size_arg(arg), (size_t)atol(i + 2 < argc ? argv[i + 2] : "0"), 4);
+            printf("p %d %d %zu\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1, pitch);
+            i += 2;
+            break;
+        }
+        case 'a':
+        case 'A':
+            rc = op[0] == 'a' ? cuMemAllocAsync(&p, size_arg(arg), NULL)
+                              : cuMemAllocAsync_ptsz(&p, size_arg(arg), NULL);
+            printf("%c %d %d\n", op[0], rc, rc == CUDA_SUCCESS ? keep(p) : -1);
+            i++;
+            break;
+        case 'F':
+            printf("F %d\n", cuMemFreeAsync(slot_arg(arg), NULL));
+            i++;
+            break;
+        case 't':
+            rc = cuDeviceTotalMem_v2(&total, 0);
+            printf("t %d %zu\n", rc, total);
+            break;
+        case 's':
+            printf("s %d\n", cuCtxSynchronize());
+            break;
+        case 'x':
+            rc = cuDevicePrimaryCtxReset_v2(0);
+            if (rc == CUDA_SUCCESS && ((rc = cuDevicePrimaryCtxRetain(&ctx, 0)) != CUDA_SUCCESS ||
+                                       (rc = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS))
+                fprintf(stderr, "drvops: no context after the reset: %d\n", rc);
+            printf("x %d\n", rc);
+            break;
+        case 'f':
+            printf("f %d\n", cuMemFree_v2(slot_arg(arg)));
+            i++;
+            break;
+        case 'i':
+            rc = cuMemGetInfo_v2(&free, &total);
+            printf("i %d %zu %zu\n", rc, free, total);
+            break;
+#ifdef WITH_RUNTIME
+        case 'r': {
+            void *q = NULL;
+            cudaError_t e = cudaMalloc(&q, size_arg(arg));
+            printf("r %d %d\n", e, e == cudaSuccess ? keep((CUdeviceptr)(uintptr_t)q) : -1);
+            i++;
+            break;
+        }
+        case 'R':
+            printf("R %d\n", cudaFree((void *)(uintptr_t)slot_arg(arg)));
+            i++;
+            break;
+        case 'I': {
+            cudaError_t e = cudaMemGetInfo(&free, &total);
+            printf("I %d %zu %zu\n", e, free, total);
+            break;
+        }
+        case 'e':
+            printf("e %d\n", cudaGetLastError());
+            break;
+        case 'd': {
+            static cudaError_t (*dynamic_malloc)(void **, size_t);
+            void *h = dynamic_malloc ? NULL : dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
+            if (h)
+                dynamic_malloc = (cudaError_t(*)(void **, size_t))dlsym(h, "cudaMalloc");
+            if (!dynamic_malloc) {
+                fprintf(stderr, "drvops: no dynamic runtime: %s\n", dlerror());
+                return 2;
+            }
+            void *q = NULL;
+            cudaError_t e = dynamic_malloc(&q, size_arg(arg));
+            printf("d %d %d\n", e, e == cudaSuccess ? keep((CUdeviceptr)(uintptr_t)q) : -1);
+            i++;
+            break;
+        }
+#endif
+        default:
+            fprintf(stderr, "drvops: unknown operation %s\n", op);
+            return 2;
+        }
+    }
+    return 0;
+}

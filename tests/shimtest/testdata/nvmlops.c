@@ -1,0 +1,44 @@
+/*
+ * nvmlops SIZE: allocates SIZE MiB with cudaMalloc on CUDA device 0, then
+ * prints what NVML reports for every device:
+ *   "v1 INDEX TOTAL USED FREE"   nvmlDeviceGetMemoryInfo
+ *   "v2 INDEX TOTAL USED FREE"   nvmlDeviceGetMemoryInfo_v2
+ *   "p INDEX BYTES"              this process in nvmlDeviceGetComputeRunningProcesses_v3
+ *                                (-1 when it is not listed)
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <spillway/cuda_runtime.h>
+#include <spillway/nvml.h>
+
+int main(int argc, char **argv)
+{
+    void *p = NULL;
+    if (argc != 2 || cudaMalloc(&p, (size_t)atol(argv[1]) << 20) != cudaSuccess)
+        return 2;
+    unsigned int n = 0;
+    if (nvmlInit_v2() != NVML_SUCCESS || nvmlDeviceGetCount_v2(&n) != NVML_SUCCESS)
+        return 2;
+    for (unsigned int i = 0; i < n; i++) {
+        nvmlDevice_t dev;
+        nvmlMemory_t m1;
+        nvmlMemory_v2_t m2 = {.version = NVML_STRUCT_VERSION(Memory, 2)};
+        nvmlProcessInfo_t procs[64];
+        unsigned int count = 64;
+        if (nvmlDeviceGetHandleByIndex_v2(i, &dev) != NVML_SUCCESS ||
+            nvmlDeviceGetMemoryInfo(dev, &m1) != NVML_SUCCESS ||
+            nvmlDeviceGetMemoryInfo_v2(dev, &m2) != NVML_SUCCESS ||
+            nvmlDeviceGetComputeRunningProcesses_v3(dev, &count, procs) != NVML_SUCCESS)
+            return 2;
+        printf("v1 %u %llu %llu %llu\n", i, m1.total, m1.used, m1.free);
+        printf("v2 %u %llu %llu %llu\n", i, m2.total, m2.used, m2.free);
+        long long own = -1;
+        for (unsigned int k = 0; k < count; k++)
+            if (procs[k].pid == (unsigned int)getpid())
+                own = (long long)procs[k].usedGpuMemory;
+        printf("p %u %lld\n", i, own);
+    }
+    return 0;
+}
