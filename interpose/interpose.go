@@ -329,6 +329,14 @@ type DeviceAttr int32
 // DevAttrManagedMemory: whether the device supports managed memory.
 const DevAttrManagedMemory = DeviceAttr(C.cudaDevAttrManagedMemory)
 
+// The device's PCI domain, bus and device (slot) numbers: what names it to
+// NVML whatever ordinal CUDA_VISIBLE_DEVICES gives it.
+const (
+	DevAttrPCIDomainID = DeviceAttr(C.cudaDevAttrPciDomainId)
+	DevAttrPCIBusID    = DeviceAttr(C.cudaDevAttrPciBusId)
+	DevAttrPCIDeviceID = DeviceAttr(C.cudaDevAttrPciDeviceId)
+)
+
 // Runtime calls the real CUDA runtime through the front's table. The table
 // is owned by the front, lives for the whole process, and is never written
 // after the core starts.

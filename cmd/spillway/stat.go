@@ -208,9 +208,10 @@ type statReport struct {
 
 // statGPU is one device: NVML's view and the processes on it.
 type statGPU struct {
-	Index      int           `json:"index"`
+	Index      int           `json:"index"` // -1: a device the processes name that NVML does not list
 	Name       string        `json:"name"`
 	UUID       string        `json:"uuid"`
+	PCIBusID   string        `json:"pci_bus_id"`
 	TotalBytes uint64        `json:"total_bytes"`
 	UsedBytes  uint64        `json:"used_bytes"`
 	Processes  []statProcess `json:"processes"`
@@ -221,14 +222,22 @@ type statGPU struct {
 type statProcess struct {
 	PID           int          `json:"pid"`
 	Command       string       `json:"command"`
-	Updated       *time.Time   `json:"updated"`         // when the process last refreshed its figures
-	Spillway      *stat.Device `json:"spillway"`        // null: not running under Spillway (or not readable)
-	NVMLUsedBytes *uint64      `json:"nvml_used_bytes"` // null: NVML does not list it on this device
+	Updated       *time.Time   `json:"updated"`              // when the process last refreshed its figures
+	Spillway      *stat.Device `json:"spillway"`             // null: not running under Spillway (or not readable)
+	NVMLUsedBytes *uint64      `json:"nvml_used_bytes"`      // null: NVML does not list it on this device
+	MatchedBy     string       `json:"matched_by,omitempty"` // how its figures found this device: pci_bus_id, or index
 }
 
+// How a process's published device is matched to NVML's.
+const (
+	matchedByPCI   = "pci_bus_id" // the location the process's CUDA gave: the same GPU whatever its ordinal there
+	matchedByIndex = "index"      // the process published no location: its ordinal, which CUDA_VISIBLE_DEVICES may renumber
+)
+
 // collect joins NVML's devices and processes with the published files.
-// Devices are matched by index: a process whose CUDA_VISIBLE_DEVICES
-// renumbers its devices publishes its own ordinals.
+// A published device is matched to NVML's by its PCI location, which names
+// the same GPU whatever ordinal the process's CUDA_VISIBLE_DEVICES gave it;
+// by its ordinal only when the process published no location.
 func collect(lib nvml.Interface, dirs []string) (*statReport, error) {
 	r := &statReport{Time: time.Now()}
 	count, ret := lib.DeviceGetCount()
@@ -236,6 +245,7 @@ func collect(lib nvml.Interface, dirs []string) (*statReport, error) {
 		return nil, fmt.Errorf("NVML device count: %s", nvml.ErrorString(ret))
 	}
 	gpus := map[int]*statGPU{}
+	byPCI := map[stat.PCILocation]*statGPU{}
 	for i := range count {
 		dev, ret := lib.DeviceGetHandleByIndex(i)
 		if ret != nvml.SUCCESS {
@@ -244,6 +254,12 @@ func collect(lib nvml.Interface, dirs []string) (*statReport, error) {
 		g := &statGPU{Index: i}
 		g.Name, _ = dev.GetName()
 		g.UUID, _ = dev.GetUUID()
+		if pci, ret := dev.GetPciInfo(); ret == nvml.SUCCESS && pci.Bus <= 0xff && pci.Device <= 0xff {
+			loc := stat.PCILocation{Domain: pci.Domain, Bus: uint8(pci.Bus), Device: uint8(pci.Device)}
+			byPCI[loc] = g
+			text, _ := loc.MarshalText()
+			g.PCIBusID = string(text)
+		}
 		if mem, ret := dev.GetMemoryInfo(); ret == nvml.SUCCESS {
 			g.TotalBytes, g.UsedBytes = mem.Total, mem.Used
 		}
@@ -258,6 +274,7 @@ func collect(lib nvml.Interface, dirs []string) (*statReport, error) {
 		gpus[i] = g
 	}
 	seen := map[int]bool{}
+	var unlisted []*statGPU
 	for _, dir := range dirs {
 		procs, errs := stat.ReadDir(dir)
 		r.unreadable = append(r.unreadable, errs...)
@@ -267,16 +284,31 @@ func collect(lib nvml.Interface, dirs []string) (*statReport, error) {
 			}
 			seen[p.PID] = true
 			for _, d := range p.Devices {
-				g := gpus[d.Ordinal]
-				if g == nil { // an ordinal NVML does not know
-					g = &statGPU{Index: d.Ordinal}
+				var g *statGPU
+				by := matchedByPCI
+				switch {
+				case d.PCI != nil:
+					if g = byPCI[*d.PCI]; g == nil { // a location NVML does not list
+						text, _ := d.PCI.MarshalText()
+						g = &statGPU{Index: -1, PCIBusID: string(text)}
+						byPCI[*d.PCI] = g
+						unlisted = append(unlisted, g)
+					}
+				case gpus[d.Ordinal] != nil:
+					g, by = gpus[d.Ordinal], matchedByIndex
+				default: // an ordinal NVML does not know
+					g, by = &statGPU{Index: d.Ordinal}, matchedByIndex
 					gpus[d.Ordinal] = g
 				}
-				g.attach(p, d)
+				g.attach(p, d, by)
 			}
 		}
 	}
+	all := unlisted
 	for _, g := range gpus {
+		all = append(all, g)
+	}
+	for _, g := range all {
 		for i := range g.Processes {
 			if g.Processes[i].Command == "" {
 				g.Processes[i].Command = processCommand(g.Processes[i].PID)
@@ -285,19 +317,25 @@ func collect(lib nvml.Interface, dirs []string) (*statReport, error) {
 		sort.Slice(g.Processes, func(a, b int) bool { return g.Processes[a].PID < g.Processes[b].PID })
 		r.Devices = append(r.Devices, *g)
 	}
-	sort.Slice(r.Devices, func(a, b int) bool { return r.Devices[a].Index < r.Devices[b].Index })
+	sort.Slice(r.Devices, func(a, b int) bool {
+		da, db := &r.Devices[a], &r.Devices[b]
+		if (da.Index < 0) != (db.Index < 0) {
+			return db.Index < 0 // NVML's devices first
+		}
+		return da.Index < db.Index || da.Index == db.Index && da.PCIBusID < db.PCIBusID
+	})
 	return r, nil
 }
 
-func (g *statGPU) attach(p stat.Process, d stat.Device) {
+func (g *statGPU) attach(p stat.Process, d stat.Device, by string) {
 	updated := p.Updated
 	for i := range g.Processes {
-		if g.Processes[i].PID == p.PID {
-			g.Processes[i].Command, g.Processes[i].Spillway, g.Processes[i].Updated = p.Command, &d, &updated
+		if q := &g.Processes[i]; q.PID == p.PID {
+			q.Command, q.Spillway, q.Updated, q.MatchedBy = p.Command, &d, &updated, by
 			return
 		}
 	}
-	g.Processes = append(g.Processes, statProcess{PID: p.PID, Command: p.Command, Updated: &updated, Spillway: &d})
+	g.Processes = append(g.Processes, statProcess{PID: p.PID, Command: p.Command, Updated: &updated, Spillway: &d, MatchedBy: by})
 }
 
 // processCommand is a process's command name, or "?" when it cannot be read.
@@ -319,12 +357,18 @@ func writeStatTable(w io.Writer, r *statReport) {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		name := g.Name
+		index, name := strconv.Itoa(g.Index), g.Name
+		if g.Index < 0 {
+			index = "?"
+		}
 		if name == "" {
 			name = "(not listed by NVML)"
 		}
-		fmt.Fprintf(w, "GPU %d  %s  %s  %s used of %s\n", g.Index, name, g.UUID,
+		fmt.Fprintf(w, "GPU %s  %s  %s  %s used of %s\n", index, name, g.UUID,
 			config.FormatBytes(g.UsedBytes), config.FormatBytes(g.TotalBytes))
+		if g.UUID == "" && g.PCIBusID != "" {
+			fmt.Fprintf(w, "  at PCI %s\n", g.PCIBusID)
+		}
 		if len(g.Processes) == 0 {
 			fmt.Fprintln(w, "  no process")
 			continue
@@ -348,6 +392,12 @@ func writeStatTable(w io.Writer, r *statReport) {
 			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.PID, p.Command, quota, used, cached, spilled, refused, nv)
 		}
 		tw.Flush()
+		for _, p := range g.Processes {
+			if p.MatchedBy == matchedByIndex {
+				fmt.Fprintf(w, "  PID %d is shown by its device ordinal %d: it published no PCI location (wrong if CUDA_VISIBLE_DEVICES renumbers its devices)\n",
+					p.PID, p.Spillway.Ordinal)
+			}
+		}
 	}
 }
 

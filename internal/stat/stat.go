@@ -1,7 +1,8 @@
 // Package stat is the per-process figures file through which each shim core
 // publishes its live per-device figures (quota, in use, pool reserved and
-// cached, spilled, promoted, refusals, backing errors) and `spillway stat`
-// reads them.
+// cached, spilled, promoted, refusals, backing errors, and the device's PCI
+// location, which names it whatever ordinal the process gave it) and
+// `spillway stat` reads them.
 //
 // A file is a fixed layout, mapped shared by its writer and rewritten in
 // place under a sequence lock: the writer's owner refreshes it from a ticker,
@@ -73,6 +74,39 @@ type Device struct {
 	BackingErrors uint64 `json:"backing_errors"`
 	PeakReserved  uint64 `json:"peak_reserved_bytes"`
 	HostLimit     uint64 `json:"host_limit_bytes"` // 0 without oversubscription
+	// PCI is where the device sits, as CUDA told the process: what names
+	// the same GPU in NVML whatever ordinal the process gave it
+	// (CUDA_VISIBLE_DEVICES). Nil when the process could not learn it.
+	PCI *PCILocation `json:"pci_bus_id"`
+}
+
+// PCILocation is a device's PCI domain, bus and device (slot) number.
+type PCILocation struct {
+	Domain uint32
+	Bus    uint8
+	Device uint8
+}
+
+// MarshalText writes the location as NVML's busId does: "00000000:18:00.0".
+func (l PCILocation) MarshalText() ([]byte, error) {
+	return []byte(fmt.Sprintf("%08x:%02x:%02x.0", l.Domain, l.Bus, l.Device)), nil
+}
+
+// pciKnown marks the word that holds a location.
+const pciKnown = 1 << 63
+
+func (l *PCILocation) word() uint64 {
+	if l == nil {
+		return 0
+	}
+	return pciKnown | uint64(l.Domain)<<16 | uint64(l.Bus)<<8 | uint64(l.Device)
+}
+
+func pciFrom(w uint64) *PCILocation {
+	if w&pciKnown == 0 {
+		return nil
+	}
+	return &PCILocation{Domain: uint32(w >> 16), Bus: uint8(w >> 8), Device: uint8(w)}
 }
 
 // words lays d out as the file stores it.
@@ -82,13 +116,14 @@ func (d *Device) words() [deviceWords]uint64 {
 		flags = 1
 	}
 	return [deviceWords]uint64{uint64(d.Ordinal), flags, d.Quota, d.Used, d.Reserved, d.Cached, d.Live,
-		d.Spilled, d.SpilledTotal, d.Promoted, d.PromotedTotal, d.Refused, d.BackingErrors, d.PeakReserved, d.HostLimit}
+		d.Spilled, d.SpilledTotal, d.Promoted, d.PromotedTotal, d.Refused, d.BackingErrors, d.PeakReserved, d.HostLimit,
+		d.PCI.word()}
 }
 
 func deviceFrom(w [deviceWords]uint64) Device {
 	return Device{Ordinal: int(w[0]), Limited: w[1]&1 != 0, Quota: w[2], Used: w[3], Reserved: w[4], Cached: w[5],
 		Live: w[6], Spilled: w[7], SpilledTotal: w[8], Promoted: w[9], PromotedTotal: w[10], Refused: w[11],
-		BackingErrors: w[12], PeakReserved: w[13], HostLimit: w[14]}
+		BackingErrors: w[12], PeakReserved: w[13], HostLimit: w[14], PCI: pciFrom(w[15])}
 }
 
 // Process is one file's contents.

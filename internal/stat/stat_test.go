@@ -1,12 +1,14 @@
 package stat
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -29,7 +31,7 @@ func TestPublishRead(t *testing.T) {
 	devs := []Device{
 		{Ordinal: 0, Limited: true, Quota: 8 << 20, Used: 6 << 20, Reserved: 4 << 20, Cached: 1 << 20, Live: 5 << 20,
 			Spilled: 2 << 20, SpilledTotal: 3 << 20, Promoted: 512, PromotedTotal: 1024, Refused: 7, BackingErrors: 2,
-			PeakReserved: 4 << 20, HostLimit: 8 << 20},
+			PeakReserved: 4 << 20, HostLimit: 8 << 20, PCI: &PCILocation{Domain: 0x10002, Bus: 0xc1, Device: 0x1f}},
 		{Ordinal: 3, Quota: 1 << 30, Used: 12},
 	}
 	now := time.Unix(1700000000, 5)
@@ -54,6 +56,19 @@ func TestPublishRead(t *testing.T) {
 	}
 	if _, err := os.Stat(w.Path()); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("file left after Close: %v", err)
+	}
+}
+
+// The PCI location reads as NVML writes busId, and null when unknown.
+func TestPCILocationJSON(t *testing.T) {
+	data, err := json.Marshal([]Device{{PCI: &PCILocation{Domain: 0x10002, Bus: 0xc1, Device: 0x1f}}, {}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"pci_bus_id":"00010002:c1:1f.0"`, `"pci_bus_id":null`} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("%s lacks %s", data, want)
+		}
 	}
 }
 

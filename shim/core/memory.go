@@ -9,6 +9,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/spillway-gpu/spillway/internal/stat"
 	"github.com/spillway-gpu/spillway/interpose"
 	"github.com/spillway-gpu/spillway/pool"
 	"github.com/spillway-gpu/spillway/shim/config"
@@ -135,6 +136,7 @@ type device struct {
 	back    *backing
 	err     error // why there is no pool (an invalid pool setting for this device)
 	acct    *account
+	pci     *stat.PCILocation // where it sits, for spillway stat; nil when unknown
 }
 
 // account is one device's bytes against its quota: what the pool holds
@@ -253,6 +255,7 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 		d.quota = limit.Resolve(total)
 	}
 	d.acct = &account{quota: d.quota, limited: d.limited, extBlocks: map[interpose.DevicePtr]extBlock{}}
+	d.pci = pciLocation(rt, ordinal)
 	opt := pool.DefaultOptions(d.quota)
 	opt.Pooling = m.cfg.Pool
 	opt.StrictFree = m.cfg.FreeSync

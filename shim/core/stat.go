@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/spillway-gpu/spillway/internal/stat"
+	"github.com/spillway-gpu/spillway/interpose"
 )
 
 // statRefresh is how often the figures file is rewritten: often enough for
@@ -77,12 +78,30 @@ func (p *publisher) close() {
 	_ = p.w.Close() // at exit there is nobody left to tell
 }
 
+// pciLocation asks where the device sits, once, at its first use: the
+// figures file names the device by it, since the ordinal is the process's
+// own (CUDA_VISIBLE_DEVICES renumbers devices). Nil when the runtime does
+// not say: spillway stat then matches the device by its ordinal.
+func pciLocation(rt realRuntime, ordinal int) *stat.PCILocation {
+	var v [3]int
+	for i, attr := range []interpose.DeviceAttr{interpose.DevAttrPCIDomainID, interpose.DevAttrPCIBusID, interpose.DevAttrPCIDeviceID} {
+		var rc interpose.Error
+		if v[i], rc = rt.DeviceGetAttribute(attr, ordinal); rc != interpose.Success || v[i] < 0 {
+			return nil
+		}
+	}
+	if v[1] > 0xff || v[2] > 0xff {
+		return nil
+	}
+	return &stat.PCILocation{Domain: uint32(v[0]), Bus: uint8(v[1]), Device: uint8(v[2])}
+}
+
 // figures are the devices in use, as the figures file describes them.
 func (m *memory) figures() []stat.Device {
 	live := *m.live.Load() // replaced, never modified
 	devs := make([]stat.Device, 0, len(live))
 	for _, d := range live {
-		f := stat.Device{Ordinal: d.ordinal, Limited: d.limited, Quota: d.quota, Used: d.acct.used()}
+		f := stat.Device{Ordinal: d.ordinal, Limited: d.limited, Quota: d.quota, Used: d.acct.used(), PCI: d.pci}
 		if d.pool != nil {
 			s := d.pool.Stats()
 			f.Reserved, f.Cached, f.Live, f.PeakReserved = s.ReservedBytes, s.CachedBytes, s.LiveBytes, s.PeakReservedBytes

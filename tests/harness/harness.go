@@ -173,8 +173,9 @@ func Compile(t testing.TB, b CBuild) string {
 }
 
 // Command prepares path to run against simcuda with a clean environment:
-// no inherited SPILLWAY_*, SIMCUDA_* or LD_PRELOAD, the simcuda libraries
-// on LD_LIBRARY_PATH, and a state folder of its own.
+// no inherited SPILLWAY_*, SIMCUDA_*, LD_PRELOAD or CUDA_VISIBLE_DEVICES
+// (simcuda honours it), the simcuda libraries on LD_LIBRARY_PATH, and a
+// state folder of its own.
 func Command(t testing.TB, path string, args ...string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(path, args...)
@@ -182,7 +183,7 @@ func Command(t testing.TB, path string, args ...string) *exec.Cmd {
 	for _, kv := range os.Environ() {
 		name, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(name, "SPILLWAY_") || strings.HasPrefix(name, "SIMCUDA_") ||
-			name == "LD_PRELOAD" || name == "LD_LIBRARY_PATH" {
+			name == "LD_PRELOAD" || name == "LD_LIBRARY_PATH" || name == "CUDA_VISIBLE_DEVICES" {
 			continue
 		}
 		env = append(env, kv)

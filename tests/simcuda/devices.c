@@ -140,6 +140,57 @@ int simcuda_devices_load(struct simcuda_devices *cfg)
 	return 0;
 }
 
+/* The device entry [s, s+len) names, or -1. */
+static int visible_entry(const struct simcuda_devices *cfg, const char *s, size_t len)
+{
+	uint64_t index;
+	int found = -1;
+
+	if (parse_count(s, len, &index) == 0)
+		return index < (uint64_t)cfg->count ? (int)index : -1;
+	if (len <= 4 || strncmp(s, "GPU-", 4) != 0)
+		return -1;
+	for (int i = 0; i < cfg->count; i++) {
+		char uuid[64];
+
+		simcuda_device_uuid_string(i, cfg->capacity[i], uuid, sizeof(uuid));
+		if (len <= strlen(uuid) && memcmp(uuid, s, len) == 0) {
+			if (found >= 0)
+				return -1; /* the prefix names more than one device */
+			found = i;
+		}
+	}
+	return found;
+}
+
+int simcuda_visible_devices(const struct simcuda_devices *cfg, const char *spec,
+			    int physical[SIMCUDA_MAX_DEVICES])
+{
+	int n = 0;
+
+	if (spec == NULL) {
+		for (; n < cfg->count; n++)
+			physical[n] = n;
+		return n;
+	}
+	for (const char *entry = spec; *spec != '\0' && n < cfg->count;) {
+		const char *end = strchr(entry, ',');
+		size_t len = end != NULL ? (size_t)(end - entry) : strlen(entry);
+		int dev = visible_entry(cfg, entry, len);
+
+		for (int i = 0; i < n && dev >= 0; i++)
+			if (physical[i] == dev)
+				dev = -1;
+		if (dev < 0)
+			break;
+		physical[n++] = dev;
+		if (end == NULL)
+			break;
+		entry = end + 1;
+	}
+	return n;
+}
+
 void simcuda_device_name(int ordinal, uint64_t capacity, char *buf, size_t size)
 {
 	static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};

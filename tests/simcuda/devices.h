@@ -47,6 +47,18 @@ int simcuda_parse_size(const char *s, uint64_t *bytes);
  */
 int simcuda_devices_load(struct simcuda_devices *cfg);
 
+/*
+ * Applies CUDA_VISIBLE_DEVICES (spec; NULL when unset: every device, in
+ * order) to cfg as CUDA does: a comma-separated list of device indices or
+ * UUIDs ("GPU-" followed by enough leading characters of the UUID as NVML
+ * prints it to name one device), enumerated in the list's order. The first
+ * entry that names no device (out of range, malformed, ambiguous, or already
+ * listed) ends the list. Fills physical[] with the cfg index of each visible
+ * ordinal and returns how many are visible (0 for an empty spec).
+ */
+int simcuda_visible_devices(const struct simcuda_devices *cfg, const char *spec,
+			    int physical[SIMCUDA_MAX_DEVICES]);
+
 /* The device's marketing name, e.g. "simcuda GPU 16GiB". */
 void simcuda_device_name(int ordinal, uint64_t capacity, char *buf, size_t size);
 

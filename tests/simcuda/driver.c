@@ -43,6 +43,12 @@ static __thread int ctx_depth;
 
 /* Configuration read at load time. */
 static struct simcuda_devices config_devices;
+/*
+ * CUDA_VISIBLE_DEVICES: the config_devices index of each ordinal this process
+ * sees. Read by cuInit, as CUDA does: a program may set it before its first call.
+ */
+static int visible[SIMCUDA_MAX_DEVICES];
+static int nvisible;
 static char config_error[1024];
 static struct fault {
 	char name[64];
@@ -237,9 +243,14 @@ SIM_API CUresult cuInit(unsigned int Flags)
 			fprintf(stderr, "simcuda: %s\n", config_error);
 		rc = CUDA_ERROR_INVALID_VALUE;
 	} else if (!sim.initialized) {
-		sim.ndev = config_devices.count;
+		nvisible = simcuda_visible_devices(&config_devices, getenv("CUDA_VISIBLE_DEVICES"),
+						   visible);
+		if (nvisible == 0)
+			rc = CUDA_ERROR_NO_DEVICE; /* CUDA_VISIBLE_DEVICES hides every device */
+		sim.ndev = nvisible;
 		for (int i = 0; i < sim.ndev; i++) {
-			sim.dev[i].capacity = config_devices.capacity[i];
+			sim.dev[i].physical = visible[i];
+			sim.dev[i].capacity = config_devices.capacity[visible[i]];
 			sim.dev[i].ctx = calloc(1, sizeof(struct CUctx_st));
 			if (sim.dev[i].ctx == NULL) {
 				rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -250,7 +261,7 @@ SIM_API CUresult cuInit(unsigned int Flags)
 			sim.dev[i].ctx->primary = 1;
 		}
 		if (rc == CUDA_SUCCESS) {
-			simstate_open(sim.ndev); /* on failure NVML just does not see us */
+			simstate_open(config_devices.count); /* on failure NVML just does not see us */
 			sim.init_pid = getpid();
 			__atomic_store_n(&sim.initialized, 1, __ATOMIC_RELEASE);
 		}
@@ -299,7 +310,7 @@ SIM_API CUresult cuDeviceGetName(char *name, int len, CUdevice dev)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!sim_valid_device(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
-	simcuda_device_name(dev, sim.dev[dev].capacity, buf, sizeof(buf));
+	simcuda_device_name(sim.dev[dev].physical, sim.dev[dev].capacity, buf, sizeof(buf));
 	snprintf(name, (size_t)len, "%s", buf);
 	return CUDA_SUCCESS;
 }
@@ -310,7 +321,7 @@ static CUresult device_uuid(CUuuid *uuid, CUdevice dev)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!sim_valid_device(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
-	simcuda_device_uuid(dev, sim.dev[dev].capacity, (unsigned char *)uuid->bytes);
+	simcuda_device_uuid(sim.dev[dev].physical, sim.dev[dev].capacity, (unsigned char *)uuid->bytes);
 	return CUDA_SUCCESS;
 }
 
@@ -490,10 +501,10 @@ SIM_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 	if (vmm_device_attribute(attrib, pi))
 		return CUDA_SUCCESS;
 	switch ((int)attrib) {
-	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = 0x18 + dev; break;
+	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = 0x18 + sim.dev[dev].physical; break;
 	case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: v = managed; break;
 	case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: v = managed; break;
-	case 85: v = dev; break; /* MULTI_GPU_BOARD_GROUP_ID: one board per device */
+	case 85: v = sim.dev[dev].physical; break; /* MULTI_GPU_BOARD_GROUP_ID: one board per device */
 	default: v = h100_attributes[attrib]; break;
 	}
 	*pi = v;
@@ -520,7 +531,7 @@ SIM_API CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!sim_valid_device(dev))
 		return CUDA_ERROR_INVALID_DEVICE;
-	snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", 0x18 + dev);
+	snprintf(pciBusId, (size_t)len, "0000:%02x:00.0", 0x18 + sim.dev[dev].physical);
 	return CUDA_SUCCESS;
 }
 
@@ -533,11 +544,13 @@ SIM_API CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
 	if (dev == NULL || pciBusId == NULL ||
 	    sscanf(pciBusId, "%x:%x:%x.%x%c", &domain, &bus, &device, &function, &end) != 4)
 		return CUDA_ERROR_INVALID_VALUE;
-	int ordinal = (int)bus - 0x18;
-	if (domain != 0 || device != 0 || function != 0 || !sim_valid_device(ordinal))
-		return CUDA_ERROR_INVALID_DEVICE;
-	*dev = ordinal;
-	return CUDA_SUCCESS;
+	for (int i = 0; i < sim.ndev && domain == 0 && device == 0 && function == 0; i++) {
+		if (sim.dev[i].physical == (int)bus - 0x18) {
+			*dev = i;
+			return CUDA_SUCCESS;
+		}
+	}
+	return CUDA_ERROR_INVALID_DEVICE;
 }
 
 /* Peer access is not simulated: no device can access another's memory. */
@@ -1615,7 +1628,9 @@ __attribute__((destructor)) static void write_stats(void)
 	}
 	pthread_mutex_lock(&calls_lock);
 	pthread_mutex_lock(&sim.lock);
-	int ndev = sim.initialized ? sim.ndev : config_devices.count;
+	if (!sim.initialized)
+		nvisible = simcuda_visible_devices(&config_devices, getenv("CUDA_VISIBLE_DEVICES"), visible);
+	int ndev = sim.initialized ? sim.ndev : nvisible;
 	fprintf(f, "{\"devices\":[");
 	for (int i = 0; i < ndev; i++) {
 		const struct sim_device *d = &sim.dev[i];
@@ -1624,7 +1639,7 @@ __attribute__((destructor)) static void write_stats(void)
 			",\"device_bytes_peak\":%" PRIu64 ",\"managed_device_bytes\":%" PRIu64
 			",\"managed_host_bytes\":%" PRIu64 ",\"host_pinned_bytes\":%" PRIu64
 			",\"live_allocations\":%" PRIu64 ",\"vmm_physical_bytes\":%" PRIu64 "}",
-			i ? "," : "", i, sim.initialized ? d->capacity : config_devices.capacity[i],
+			i ? "," : "", i, sim.initialized ? d->capacity : config_devices.capacity[visible[i]],
 			sim.initialized ? mem_used(i) : 0, d->peak, d->managed_dev_bytes,
 			d->managed_host_bytes, d->pinned_bytes, d->live_allocs, d->vmm_bytes);
 	}

@@ -61,6 +61,7 @@ struct alloc {
 };
 
 struct sim_device {
+	int physical; /* index in SIMCUDA_DEVICES (and NVML's), whatever CUDA_VISIBLE_DEVICES makes the ordinal */
 	uint64_t capacity;
 	uint64_t plain_bytes;       /* device allocations (cuMemAlloc*, pitch, async) */
 	uint64_t ctx_bytes;         /* taken by the device's live contexts */

@@ -95,7 +95,7 @@ static void table_remove(struct alloc *a)
 }
 
 struct others_scan {
-	int device;
+	int device; /* the index in the state files: sim_device.physical */
 	pid_t self;
 	uint64_t bytes;
 };
@@ -114,7 +114,7 @@ static void add_other(const struct simstate_process *proc, void *arg)
  */
 void mem_refresh_others(int device)
 {
-	struct others_scan scan = {device, getpid(), 0};
+	struct others_scan scan = {sim.dev[device].physical, getpid(), 0};
 
 	if (simstate_scan(add_other, &scan) != 0)
 		return; /* unreadable folder: keep the last known value */
@@ -142,7 +142,7 @@ void mem_usage_changed(int device)
 
 	if (used > sim.dev[device].peak)
 		sim.dev[device].peak = used;
-	simstate_set_device_bytes(device, used);
+	simstate_set_device_bytes(sim.dev[device].physical, used); /* NVML counts by its own index */
 }
 
 static size_t block_bytes(const struct alloc *a, size_t i)

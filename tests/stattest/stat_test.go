@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -15,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spillway-gpu/spillway/internal/stat"
 	"github.com/spillway-gpu/spillway/tests/harness"
 )
 
@@ -50,10 +52,16 @@ func (e env) apply(cmd *exec.Cmd) {
 // holds its memory.
 func startHolder(t *testing.T, e env, bin, limit string, args ...string) *holder {
 	t.Helper()
+	return startHolderEnv(t, e, bin, []string{"SPILLWAY_MEMORY_LIMIT=" + limit}, args...)
+}
+
+// startHolderEnv is startHolder with more of the holder's environment.
+func startHolderEnv(t *testing.T, e env, bin string, extra []string, args ...string) *holder {
+	t.Helper()
 	h := &holder{stats: filepath.Join(t.TempDir(), "stats.json")}
-	h.cmd = harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=" + limit, "SPILLWAY_REPORT=1",
-		"SIMCUDA_STATS_FILE=" + h.stats}, bin, args...)
+	h.cmd = harness.Shimmed(t, []string{"SPILLWAY_REPORT=1", "SIMCUDA_STATS_FILE=" + h.stats}, bin, args...)
 	e.apply(h.cmd)
+	harness.SetEnv(h.cmd, extra...)
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	h.cmd.Stderr = &h.stderr
 	var err error
@@ -98,30 +106,35 @@ func (h *holder) finish(t *testing.T, dev int) (harness.Report, harness.Stats) {
 
 // statJSON is what the test reads of `spillway stat --json`.
 type statJSON struct {
-	Devices []struct {
-		Index      int    `json:"index"`
-		Name       string `json:"name"`
-		UUID       string `json:"uuid"`
-		TotalBytes uint64 `json:"total_bytes"`
-		UsedBytes  uint64 `json:"used_bytes"`
-		Processes  []struct {
-			PID      int       `json:"pid"`
-			Command  string    `json:"command"`
-			Updated  time.Time `json:"updated"`
-			Spillway *struct {
-				Ordinal  int    `json:"ordinal"`
-				Limited  bool   `json:"limited"`
-				Quota    uint64 `json:"quota_bytes"`
-				Used     uint64 `json:"used_bytes"`
-				Reserved uint64 `json:"reserved_bytes"`
-				Cached   uint64 `json:"cached_bytes"`
-				Live     uint64 `json:"live_bytes"`
-				Spilled  uint64 `json:"spilled_bytes"`
-				Refused  uint64 `json:"refusals"`
-			} `json:"spillway"`
-			NVMLUsed *uint64 `json:"nvml_used_bytes"`
-		} `json:"processes"`
-	} `json:"devices"`
+	Devices []statDevice `json:"devices"`
+}
+
+type statDevice struct {
+	Index      int    `json:"index"`
+	Name       string `json:"name"`
+	UUID       string `json:"uuid"`
+	PCIBusID   string `json:"pci_bus_id"`
+	TotalBytes uint64 `json:"total_bytes"`
+	UsedBytes  uint64 `json:"used_bytes"`
+	Processes  []struct {
+		PID      int       `json:"pid"`
+		Command  string    `json:"command"`
+		Updated  time.Time `json:"updated"`
+		Spillway *struct {
+			Ordinal  int     `json:"ordinal"`
+			Limited  bool    `json:"limited"`
+			Quota    uint64  `json:"quota_bytes"`
+			Used     uint64  `json:"used_bytes"`
+			Reserved uint64  `json:"reserved_bytes"`
+			Cached   uint64  `json:"cached_bytes"`
+			Live     uint64  `json:"live_bytes"`
+			Spilled  uint64  `json:"spilled_bytes"`
+			Refused  uint64  `json:"refusals"`
+			PCIBusID *string `json:"pci_bus_id"`
+		} `json:"spillway"`
+		NVMLUsed  *uint64 `json:"nvml_used_bytes"`
+		MatchedBy string  `json:"matched_by"`
+	} `json:"processes"`
 }
 
 func runStat(t *testing.T, e env, args ...string) harness.Result {
@@ -184,41 +197,8 @@ func TestStatTwoProcesses(t *testing.T) {
 	if len(s.Devices) != 2 {
 		t.Fatalf("devices %+v, want 2", s.Devices)
 	}
-	for i, h := range []*holder{a, b} {
-		pid := h.cmd.Process.Pid
-		dev := s.Devices[i]
-		if dev.Index != i || dev.TotalBytes != 256*mib || !strings.HasPrefix(dev.UUID, "GPU-") || dev.Name == "" {
-			t.Errorf("device %d: %+v", i, dev)
-		}
-		if len(dev.Processes) != 1 || dev.Processes[0].PID != pid {
-			t.Fatalf("device %d lists %+v, want only pid %d", i, dev.Processes, pid)
-		}
-		p := dev.Processes[0]
-		report, stats := h.finish(t, i)
-		sp := p.Spillway
-		if sp.Ordinal != i || !sp.Limited || sp.Quota != report.Quota || sp.Used != report.Reserved ||
-			sp.Reserved != report.Reserved || sp.Cached != report.Cached || sp.Live != report.Live ||
-			sp.Spilled != report.Spilled || sp.Refused != report.Refused {
-			t.Errorf("pid %d published %+v; its report says %+v", pid, *sp, report)
-		}
-		held := stats.Devices[i].DeviceBytes
-		if p.NVMLUsed == nil || *p.NVMLUsed != held || held != report.Reserved {
-			t.Errorf("pid %d: NVML's figure %v, simcuda's device_bytes %d, reserved %d: want all equal",
-				pid, p.NVMLUsed, held, report.Reserved)
-		}
-		if p.Command != "hold" {
-			t.Errorf("pid %d: command %q, want hold", pid, p.Command)
-		}
-		// The table's row for the process: PID, command, quota, used,
-		// cached, spilled, refusals and NVML's figure, in human sizes.
-		row := regexp.MustCompile(fmt.Sprintf(`(?m)^\s*%d\s+hold\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$`, pid))
-		m := row.FindStringSubmatch(table.Stdout)
-		want := []string{human(report.Quota), human(report.Reserved), human(report.Cached), human(report.Spilled),
-			strconv.FormatUint(report.Refused, 10), human(held)}
-		if m == nil || strings.Join(m[1:], " ") != strings.Join(want, " ") {
-			t.Errorf("table row for pid %d: %q, want %q in:\n%s", pid, m, want, table.Stdout)
-		}
-	}
+	checkShown(t, s, table.Stdout, 0, a, 0)
+	checkShown(t, s, table.Stdout, 1, b, 1)
 	if a.cmd.ProcessState == nil || b.cmd.ProcessState == nil {
 		t.Fatal("holders not finished")
 	}
@@ -230,6 +210,129 @@ func TestStatTwoProcesses(t *testing.T) {
 	if strings.Contains(after.Stdout, `"spillway":{`) {
 		t.Errorf("figures listed after exit: %s", after.Stdout)
 	}
+}
+
+// checkShown checks that GPU gpu of s (and of the table) lists holder h
+// alone, which uses it as its device ordinal, with the figures h reports at
+// exit (it is made to exit) and the memory simcuda counts for it. The
+// device is matched by its PCI location, which the table does not remark.
+func checkShown(t *testing.T, s statJSON, table string, gpu int, h *holder, ordinal int) {
+	t.Helper()
+	pid := h.cmd.Process.Pid
+	dev := s.Devices[gpu]
+	wantBus := fmt.Sprintf("00000000:%02x:00.0", 0x18+gpu) // simcuda's bus: 0x18 + NVML's index
+	if dev.Index != gpu || dev.TotalBytes != 256*mib || !strings.HasPrefix(dev.UUID, "GPU-") || dev.Name == "" ||
+		dev.PCIBusID != wantBus {
+		t.Errorf("device %d: %+v; want bus %s", gpu, dev, wantBus)
+	}
+	if len(dev.Processes) != 1 || dev.Processes[0].PID != pid {
+		t.Fatalf("device %d lists %+v, want only pid %d", gpu, dev.Processes, pid)
+	}
+	p := dev.Processes[0]
+	report, stats := h.finish(t, ordinal)
+	sp := p.Spillway
+	if sp == nil || sp.Ordinal != ordinal || !sp.Limited || sp.Quota != report.Quota || sp.Used != report.Reserved ||
+		sp.Reserved != report.Reserved || sp.Cached != report.Cached || sp.Live != report.Live ||
+		sp.Spilled != report.Spilled || sp.Refused != report.Refused {
+		t.Fatalf("pid %d published %+v; its report says %+v", pid, sp, report)
+	}
+	if sp.PCIBusID == nil || *sp.PCIBusID != wantBus || p.MatchedBy != "pci_bus_id" {
+		t.Errorf("pid %d: published bus %v, matched by %q; want %s, pci_bus_id", pid, sp.PCIBusID, p.MatchedBy, wantBus)
+	}
+	held := stats.Devices[ordinal].DeviceBytes
+	if p.NVMLUsed == nil || *p.NVMLUsed != held || held != report.Reserved {
+		t.Errorf("pid %d: NVML's figure %v, simcuda's device_bytes %d, reserved %d: want all equal",
+			pid, p.NVMLUsed, held, report.Reserved)
+	}
+	if p.Command != "hold" {
+		t.Errorf("pid %d: command %q, want hold", pid, p.Command)
+	}
+	// The table's row for the process, under its GPU's heading: PID,
+	// command, quota, used, cached, spilled, refusals and NVML's figure,
+	// in human sizes.
+	section := tableSection(table, gpu)
+	row := regexp.MustCompile(fmt.Sprintf(`(?m)^\s*%d\s+hold\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$`, pid))
+	m := row.FindStringSubmatch(section)
+	want := []string{human(report.Quota), human(report.Reserved), human(report.Cached), human(report.Spilled),
+		strconv.FormatUint(report.Refused, 10), human(held)}
+	if m == nil || strings.Join(m[1:], " ") != strings.Join(want, " ") {
+		t.Errorf("table row for pid %d under GPU %d: %q, want %q in:\n%s", pid, gpu, m, want, table)
+	}
+	if strings.Contains(section, "published no PCI location") {
+		t.Errorf("GPU %d remarks a match by ordinal:\n%s", gpu, table)
+	}
+}
+
+// tableSection is GPU gpu's part of the table, from its heading to the next.
+func tableSection(table string, gpu int) string {
+	start := strings.Index(table, fmt.Sprintf("GPU %d ", gpu))
+	if start < 0 {
+		return ""
+	}
+	section := table[start:]
+	if end := strings.Index(section, "\nGPU "); end >= 0 {
+		section = section[:end]
+	}
+	return section
+}
+
+// A process whose CUDA_VISIBLE_DEVICES renumbers its devices is shown under
+// the GPU it really uses: b sees physical device 1 as its device 0, and
+// a uses device 0 unrenumbered; each is listed alone under its own GPU.
+func TestStatVisibleDevices(t *testing.T) {
+	bin := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/hold.c"}, Cudart: true, ProjectHeaders: true})
+	e := newEnv(t)
+	a := startHolder(t, e, bin, "64MiB", "0", "1", strconv.Itoa(4*mib), strconv.Itoa(8*mib), strconv.Itoa(2*mib))
+	b := startHolderEnv(t, e, bin, []string{"SPILLWAY_MEMORY_LIMIT=32MiB", "CUDA_VISIBLE_DEVICES=1"},
+		"0", "0", strconv.Itoa(16*mib))
+
+	s := statAfter(t, e, a, b)
+	table := runStat(t, e)
+	if table.ExitCode != 0 {
+		t.Fatalf("spillway stat: exit %d\n%s", table.ExitCode, table.Stderr)
+	}
+	if len(s.Devices) != 2 {
+		t.Fatalf("devices %+v, want 2", s.Devices)
+	}
+	checkShown(t, s, table.Stdout, 0, a, 0)
+	checkShown(t, s, table.Stdout, 1, b, 0)
+}
+
+// A file that names no PCI location (written by an older core) is matched
+// by its ordinal, and the table and the JSON say so.
+func TestStatMatchesByIndexWithoutLocation(t *testing.T) {
+	e := newEnv(t)
+	w, err := stat.Create(e.runtime, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	w.Publish([]stat.Device{{Ordinal: 1, Limited: true, Quota: 8 * mib, Used: 2 * mib}}, time.Now())
+	s := statOnce(t, e)
+	if len(s.Devices) != 2 || len(s.Devices[1].Processes) != 1 || len(s.Devices[0].Processes) != 0 {
+		t.Fatalf("want this process alone under GPU 1: %+v", s.Devices)
+	}
+	p := s.Devices[1].Processes[0]
+	if p.PID != os.Getpid() || p.MatchedBy != "index" || p.Spillway == nil || p.Spillway.PCIBusID != nil ||
+		p.Spillway.Quota != 8*mib {
+		t.Errorf("GPU 1 lists %+v (spillway %+v); want pid %d matched by index, no bus", p, p.Spillway, os.Getpid())
+	}
+	table := runStat(t, e)
+	note := fmt.Sprintf("PID %d is shown by its device ordinal 1: it published no PCI location", os.Getpid())
+	if table.ExitCode != 0 || !strings.Contains(tableSection(table.Stdout, 1), note) {
+		t.Errorf("exit %d; GPU 1's table lacks %q:\n%s%s", table.ExitCode, note, table.Stdout, table.Stderr)
+	}
+}
+
+// statOnce runs `spillway stat --json` once.
+func statOnce(t *testing.T, e env) statJSON {
+	t.Helper()
+	res := runStat(t, e, "--json")
+	var s statJSON
+	if res.ExitCode != 0 || json.Unmarshal([]byte(res.Stdout), &s) != nil {
+		t.Fatalf("spillway stat --json: exit %d, %q\n%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return s
 }
 
 // human is how the table writes sizes (config.FormatBytes).

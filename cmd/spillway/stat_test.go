@@ -1,0 +1,111 @@
+package main
+
+import (
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/spillway-gpu/spillway/internal/stat"
+)
+
+// fakeNVML lists one GPU per PCI bus, at index order, with the given
+// processes' memory.
+func fakeNVML(buses []uint32, procs map[int][]nvml.ProcessInfo) nvml.Interface {
+	return &mock.Interface{
+		DeviceGetCountFunc: func() (int, nvml.Return) { return len(buses), nvml.SUCCESS },
+		DeviceGetHandleByIndexFunc: func(i int) (nvml.Device, nvml.Return) {
+			return &mock.Device{
+				GetNameFunc:       func() (string, nvml.Return) { return "Sim GPU", nvml.SUCCESS },
+				GetUUIDFunc:       func() (string, nvml.Return) { return "GPU-" + string(rune('a'+i)), nvml.SUCCESS },
+				GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 1 << 30}, nvml.SUCCESS },
+				GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) {
+					return nvml.PciInfo{Domain: 0, Bus: buses[i], Device: 0}, nvml.SUCCESS
+				},
+				GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) { return procs[i], nvml.SUCCESS },
+			}, nvml.SUCCESS
+		},
+	}
+}
+
+// publishAs writes a figures file for a live process of its own.
+func publishAs(t *testing.T, dir string, devs ...stat.Device) int {
+	t.Helper()
+	cmd := exec.Command("sleep", "600")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	w, err := stat.Create(dir, cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	w.Publish(devs, time.Now())
+	return cmd.Process.Pid
+}
+
+// A published device goes under the NVML GPU at its PCI location, whatever
+// its ordinal; one without a location under the GPU of its ordinal, said
+// so; a location NVML does not list under a GPU of its own.
+func TestCollectJoinsByPCILocation(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "spillway")
+	renumbered := publishAs(t, dir, stat.Device{Ordinal: 0, Quota: 1, PCI: &stat.PCILocation{Bus: 0x19}})
+	old := publishAs(t, dir, stat.Device{Ordinal: 1, Quota: 2})
+	elsewhere := publishAs(t, dir, stat.Device{Ordinal: 0, Quota: 3, PCI: &stat.PCILocation{Domain: 1, Bus: 0x40, Device: 2}})
+	lib := fakeNVML([]uint32{0x18, 0x19}, map[int][]nvml.ProcessInfo{1: {{Pid: uint32(renumbered), UsedGpuMemory: 5}}})
+
+	r, err := collect(lib, []string{dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.unreadable) > 0 || len(r.Devices) != 3 {
+		t.Fatalf("devices %+v, unreadable %v; want 3 devices", r.Devices, r.unreadable)
+	}
+	want := []struct {
+		index int
+		bus   string
+		pids  []int
+		by    []string
+	}{
+		{0, "00000000:18:00.0", nil, nil},
+		{1, "00000000:19:00.0", []int{renumbered, old}, []string{matchedByPCI, matchedByIndex}},
+		{-1, "00000001:40:02.0", []int{elsewhere}, []string{matchedByPCI}},
+	}
+	if renumbered > old { // listed by PID
+		want[1].pids, want[1].by = []int{old, renumbered}, []string{matchedByIndex, matchedByPCI}
+	}
+	for i, w := range want {
+		g := r.Devices[i]
+		if g.Index != w.index || g.PCIBusID != w.bus || len(g.Processes) != len(w.pids) {
+			t.Fatalf("device %d: %+v; want index %d, bus %s, pids %v", i, g, w.index, w.bus, w.pids)
+		}
+		for j, p := range g.Processes {
+			if p.PID != w.pids[j] || p.MatchedBy != w.by[j] || p.Spillway == nil {
+				t.Errorf("device %d process %d: %+v; want pid %d matched by %s", i, j, p, w.pids[j], w.by[j])
+			}
+			if (p.PID == renumbered) != (p.NVMLUsedBytes != nil) {
+				t.Errorf("pid %d: NVML's figure %v; NVML lists only %d", p.PID, p.NVMLUsedBytes, renumbered)
+			}
+		}
+	}
+
+	var b strings.Builder
+	writeStatTable(&b, r)
+	for _, line := range []string{
+		"GPU ?  (not listed by NVML)    0B used of 0B\n  at PCI 00000001:40:02.0\n",
+		"PID " + strconv.Itoa(old) + " is shown by its device ordinal 1: it published no PCI location",
+	} {
+		if !strings.Contains(b.String(), line) {
+			t.Errorf("table lacks %q:\n%s", line, b.String())
+		}
+	}
+	if strings.Count(b.String(), "published no PCI location") != 1 {
+		t.Errorf("the match by ordinal is remarked more than once, or for the wrong process:\n%s", b.String())
+	}
+}
