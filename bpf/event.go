@@ -147,15 +147,15 @@ func (e *Event) Direction() Direction {
 }
 
 // Pointer returns the device pointer an API call or probe point is about:
-// the new pointer of an allocation, the freed pointer, or the pointer a probe
-// point names.
+// the new pointer of an allocation, the freed, prefetched or set pointer, or
+// the pointer a probe point names.
 func (e *Event) Pointer() uint64 {
 	switch e.Kind {
 	case KindAPI:
 		switch e.Func.Op() {
 		case OpAlloc:
 			return e.Out
-		case OpFree, OpPrefetch:
+		case OpFree, OpPrefetch, OpMemset:
 			return e.Args[0]
 		}
 	case KindProbe:

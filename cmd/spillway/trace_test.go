@@ -156,6 +156,16 @@ func TestDescribeEvent(t *testing.T) {
 	if alloc.Probe != "alloc" || alloc.Ptr != "0xd000" || alloc.Size != 4096 || *alloc.Device != 1 || alloc.Source != "cache" {
 		t.Errorf("alloc probe described as %+v", alloc)
 	}
+	var memset bpf.Func
+	for _, f := range bpf.Funcs() {
+		if f.String() == "cudaMemsetAsync" {
+			memset = f
+		}
+	}
+	set := describe(&bpf.Event{Kind: bpf.KindAPI, Func: memset, Args: [6]uint64{0xd000, 0, 64, 7}, Flags: 1})
+	if set.Func != "cudaMemsetAsync" || set.Ptr != "0xd000" || set.Size != 64 || !set.Spilled || set.Direction != "" {
+		t.Errorf("memset record described as %+v", set)
+	}
 	fault := describe(&bpf.Event{Kind: bpf.KindFault, Args: [6]uint64{0x7000}, Flags: 1})
 	if fault.Kind != "fault" || fault.Address != "0x7000" || !fault.Spilled {
 		t.Errorf("fault described as %+v", fault)

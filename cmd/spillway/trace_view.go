@@ -325,6 +325,7 @@ func describe(e *bpf.Event) eventJSON {
 		if e.Func.Op() == bpf.OpMemcpy {
 			j.Direction = e.Direction().String()
 		}
+		j.Spilled = e.Spilled() // a copy or memset that touched spilled memory
 	case bpf.KindProbe:
 		j.Probe, j.Size = e.Probe.String(), e.Size()
 		dev := e.Device()
