@@ -14,7 +14,9 @@
 //     nested and not reported. cudaDeviceSynchronize, cudaStreamDestroy,
 //     cudaMemGetInfo and cudaDeviceReset are probed (and counted) for that
 //     reason too: the shim releases segments and promotes spilled memory
-//     inside them;
+//     inside them; the synchronizations (with cuCtxSynchronize) also count
+//     the application's steps. When a copy or memset returns, the kernel
+//     flags it if a range it names touches spilled memory (see below);
 //   - the shim's probe points (spillway_probe_alloc, _free, _sync, _spill,
 //     _promote, _refuse in libspillway.so), the pool's own view. Their
 //     uprobes take the shim's spillway_probe_semaphore as reference counter:
@@ -23,7 +25,7 @@
 //   - CPU page faults, from the exceptions:page_fault_user tracepoint,
 //     classified in the kernel by whether the address lies in memory the shim
 //     has spilled to the host (the spill, promote and free probe points keep
-//     those ranges in a BPF map);
+//     those ranges in a BPF map, which classifies copies and memsets too);
 //   - optionally, GPU faults and migrations from nvidia-uvm, where the module is
 //     loaded and the kernel has kprobes.
 //

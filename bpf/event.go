@@ -96,11 +96,13 @@ func (e *Event) OK() bool { return e.Ret == 0 }
 // normally (longjmp, a thread killed mid-call).
 func (e *Event) Unpaired() bool { return e.Flags&flagUnpaired != 0 }
 
-// Spilled reports whether a fault hit memory the shim had spilled to the host.
+// Spilled reports whether a fault hit memory the shim had spilled to the
+// host, or whether a copy or memset named an address range whose first or
+// last byte lay in such memory when it returned.
 func (e *Event) Spilled() bool { return e.Flags&flagSpilled != 0 }
 
 // Size returns the byte count of an API call or probe point: the request of
-// an allocation, the bytes of a copy or prefetch, the size of the allocation a
+// an allocation, the bytes of a copy, memset or prefetch, the size of the allocation a
 // probe point names (for sync: the bytes made reusable; for refuse: the
 // request). It is 0 when the record carries none.
 func (e *Event) Size() uint64 {
@@ -113,7 +115,7 @@ func (e *Event) Size() uint64 {
 		if spec.rowsArg > 0 {
 			return e.Args[spec.sizeArg] * e.Args[spec.rowsArg]
 		}
-		return e.Args[spec.sizeArg]
+		return e.Args[spec.sizeArg] << spec.unitShift
 	case KindProbe:
 		switch e.Probe {
 		case ProbeRefuse:
@@ -145,15 +147,15 @@ func (e *Event) Direction() Direction {
 }
 
 // Pointer returns the device pointer an API call or probe point is about:
-// the new pointer of an allocation, the freed pointer, or the pointer a probe
-// point names.
+// the new pointer of an allocation, the freed, prefetched or set pointer, or
+// the pointer a probe point names.
 func (e *Event) Pointer() uint64 {
 	switch e.Kind {
 	case KindAPI:
 		switch e.Func.Op() {
 		case OpAlloc:
 			return e.Out
-		case OpFree, OpPrefetch:
+		case OpFree, OpPrefetch, OpMemset:
 			return e.Args[0]
 		}
 	case KindProbe:

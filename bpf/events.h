@@ -27,7 +27,9 @@ enum probe_point {
 };
 
 /* event.flags */
-#define EVENT_FLAG_SPILLED 0x1  /* EVENT_FAULT: the address lies in spilled memory */
+#define EVENT_FLAG_SPILLED 0x1  /* EVENT_FAULT: the address lies in spilled memory;
+                                 * EVENT_API: a device-side range of a copy or
+                                 * memset touches spilled memory */
 #define EVENT_FLAG_UNPAIRED 0x2 /* EVENT_API: the return did not match the entry's function */
 
 /* Attach cookie of the API links: the function id in the low 16 bits and,
@@ -36,6 +38,17 @@ enum probe_point {
 #define COOKIE_FUNC_MASK 0xffffULL
 #define COOKIE_OUTARG_SHIFT 16
 #define COOKIE_OUTARG_MASK 0xfULL
+
+/* Copies and memsets also carry, in bits 20..25, a mask of the arguments that
+ * are addresses to classify against the spilled ranges; in bits 26..29, one
+ * plus the index of their byte-count argument; in bits 30..31, log2 of the
+ * count's unit (cuMemsetD16/D32 count elements of 2 and 4 bytes). */
+#define COOKIE_ADDR_SHIFT 20
+#define COOKIE_ADDR_MASK 0x3fULL
+#define COOKIE_COUNT_SHIFT 26
+#define COOKIE_COUNT_MASK 0xfULL
+#define COOKIE_UNIT_SHIFT 30
+#define COOKIE_UNIT_MASK 0x3ULL
 
 #define EVENT_ARGS 6
 

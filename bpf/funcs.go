@@ -15,8 +15,13 @@ const (
 	OpPrefetch               // migrates Size bytes of managed memory
 	// OpOther does not change memory itself, but a layer below may do so
 	// while serving it (the shim releases and promotes memory inside
-	// cudaDeviceSynchronize): probing it makes those calls nested.
+	// cudaStreamDestroy): probing it makes those calls nested.
 	OpOther
+	OpMemset // sets Size bytes of device memory
+	// OpSync waits for the device (cudaDeviceSynchronize, cuCtxSynchronize):
+	// an application's step. Like OpOther, the shim may free and promote
+	// memory while serving it.
+	OpSync
 )
 
 // Direction is a copy's direction, numbered as cudaMemcpyKind.
@@ -63,52 +68,75 @@ type funcSpec struct {
 	// rowsArg multiplies sizeArg when the size is given as width and
 	// height (cudaMallocPitch); 0 when there is none.
 	rowsArg int
+	// addrArgs is a bit mask of the address arguments of a copy or memset,
+	// classified against the spilled ranges in the kernel.
+	addrArgs uint8
+	// unitShift is log2 of the unit of sizeArg: cuMemsetD16/D32 count
+	// 2- and 4-byte elements.
+	unitShift uint8
 }
+
+// Address masks of copies: destination and source, or for the peer copies
+// (dst, dstDevice, src, srcDevice, count) arguments 0 and 2.
+const (
+	dstSrc     = 0b11
+	dstSrcPeer = 0b101
+	dstOnly    = 0b1
+)
 
 // funcs is indexed by Func; entry 0 is unused so that a zero Func is invalid.
 var funcs = [...]funcSpec{
 	{},
 	// Runtime API.
-	{"cudaMalloc", OpAlloc, 0, 1, -1, 0, 0},
-	{"cudaFree", OpFree, -1, -1, -1, 0, 0},
-	{"cudaMallocManaged", OpAlloc, 0, 1, -1, 0, 0},
-	{"cudaMallocHost", OpAlloc, 0, 1, -1, 0, 0},
-	{"cudaHostAlloc", OpAlloc, 0, 1, -1, 0, 0},
-	{"cudaFreeHost", OpFree, -1, -1, -1, 0, 0},
-	{"cudaMallocAsync", OpAlloc, 0, 1, -1, 0, 0},
-	{"cudaFreeAsync", OpFree, -1, -1, -1, 0, 0},
-	{"cudaMemcpy", OpMemcpy, -1, 2, 3, 0, 0},
-	{"cudaMemcpyAsync", OpMemcpy, -1, 2, 3, 0, 0},
-	{"cudaMemcpyPeer", OpMemcpy, -1, 4, -1, DeviceToDevice, 0},
-	{"cudaMemcpyPeerAsync", OpMemcpy, -1, 4, -1, DeviceToDevice, 0},
-	{"cudaMemPrefetchAsync", OpPrefetch, -1, 1, -1, 0, 0},
+	{"cudaMalloc", OpAlloc, 0, 1, -1, 0, 0, 0, 0},
+	{"cudaFree", OpFree, -1, -1, -1, 0, 0, 0, 0},
+	{"cudaMallocManaged", OpAlloc, 0, 1, -1, 0, 0, 0, 0},
+	{"cudaMallocHost", OpAlloc, 0, 1, -1, 0, 0, 0, 0},
+	{"cudaHostAlloc", OpAlloc, 0, 1, -1, 0, 0, 0, 0},
+	{"cudaFreeHost", OpFree, -1, -1, -1, 0, 0, 0, 0},
+	{"cudaMallocAsync", OpAlloc, 0, 1, -1, 0, 0, 0, 0},
+	{"cudaFreeAsync", OpFree, -1, -1, -1, 0, 0, 0, 0},
+	{"cudaMemcpy", OpMemcpy, -1, 2, 3, 0, 0, dstSrc, 0},
+	{"cudaMemcpyAsync", OpMemcpy, -1, 2, 3, 0, 0, dstSrc, 0},
+	{"cudaMemcpyPeer", OpMemcpy, -1, 4, -1, DeviceToDevice, 0, dstSrcPeer, 0},
+	{"cudaMemcpyPeerAsync", OpMemcpy, -1, 4, -1, DeviceToDevice, 0, dstSrcPeer, 0},
+	{"cudaMemPrefetchAsync", OpPrefetch, -1, 1, -1, 0, 0, 0, 0},
 	// Driver API.
-	{"cuMemAlloc_v2", OpAlloc, 0, 1, -1, 0, 0},
-	{"cuMemAlloc", OpAlloc, 0, 1, -1, 0, 0},
-	{"cuMemFree_v2", OpFree, -1, -1, -1, 0, 0},
-	{"cuMemFree", OpFree, -1, -1, -1, 0, 0},
-	{"cuMemAllocManaged", OpAlloc, 0, 1, -1, 0, 0},
-	{"cuMemAllocHost_v2", OpAlloc, 0, 1, -1, 0, 0},
-	{"cuMemHostAlloc", OpAlloc, 0, 1, -1, 0, 0},
-	{"cuMemFreeHost", OpFree, -1, -1, -1, 0, 0},
-	{"cuMemAllocAsync", OpAlloc, 0, 1, -1, 0, 0},
-	{"cuMemFreeAsync", OpFree, -1, -1, -1, 0, 0},
-	{"cuMemcpy", OpMemcpy, -1, 2, -1, DirectionDefault, 0},
-	{"cuMemcpyAsync", OpMemcpy, -1, 2, -1, DirectionDefault, 0},
-	{"cuMemcpyHtoD_v2", OpMemcpy, -1, 2, -1, HostToDevice, 0},
-	{"cuMemcpyDtoH_v2", OpMemcpy, -1, 2, -1, DeviceToHost, 0},
-	{"cuMemcpyDtoD_v2", OpMemcpy, -1, 2, -1, DeviceToDevice, 0},
-	{"cuMemcpyHtoDAsync_v2", OpMemcpy, -1, 2, -1, HostToDevice, 0},
-	{"cuMemcpyDtoHAsync_v2", OpMemcpy, -1, 2, -1, DeviceToHost, 0},
-	{"cuMemcpyDtoDAsync_v2", OpMemcpy, -1, 2, -1, DeviceToDevice, 0},
-	{"cuMemPrefetchAsync", OpPrefetch, -1, 1, -1, 0, 0},
-	{"cuMemPrefetchAsync_v2", OpPrefetch, -1, 1, -1, 0, 0},
+	{"cuMemAlloc_v2", OpAlloc, 0, 1, -1, 0, 0, 0, 0},
+	{"cuMemAlloc", OpAlloc, 0, 1, -1, 0, 0, 0, 0},
+	{"cuMemFree_v2", OpFree, -1, -1, -1, 0, 0, 0, 0},
+	{"cuMemFree", OpFree, -1, -1, -1, 0, 0, 0, 0},
+	{"cuMemAllocManaged", OpAlloc, 0, 1, -1, 0, 0, 0, 0},
+	{"cuMemAllocHost_v2", OpAlloc, 0, 1, -1, 0, 0, 0, 0},
+	{"cuMemHostAlloc", OpAlloc, 0, 1, -1, 0, 0, 0, 0},
+	{"cuMemFreeHost", OpFree, -1, -1, -1, 0, 0, 0, 0},
+	{"cuMemAllocAsync", OpAlloc, 0, 1, -1, 0, 0, 0, 0},
+	{"cuMemFreeAsync", OpFree, -1, -1, -1, 0, 0, 0, 0},
+	{"cuMemcpy", OpMemcpy, -1, 2, -1, DirectionDefault, 0, dstSrc, 0},
+	{"cuMemcpyAsync", OpMemcpy, -1, 2, -1, DirectionDefault, 0, dstSrc, 0},
+	{"cuMemcpyHtoD_v2", OpMemcpy, -1, 2, -1, HostToDevice, 0, dstSrc, 0},
+	{"cuMemcpyDtoH_v2", OpMemcpy, -1, 2, -1, DeviceToHost, 0, dstSrc, 0},
+	{"cuMemcpyDtoD_v2", OpMemcpy, -1, 2, -1, DeviceToDevice, 0, dstSrc, 0},
+	{"cuMemcpyHtoDAsync_v2", OpMemcpy, -1, 2, -1, HostToDevice, 0, dstSrc, 0},
+	{"cuMemcpyDtoHAsync_v2", OpMemcpy, -1, 2, -1, DeviceToHost, 0, dstSrc, 0},
+	{"cuMemcpyDtoDAsync_v2", OpMemcpy, -1, 2, -1, DeviceToDevice, 0, dstSrc, 0},
+	{"cuMemPrefetchAsync", OpPrefetch, -1, 1, -1, 0, 0, 0, 0},
+	{"cuMemPrefetchAsync_v2", OpPrefetch, -1, 1, -1, 0, 0, 0, 0},
 	// Added later, so that the ids above keep their values.
-	{"cudaMallocPitch", OpAlloc, 0, 2, -1, 0, 3},
-	{"cudaMemGetInfo", OpOther, -1, -1, -1, 0, 0},
-	{"cudaDeviceSynchronize", OpOther, -1, -1, -1, 0, 0},
-	{"cudaStreamDestroy", OpOther, -1, -1, -1, 0, 0},
-	{"cudaDeviceReset", OpOther, -1, -1, -1, 0, 0},
+	{"cudaMallocPitch", OpAlloc, 0, 2, -1, 0, 3, 0, 0},
+	{"cudaMemGetInfo", OpOther, -1, -1, -1, 0, 0, 0, 0},
+	{"cudaDeviceSynchronize", OpSync, -1, -1, -1, 0, 0, 0, 0},
+	{"cudaStreamDestroy", OpOther, -1, -1, -1, 0, 0, 0, 0},
+	{"cudaDeviceReset", OpOther, -1, -1, -1, 0, 0, 0, 0},
+	{"cuCtxSynchronize", OpSync, -1, -1, -1, 0, 0, 0, 0},
+	{"cudaMemset", OpMemset, -1, 2, -1, 0, 0, dstOnly, 0},
+	{"cudaMemsetAsync", OpMemset, -1, 2, -1, 0, 0, dstOnly, 0},
+	{"cuMemsetD8_v2", OpMemset, -1, 2, -1, 0, 0, dstOnly, 0},
+	{"cuMemsetD8Async", OpMemset, -1, 2, -1, 0, 0, dstOnly, 0},
+	{"cuMemsetD16_v2", OpMemset, -1, 2, -1, 0, 0, dstOnly, 1},
+	{"cuMemsetD16Async", OpMemset, -1, 2, -1, 0, 0, dstOnly, 1},
+	{"cuMemsetD32_v2", OpMemset, -1, 2, -1, 0, 0, dstOnly, 2},
+	{"cuMemsetD32Async", OpMemset, -1, 2, -1, 0, 0, dstOnly, 2},
 }
 
 // Funcs returns every probed function, in a stable order.
@@ -138,12 +166,16 @@ func (f Func) Op() Op {
 	return funcs[f].op
 }
 
-// cookie encodes the function and its out-pointer argument for the probes
-// (see COOKIE_* in events.h).
+// cookie encodes the function, its out-pointer argument and the address
+// ranges to classify for the probes (see COOKIE_* in events.h).
 func (f Func) cookie() uint64 {
+	spec := funcs[f]
 	c := uint64(f)
-	if out := funcs[f].outArg; out >= 0 {
-		c |= uint64(out+1) << 16
+	if spec.outArg >= 0 {
+		c |= uint64(spec.outArg+1) << 16
+	}
+	if spec.addrArgs != 0 && spec.sizeArg >= 0 {
+		c |= uint64(spec.addrArgs)<<20 | uint64(spec.sizeArg+1)<<26 | uint64(spec.unitShift)<<30
 	}
 	return c
 }

@@ -109,6 +109,7 @@ func TestEventLayoutMatchesHeader(t *testing.T) {
 		"PROBE_SPILL": uint64(ProbeSpill), "PROBE_PROMOTE": uint64(ProbePromote), "PROBE_REFUSE": uint64(ProbeRefuse),
 		"EVENT_FLAG_SPILLED": flagSpilled, "EVENT_FLAG_UNPAIRED": flagUnpaired,
 		"COOKIE_OUTARG_SHIFT": 16, "EVENT_ARGS": uint64(len(Event{}.Args)),
+		"COOKIE_ADDR_SHIFT": 20, "COOKIE_COUNT_SHIFT": 26, "COOKIE_UNIT_SHIFT": 30,
 	}
 	for name, want := range consts {
 		got, ok := c["const."+name]

@@ -185,6 +185,41 @@ static __always_inline int enter_call(struct pt_regs *ctx)
 	return 0;
 }
 
+static __always_inline int in_spilled(__u32 tgid, __u64 addr)
+{
+	struct range_key key = {
+		.prefixlen = 32 + 64,
+		.tgid = tgid,
+		.addr_be = __builtin_bswap64(addr),
+	};
+	return bpf_map_lookup_elem(&spilled_ranges, &key) != NULL;
+}
+
+/* Whether an address range a copy or memset names (see COOKIE_ADDR_*) has
+ * its first or last byte in spilled memory. The shim spills whole
+ * allocations, so a range within one is found by either end. */
+static __always_inline int touches_spilled(__u32 tgid, __u64 cookie, const __u64 *args)
+{
+	__u64 addrs = (cookie >> COOKIE_ADDR_SHIFT) & COOKIE_ADDR_MASK;
+	__u64 count = (cookie >> COOKIE_COUNT_SHIFT) & COOKIE_COUNT_MASK;
+	if (addrs == 0 || count == 0 || count > EVENT_ARGS)
+		return 0;
+	__u64 bytes = 0;
+	for (int i = 0; i < EVENT_ARGS; i++)
+		if (i == count - 1)
+			bytes = args[i];
+	bytes <<= (cookie >> COOKIE_UNIT_SHIFT) & COOKIE_UNIT_MASK;
+	if (bytes == 0)
+		return 0;
+	for (int i = 0; i < EVENT_ARGS; i++) {
+		if (!(addrs & (1ULL << i)))
+			continue;
+		if (in_spilled(tgid, args[i]) || in_spilled(tgid, args[i] + bytes - 1))
+			return 1;
+	}
+	return 0;
+}
+
 static __always_inline int exit_call(struct pt_regs *ctx)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
@@ -213,6 +248,8 @@ static __always_inline int exit_call(struct pt_regs *ctx)
 	__u64 outarg = (cookie >> COOKIE_OUTARG_SHIFT) & COOKIE_OUTARG_MASK;
 	if (outarg > 0 && outarg <= EVENT_ARGS && e->ret == 0)
 		bpf_probe_read_user(&e->out, sizeof(e->out), (void *)c->args[outarg - 1]);
+	if (touches_spilled(pid_tgid >> 32, cookie, e->args))
+		e->flags |= EVENT_FLAG_SPILLED;
 	fill_ids(e, pid_tgid);
 	submit(e);
 	return 0;

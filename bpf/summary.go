@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"encoding/json"
 	"maps"
 	"strconv"
 )
@@ -32,6 +33,73 @@ type Summary struct {
 	Drops uint64 `json:"drops"`
 	// Unpaired counts calls whose return matched another function's entry.
 	Unpaired uint64 `json:"unpaired"`
+	// Steps counts the application's successful device synchronizations
+	// (cudaDeviceSynchronize, cuCtxSynchronize at the outermost layer): the
+	// steps of a job that reads a result back each step.
+	Steps uint64 `json:"steps"`
+	// MovedBytes sums the bytes the shim moved between device and host:
+	// spilled and promoted.
+	MovedBytes uint64 `json:"moved_bytes"`
+	// Accesses counts the application's copies and memsets of device memory.
+	Accesses AccessCounts `json:"accesses"`
+}
+
+// AccessCounts counts successful copies and memsets that name device
+// memory (every copy but host to host), and those that touched memory the
+// shim had spilled to the host: a range whose first or last byte lay in a
+// spilled allocation when the call returned. Its JSON form adds the
+// spilled fractions, by count and by bytes (null when there was none).
+type AccessCounts struct {
+	Total        uint64 `json:"total"`
+	Spilled      uint64 `json:"spilled"`
+	Bytes        uint64 `json:"bytes"`
+	SpilledBytes uint64 `json:"spilled_bytes"`
+}
+
+// Fractions returns the shares of accesses, by count and by bytes, that
+// touched spilled memory; ok is false when there were no accesses.
+func (a AccessCounts) Fractions() (count, bytes float64, ok bool) {
+	if a.Total == 0 {
+		return 0, 0, false
+	}
+	count = float64(a.Spilled) / float64(a.Total)
+	if a.Bytes > 0 {
+		bytes = float64(a.SpilledBytes) / float64(a.Bytes)
+	}
+	return count, bytes, true
+}
+
+// Since returns the accesses counted after prev.
+func (a AccessCounts) Since(prev AccessCounts) AccessCounts {
+	return AccessCounts{
+		Total:        a.Total - prev.Total,
+		Spilled:      a.Spilled - prev.Spilled,
+		Bytes:        a.Bytes - prev.Bytes,
+		SpilledBytes: a.SpilledBytes - prev.SpilledBytes,
+	}
+}
+
+// MarshalJSON writes the counts and the fractions spilled_fraction and
+// spilled_bytes_fraction.
+func (a AccessCounts) MarshalJSON() ([]byte, error) {
+	type counts AccessCounts
+	out := struct {
+		counts
+		SpilledFraction      *float64 `json:"spilled_fraction"`
+		SpilledBytesFraction *float64 `json:"spilled_bytes_fraction"`
+	}{counts: counts(a)}
+	if n, b, ok := a.Fractions(); ok {
+		out.SpilledFraction, out.SpilledBytesFraction = &n, &b
+	}
+	return json.Marshal(out)
+}
+
+// PerStep returns bytes divided by the steps; ok is false without steps.
+func PerStep(bytes, steps uint64) (float64, bool) {
+	if steps == 0 {
+		return 0, false
+	}
+	return float64(bytes) / float64(steps), true
 }
 
 // FaultCounts counts CPU page faults, and those on spilled memory.
@@ -164,6 +232,24 @@ func (s *Summary) addCall(e *Event) {
 		}
 	case OpPrefetch:
 		s.PrefetchBytes += e.Size()
+	case OpSync:
+		s.Steps++
+	}
+	s.addAccess(e)
+}
+
+// addAccess counts a successful copy or memset of device memory.
+func (s *Summary) addAccess(e *Event) {
+	op, dir := e.Func.Op(), e.Direction()
+	if op != OpMemset && (op != OpMemcpy || dir == HostToHost || dir == DirectionInvalid) {
+		return
+	}
+	size := e.Size()
+	s.Accesses.Total++
+	s.Accesses.Bytes += size
+	if e.Spilled() {
+		s.Accesses.Spilled++
+		s.Accesses.SpilledBytes += size
 	}
 }
 
@@ -192,9 +278,11 @@ func (s *Summary) addProbe(e *Event) {
 	case ProbeSpill:
 		s.Pool.Spills++
 		s.SpillBytes += e.Size()
+		s.MovedBytes += e.Size()
 	case ProbePromote:
 		s.Pool.Promotes++
 		s.PromoteBytes += e.Size()
+		s.MovedBytes += e.Size()
 	case ProbeRefuse:
 		s.Pool.Refusals++
 		s.Pool.RefusedBytes += e.Size()

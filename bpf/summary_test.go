@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"unsafe"
@@ -170,5 +171,93 @@ func TestParseMaps(t *testing.T) {
 	}
 	if _, err := parseMaps(strings.NewReader("zz-yy r-xp 0 fd:01 1 /x\n")); err == nil {
 		t.Error("bad address range accepted")
+	}
+}
+
+// Steps are the application's successful synchronizations; bytes moved are
+// spills and promotions; accesses are successful copies and memsets of
+// device memory (host-to-host copies name none), spilled when the kernel
+// flagged them, with the driver's memsets counted in bytes.
+func TestSummaryStepsMovesAndAccesses(t *testing.T) {
+	s := NewSummary()
+	call := func(name string, ret int64, flags uint32, args ...uint64) {
+		e := spillwayEvent{Type: uint16(KindAPI), Func: uint16(funcID(t, name)), Pid: 7, Ret: ret, Flags: flags}
+		copy(e.Args[:], args)
+		s.Add(decode(t, e))
+	}
+	call("cudaDeviceSynchronize", 0, 0)
+	call("cuCtxSynchronize", 0, 0)
+	call("cudaDeviceSynchronize", 700, 0) // failed: no step
+	call("cudaMemset", 0, flagSpilled, 0xd000, 0, 100)
+	call("cudaMemsetAsync", 0, 0, 0xe000, 0, 50, 0)
+	call("cuMemsetD32_v2", 0, flagSpilled, 0xd000, 0, 10)              // 40 bytes
+	call("cudaMemcpy", 0, 0, 0x1000, 0x2000, 1000, uint64(HostToHost)) // no device memory
+	call("cudaMemcpy", 0, 0, 0xe000, 0x2000, 300, uint64(HostToDevice))
+	call("cuMemcpyDtoH_v2", 0, flagSpilled, 0x2000, 0xd000, 8)
+	call("cudaMemset", 1, flagSpilled, 0xd000, 0, 100) // failed: not counted
+	s.Add(decode(t, spillwayEvent{Type: uint16(KindProbe), Func: uint16(ProbeSpill), Args: [6]uint64{0xd000, 4096, 0, 1}}))
+	s.Add(decode(t, spillwayEvent{Type: uint16(KindProbe), Func: uint16(ProbePromote), Args: [6]uint64{0xd000, 4096, 0, 0}}))
+	s.Add(decode(t, spillwayEvent{Type: uint16(KindProbe), Func: uint16(ProbeSpill), Args: [6]uint64{0xf000, 1024, 0, 2}}))
+
+	if s.Steps != 2 {
+		t.Errorf("steps = %d, want 2", s.Steps)
+	}
+	if s.MovedBytes != 4096+4096+1024 {
+		t.Errorf("moved_bytes = %d, want spills and promotions, %d", s.MovedBytes, 4096+4096+1024)
+	}
+	want := AccessCounts{Total: 5, Spilled: 3, Bytes: 100 + 50 + 40 + 300 + 8, SpilledBytes: 100 + 40 + 8}
+	if s.Accesses != want {
+		t.Fatalf("accesses %+v, want %+v", s.Accesses, want)
+	}
+	n, b, ok := s.Accesses.Fractions()
+	if !ok || n != 0.6 || b != 148.0/498 {
+		t.Errorf("fractions %v %v %v, want 0.6 and 148/498", n, b, ok)
+	}
+	if v, ok := PerStep(s.MovedBytes, s.Steps); !ok || v != 4608 {
+		t.Errorf("per step %v %v, want 4608", v, ok)
+	}
+	if _, ok := PerStep(10, 0); ok {
+		t.Error("bytes per step without steps")
+	}
+	if d := s.Accesses.Since(AccessCounts{Total: 1, Spilled: 1, Bytes: 100, SpilledBytes: 100}); d != (AccessCounts{Total: 4, Spilled: 2, Bytes: 398, SpilledBytes: 48}) {
+		t.Errorf("since: %+v", d)
+	}
+
+	data, err := json.Marshal(s.Accesses)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc["total"] != 5.0 || doc["spilled"] != 3.0 || doc["bytes"] != 498.0 || doc["spilled_bytes"] != 148.0 ||
+		doc["spilled_fraction"] != 0.6 || doc["spilled_bytes_fraction"] != 148.0/498 {
+		t.Errorf("accesses JSON %s", data)
+	}
+	var back AccessCounts
+	if err := json.Unmarshal(data, &back); err != nil || back != s.Accesses {
+		t.Errorf("accesses JSON read back as %+v, %v", back, err)
+	}
+	if data, _ := json.Marshal(AccessCounts{}); !strings.Contains(string(data), `"spilled_fraction":null`) {
+		t.Errorf("no accesses: %s, want null fractions", data)
+	}
+}
+
+// The cookie tells the kernel which arguments of a copy or memset are
+// addresses, where the count is and its unit.
+func TestAccessCookies(t *testing.T) {
+	for name, want := range map[string]uint64{
+		"cudaMemcpy":       0b11<<20 | 3<<26,
+		"cudaMemcpyPeer":   0b101<<20 | 5<<26,
+		"cudaMemsetAsync":  0b1<<20 | 3<<26,
+		"cuMemsetD16_v2":   0b1<<20 | 3<<26 | 1<<30,
+		"cuMemsetD32Async": 0b1<<20 | 3<<26 | 2<<30,
+		"cudaMalloc":       0,
+	} {
+		f := funcID(t, name)
+		if got := f.cookie() &^ (1<<20 - 1); got != want {
+			t.Errorf("%s: cookie bits above 20 %#x, want %#x", name, got, want)
+		}
 	}
 }

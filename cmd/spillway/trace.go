@@ -493,12 +493,17 @@ func (s *session) allExited() bool {
 // traceSummary is the --summary-json document: the totals and the session.
 type traceSummary struct {
 	*bpf.Summary
-	UVMTraced bool   `json:"uvm_traced"`
-	UVMReason string `json:"uvm_unavailable_reason,omitempty"`
+	MovedBytesPerStep *float64 `json:"moved_bytes_per_step"` // null without steps
+	UVMTraced         bool     `json:"uvm_traced"`
+	UVMReason         string   `json:"uvm_unavailable_reason,omitempty"`
 }
 
 func writeSummary(path string, sum *bpf.Summary, uvm bpf.UVMStatus) error {
-	data, err := json.MarshalIndent(traceSummary{sum, uvm.Available, uvm.Reason}, "", "  ")
+	doc := traceSummary{Summary: sum, UVMTraced: uvm.Available, UVMReason: uvm.Reason}
+	if v, ok := bpf.PerStep(sum.MovedBytes, sum.Steps); ok {
+		doc.MovedBytesPerStep = &v
+	}
+	data, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return err
 	}

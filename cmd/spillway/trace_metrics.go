@@ -70,6 +70,12 @@ func writeMetrics(w io.Writer, sum *bpf.Summary) {
 		"cache": sum.Pool.CacheHits, "device": sum.Pool.DeviceReservations, "spilled": sum.Pool.SpilledAllocs,
 		"pass_through": sum.Pool.PassThrough, "managed": sum.Pool.ManagedAllocs,
 	})
+	single("steps_total", "Device synchronizations the application made (cudaDeviceSynchronize, cuCtxSynchronize).", sum.Steps)
+	single("moved_bytes_total", "Bytes the shim moved between device and host (spilled and promoted).", sum.MovedBytes)
+	single("accesses_total", "Copies and memsets of device memory.", sum.Accesses.Total)
+	single("spilled_accesses_total", "Copies and memsets that touched memory spilled to the host.", sum.Accesses.Spilled)
+	single("access_bytes_total", "Bytes of copies and memsets of device memory.", sum.Accesses.Bytes)
+	single("spilled_access_bytes_total", "Bytes of copies and memsets that touched memory spilled to the host.", sum.Accesses.SpilledBytes)
 	single("pool_frees_total", "Frees the shim handled.", sum.Pool.Frees)
 	single("quota_refusals_total", "Allocations the shim refused for quota.", sum.Pool.Refusals)
 	single("dropped_records_total", "Records the kernel could not fit in the ring buffer.", sum.Drops)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
 	"strings"
 	"testing"
@@ -70,6 +71,38 @@ func TestIntervalOf(t *testing.T) {
 	}
 }
 
+// An interval's steps, bytes moved and accesses are what changed in it.
+func TestIntervalSteps(t *testing.T) {
+	prev, cur := bpf.NewSummary(), bpf.NewSummary()
+	prev.Steps, cur.Steps = 3, 7
+	prev.MovedBytes, cur.MovedBytes = 100, 4100
+	prev.Accesses = bpf.AccessCounts{Total: 10, Spilled: 1, Bytes: 1000, SpilledBytes: 100}
+	cur.Accesses = bpf.AccessCounts{Total: 30, Spilled: 6, Bytes: 3000, SpilledBytes: 1100}
+	iv := intervalOf(prev, cur, 2, 1, 1)
+	if iv.Steps != 4 || iv.MovedBytes != 4000 || iv.MovedBytesPerStep == nil || *iv.MovedBytesPerStep != 1000 {
+		t.Errorf("steps %d moved %d per step %v", iv.Steps, iv.MovedBytes, iv.MovedBytesPerStep)
+	}
+	if iv.Accesses != (bpf.AccessCounts{Total: 20, Spilled: 5, Bytes: 2000, SpilledBytes: 1000}) {
+		t.Errorf("accesses %+v", iv.Accesses)
+	}
+	if line := formatLine(iv); !strings.Contains(line, "steps=4 moved/step=1000B spilled_accesses=25.0%") {
+		t.Errorf("line %q", line)
+	}
+	data, err := json.Marshal(iv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"steps":4`, `"moved_bytes":4000`, `"moved_bytes_per_step":1000`, `"spilled_fraction":0.25`, `"spilled_bytes_fraction":0.5`} {
+		if !strings.Contains(string(data), want) {
+			t.Errorf("interval JSON lacks %s: %s", want, data)
+		}
+	}
+	// Without steps there is no figure per step.
+	if iv := intervalOf(prev, prev, 1, 1, 1); iv.MovedBytesPerStep != nil || !strings.Contains(formatLine(iv), "moved/step=- spilled_accesses=-") {
+		t.Errorf("idle: per step %v, line %q", iv.MovedBytesPerStep, formatLine(iv))
+	}
+}
+
 func TestBytesText(t *testing.T) {
 	for n, want := range map[float64]string{0: "0B", 1023: "1023B", 1024: "1.0KiB", 1536 << 20: "1.5GiB"} {
 		if got := bytesText(n); got != want {
@@ -85,6 +118,8 @@ func TestWriteMetrics(t *testing.T) {
 	sum.PageFaults = bpf.FaultCounts{Total: 9, Spilled: 4}
 	sum.Pool.CacheHits = 2
 	sum.Drops = 1
+	sum.Steps, sum.MovedBytes = 5, 8192
+	sum.Accesses = bpf.AccessCounts{Total: 9, Spilled: 2, Bytes: 900, SpilledBytes: 200}
 	var b strings.Builder
 	writeMetrics(&b, sum)
 	for _, want := range []string{
@@ -95,6 +130,10 @@ func TestWriteMetrics(t *testing.T) {
 		"spillway_trace_spilled_page_faults_total 4\n",
 		`spillway_trace_pool_allocations_total{source="cache"} 2` + "\n",
 		"spillway_trace_dropped_records_total 1\n",
+		"# TYPE spillway_trace_steps_total counter\n", "spillway_trace_steps_total 5\n",
+		"spillway_trace_moved_bytes_total 8192\n",
+		"spillway_trace_accesses_total 9\n", "spillway_trace_spilled_accesses_total 2\n",
+		"spillway_trace_access_bytes_total 900\n", "spillway_trace_spilled_access_bytes_total 200\n",
 	} {
 		if !strings.Contains(b.String(), want) {
 			t.Errorf("metrics lack %q:\n%s", want, b.String())
@@ -116,6 +155,16 @@ func TestDescribeEvent(t *testing.T) {
 	alloc := describe(&bpf.Event{Kind: bpf.KindProbe, Probe: bpf.ProbeAlloc, Args: [6]uint64{0xd000, 4096, 1, 0, bpf.SourceCache}})
 	if alloc.Probe != "alloc" || alloc.Ptr != "0xd000" || alloc.Size != 4096 || *alloc.Device != 1 || alloc.Source != "cache" {
 		t.Errorf("alloc probe described as %+v", alloc)
+	}
+	var memset bpf.Func
+	for _, f := range bpf.Funcs() {
+		if f.String() == "cudaMemsetAsync" {
+			memset = f
+		}
+	}
+	set := describe(&bpf.Event{Kind: bpf.KindAPI, Func: memset, Args: [6]uint64{0xd000, 0, 64, 7}, Flags: 1})
+	if set.Func != "cudaMemsetAsync" || set.Ptr != "0xd000" || set.Size != 64 || !set.Spilled || set.Direction != "" {
+		t.Errorf("memset record described as %+v", set)
 	}
 	fault := describe(&bpf.Event{Kind: bpf.KindFault, Args: [6]uint64{0x7000}, Flags: 1})
 	if fault.Kind != "fault" || fault.Address != "0x7000" || !fault.Spilled {

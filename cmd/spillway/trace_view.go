@@ -23,21 +23,26 @@ type intervalView interface {
 
 // interval is one interval's figures, the --json line format.
 type interval struct {
-	ElapsedS         float64            `json:"elapsed_s"`
-	Final            bool               `json:"final,omitempty"` // the last interval, cut short: rates over a whole one
-	IntervalS        float64            `json:"interval_s"`
-	AllocsPerS       float64            `json:"allocs_per_s"`
-	FreesPerS        float64            `json:"frees_per_s"`
-	PoolHitRate      *float64           `json:"pool_hit_rate"` // null when the pool served no allocation
-	MemcpyBytesPerS  map[string]float64 `json:"memcpy_bytes_per_s"`
-	SpillBytes       uint64             `json:"spill_bytes"`
-	PromoteBytes     uint64             `json:"promote_bytes"`
-	PageFaults       bpf.FaultCounts    `json:"page_faults"`
-	Refusals         uint64             `json:"refusals"`
-	Drops            uint64             `json:"drops"` // since the start
-	Calls            map[string]uint64  `json:"calls"`
-	totalPoolHitRate *float64
-	rateSecs         float64 // what counts are divided by for rates
+	ElapsedS        float64            `json:"elapsed_s"`
+	Final           bool               `json:"final,omitempty"` // the last interval, cut short: rates over a whole one
+	IntervalS       float64            `json:"interval_s"`
+	AllocsPerS      float64            `json:"allocs_per_s"`
+	FreesPerS       float64            `json:"frees_per_s"`
+	PoolHitRate     *float64           `json:"pool_hit_rate"` // null when the pool served no allocation
+	MemcpyBytesPerS map[string]float64 `json:"memcpy_bytes_per_s"`
+	SpillBytes      uint64             `json:"spill_bytes"`
+	PromoteBytes    uint64             `json:"promote_bytes"`
+	PageFaults      bpf.FaultCounts    `json:"page_faults"`
+	Refusals        uint64             `json:"refusals"`
+	Drops           uint64             `json:"drops"` // since the start
+	Calls           map[string]uint64  `json:"calls"`
+	// Steps, the bytes the shim moved and the accesses in the interval.
+	Steps             uint64           `json:"steps"`
+	MovedBytes        uint64           `json:"moved_bytes"`
+	MovedBytesPerStep *float64         `json:"moved_bytes_per_step"` // null without steps
+	Accesses          bpf.AccessCounts `json:"accesses"`
+	totalPoolHitRate  *float64
+	rateSecs          float64 // what counts are divided by for rates
 }
 
 // intervalOf computes the figures between two summaries taken secs apart.
@@ -56,9 +61,15 @@ func intervalOf(prev, cur *bpf.Summary, elapsed, secs, rateSecs float64) interva
 			Total:   cur.PageFaults.Total - prev.PageFaults.Total,
 			Spilled: cur.PageFaults.Spilled - prev.PageFaults.Spilled,
 		},
-		Refusals: cur.Pool.Refusals - prev.Pool.Refusals,
-		Drops:    cur.Drops,
-		Calls:    map[string]uint64{},
+		Refusals:   cur.Pool.Refusals - prev.Pool.Refusals,
+		Drops:      cur.Drops,
+		Calls:      map[string]uint64{},
+		Steps:      cur.Steps - prev.Steps,
+		MovedBytes: cur.MovedBytes - prev.MovedBytes,
+		Accesses:   cur.Accesses.Since(prev.Accesses),
+	}
+	if v, ok := bpf.PerStep(iv.MovedBytes, iv.Steps); ok {
+		iv.MovedBytesPerStep = &v
 	}
 	rate := func(n uint64) float64 {
 		if rateSecs <= 0 {
@@ -156,12 +167,31 @@ func formatLine(iv interval) string {
 	if iv.PoolHitRate != nil {
 		hit = fmt.Sprintf("%.1f%%", *iv.PoolHitRate*100)
 	}
-	return fmt.Sprintf("t=%.1fs allocs/s=%.0f frees/s=%.0f pool_hit=%s h2d=%s/s d2h=%s/s d2d=%s/s default=%s/s spilled=%s promoted=%s faults=%d spilled_faults=%d refusals=%d drops=%d",
+	return fmt.Sprintf("t=%.1fs allocs/s=%.0f frees/s=%.0f pool_hit=%s h2d=%s/s d2h=%s/s d2d=%s/s default=%s/s spilled=%s promoted=%s steps=%d moved/step=%s spilled_accesses=%s faults=%d spilled_faults=%d refusals=%d drops=%d",
 		iv.ElapsedS, iv.AllocsPerS, iv.FreesPerS, hit,
 		bytesText(iv.MemcpyBytesPerS["h2d"]), bytesText(iv.MemcpyBytesPerS["d2h"]),
 		bytesText(iv.MemcpyBytesPerS["d2d"]), bytesText(iv.MemcpyBytesPerS["default"]),
 		bytesText(float64(iv.SpillBytes)), bytesText(float64(iv.PromoteBytes)),
+		iv.Steps, perStepText(iv.MovedBytesPerStep), spilledAccessText(iv.Accesses),
 		iv.PageFaults.Total, iv.PageFaults.Spilled, iv.Refusals, iv.Drops)
+}
+
+// perStepText is bytes per step, or "-" without steps.
+func perStepText(v *float64) string {
+	if v == nil {
+		return "-"
+	}
+	return bytesText(*v)
+}
+
+// spilledAccessText is the share of accesses that touched spilled memory,
+// by count, or "-" without accesses.
+func spilledAccessText(a bpf.AccessCounts) string {
+	n, _, ok := a.Fractions()
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", n*100)
 }
 
 // tableView draws a table, redrawn in place when nothing else writes to
@@ -198,6 +228,10 @@ func (v *tableView) render(iv interval, total *bpf.Summary) {
 	row("promoted", bytesText(float64(iv.PromoteBytes)/iv.rateSecs)+"/s", bytesText(float64(total.PromoteBytes)))
 	row("page faults", fmt.Sprintf("%.0f", float64(iv.PageFaults.Total)/iv.rateSecs), fmt.Sprint(total.PageFaults.Total))
 	row("  on spilled memory", fmt.Sprintf("%.0f", float64(iv.PageFaults.Spilled)/iv.rateSecs), fmt.Sprint(total.PageFaults.Spilled))
+	totalPerStep, ok := bpf.PerStep(total.MovedBytes, total.Steps)
+	row("steps", fmt.Sprintf("%.0f", float64(iv.Steps)/iv.rateSecs), fmt.Sprint(total.Steps))
+	row("moved per step", perStepText(iv.MovedBytesPerStep), perStepText(optional(totalPerStep, ok)))
+	row("spilled accesses", spilledAccessText(iv.Accesses), spilledAccessText(total.Accesses))
 	row("quota refusals", fmt.Sprintf("%.0f", float64(iv.Refusals)/iv.rateSecs), fmt.Sprint(total.Pool.Refusals))
 	row("dropped records", "", fmt.Sprint(total.Drops))
 	v.lines = strings.Count(b.String(), "\n")
@@ -291,6 +325,7 @@ func describe(e *bpf.Event) eventJSON {
 		if e.Func.Op() == bpf.OpMemcpy {
 			j.Direction = e.Direction().String()
 		}
+		j.Spilled = e.Spilled() // a copy or memset that touched spilled memory
 	case bpf.KindProbe:
 		j.Probe, j.Size = e.Probe.String(), e.Size()
 		dev := e.Device()
@@ -360,4 +395,12 @@ func (p *eventPrinter) flushLocked() {
 		_, _ = p.w.Write(p.buf)
 		p.buf = p.buf[:0]
 	}
+}
+
+// optional is v when ok, else nil.
+func optional(v float64, ok bool) *float64 {
+	if !ok {
+		return nil
+	}
+	return &v
 }

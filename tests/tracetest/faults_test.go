@@ -66,3 +66,32 @@ func TestSpilledRangeEdges(t *testing.T) {
 		t.Errorf("spilled %d, promoted %d bytes, want %d each", sum.SpillBytes, sum.PromoteBytes, 3*4096+7)
 	}
 }
+
+// Copies and memsets are classified by the first and last byte of each range
+// they name against the same spilled ranges, counted in bytes with the
+// driver's units, host-to-host copies are no access, and a promoted range is
+// spilled no more. Synchronizations at either layer are steps, counted once.
+func TestSpilledAccessesClassified(t *testing.T) {
+	tr, workload := tracedFakeCUDA(t, bpf.Options{})
+	wait := collect(t, tr)
+	w := startGated(t, workload, "accesses", "8")
+	if err := tr.Trace(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	sum := wait()
+
+	if sum.Drops != 0 {
+		t.Fatalf("drops = %d, want 0", sum.Drops)
+	}
+	want := bpf.AccessCounts{Total: 8, Spilled: 4, Bytes: 16 + 60 + 50 + 4 + 8 + 10 + 10 + 16, SpilledBytes: 16 + 60 + 4 + 10}
+	if sum.Accesses != want {
+		t.Errorf("accesses %+v, want %+v", sum.Accesses, want)
+	}
+	if sum.Steps != 2 || sum.Calls["cudaDeviceSynchronize"] != 1 || sum.Calls["cuCtxSynchronize"] != 1 {
+		t.Errorf("steps = %d, calls %v; want 2, one at each layer", sum.Steps, sum.Calls)
+	}
+	if sum.MovedBytes != 2*(3*4096+7) {
+		t.Errorf("moved_bytes = %d, want the spill and the promotion, %d", sum.MovedBytes, 2*(3*4096+7))
+	}
+}

@@ -92,6 +92,36 @@ EXPORT int cudaMemcpyAsync(void *dst, const void *src, size_t count, int kind, c
 	return cudaMemcpy(dst, src, count, kind);
 }
 
+EXPORT int cuMemsetD8_v2(CUdeviceptr dst, unsigned char value, size_t n)
+{
+	memset((void *)(uintptr_t)dst, value, n);
+	return 0;
+}
+
+EXPORT int cuMemsetD32_v2(CUdeviceptr dst, unsigned int value, size_t n)
+{
+	uint32_t *p = (uint32_t *)(uintptr_t)dst;
+	for (size_t i = 0; i < n; i++)
+		p[i] = value;
+	return 0;
+}
+
+EXPORT int cudaMemset(void *devPtr, int value, size_t count)
+{
+	return cuMemsetD8_v2((CUdeviceptr)(uintptr_t)devPtr, (unsigned char)value, count);
+}
+
+EXPORT int cuCtxSynchronize(void)
+{
+	BARRIER();
+	return 0;
+}
+
+EXPORT int cudaDeviceSynchronize(void)
+{
+	return cuCtxSynchronize();
+}
+
 /* The shim's probe points. */
 EXPORT void spillway_probe_alloc(uint64_t ptr, uint64_t size, int32_t device, int32_t tier, int32_t source)
 {

@@ -19,6 +19,12 @@
  *                                    p+50 (outside), p+4096, p+2*4096,
  *                                    p+3*4096+106 (its last byte, inside),
  *                                    p+4*4096 (outside)
+ *   workload [-w FD] accesses N      spills the same range of N fresh pages,
+ *                                    then sets and copies ranges around it
+ *                                    (see accesses()), synchronizes with
+ *                                    cudaDeviceSynchronize and
+ *                                    cuCtxSynchronize, promotes the range
+ *                                    and sets its first bytes again
  *
  * With -w it first reads one byte from FD, so that a tracer can attach to
  * the already running process. */
@@ -38,6 +44,10 @@ int cudaMemcpyAsync(void *dst, const void *src, size_t count, int kind, void *st
 int cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize);
 int cuMemFree_v2(CUdeviceptr dptr);
 int cuMemcpyHtoD_v2(CUdeviceptr dst, const void *src, size_t n);
+int cuMemsetD32_v2(CUdeviceptr dst, unsigned int value, size_t n);
+int cudaMemset(void *devPtr, int value, size_t count);
+int cuCtxSynchronize(void);
+int cudaDeviceSynchronize(void);
 void spillway_probe_alloc(uint64_t ptr, uint64_t size, int32_t device, int32_t tier, int32_t source);
 void spillway_probe_free(uint64_t ptr, uint64_t size, int32_t device, int32_t tier);
 void spillway_probe_sync(int32_t device, uint64_t freed);
@@ -123,6 +133,39 @@ static void edges(long pages)
 	munmap(p, (size_t)pages * 4096);
 }
 
+/* Accesses to the spilled range [p+100, p+3*4096+107): those whose first or
+ * last byte is inside touch spilled memory. In order: cudaMemset 16 bytes at
+ * its start (spilled), 60 bytes from p+50 (ends inside: spilled), 50 bytes
+ * from p+50 (ends just before it: not); cuMemsetD32_v2 of one word at
+ * p+3*4096+104 (starts inside: spilled, 4 bytes), two words at its end
+ * (not, 8 bytes); cudaMemcpy of 10 bytes from p+200 to the host (spilled),
+ * from the host to p+4*4096 (not), and host to host (not an access); after
+ * the promotion, 16 bytes at its start again (not). */
+static void accesses(long pages)
+{
+	static char host[64];
+	if (pages < 5) {
+		fprintf(stderr, "workload: accesses needs at least 5 pages\n");
+		exit(2);
+	}
+	char *p = fresh_pages(pages);
+	uintptr_t start = (uintptr_t)p + 100, size = 3 * 4096 + 7;
+	spillway_probe_spill(start, size, 0, 1);
+	check(cudaMemset(p + 100, 0, 16), "cudaMemset");
+	check(cudaMemset(p + 50, 0, 60), "cudaMemset");
+	check(cudaMemset(p + 50, 0, 50), "cudaMemset");
+	check(cuMemsetD32_v2((CUdeviceptr)(uintptr_t)(p + 3 * 4096 + 104), 0, 1), "cuMemsetD32_v2");
+	check(cuMemsetD32_v2((CUdeviceptr)(uintptr_t)(p + 3 * 4096 + 107), 0, 2), "cuMemsetD32_v2");
+	check(cudaMemcpy(host, p + 200, 10, 2), "cudaMemcpy d2h");
+	check(cudaMemcpy(p + 4 * 4096, host, 10, 1), "cudaMemcpy h2d");
+	check(cudaMemcpy(host + 32, host, 10, 0), "cudaMemcpy h2h");
+	check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+	check(cuCtxSynchronize(), "cuCtxSynchronize");
+	spillway_probe_promote(start, size, 0, 0);
+	check(cudaMemset(p + 100, 0, 16), "cudaMemset");
+	munmap(p, (size_t)pages * 4096);
+}
+
 static void pairs(long n)
 {
 	struct timespec start, end;
@@ -158,7 +201,7 @@ int main(int argc, char **argv)
 		arg = 3;
 	}
 	if (argc != arg + 2) {
-		fprintf(stderr, "usage: workload [-w FD] counts|spill|edges|pairs|probes N\n");
+		fprintf(stderr, "usage: workload [-w FD] counts|spill|edges|accesses|pairs|probes N\n");
 		return 2;
 	}
 	long n = atol(argv[arg + 1]);
@@ -168,6 +211,8 @@ int main(int argc, char **argv)
 		spill(n);
 	else if (strcmp(argv[arg], "edges") == 0)
 		edges(n);
+	else if (strcmp(argv[arg], "accesses") == 0)
+		accesses(n);
 	else if (strcmp(argv[arg], "pairs") == 0)
 		pairs(n);
 	else if (strcmp(argv[arg], "probes") == 0)
