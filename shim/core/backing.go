@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/sirupsen/logrus"
@@ -30,6 +31,8 @@ type backing struct {
 	rt      realRuntime
 	ordinal int
 	acct    *account
+	dev     *device
+	index   *addrIndex // where the ranges it reserves are found by address
 	// pinned maps the device pointer of a pinned spill to its host pointer,
 	// which cudaFreeHost needs.
 	pinned map[uint64]uint64
@@ -54,8 +57,9 @@ type inflightFree struct {
 	release func() interpose.Error // the free to make once done; nil: made already
 }
 
-func newBacking(rt realRuntime, ordinal int, acct *account) *backing {
-	return &backing{rt: rt, ordinal: ordinal, acct: acct, pinned: map[uint64]uint64{}, promoted: map[uint64]uint64{}}
+func newBacking(rt realRuntime, d *device, index *addrIndex) *backing {
+	return &backing{rt: rt, ordinal: d.ordinal, acct: d.acct, dev: d, index: index,
+		pinned: map[uint64]uint64{}, promoted: map[uint64]uint64{}}
 }
 
 // cudaErr wraps a failed call; running out of memory wraps
@@ -90,6 +94,7 @@ func (b *backing) Reserve(size uint64) (uint64, error) {
 		b.acct.give(size, false)
 		return 0, cudaErr(fmt.Sprintf("cudaMalloc of %d bytes on device %d", size, b.ordinal), rc)
 	}
+	b.index.add(uint64(p), size, b.dev)
 	return uint64(p), nil
 }
 
@@ -98,6 +103,7 @@ func (b *backing) Release(base, size uint64) error {
 	if rc := b.rt.Free(interpose.DevicePtr(base)); rc != interpose.Success {
 		return cudaErr(fmt.Sprintf("cudaFree(%#x) on device %d", base, b.ordinal), rc)
 	}
+	b.index.remove(base, b.dev)
 	b.acct.give(size, false)
 	return nil
 }
@@ -120,6 +126,7 @@ func (b *backing) ReserveAsync(size uint64, s pool.Stream) (uint64, error) {
 		b.acct.give(size, false)
 		return 0, cudaErr(fmt.Sprintf("cudaMallocAsync of %d bytes on device %d", size, b.ordinal), rc)
 	}
+	b.index.add(uint64(p), size, b.dev)
 	return uint64(p), nil
 }
 
@@ -130,6 +137,7 @@ func (b *backing) ReleaseAsync(base, size uint64, s pool.Stream) error {
 	if rc := b.rt.FreeAsync(interpose.DevicePtr(base), on); rc != interpose.Success {
 		return cudaErr(fmt.Sprintf("cudaFreeAsync(%#x) on device %d", base, b.ordinal), rc)
 	}
+	b.index.remove(base, b.dev)
 	b.afterStream(on, inflightFree{size: size}) // nothing to release: no failure
 	return nil
 }
@@ -169,8 +177,9 @@ func (b *backing) queue(f inflightFree) {
 	}
 }
 
-// inflightDone gives back the bytes of the stream-ordered frees the device
-// has reached, and returns how many bytes that was; b.mu is held.
+// inflightDone settles the stream-ordered frees the device has reached, and
+// returns how many device bytes they gave back; b.mu is held. A spilled
+// block's free holds no device bytes: settling it gives back nothing.
 func (b *backing) inflightDone() uint64 {
 	var given uint64
 	kept := b.inflight[:0]
@@ -187,22 +196,23 @@ func (b *backing) inflightDone() uint64 {
 	return given
 }
 
-// makeRoom gives back what the stream-ordered frees in flight hold: the
-// completed ones, or else the oldest, waited for. It reports whether
-// anything was given back.
+// makeRoom gives back device bytes that the stream-ordered frees in flight
+// hold: the completed ones, or else the oldest holding any, waited for. It
+// reports whether any device bytes were given back.
 func (b *backing) makeRoom() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.inflight) == 0 {
-		return false
-	}
 	if b.inflightDone() > 0 {
 		return true
 	}
-	f := b.inflight[0]
+	i := slices.IndexFunc(b.inflight, func(f inflightFree) bool { return f.size > 0 })
+	if i < 0 {
+		return false
+	}
+	f := b.inflight[i]
 	b.rt.EventSynchronize(f.done)
 	b.settle(f)
-	b.inflight = b.inflight[1:]
+	b.inflight = slices.Delete(b.inflight, i, i+1)
 	return true
 }
 
@@ -303,6 +313,7 @@ func (b *backing) ReserveHost(size uint64, tier pool.Tier) (uint64, error) {
 	if rc != interpose.Success {
 		return 0, &spillError{cudaErr(fmt.Sprintf("spilling %d bytes to %s for device %d", size, how, b.ordinal), rc)}
 	}
+	b.index.add(p, size, b.dev)
 	return p, nil
 }
 
@@ -370,6 +381,7 @@ func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream)
 		}
 		b.acct.give(deviceBytes, false)
 	}
+	b.index.remove(base, b.dev)
 	delete(b.pinned, base)
 	delete(b.promoted, base)
 	return nil

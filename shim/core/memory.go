@@ -98,9 +98,13 @@ type memory struct {
 	log     *logrus.Logger
 	refused refusalFunc
 
-	mu      sync.Mutex // creating and dropping devices
+	// mu serializes creating and dropping devices: a cudaDeviceReset holds
+	// it from closing the device's pool to the real reset, so no thread
+	// builds a new pool whose memory the reset would destroy.
+	mu      sync.Mutex
 	devices [maxDevices]atomic.Pointer[device]
-	live    atomic.Pointer[[]*device] // the devices in use, by ordinal: the free path's search list
+	live    atomic.Pointer[[]*device] // the devices in use, by ordinal
+	index   *addrIndex                // the device of every address the core holds: the free path's lookup
 	warned  atomic.Bool               // the managed-to-pinned fallback was logged
 }
 
@@ -120,7 +124,7 @@ func charge(size uint64) uint64 {
 }
 
 func newMemory(rt realRuntime, on onDevice, cfg config.Config, probes probeSink, log *logrus.Logger, refused refusalFunc) *memory {
-	m := &memory{rt: rt, on: on, cfg: cfg, probes: probes, log: log, refused: refused}
+	m := &memory{rt: rt, on: on, cfg: cfg, probes: probes, log: log, refused: refused, index: newAddrIndex()}
 	m.live.Store(&[]*device{})
 	return m
 }
@@ -135,6 +139,11 @@ type device struct {
 	back    *backing
 	err     error // why there is no pool (an invalid pool setting for this device)
 	acct    *account
+	// outside orders the memory held outside the pool against a reset:
+	// its calls hold it for reading, cudaDeviceReset for writing, after
+	// which reset is true and the device is no longer used.
+	outside sync.RWMutex
+	reset   bool
 }
 
 // account is one device's bytes against its quota: what the pool holds
@@ -270,7 +279,7 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 		opt.SpillTier = pool.TierPinned
 	}
 	opt.Observer = &observer{d: d, probes: m.probes, log: m.log}
-	d.back = newBacking(rt, ordinal, d.acct)
+	d.back = newBacking(rt, d, m.index)
 	p, err := pool.New(d.back, opt)
 	if err != nil {
 		d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
@@ -326,28 +335,43 @@ func cudaError(err error) interpose.Error {
 }
 
 // malloc serves an allocation; the pool's observer fires the probe points.
+// A pool closed under it by a cudaDeviceReset on another thread is
+// replaced: the call waits for the reset and uses the new pool.
 func (m *memory) malloc(r request) (interpose.DevicePtr, interpose.Error) {
-	d, rc := m.device(r.device)
-	if rc != interpose.Success {
-		return 0, rc
+	for {
+		d, rc := m.device(r.device)
+		if rc != interpose.Success {
+			return 0, rc
+		}
+		if d.pool == nil {
+			return 0, interpose.ErrorInitialization
+		}
+		if r.kind == kindManaged {
+			return m.mallocManaged(d, r)
+		}
+		var p uint64
+		var err error
+		if r.kind == kindAsync {
+			p, err = d.pool.AllocAsync(r.size, stream(r.stream))
+		} else {
+			p, err = d.pool.Alloc(r.size)
+		}
+		if errors.Is(err, pool.ErrClosed) {
+			m.awaitReset()
+			continue
+		}
+		if err != nil {
+			return 0, m.failed(d, r.kind, r.size, err)
+		}
+		return interpose.DevicePtr(p), interpose.Success
 	}
-	if d.pool == nil {
-		return 0, interpose.ErrorInitialization
-	}
-	if r.kind == kindManaged {
-		return m.mallocManaged(d, r)
-	}
-	var p uint64
-	var err error
-	if r.kind == kindAsync {
-		p, err = d.pool.AllocAsync(r.size, stream(r.stream))
-	} else {
-		p, err = d.pool.Alloc(r.size)
-	}
-	if err != nil {
-		return 0, m.failed(d, r.kind, r.size, err)
-	}
-	return interpose.DevicePtr(p), interpose.Success
+}
+
+// awaitReset returns once a cudaDeviceReset in progress is over: the
+// reset holds m.mu throughout.
+func (m *memory) awaitReset() {
+	m.mu.Lock()
+	m.mu.Unlock() //nolint:staticcheck // waiting is the point
 }
 
 // failed logs a refusal (the probe point fired in the pool's observer) and
@@ -369,6 +393,13 @@ func (m *memory) failed(d *device, kind allocKind, size uint64, err error) inter
 // mallocManaged passes the application's own managed memory through,
 // counted against the quota like device memory.
 func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, interpose.Error) {
+	d.outside.RLock()
+	if d.reset {
+		d.outside.RUnlock()
+		m.awaitReset()
+		return m.malloc(r)
+	}
+	defer d.outside.RUnlock()
 	size := charge(r.size)
 	if !d.acct.take(size, true) {
 		used := d.acct.used()
@@ -384,6 +415,7 @@ func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, inter
 	d.acct.mu.Lock()
 	d.acct.extBlocks[p] = extBlock{size, interpose.TierHostManaged}
 	d.acct.mu.Unlock()
+	m.index.add(uint64(p), size, d)
 	// No other thread can free p before this call returns it: the event
 	// cannot be overtaken by p's free.
 	m.probes.Alloc(p, size, d.ordinal, interpose.TierHostManaged, interpose.SourcePassThrough)
@@ -407,16 +439,21 @@ func (m *memory) mallocPitch(device int, width, height uint64) (interpose.Device
 	return p, pitch, interpose.Success
 }
 
-// free releases p. A pointer no pool owns is looked up among the memory
-// held outside the pools, then goes to the real runtime as is, which gives
-// CUDA's own answer (NULL, memory from a path the shim does not see).
+// free releases p. The address index names the device holding p: its pool
+// frees it, or else the memory held outside the pool; a pointer the core
+// does not hold goes to the real runtime as is, which gives CUDA's own
+// answer (memory from a path the shim does not see, an invalid pointer).
 // The pool's observer fires the free probe point, under the pool's lock and
 // before the memory is released.
 func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
-	for _, d := range *m.live.Load() {
-		if d.pool == nil {
-			continue
-		}
+	if p == 0 {
+		return interpose.Success
+	}
+	d := m.index.find(uint64(p))
+	if d == nil {
+		return m.realFreeUnknown(p, s, async)
+	}
+	if d.pool != nil {
 		var err error
 		if async {
 			err = d.pool.FreeAsync(uint64(p), stream(s))
@@ -427,43 +464,50 @@ func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) int
 		case err == nil:
 			return interpose.Success
 		case errors.Is(err, pool.ErrNotOwned):
-			continue
 		case errors.Is(err, pool.ErrInvalidFree), errors.Is(err, pool.ErrClosed):
 			return interpose.ErrorInvalidValue
+		default:
+			return cudaError(err) // freed by the pool, released with an error
 		}
-		return cudaError(err) // freed by the pool, released with an error
 	}
-	return m.freeOutside(p, s, async)
+	return m.freeOutside(d, p, s, async)
 }
 
-// freeOutside frees memory held outside the pools. Its free probe fires
-// before the real free, for the same reason as the pool's; a real free that
-// fails leaves the block allocated, and an alloc probe says so again.
-func (m *memory) freeOutside(p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
-	for _, d := range *m.live.Load() {
-		d.acct.mu.Lock()
-		e, ok := d.acct.extBlocks[p]
-		delete(d.acct.extBlocks, p)
-		d.acct.mu.Unlock()
-		if !ok {
-			continue
-		}
-		m.probes.Free(p, e.size, d.ordinal, e.tier)
-		rc := m.realFree(d, p, s, async)
-		if rc != interpose.Success {
-			d.acct.mu.Lock()
-			d.acct.extBlocks[p] = e // still allocated as far as CUDA is concerned
-			d.acct.mu.Unlock()
-			m.probes.Alloc(p, e.size, d.ordinal, e.tier, interpose.SourcePassThrough)
-			return rc
-		}
-		d.acct.give(e.size, true)
-		return interpose.Success
-	}
+// realFreeUnknown passes the free of a pointer the core does not hold to
+// the runtime.
+func (m *memory) realFreeUnknown(p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
 	if async {
 		return m.rt.FreeAsync(p, asyncStream(pool.Stream(s)))
 	}
 	return m.rt.Free(p)
+}
+
+// freeOutside frees memory of d held outside its pool. Its free probe fires
+// before the real free, for the same reason as the pool's; a real free that
+// fails leaves the block allocated, and an alloc probe says so again.
+func (m *memory) freeOutside(d *device, p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
+	d.outside.RLock()
+	defer d.outside.RUnlock()
+	d.acct.mu.Lock()
+	e, ok := d.acct.extBlocks[p]
+	delete(d.acct.extBlocks, p)
+	d.acct.mu.Unlock()
+	if !ok || d.reset {
+		return m.realFreeUnknown(p, s, async)
+	}
+	m.probes.Free(p, e.size, d.ordinal, e.tier)
+	m.index.remove(uint64(p), d)
+	rc := m.realFree(d, p, s, async)
+	if rc != interpose.Success {
+		d.acct.mu.Lock()
+		d.acct.extBlocks[p] = e // still allocated as far as CUDA is concerned
+		d.acct.mu.Unlock()
+		m.index.add(uint64(p), e.size, d)
+		m.probes.Alloc(p, e.size, d.ordinal, e.tier, interpose.SourcePassThrough)
+		return rc
+	}
+	d.acct.give(e.size, true)
+	return interpose.Success
 }
 
 // realFree frees memory of d outside its pool. cudaFree synchronizes the
@@ -516,20 +560,26 @@ func (m *memory) memGetInfo(ordinal int) (free, total uint64, rc interpose.Error
 	return min(min(left, free)+cached, d.quota), d.quota, interpose.Success
 }
 
-// deviceReset drops the device's pool (closing it releases its memory)
-// before the runtime destroys every allocation; the next allocation creates
-// a new one.
+// deviceReset drops the device's pool (closing it releases its memory) and
+// resets the device, holding m.mu from before the close to after the real
+// reset: a thread allocating meanwhile waits and then builds a new pool on
+// the reset device, so no pool holds memory the reset destroyed, and
+// nothing of the old device stays charged.
 func (m *memory) deviceReset(ordinal int) interpose.Error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if d := m.existing(ordinal); d != nil {
-		m.mu.Lock()
 		m.devices[ordinal].Store(nil)
 		m.refreshLive()
-		m.mu.Unlock()
 		if d.pool != nil {
 			if err := d.pool.Close(); err != nil {
 				m.log.Debugf("closing the pool of device %d before cudaDeviceReset: %v", ordinal, err)
 			}
 		}
+		d.outside.Lock()
+		d.reset = true
+		d.outside.Unlock()
+		m.index.removeDevice(d)
 	}
 	return m.rt.DeviceReset()
 }
@@ -572,6 +622,7 @@ func (m *memory) adopt(p interpose.DevicePtr, size uint64, ordinal int) {
 	d.acct.ext += size
 	d.acct.extBlocks[p] = extBlock{size, interpose.TierDevice}
 	d.acct.mu.Unlock()
+	m.index.add(uint64(p), size, d)
 }
 
 // report writes one line of pool statistics per device in use.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -212,7 +213,7 @@ type testMemory struct {
 	logged   *strings.Builder
 }
 
-func newTestMemory(t *testing.T, rt realRuntime, env ...string) testMemory {
+func newTestMemory(t testing.TB, rt realRuntime, env ...string) testMemory {
 	t.Helper()
 	cfg, err := config.Parse(env)
 	if err != nil {
@@ -538,5 +539,107 @@ func TestManagedWithoutQuotaMayExceedTheDevice(t *testing.T) {
 	}
 	if _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.Success {
 		t.Errorf("device memory beside it: %v", rc)
+	}
+}
+
+// BenchmarkPairOnLastDevice measures a cudaMalloc/cudaFree pair on device 7
+// while devices 0-6 are in use too: the free must find its device without
+// trying the others' pools.
+func BenchmarkPairOnLastDevice(b *testing.B) {
+	m := newTestMemory(b, newFake(1<<40), "SPILLWAY_MEMORY_LIMIT=1GiB")
+	for d := range 8 {
+		if _, rc := m.malloc(request{device: d, size: 4096}); rc != interpose.Success {
+			b.Fatal(rc)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		p, rc := m.malloc(request{device: 7, size: 4096})
+		if rc != interpose.Success {
+			b.Fatal(rc)
+		}
+		if rc := m.free(p, 0, false); rc != interpose.Success {
+			b.Fatal(rc)
+		}
+	}
+}
+
+// A cudaDeviceReset racing with allocations on other threads: no pool may
+// hold memory the reset destroyed, and what stays charged is what the
+// device really holds.
+func TestDeviceResetRacesWithAllocations(t *testing.T) {
+	rt := newFake(1 << 40)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var held []interpose.DevicePtr
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					for _, p := range held {
+						m.free(p, 0, false)
+					}
+					return
+				default:
+				}
+				kind := kindDevice
+				if i%5 == 0 {
+					kind = kindManaged
+				}
+				if p, rc := m.malloc(request{size: uint64(4096 + (g*31+i)%64*8192), kind: kind}); rc == interpose.Success {
+					held = append(held, p)
+				}
+				if len(held) > 8 {
+					m.free(held[0], 0, false)
+					held = held[1:]
+				}
+			}
+		}()
+	}
+	for range 300 {
+		before := rt.count("device") + rt.count("managed")
+		for rt.count("device")+rt.count("managed") < before+3 {
+			runtime.Gosched()
+		}
+		if rc := m.deviceReset(0); rc != interpose.Success {
+			t.Fatal(rc)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	d := m.existing(0)
+	if d == nil {
+		return
+	}
+	rt.mu.Lock()
+	used := rt.used
+	rt.mu.Unlock()
+	if st := d.pool.Stats(); d.acct.used() != used || st.ReservedBytes != d.acct.pool {
+		t.Errorf("the device holds %d bytes, the account %d (pool %d), the pool reserved %d", used, d.acct.used(), d.acct.pool, st.ReservedBytes)
+	}
+}
+
+// A spilled block freed in stream order holds no device bytes: making room
+// for a reservation must not count on it (it once indexed an empty list).
+func TestMakeRoomWithSpilledStreamFree(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_OVERSUBSCRIBE=1")
+	// The application's managed memory holds most of the quota.
+	if _, rc := m.malloc(request{size: 768 << 10, kind: kindManaged}); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	spilled, rc := m.malloc(request{size: 512 << 10})
+	if rc != interpose.Success || m.probes.spills != 1 {
+		t.Fatalf("no spill: %v", rc)
+	}
+	if rc := m.free(spilled, 7, true); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.Success || m.probes.spills != 2 {
+		t.Errorf("spilled again after a stream-ordered free: %v, %d spills", rc, m.probes.spills)
 	}
 }
