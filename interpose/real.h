@@ -44,6 +44,10 @@ struct spillway_real {
     /* Added to keep the application's last error as CUDA would leave it. */
     cudaError_t (*peek_at_last_error)(void);
     cudaError_t (*get_last_error)(void);
+    /* Added to check streams and stream capture (enum arguments as int). */
+    cudaError_t (*stream_query)(cudaStream_t stream);
+    cudaError_t (*stream_is_capturing)(cudaStream_t stream, int *status);
+    cudaError_t (*thread_exchange_stream_capture_mode)(int *mode);
 };
 
 /* The CUDA names of the table's entries, in field order after `size`. */
@@ -54,6 +58,7 @@ struct spillway_real {
         "cudaStreamSynchronize", "cudaEventCreateWithFlags", "cudaEventRecord",            \
         "cudaEventQuery", "cudaEventSynchronize", "cudaEventDestroy", "cudaStreamDestroy",      \
         "cudaDeviceGetAttribute", "cudaHostAlloc", "cudaFreeHost", "cudaHostGetDevicePointer", \
-        "cudaMemAdvise", "cudaMemPrefetchAsync", "cudaPeekAtLastError", "cudaGetLastError"
+        "cudaMemAdvise", "cudaMemPrefetchAsync", "cudaPeekAtLastError", "cudaGetLastError",          \
+        "cudaStreamQuery", "cudaStreamIsCapturing", "cudaThreadExchangeStreamCaptureMode"
 
 #endif /* SPILLWAY_REAL_H */

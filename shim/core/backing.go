@@ -236,8 +236,27 @@ func (b *backing) settleAll() {
 	b.inflight = b.inflight[:0]
 }
 
-// Synchronize calls cudaDeviceSynchronize.
+// capturing reports whether stream s (0: the legacy stream, which a
+// capture in global mode on any blocking stream forbids too) is capturing
+// a graph, when synchronizing or recording on it is not allowed. It asks
+// cudaStreamIsCapturing, which is allowed during capture; a runtime
+// without it captures nothing the shim could see.
+func (b *backing) capturing(s interpose.Stream) bool {
+	status, rc := b.rt.StreamIsCapturing(s)
+	switch {
+	case rc == interpose.Success:
+		return status != interpose.CaptureNone
+	case rc >= interpose.ErrorStreamCaptureUnsupported && rc <= interpose.ErrorStreamCaptureUnsupported+8:
+		return true // cudaErrorStreamCapture* (900-908): the legacy stream during another stream's capture
+	}
+	return false
+}
+
+// Synchronize calls cudaDeviceSynchronize, unless a capture forbids it.
 func (b *backing) Synchronize() error {
+	if b.capturing(0) {
+		return fmt.Errorf("synchronizing device %d: %w", b.ordinal, pool.ErrStreamCapture)
+	}
 	if rc := b.rt.DeviceSynchronize(); rc != interpose.Success {
 		return cudaErr(fmt.Sprintf("cudaDeviceSynchronize on device %d", b.ordinal), rc)
 	}
@@ -254,6 +273,9 @@ func (b *backing) RecordMarker(s pool.Stream) (pool.Marker, error) {
 	on := interpose.Stream(s)
 	if s&perThreadBit != 0 {
 		on = 0
+	}
+	if b.capturing(on) {
+		return 0, fmt.Errorf("recording an event on stream %#x of device %d: %w", uint64(s), b.ordinal, pool.ErrStreamCapture)
 	}
 	var e interpose.Event
 	rc := interpose.Success
@@ -391,6 +413,9 @@ func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream)
 // device, prefetched there on the legacy stream (ordered after the work
 // queued on every blocking stream), and waits for the move.
 func (b *backing) Promote(base, size uint64) error {
+	if b.capturing(0) {
+		return fmt.Errorf("promoting %#x to device %d: %w", base, b.ordinal, pool.ErrStreamCapture)
+	}
 	if !b.acct.take(size, false) {
 		return errQuota
 	}

@@ -50,6 +50,8 @@ type realRuntime interface {
 	DeviceSynchronize() interpose.Error
 	StreamSynchronize(s interpose.Stream) interpose.Error
 	StreamDestroy(s interpose.Stream) interpose.Error
+	StreamQuery(s interpose.Stream) interpose.Error
+	StreamIsCapturing(s interpose.Stream) (interpose.CaptureStatus, interpose.Error)
 	EventCreate(flags uint32) (interpose.Event, interpose.Error)
 	EventRecord(e interpose.Event, s interpose.Stream) interpose.Error
 	EventQuery(e interpose.Event) interpose.Error
@@ -105,6 +107,7 @@ type memory struct {
 	devices [maxDevices]atomic.Pointer[device]
 	live    atomic.Pointer[[]*device] // the devices in use, by ordinal
 	index   *addrIndex                // the device of every address the core holds: the free path's lookup
+	streams streamSet                 // the application's streams known valid
 	warned  atomic.Bool               // the managed-to-pinned fallback was logged
 }
 
@@ -352,6 +355,9 @@ func (m *memory) malloc(r request) (interpose.DevicePtr, interpose.Error) {
 		var p uint64
 		var err error
 		if r.kind == kindAsync {
+			if rc := m.checkStream(d, r.stream); rc != interpose.Success {
+				return 0, rc
+			}
 			p, err = d.pool.AllocAsync(r.size, stream(r.stream))
 		} else {
 			p, err = d.pool.Alloc(r.size)
@@ -430,7 +436,7 @@ func (m *memory) mallocPitch(device int, width, height uint64) (interpose.Device
 	}
 	pitch := charge(width)
 	if pitch < width || height > ^uint64(0)/pitch {
-		return 0, 0, interpose.ErrorInvalidValue
+		return 0, 0, interpose.ErrorMemoryAllocation // as CUDA answers a size it cannot represent
 	}
 	p, rc := m.malloc(request{device: device, size: pitch * height, kind: kindPitch})
 	if rc != interpose.Success {
@@ -452,6 +458,11 @@ func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) int
 	d := m.index.find(uint64(p))
 	if d == nil {
 		return m.realFreeUnknown(p, s, async)
+	}
+	if async {
+		if rc := m.checkStream(d, s); rc != interpose.Success {
+			return rc
+		}
 	}
 	if d.pool != nil {
 		var err error
@@ -602,6 +613,7 @@ func (m *memory) deviceSynchronize(ordinal int) interpose.Error {
 
 // streamDestroy makes the pools forget the stream before it goes away.
 func (m *memory) streamDestroy(s interpose.Stream) interpose.Error {
+	m.streams.forget(s)
 	for _, d := range *m.live.Load() {
 		if d.pool != nil {
 			d.pool.ForgetStream(stream(s))
@@ -639,4 +651,55 @@ func (m *memory) report(w io.Writer, format config.Format) {
 			fmt.Fprintf(w, "spillway: %s\n", line)
 		}
 	}
+}
+
+// streamSet holds the application's streams found valid, each checked once
+// with a real call and remembered until it is destroyed.
+type streamSet struct {
+	mu    sync.RWMutex
+	valid map[interpose.Stream]struct{}
+}
+
+func (ss *streamSet) has(s interpose.Stream) bool {
+	ss.mu.RLock()
+	_, ok := ss.valid[s]
+	ss.mu.RUnlock()
+	return ok
+}
+
+func (ss *streamSet) add(s interpose.Stream) {
+	ss.mu.Lock()
+	if ss.valid == nil {
+		ss.valid = map[interpose.Stream]struct{}{}
+	}
+	ss.valid[s] = struct{}{}
+	ss.mu.Unlock()
+}
+
+func (ss *streamSet) forget(s interpose.Stream) {
+	ss.mu.Lock()
+	delete(ss.valid, s)
+	ss.mu.Unlock()
+}
+
+// checkStream answers cudaErrorInvalidResourceHandle for a stream that is
+// not valid (never created, or destroyed), as cudaMallocAsync and
+// cudaFreeAsync do. The default streams are always valid. The check asks
+// cudaStreamIsCapturing, which a capturing stream allows, or else
+// cudaStreamQuery; a runtime with neither is trusted.
+func (m *memory) checkStream(d *device, s interpose.Stream) interpose.Error {
+	if s == 0 || s == interpose.StreamLegacy || s == interpose.StreamPerThread || s&perThreadBit != 0 || m.streams.has(s) {
+		return interpose.Success
+	}
+	_, rc := d.back.rt.StreamIsCapturing(s)
+	if rc == interpose.ErrorSymbolNotFound {
+		rc = d.back.rt.StreamQuery(s)
+	}
+	switch rc {
+	case interpose.ErrorInvalidResourceHandle:
+		return rc
+	case interpose.Success, interpose.ErrorNotReady:
+		m.streams.add(s)
+	}
+	return interpose.Success
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"io"
 	"runtime"
 	"strings"
@@ -8,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/spillway-gpu/spillway/interpose"
+	"github.com/spillway-gpu/spillway/pool"
 	"github.com/spillway-gpu/spillway/shim/config"
 )
 
@@ -23,6 +25,10 @@ type fakeRuntime struct {
 	noManaged bool
 	events    int // live events
 	calls     map[string]int
+	invalid   map[interpose.Stream]bool // streams never created or destroyed
+	capturing map[interpose.Stream]bool // streams capturing a graph
+	recorded  map[interpose.Stream]int  // events recorded, by stream
+	queried   map[interpose.Stream]int  // cudaStreamIsCapturing calls, by stream
 }
 
 type fakeAlloc struct {
@@ -32,7 +38,8 @@ type fakeAlloc struct {
 }
 
 func newFake(capacity uint64) *fakeRuntime {
-	return &fakeRuntime{capacity: capacity, next: 0x100000, live: map[interpose.DevicePtr]fakeAlloc{}, calls: map[string]int{}}
+	return &fakeRuntime{capacity: capacity, next: 0x100000, live: map[interpose.DevicePtr]fakeAlloc{}, calls: map[string]int{},
+		invalid: map[interpose.Stream]bool{}, capturing: map[interpose.Stream]bool{}, recorded: map[interpose.Stream]int{}, queried: map[interpose.Stream]int{}}
 }
 
 func (f *fakeRuntime) alloc(size uint64, kind string) (interpose.DevicePtr, interpose.Error) {
@@ -96,16 +103,45 @@ func (f *fakeRuntime) DeviceReset() interpose.Error {
 	f.used = 0
 	return interpose.Success
 }
-func (f *fakeRuntime) DeviceSynchronize() interpose.Error                 { return interpose.Success }
+func (f *fakeRuntime) DeviceSynchronize() interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["sync"]++
+	return interpose.Success
+}
 func (f *fakeRuntime) StreamSynchronize(interpose.Stream) interpose.Error { return interpose.Success }
-func (f *fakeRuntime) StreamDestroy(interpose.Stream) interpose.Error     { return interpose.Success }
+func (f *fakeRuntime) StreamDestroy(s interpose.Stream) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.invalid[s] = true
+	return interpose.Success
+}
+func (f *fakeRuntime) StreamQuery(s interpose.Stream) interpose.Error {
+	_, rc := f.StreamIsCapturing(s)
+	return rc
+}
+func (f *fakeRuntime) StreamIsCapturing(s interpose.Stream) (interpose.CaptureStatus, interpose.Error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queried[s]++
+	if f.invalid[s] {
+		return interpose.CaptureNone, interpose.ErrorInvalidResourceHandle
+	}
+	if f.capturing[s] {
+		return interpose.CaptureActive, interpose.Success
+	}
+	return interpose.CaptureNone, interpose.Success
+}
 func (f *fakeRuntime) EventCreate(uint32) (interpose.Event, interpose.Error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.events++
 	return interpose.Event(f.events), interpose.Success
 }
-func (f *fakeRuntime) EventRecord(interpose.Event, interpose.Stream) interpose.Error {
+func (f *fakeRuntime) EventRecord(_ interpose.Event, s interpose.Stream) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.recorded[s]++
 	return interpose.Success
 }
 func (f *fakeRuntime) EventQuery(interpose.Event) interpose.Error       { return interpose.Success }
@@ -641,5 +677,68 @@ func TestMakeRoomWithSpilledStreamFree(t *testing.T) {
 	}
 	if _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.Success || m.probes.spills != 2 {
 		t.Errorf("spilled again after a stream-ordered free: %v, %d spills", rc, m.probes.spills)
+	}
+}
+
+// Return codes as CUDA's: an invalid or destroyed stream, a pitched size
+// that overflows.
+func TestReturnCodesAsCUDA(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB")
+	const bogus, s = interpose.Stream(0xbad0), interpose.Stream(0x5000)
+	rt.invalid[bogus] = true
+	if _, rc := m.malloc(request{size: 4096, kind: kindAsync, stream: bogus}); rc != interpose.ErrorInvalidResourceHandle {
+		t.Errorf("cudaMallocAsync on an invalid stream: %v", rc)
+	}
+	p, rc := m.malloc(request{size: 4096, kind: kindAsync, stream: s})
+	if rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	m.streamDestroy(s)
+	if rc := m.free(p, s, true); rc != interpose.ErrorInvalidResourceHandle {
+		t.Errorf("cudaFreeAsync on a destroyed stream: %v", rc)
+	}
+	if rc := m.free(p, 0, true); rc != interpose.Success {
+		t.Errorf("the block is still allocated after the refused free: %v", rc)
+	}
+	for range 3 {
+		q, _ := m.malloc(request{size: 4096, kind: kindAsync, stream: 0x6000})
+		m.free(q, 0x6000, true)
+	}
+	// Each marker recorded asked too, before recording.
+	if n := rt.queried[0x6000] - rt.recorded[0x6000]; n != 1 {
+		t.Errorf("a valid stream checked %d times, want once", n)
+	}
+	if _, _, rc := m.mallocPitch(0, 1<<40, 1<<40); rc != interpose.ErrorMemoryAllocation {
+		t.Errorf("cudaMallocPitch with width*height overflowing: %v", rc)
+	}
+}
+
+// While a stream captures a graph, the backing neither synchronizes nor
+// records a marker there: it answers pool.ErrStreamCapture.
+func TestNoSyncNorMarkerDuringCapture(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB")
+	const s = interpose.Stream(0x7000)
+	a, _ := m.malloc(request{size: 4096, kind: kindAsync, stream: s})
+	m.malloc(request{size: 4096, kind: kindAsync, stream: s}) // keeps the segment
+	rt.capturing[s], rt.capturing[0] = true, true
+	if rc := m.free(a, s, true); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rt.recorded[s] != 0 {
+		t.Errorf("%d events recorded on a capturing stream", rt.recorded[s])
+	}
+	d := m.existing(0)
+	if err := d.back.Synchronize(); !errors.Is(err, pool.ErrStreamCapture) || rt.count("sync") != 0 {
+		t.Errorf("synchronize during capture: %v, %d device synchronizations", err, rt.count("sync"))
+	}
+	if _, err := d.back.RecordMarker(pool.Stream(s)); !errors.Is(err, pool.ErrStreamCapture) {
+		t.Errorf("marker during capture: %v", err)
+	}
+	delete(rt.capturing, s)
+	delete(rt.capturing, 0)
+	if err := d.back.Synchronize(); err != nil || rt.count("sync") != 1 {
+		t.Errorf("synchronize after the capture: %v", err)
 	}
 }
