@@ -15,9 +15,10 @@
  *     not survive fork): the child passes straight through to the real
  *     runtime and gets CUDA's own answer;
  *   - re-entrantly (the real runtime calling an interposed name);
- *   - while the core is starting: another thread waits a bounded time, then
- *     is served here (passed through, remembered in a small ledger that the
- *     core adopts), so a call from a library constructor cannot deadlock;
+ *   - while the core is starting: another thread waits a bounded time, then,
+ *     so that a call from a library constructor cannot deadlock, fails
+ *     closed with a quota configured, or without one is served here (passed
+ *     through, remembered in a small ledger that the core adopts);
  *   - when SPILLWAY_DISABLE=1 (pure pass-through).
  * If the core cannot be loaded, or comes from another build (its ABI version,
  * abi.h, differs), one line says why and how to fix it; with a quota
@@ -143,8 +144,9 @@ static void log_line(const char *fmt, ...)
     buf[n++] = '\n';
     const char *file = getenv("SPILLWAY_LOG_FILE");
     int fd = 2;
+    /* Never wait: a FIFO nobody reads (ENXIO) means stderr, a full one drops the line. */
     if (file && *file)
-        fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
     if (fd < 0)
         fd = 2;
     ssize_t unused = write(fd, buf, (size_t)n);
@@ -459,11 +461,14 @@ static void load_core(void)
     pthread_mutex_unlock(&ledger_lock);
 }
 
+/* How long a thread waits for the core to start, with a quota, before failing closed. */
+#define EARLY_WAIT_QUOTA_S 5
+
 enum route {
     ROUTE_REAL,   /* straight to the real runtime */
     ROUTE_CORE,   /* through the Go core */
     ROUTE_EARLY,  /* the core is starting: pass through and keep a ledger */
-    ROUTE_REFUSE, /* the core failed and a quota is configured */
+    ROUTE_REFUSE, /* no core (failed, or still starting) and a quota is configured */
 };
 
 static enum route slow_route(int s)
@@ -484,10 +489,15 @@ static enum route slow_route(int s)
         if (loading_thread)
             return ROUTE_EARLY;
         /* Wait for the loading thread, but never unboundedly: it may be waiting for a lock
-         * this thread holds (the dynamic loader's, in a library constructor). */
+         * this thread holds (the dynamic loader's, in a library constructor). With a quota,
+         * wait longer and then fail closed; without one, pass through into the ledger. */
+        int quota = quota_configured();
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 500 * 1000 * 1000;
+        if (quota)
+            until.tv_sec += EARLY_WAIT_QUOTA_S;
+        else
+            until.tv_nsec += 500 * 1000 * 1000;
         if (until.tv_nsec >= 1000000000L) {
             until.tv_sec++;
             until.tv_nsec -= 1000000000L;
@@ -499,7 +509,7 @@ static enum route slow_route(int s)
         pthread_mutex_unlock(&ledger_lock);
         s = atomic_load(&state);
         if (s == LOADING)
-            return ROUTE_EARLY;
+            return quota ? ROUTE_REFUSE : ROUTE_EARLY;
     }
     switch (s) {
     case READY:

@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
@@ -667,5 +668,27 @@ func TestSpillwayRun(t *testing.T) {
 
 	if res := harness.Run(t, harness.Command(t, spillway, "version")); res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "spillway ") {
 		t.Errorf("spillway version: %+v", res)
+	}
+}
+
+// SPILLWAY_LOG_FILE naming a FIFO that nobody reads: neither the front (a
+// core that cannot load) nor the core (logging) waits for a reader.
+func TestLogFileFIFOWithoutReader(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "log.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	prog := cudaops(t)
+	env := []string{"SPILLWAY_LOG_FILE=" + fifo, "SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_LEVEL=debug"}
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, prog, "m", "768K", "m", "512K", "L"))
+	if out.Code(t, "m", 0) != 0 || out.Code(t, "m", 1) != harness.ErrMemoryAllocation || out.Code(t, "L", 0) != 1 {
+		t.Errorf("the quota under a FIFO log: %v", out)
+	}
+	if !strings.Contains(res.Stderr, "nobody reads") {
+		t.Errorf("no word of the FIFO on stderr: %q", res.Stderr)
+	}
+	_, out = harness.RunOK(t, harness.Shimmed(t, append(env, "SPILLWAY_CORE=/nonexistent/libspillway-core.so"), prog, "m", "4K"))
+	if out.Code(t, "m", 0) != harness.ErrInitialization {
+		t.Errorf("without a core, under a quota: %v", out)
 	}
 }
