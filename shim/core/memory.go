@@ -611,13 +611,18 @@ func (m *memory) deviceSynchronize(ordinal int) interpose.Error {
 	return rc
 }
 
-// streamDestroy makes the pools forget the stream before it goes away.
+// streamDestroy makes the pools forget the stream before it goes away. A
+// per-thread identity (perThreadBit) is retired by the front when its
+// thread exits: the pools forget it, and there is no real stream to destroy.
 func (m *memory) streamDestroy(s interpose.Stream) interpose.Error {
 	m.streams.forget(s)
 	for _, d := range *m.live.Load() {
 		if d.pool != nil {
 			d.pool.ForgetStream(stream(s))
 		}
+	}
+	if s&perThreadBit != 0 {
+		return interpose.Success
 	}
 	return m.rt.StreamDestroy(s)
 }

@@ -742,3 +742,24 @@ func TestNoSyncNorMarkerDuringCapture(t *testing.T) {
 		t.Errorf("synchronize after the capture: %v", err)
 	}
 }
+
+// A thread's per-thread identity, retired at the thread's exit, is
+// forgotten by the pools and never reaches the real cudaStreamDestroy.
+func TestRetirePerThreadIdentity(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB")
+	const self = interpose.Stream(perThreadBit | 5)
+	a, _ := m.malloc(request{size: 4096, kind: kindAsync, stream: self})
+	m.malloc(request{size: 4096}) // keeps the segment
+	if rc := m.free(a, self, true); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.streamDestroy(self); rc != interpose.Success || rt.invalid[self] {
+		t.Errorf("retiring a per-thread identity: %v, real cudaStreamDestroy called %v", rc, rt.invalid[self])
+	}
+	// Its freed block now waits for a synchronization like any cudaFree'd one.
+	m.deviceSynchronize(0)
+	if b, rc := m.malloc(request{size: 4096}); rc != interpose.Success || b != a {
+		t.Errorf("the retired identity's block is not reused: %#x vs %#x %v", uint64(b), uint64(a), rc)
+	}
+}

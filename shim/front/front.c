@@ -571,6 +571,29 @@ static int early_forget(void *ptr)
 }
 
 /*
+ * A thread's per-thread identity is retired when the thread exits (a
+ * pthread key's destructor): the core's pools forget it, so threads that
+ * come and go leave nothing behind.
+ */
+static pthread_key_t identity_key;
+static pthread_once_t identity_once = PTHREAD_ONCE_INIT;
+static int identity_key_ok;
+
+static void retire_identity(void *id)
+{
+    if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY) {
+        depth++;
+        core.stream_destroy((uint64_t)(uintptr_t)id);
+        depth--;
+    }
+}
+
+static void make_identity_key(void)
+{
+    identity_key_ok = pthread_key_create(&identity_key, retire_identity) == 0;
+}
+
+/*
  * The stream as the core sees it: the per-thread default stream is a
  * different stream in every thread, so it crosses as a per-thread identity.
  */
@@ -580,8 +603,12 @@ static uint64_t stream_id(cudaStream_t stream)
     static __thread uint64_t self __attribute__((tls_model("initial-exec")));
     if (stream != cudaStreamPerThread)
         return (uint64_t)(uintptr_t)stream;
-    if (!self)
+    if (!self) {
         self = SPILLWAY_PER_THREAD_BIT | (atomic_fetch_add(&next_thread, 1) + 1);
+        pthread_once(&identity_once, make_identity_key);
+        if (identity_key_ok)
+            pthread_setspecific(identity_key, (void *)(uintptr_t)self);
+    }
     return self;
 }
 

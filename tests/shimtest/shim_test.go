@@ -692,3 +692,22 @@ func TestLogFileFIFOWithoutReader(t *testing.T) {
 		t.Errorf("without a core, under a quota: %v", out)
 	}
 }
+
+// Threads that allocate on cudaStreamPerThread and exit leave nothing in
+// the pool: each thread's identity is retired at its exit.
+func TestPerThreadIdentitiesRetiredAtExit(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/perthread.c"}, Cudart: true, ProjectHeaders: true})
+	rss := func(threads int) int {
+		_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, prog, strconv.Itoa(threads)))
+		if out.Code(t, "m", 0) != 0 {
+			t.Fatalf("%d threads: %v", threads, out)
+		}
+		return int(out.Num(t, "rss", 0, 1))
+	}
+	few, many := rss(100), rss(4000)
+	t.Logf("resident: %d KiB after 100 threads, %d KiB after 4000", few, many)
+	// Kept, each identity held about 31 KB of pool state: 120 MB here.
+	if grown := many - few; grown > 16<<10 {
+		t.Errorf("resident memory grew by %d KiB from 100 to 4000 threads", grown)
+	}
+}
