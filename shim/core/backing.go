@@ -5,8 +5,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/sirupsen/logrus"
-
 	"github.com/spillway-gpu/spillway/interpose"
 	"github.com/spillway-gpu/spillway/pool"
 )
@@ -33,6 +31,8 @@ type backing struct {
 	acct    *account
 	dev     *device
 	index   *addrIndex // where the ranges it reserves are found by address
+	// releaseFailed counts and reports memory the runtime refused to free.
+	releaseFailed func(error)
 	// pinned maps the device pointer of a pinned spill to its host pointer,
 	// which cudaFreeHost needs.
 	pinned map[uint64]uint64
@@ -101,7 +101,9 @@ func (b *backing) Reserve(size uint64) (uint64, error) {
 // Release calls cudaFree.
 func (b *backing) Release(base, size uint64) error {
 	if rc := b.rt.Free(interpose.DevicePtr(base)); rc != interpose.Success {
-		return cudaErr(fmt.Sprintf("cudaFree(%#x) on device %d", base, b.ordinal), rc)
+		err := cudaErr(fmt.Sprintf("cudaFree(%#x) on device %d", base, b.ordinal), rc)
+		b.releaseFailed(err)
+		return err
 	}
 	b.index.remove(base, b.dev)
 	b.acct.give(size, false)
@@ -135,7 +137,9 @@ func (b *backing) ReserveAsync(size uint64, s pool.Stream) (uint64, error) {
 func (b *backing) ReleaseAsync(base, size uint64, s pool.Stream) error {
 	on := asyncStream(s)
 	if rc := b.rt.FreeAsync(interpose.DevicePtr(base), on); rc != interpose.Success {
-		return cudaErr(fmt.Sprintf("cudaFreeAsync(%#x) on device %d", base, b.ordinal), rc)
+		err := cudaErr(fmt.Sprintf("cudaFreeAsync(%#x) on device %d", base, b.ordinal), rc)
+		b.releaseFailed(err)
+		return err
 	}
 	b.index.remove(base, b.dev)
 	b.afterStream(on, inflightFree{size: size}) // nothing to release: no failure
@@ -216,11 +220,15 @@ func (b *backing) makeRoom() bool {
 	return true
 }
 
-// settle finishes a free the device has reached.
+// settle finishes a free the device has reached. A release the runtime
+// refuses leaves the memory allocated: its device bytes stay counted.
 func (b *backing) settle(f inflightFree) {
 	b.rt.EventDestroy(f.done)
 	if f.release != nil {
-		f.release() // the device is past every use; nothing is left to report
+		if rc := f.release(); rc != interpose.Success {
+			b.releaseFailed(cudaErr(fmt.Sprintf("freeing a spilled block in stream order on device %d", b.ordinal), rc))
+			return
+		}
 	}
 	b.acct.give(f.size, false)
 }
@@ -395,11 +403,15 @@ func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream)
 	deviceBytes := b.promoted[base]
 	if s != nil {
 		if rc := b.afterStream(asyncStream(*s), inflightFree{size: deviceBytes, release: release}); rc != interpose.Success {
-			return cudaErr(call, rc)
+			err := cudaErr(call, rc)
+			b.releaseFailed(err)
+			return err
 		}
 	} else {
 		if rc := release(); rc != interpose.Success {
-			return cudaErr(call, rc)
+			err := cudaErr(call, rc)
+			b.releaseFailed(err)
+			return err
 		}
 		b.acct.give(deviceBytes, false)
 	}
@@ -446,7 +458,7 @@ func (b *backing) Promote(base, size uint64) error {
 type observer struct {
 	d      *device
 	probes probeSink
-	log    *logrus.Logger
+	failed func(error) // counts nothing (the pool does), warns rate-limited
 }
 
 func (o *observer) Alloc(ptr, size uint64, tier pool.Tier, source pool.Source) {
@@ -473,8 +485,6 @@ func (o *observer) Refuse(size, _, quota uint64) {
 	}
 }
 
-// BackingFailed logs a failure the call that met it recovered from (a
+// BackingFailed warns of a failure the call that met it recovered from (a
 // promotion after a free); the pool counts it in its stats.
-func (o *observer) BackingFailed(err error) {
-	o.log.Debugf("device %d: %v", o.d.ordinal, err)
-}
+func (o *observer) BackingFailed(err error) { o.failed(err) }

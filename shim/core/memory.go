@@ -108,7 +108,10 @@ type memory struct {
 	live    atomic.Pointer[[]*device] // the devices in use, by ordinal
 	index   *addrIndex                // the device of every address the core holds: the free path's lookup
 	streams streamSet                 // the application's streams known valid
-	warned  atomic.Bool               // the managed-to-pinned fallback was logged
+	// One limiter per kind of warning, so that one kind never hides another.
+	spillWarn, releaseWarn, backingWarn, earlyWarn limiter
+	earlyDropped                                   atomic.Uint64 // allocations passed through while the core started and not counted
+	warned                                         atomic.Bool   // the managed-to-pinned fallback was logged
 }
 
 // maxDevices bounds device ordinals, as config does for SPILLWAY_MEMORY_LIMIT_<n>.
@@ -147,6 +150,9 @@ type device struct {
 	// which reset is true and the device is no longer used.
 	outside sync.RWMutex
 	reset   bool
+	// failedReleases counts the memory the runtime refused to free: it stays
+	// allocated (and counted), and is reported.
+	failedReleases atomic.Uint64
 }
 
 // account is one device's bytes against its quota: what the pool holds
@@ -281,8 +287,9 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	} else if m.cfg.Oversubscribe && !m.managedSupported(rt, ordinal) {
 		opt.SpillTier = pool.TierPinned
 	}
-	opt.Observer = &observer{d: d, probes: m.probes, log: m.log}
+	opt.Observer = &observer{d: d, probes: m.probes, failed: m.backingFailed(d)}
 	d.back = newBacking(rt, d, m.index)
+	d.back.releaseFailed = m.releaseFailed(d)
 	p, err := pool.New(d.back, opt)
 	if err != nil {
 		d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
@@ -296,6 +303,27 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	d.pool = p
 	m.log.Debugf("device %d: quota %d bytes (configured: %v), pool %v", ordinal, d.quota, d.limited, m.cfg.Pool)
 	return d, interpose.Success
+}
+
+// releaseFailed returns what d's backing calls when the runtime refuses to
+// free memory: counted, and warned about at most once a second.
+func (m *memory) releaseFailed(d *device) func(error) {
+	return func(err error) {
+		d.failedReleases.Add(1)
+		if suppressed, ok := m.releaseWarn.allow(); ok {
+			m.log.WithField("suppressed", suppressed).Warnf("device %d: %v; the memory stays allocated and counted against the quota", d.ordinal, err)
+		}
+	}
+}
+
+// backingFailed returns what d's pool observer calls for a backing failure
+// that did not fail the call that met it (the pool counts it in its stats).
+func (m *memory) backingFailed(d *device) func(error) {
+	return func(err error) {
+		if suppressed, ok := m.backingWarn.allow(); ok {
+			m.log.WithField("suppressed", suppressed).Warnf("device %d: %v", d.ordinal, err)
+		}
+	}
 }
 
 // managedSupported asks the device; a device without managed memory gets
@@ -386,7 +414,7 @@ func (m *memory) failed(d *device, kind allocKind, size uint64, err error) inter
 	rc := cudaError(err)
 	var spill *spillError
 	if errors.As(err, &spill) {
-		if suppressed, ok := allowWarning(); ok {
+		if suppressed, ok := m.spillWarn.allow(); ok {
 			m.log.WithField("suppressed", suppressed).Warnf("%s of %d bytes on device %d failed: the quota is full and %v", kind, size, d.ordinal, spill)
 		}
 	} else if rc == interpose.ErrorMemoryAllocation {
@@ -632,6 +660,10 @@ func (m *memory) streamDestroy(s interpose.Stream) interpose.Error {
 func (m *memory) adopt(p interpose.DevicePtr, size uint64, ordinal int) {
 	d, rc := m.device(ordinal)
 	if rc != interpose.Success {
+		n := m.earlyDropped.Add(1)
+		if suppressed, ok := m.earlyWarn.allow(); ok {
+			m.log.WithField("suppressed", suppressed).Warnf("an allocation of %d bytes at %#x made while the core started on device %d cannot be counted against the quota (%v); %d such so far", size, uint64(p), ordinal, rc, n)
+		}
 		return
 	}
 	size = charge(size)
@@ -649,7 +681,8 @@ func (m *memory) report(w io.Writer, format config.Format) {
 		if d.pool == nil {
 			continue
 		}
-		line := fmt.Sprintf("device %d: %s", d.ordinal, d.pool.Stats())
+		st := d.pool.Stats()
+		line := fmt.Sprintf("device %d: %s backing_errors=%d failed_releases=%d", d.ordinal, st, st.BackingErrors, d.failedReleases.Load())
 		if format == config.FormatJSON {
 			fmt.Fprintf(w, "{\"level\":\"info\",\"device\":%d,\"msg\":%q}\n", d.ordinal, line)
 		} else {

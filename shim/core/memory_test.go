@@ -22,6 +22,7 @@ type fakeRuntime struct {
 	next      interpose.DevicePtr
 	live      map[interpose.DevicePtr]fakeAlloc
 	failNext  interpose.Error
+	failFree  interpose.Error // the next release fails with it
 	noManaged bool
 	events    int // live events
 	calls     map[string]int
@@ -76,6 +77,10 @@ func (f *fakeRuntime) release(p interpose.DevicePtr, kind string) interpose.Erro
 	defer f.mu.Unlock()
 	if p == 0 {
 		return interpose.Success
+	}
+	if rc := f.failFree; rc != interpose.Success {
+		f.failFree = interpose.Success
+		return rc
 	}
 	a, ok := f.live[p]
 	if !ok || (a.kind == "pinned") != (kind == "pinned") {
@@ -761,5 +766,39 @@ func TestRetirePerThreadIdentity(t *testing.T) {
 	m.deviceSynchronize(0)
 	if b, rc := m.malloc(request{size: 4096}); rc != interpose.Success || b != a {
 		t.Errorf("the retired identity's block is not reused: %#x vs %#x %v", uint64(b), uint64(a), rc)
+	}
+}
+
+// Failures nobody would see otherwise are counted in the report line and
+// warned about: a release the runtime refuses, an allocation made while the
+// core started that cannot be counted.
+func TestFailuresReportedAndWarned(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_POOL_RELEASE_THRESHOLD=0")
+	a, _ := m.malloc(request{size: 4096})
+	m.free(a, 0, false)
+	rt.failFree = interpose.ErrorUnknown
+	m.deviceSynchronize(0) // releases the empty segment, which fails
+	var report strings.Builder
+	m.report(&report, config.FormatText)
+	if !strings.Contains(report.String(), " backing_errors=1 failed_releases=1") {
+		t.Errorf("report: %q", report.String())
+	}
+	m.adopt(0x9000, 4096, -1)
+	if log := m.logged.String(); !strings.Contains(log, "stays allocated") || !strings.Contains(log, "cannot be counted") {
+		t.Errorf("warnings: %q", log)
+	}
+}
+
+func TestLimiterPerKind(t *testing.T) {
+	var a, b limiter
+	if _, ok := a.allow(); !ok {
+		t.Fatal("the first warning is held back")
+	}
+	if _, ok := a.allow(); ok {
+		t.Error("a second warning within the interval passes")
+	}
+	if _, ok := b.allow(); !ok {
+		t.Error("one kind's warning holds back another's")
 	}
 }
