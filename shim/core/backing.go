@@ -428,25 +428,43 @@ func (b *backing) Promote(base, size uint64) error {
 	if b.capturing(0) {
 		return fmt.Errorf("promoting %#x to device %d: %w", base, b.ordinal, pool.ErrStreamCapture)
 	}
-	if !b.acct.take(size, false) {
+	// A block whose earlier promotion failed half-way may still hold its
+	// device bytes in the account (see below): they are not taken twice.
+	heldBefore := b.promoted[base] != 0
+	if !heldBefore && !b.acct.take(size, false) {
 		return errQuota
 	}
+	b.promoted[base] = size
 	p := interpose.DevicePtr(base)
 	rc := b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, b.ordinal)
+	moving := false
 	if rc == interpose.Success {
 		rc = b.rt.MemPrefetchAsync(p, size, b.ordinal, 0)
+		moving = rc == interpose.Success
 	}
 	if rc == interpose.Success {
 		rc = b.rt.StreamSynchronize(0)
 	}
-	if rc != interpose.Success {
-		b.acct.give(size, false)
-		// Back to the host's preference, so the block is where the pool thinks.
-		b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, interpose.CPUDevice)
-		return cudaErr(fmt.Sprintf("promoting %#x (%d bytes) to device %d", base, size, b.ordinal), rc)
+	if rc == interpose.Success {
+		return nil
 	}
-	b.promoted[base] = size
-	return nil
+	err := cudaErr(fmt.Sprintf("promoting %#x (%d bytes) to device %d", base, size, b.ordinal), rc)
+	// Back to the host's preference and the host, so the block is where the
+	// pool thinks. If it may have reached the device and cannot be moved
+	// back, its bytes stay counted until it is freed: the quota holds.
+	mayBeOnDevice := moving || heldBefore
+	back := b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, interpose.CPUDevice)
+	if mayBeOnDevice && back == interpose.Success {
+		back = b.rt.MemPrefetchAsync(p, size, interpose.CPUDevice, 0)
+		if back == interpose.Success {
+			back = b.rt.StreamSynchronize(0)
+		}
+	}
+	if !mayBeOnDevice || back == interpose.Success {
+		delete(b.promoted, base)
+		b.acct.give(size, false)
+	}
+	return err
 }
 
 // observer fires the probe points for a device's pool. The pool calls it

@@ -23,6 +23,7 @@ type fakeRuntime struct {
 	live      map[interpose.DevicePtr]fakeAlloc
 	failNext  interpose.Error
 	failFree  interpose.Error // the next release fails with it
+	failSync  interpose.Error // the next cudaStreamSynchronize fails with it
 	noManaged bool
 	events    int // live events
 	calls     map[string]int
@@ -114,7 +115,13 @@ func (f *fakeRuntime) DeviceSynchronize() interpose.Error {
 	f.calls["sync"]++
 	return interpose.Success
 }
-func (f *fakeRuntime) StreamSynchronize(interpose.Stream) interpose.Error { return interpose.Success }
+func (f *fakeRuntime) StreamSynchronize(interpose.Stream) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rc := f.failSync
+	f.failSync = interpose.Success
+	return rc
+}
 func (f *fakeRuntime) StreamDestroy(s interpose.Stream) interpose.Error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -179,10 +186,17 @@ func (f *fakeRuntime) MemAdvise(interpose.DevicePtr, uint64, interpose.Advice, i
 func (f *fakeRuntime) MemPrefetchAsync(p interpose.DevicePtr, _ uint64, device int, _ interpose.Stream) interpose.Error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	a := f.live[p]
-	if device >= 0 && !a.onDevice {
+	a, ok := f.live[p]
+	switch {
+	case !ok:
+	case device >= 0 && !a.onDevice:
 		a.onDevice = true
 		f.used += a.size
+	case device < 0 && a.onDevice:
+		a.onDevice = false
+		f.used -= a.size
+	}
+	if ok {
 		f.live[p] = a
 	}
 	return interpose.Success
@@ -800,5 +814,35 @@ func TestLimiterPerKind(t *testing.T) {
 	}
 	if _, ok := b.allow(); !ok {
 		t.Error("one kind's warning holds back another's")
+	}
+}
+
+// A promotion whose wait fails moves the block back to the host, or keeps
+// its bytes counted: the device never holds more than the quota.
+func TestFailedPromotionKeepsTheQuota(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_OVERSUBSCRIBE=1")
+	a, _ := m.malloc(request{size: 768 << 10})
+	s, rc := m.malloc(request{size: 768 << 10})
+	if rc != interpose.Success || m.probes.spills != 1 {
+		t.Fatalf("no spill: %v", rc)
+	}
+	m.free(a, 0, false)
+	rt.failSync = interpose.ErrorUnknown
+	m.deviceSynchronize(0) // the promotion of s fails in its wait
+	if st := m.existing(0).pool.Stats(); st.PromotedBytes != 0 {
+		t.Fatalf("promoted although the wait failed: %v", st)
+	}
+	if _, rc := m.malloc(request{size: 768 << 10}); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	rt.mu.Lock()
+	used := rt.used
+	rt.mu.Unlock()
+	if used > 1<<20 {
+		t.Errorf("the device holds %d bytes under a 1 MiB quota", used)
+	}
+	if rc := m.free(s, 0, false); rc != interpose.Success {
+		t.Error(rc)
 	}
 }
