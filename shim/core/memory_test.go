@@ -846,3 +846,24 @@ func TestFailedPromotionKeepsTheQuota(t *testing.T) {
 		t.Error(rc)
 	}
 }
+
+// One rounding rule: a request that fits by cudaMemGetInfo's free figure is
+// served, whatever the quota (which sets the pool's segment sizes).
+func TestRequestThatFitsByFreeIsServed(t *testing.T) {
+	const size = 1000001
+	for _, quota := range []string{"8MiB", "32MiB", "64MiB", "100MiB", "1GiB"} {
+		for _, env := range [][]string{nil, {"SPILLWAY_POOL=0"}} {
+			m := newTestMemory(t, newFake(1<<34), append(env, "SPILLWAY_MEMORY_LIMIT="+quota)...)
+			for i := 0; ; i++ {
+				free, _, _ := m.memGetInfo(0)
+				if free < size {
+					break
+				}
+				if _, rc := m.malloc(request{size: size}); rc != interpose.Success {
+					t.Errorf("quota %s %v: request %d of %d bytes refused with %d bytes free: %v", quota, env, i, size, free, rc)
+					break
+				}
+			}
+		}
+	}
+}
