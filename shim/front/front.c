@@ -825,7 +825,9 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
     cudaError_t rc;
     enum route r = route();
     depth++;
-    if (r == ROUTE_CORE) {
+    if (r == ROUTE_CORE && (!free || !total)) {
+        rc = real_mem_get_info(free, total); /* CUDA's own answer, which also sets the last error */
+    } else if (r == ROUTE_CORE) {
         int32_t device;
         uint64_t f = 0, t = 0;
         if ((rc = current_device(&device)) == cudaSuccess) {

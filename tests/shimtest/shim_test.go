@@ -711,3 +711,11 @@ func TestPerThreadIdentitiesRetiredAtExit(t *testing.T) {
 		t.Errorf("resident memory grew by %d KiB from 100 to 4000 threads", grown)
 	}
 }
+
+// cudaMemGetInfo with NULL pointers answers as CUDA does.
+func TestMemGetInfoNull(t *testing.T) {
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t), "m", "4K", "I"))
+	if out.Code(t, "I", 0) != harness.ErrInvalidValue {
+		t.Errorf("cudaMemGetInfo(NULL, NULL): %v", out)
+	}
+}
