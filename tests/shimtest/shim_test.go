@@ -719,3 +719,19 @@ func TestMemGetInfoNull(t *testing.T) {
 		t.Errorf("cudaMemGetInfo(NULL, NULL): %v", out)
 	}
 }
+
+// While the core is starting, another thread does not escape the quota: it
+// waits, and fails closed if the start takes too long (here it never ends:
+// the core is a FIFO that nobody writes).
+func TestNoEscapeWhileTheCoreStarts(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "core.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/slowstart.c"}, Cudart: true,
+		ProjectHeaders: true, Flags: []string{"-pthread"}})
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_CORE=" + fifo}, prog))
+	if out.Code(t, "m", 0) != harness.ErrInitialization {
+		t.Errorf("an allocation while the core starts, over the quota: %v", out)
+	}
+}
