@@ -140,6 +140,15 @@ SPILLWAY_REAL(CUresult, cu_mem_advise, cuMemAdvise,
               (CUdeviceptr devPtr, size_t count, CUmem_advise advice, CUdevice device))
 SPILLWAY_REAL(CUresult, cu_mem_prefetch_async, cuMemPrefetchAsync,
               (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream))
+/* Checking the application's streams, and stream capture (enums as int). */
+SPILLWAY_REAL(cudaError_t, stream_query, cudaStreamQuery, (cudaStream_t stream))
+SPILLWAY_REAL(cudaError_t, stream_is_capturing, cudaStreamIsCapturing,
+              (cudaStream_t stream, int *status))
+SPILLWAY_REAL(cudaError_t, thread_exchange_stream_capture_mode,
+              cudaThreadExchangeStreamCaptureMode, (int *mode))
+SPILLWAY_REAL(CUresult, cu_stream_query, cuStreamQuery, (CUstream hStream))
+SPILLWAY_REAL(CUresult, cu_stream_is_capturing, cuStreamIsCapturing,
+              (CUstream hStream, int *captureStatus))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */

@@ -118,6 +118,15 @@ static CUresult drv_stream_synchronize(const struct spillway_real *r, CUcontext 
 	IN_CONTEXT(r->cu_stream_synchronize ? r->cu_stream_synchronize((CUstream)(uintptr_t)s) : CUDA_ERROR_NOT_FOUND);
 	return rc;
 }
+static CUresult drv_stream_query(const struct spillway_real *r, CUcontext ctx, uint64_t s) {
+	IN_CONTEXT(r->cu_stream_query ? r->cu_stream_query((CUstream)(uintptr_t)s) : CUDA_ERROR_NOT_FOUND);
+	return rc;
+}
+static struct drv_out drv_stream_is_capturing(const struct spillway_real *r, CUcontext ctx, uint64_t s) {
+	int status = 0;
+	IN_CONTEXT(r->cu_stream_is_capturing ? r->cu_stream_is_capturing((CUstream)(uintptr_t)s, &status) : CUDA_ERROR_NOT_FOUND);
+	return (struct drv_out){(uint64_t)status, 0, rc};
+}
 static CUresult drv_stream_destroy(const struct spillway_real *r, CUcontext ctx, uint64_t s) {
 	IN_CONTEXT(r->cu_stream_destroy ? r->cu_stream_destroy((CUstream)(uintptr_t)s) : CUDA_ERROR_NOT_FOUND);
 	return rc;
@@ -297,6 +306,17 @@ func (d *Driver) DeviceSynchronize() Error { return fromDriver(C.drv_synchronize
 
 func (d *Driver) StreamSynchronize(s Stream) Error {
 	return fromDriver(C.drv_stream_synchronize(d.t, d.ctx, C.uint64_t(s)))
+}
+
+// StreamQuery calls cuStreamQuery.
+func (d *Driver) StreamQuery(s Stream) Error {
+	return fromDriver(C.drv_stream_query(d.t, d.ctx, C.uint64_t(s)))
+}
+
+// StreamIsCapturing calls cuStreamIsCapturing.
+func (d *Driver) StreamIsCapturing(s Stream) (CaptureStatus, Error) {
+	o := C.drv_stream_is_capturing(d.t, d.ctx, C.uint64_t(s))
+	return CaptureStatus(o.v), fromDriver(o.rc)
 }
 
 func (d *Driver) StreamDestroy(s Stream) Error {

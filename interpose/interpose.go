@@ -231,6 +231,19 @@ static cudaError_t call_mem_prefetch_async(const struct spillway_real *r, int de
 	GUARDED(r->mem_prefetch_async((const void *)(uintptr_t)ptr, (size_t)size, to, (cudaStream_t)(uintptr_t)stream));
 	return rc;
 }
+static cudaError_t call_stream_query(const struct spillway_real *r, int device, uint64_t stream) {
+	GUARDED(r->stream_query((cudaStream_t)(uintptr_t)stream));
+	return rc;
+}
+static struct out call_stream_is_capturing(const struct spillway_real *r, int device, uint64_t stream) {
+	int status = 0;
+	GUARDED(r->stream_is_capturing((cudaStream_t)(uintptr_t)stream, &status));
+	return (struct out){(uint64_t)status, 0, rc};
+}
+static struct out call_thread_exchange_stream_capture_mode(const struct spillway_real *r, int device, int mode) {
+	GUARDED(r->thread_exchange_stream_capture_mode(&mode));
+	return (struct out){(uint64_t)mode, 0, rc};
+}
 
 // Which entries are present, as a bit set in field order (bit 0: malloc).
 static uint32_t present(const struct spillway_real *r) {
@@ -267,20 +280,26 @@ const (
 	ErrorNotSupported      = Error(C.cudaErrorNotSupported)
 	ErrorUnknown           = Error(C.cudaErrorUnknown)
 	ErrorInsufficientDrive = Error(C.cudaErrorInsufficientDriver)
+	// ErrorInvalidResourceHandle: an invalid or destroyed stream or event.
+	ErrorInvalidResourceHandle = Error(C.cudaErrorInvalidResourceHandle)
+	// ErrorStreamCaptureUnsupported: the call is not allowed while a stream captures.
+	ErrorStreamCaptureUnsupported = Error(C.cudaErrorStreamCaptureUnsupported)
 )
 
 var errorNames = map[Error]string{
-	Success:                "cudaSuccess",
-	ErrorInvalidValue:      "cudaErrorInvalidValue",
-	ErrorMemoryAllocation:  "cudaErrorMemoryAllocation",
-	ErrorInitialization:    "cudaErrorInitializationError",
-	ErrorInvalidDevice:     "cudaErrorInvalidDevice",
-	ErrorInvalidDevicePtr:  "cudaErrorInvalidDevicePointer",
-	ErrorSymbolNotFound:    "cudaErrorSymbolNotFound",
-	ErrorNotReady:          "cudaErrorNotReady",
-	ErrorNotSupported:      "cudaErrorNotSupported",
-	ErrorUnknown:           "cudaErrorUnknown",
-	ErrorInsufficientDrive: "cudaErrorInsufficientDriver",
+	Success:                       "cudaSuccess",
+	ErrorInvalidValue:             "cudaErrorInvalidValue",
+	ErrorMemoryAllocation:         "cudaErrorMemoryAllocation",
+	ErrorInitialization:           "cudaErrorInitializationError",
+	ErrorInvalidDevice:            "cudaErrorInvalidDevice",
+	ErrorInvalidDevicePtr:         "cudaErrorInvalidDevicePointer",
+	ErrorSymbolNotFound:           "cudaErrorSymbolNotFound",
+	ErrorNotReady:                 "cudaErrorNotReady",
+	ErrorNotSupported:             "cudaErrorNotSupported",
+	ErrorUnknown:                  "cudaErrorUnknown",
+	ErrorInsufficientDrive:        "cudaErrorInsufficientDriver",
+	ErrorInvalidResourceHandle:    "cudaErrorInvalidResourceHandle",
+	ErrorStreamCaptureUnsupported: "cudaErrorStreamCaptureUnsupported",
 }
 
 func (e Error) Error() string {
@@ -579,4 +598,52 @@ func (r *Runtime) MemPrefetchAsync(p DevicePtr, size uint64, device int, s Strea
 		return ErrorSymbolNotFound
 	}
 	return Error(C.call_mem_prefetch_async(r.t, r.device, C.uint64_t(p), C.uint64_t(size), C.int(device), C.uint64_t(s)))
+}
+
+// CaptureStatus is a cudaStreamCaptureStatus value.
+type CaptureStatus int32
+
+// The capture states of a stream.
+const (
+	CaptureNone        = CaptureStatus(0) // cudaStreamCaptureStatusNone
+	CaptureActive      = CaptureStatus(1) // cudaStreamCaptureStatusActive
+	CaptureInvalidated = CaptureStatus(2) // cudaStreamCaptureStatusInvalidated
+)
+
+// CaptureMode is a cudaStreamCaptureMode value.
+type CaptureMode int32
+
+// The capture modes of a thread.
+const (
+	CaptureModeGlobal      = CaptureMode(0) // cudaStreamCaptureModeGlobal
+	CaptureModeThreadLocal = CaptureMode(1) // cudaStreamCaptureModeThreadLocal
+	CaptureModeRelaxed     = CaptureMode(2) // cudaStreamCaptureModeRelaxed
+)
+
+// StreamQuery calls cudaStreamQuery: Success or ErrorNotReady for a valid
+// stream, ErrorInvalidResourceHandle for an invalid or destroyed one.
+func (r *Runtime) StreamQuery(s Stream) Error {
+	if r.t.stream_query == nil {
+		return ErrorSymbolNotFound
+	}
+	return Error(C.call_stream_query(r.t, r.device, C.uint64_t(s)))
+}
+
+// StreamIsCapturing calls cudaStreamIsCapturing.
+func (r *Runtime) StreamIsCapturing(s Stream) (CaptureStatus, Error) {
+	if r.t.stream_is_capturing == nil {
+		return CaptureNone, ErrorSymbolNotFound
+	}
+	o := C.call_stream_is_capturing(r.t, r.device, C.uint64_t(s))
+	return CaptureStatus(o.v), Error(o.rc)
+}
+
+// ThreadExchangeStreamCaptureMode calls cudaThreadExchangeStreamCaptureMode:
+// it sets the calling thread's capture mode and returns the previous one.
+func (r *Runtime) ThreadExchangeStreamCaptureMode(mode CaptureMode) (CaptureMode, Error) {
+	if r.t.thread_exchange_stream_capture_mode == nil {
+		return mode, ErrorSymbolNotFound
+	}
+	o := C.call_thread_exchange_stream_capture_mode(r.t, r.device, C.int(mode))
+	return CaptureMode(o.v), Error(o.rc)
 }

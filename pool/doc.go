@@ -55,7 +55,10 @@
 // (PyTorch's caching allocator uses the same 2 MiB / 20 MiB / 2 MiB-rounding
 // scheme.) A shared segment is never larger than 1/32 of the quota; below
 // that a request gets a segment of exactly its size, so a small quota is
-// never eaten by a few half-used segments.
+// never eaten by a few half-used segments. A shared segment is cut to a
+// whole number of blocks of the request that made it: no tail is left that
+// the quota charges and cudaMemGetInfo reports free but that requests of
+// that size cannot use.
 //
 // Device memory cannot hold allocator metadata, so every block has an
 // out-of-band descriptor: address, size, neighbours in its segment (for

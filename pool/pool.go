@@ -58,7 +58,10 @@ func (p *Pool) segmentSize(size uint64) uint64 {
 	if limit := p.opt.Quota / 32 &^ (Alignment - 1); seg > limit {
 		seg = max(limit, size)
 	}
-	return seg
+	// A whole number of blocks of the request that made the segment: no
+	// tail is left that the quota charges and cudaMemGetInfo reports free,
+	// but that a request of that size cannot use.
+	return seg - seg%size
 }
 
 // hugeSlack is the most a cached huge block may exceed a huge request by.

@@ -2,9 +2,8 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sync"
-
-	"github.com/sirupsen/logrus"
 
 	"github.com/spillway-gpu/spillway/interpose"
 	"github.com/spillway-gpu/spillway/pool"
@@ -30,6 +29,10 @@ type backing struct {
 	rt      realRuntime
 	ordinal int
 	acct    *account
+	dev     *device
+	index   *addrIndex // where the ranges it reserves are found by address
+	// releaseFailed counts and reports memory the runtime refused to free.
+	releaseFailed func(error)
 	// pinned maps the device pointer of a pinned spill to its host pointer,
 	// which cudaFreeHost needs.
 	pinned map[uint64]uint64
@@ -54,8 +57,9 @@ type inflightFree struct {
 	release func() interpose.Error // the free to make once done; nil: made already
 }
 
-func newBacking(rt realRuntime, ordinal int, acct *account) *backing {
-	return &backing{rt: rt, ordinal: ordinal, acct: acct, pinned: map[uint64]uint64{}, promoted: map[uint64]uint64{}}
+func newBacking(rt realRuntime, d *device, index *addrIndex) *backing {
+	return &backing{rt: rt, ordinal: d.ordinal, acct: d.acct, dev: d, index: index,
+		pinned: map[uint64]uint64{}, promoted: map[uint64]uint64{}}
 }
 
 // cudaErr wraps a failed call; running out of memory wraps
@@ -90,14 +94,18 @@ func (b *backing) Reserve(size uint64) (uint64, error) {
 		b.acct.give(size, false)
 		return 0, cudaErr(fmt.Sprintf("cudaMalloc of %d bytes on device %d", size, b.ordinal), rc)
 	}
+	b.index.add(uint64(p), size, b.dev)
 	return uint64(p), nil
 }
 
 // Release calls cudaFree.
 func (b *backing) Release(base, size uint64) error {
 	if rc := b.rt.Free(interpose.DevicePtr(base)); rc != interpose.Success {
-		return cudaErr(fmt.Sprintf("cudaFree(%#x) on device %d", base, b.ordinal), rc)
+		err := cudaErr(fmt.Sprintf("cudaFree(%#x) on device %d", base, b.ordinal), rc)
+		b.releaseFailed(err)
+		return err
 	}
+	b.index.remove(base, b.dev)
 	b.acct.give(size, false)
 	return nil
 }
@@ -120,6 +128,7 @@ func (b *backing) ReserveAsync(size uint64, s pool.Stream) (uint64, error) {
 		b.acct.give(size, false)
 		return 0, cudaErr(fmt.Sprintf("cudaMallocAsync of %d bytes on device %d", size, b.ordinal), rc)
 	}
+	b.index.add(uint64(p), size, b.dev)
 	return uint64(p), nil
 }
 
@@ -128,8 +137,11 @@ func (b *backing) ReserveAsync(size uint64, s pool.Stream) (uint64, error) {
 func (b *backing) ReleaseAsync(base, size uint64, s pool.Stream) error {
 	on := asyncStream(s)
 	if rc := b.rt.FreeAsync(interpose.DevicePtr(base), on); rc != interpose.Success {
-		return cudaErr(fmt.Sprintf("cudaFreeAsync(%#x) on device %d", base, b.ordinal), rc)
+		err := cudaErr(fmt.Sprintf("cudaFreeAsync(%#x) on device %d", base, b.ordinal), rc)
+		b.releaseFailed(err)
+		return err
 	}
+	b.index.remove(base, b.dev)
 	b.afterStream(on, inflightFree{size: size}) // nothing to release: no failure
 	return nil
 }
@@ -169,8 +181,9 @@ func (b *backing) queue(f inflightFree) {
 	}
 }
 
-// inflightDone gives back the bytes of the stream-ordered frees the device
-// has reached, and returns how many bytes that was; b.mu is held.
+// inflightDone settles the stream-ordered frees the device has reached, and
+// returns how many device bytes they gave back; b.mu is held. A spilled
+// block's free holds no device bytes: settling it gives back nothing.
 func (b *backing) inflightDone() uint64 {
 	var given uint64
 	kept := b.inflight[:0]
@@ -187,30 +200,35 @@ func (b *backing) inflightDone() uint64 {
 	return given
 }
 
-// makeRoom gives back what the stream-ordered frees in flight hold: the
-// completed ones, or else the oldest, waited for. It reports whether
-// anything was given back.
+// makeRoom gives back device bytes that the stream-ordered frees in flight
+// hold: the completed ones, or else the oldest holding any, waited for. It
+// reports whether any device bytes were given back.
 func (b *backing) makeRoom() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if len(b.inflight) == 0 {
-		return false
-	}
 	if b.inflightDone() > 0 {
 		return true
 	}
-	f := b.inflight[0]
+	i := slices.IndexFunc(b.inflight, func(f inflightFree) bool { return f.size > 0 })
+	if i < 0 {
+		return false
+	}
+	f := b.inflight[i]
 	b.rt.EventSynchronize(f.done)
 	b.settle(f)
-	b.inflight = b.inflight[1:]
+	b.inflight = slices.Delete(b.inflight, i, i+1)
 	return true
 }
 
-// settle finishes a free the device has reached.
+// settle finishes a free the device has reached. A release the runtime
+// refuses leaves the memory allocated: its device bytes stay counted.
 func (b *backing) settle(f inflightFree) {
 	b.rt.EventDestroy(f.done)
 	if f.release != nil {
-		f.release() // the device is past every use; nothing is left to report
+		if rc := f.release(); rc != interpose.Success {
+			b.releaseFailed(cudaErr(fmt.Sprintf("freeing a spilled block in stream order on device %d", b.ordinal), rc))
+			return
+		}
 	}
 	b.acct.give(f.size, false)
 }
@@ -226,8 +244,27 @@ func (b *backing) settleAll() {
 	b.inflight = b.inflight[:0]
 }
 
-// Synchronize calls cudaDeviceSynchronize.
+// capturing reports whether stream s (0: the legacy stream, which a
+// capture in global mode on any blocking stream forbids too) is capturing
+// a graph, when synchronizing or recording on it is not allowed. It asks
+// cudaStreamIsCapturing, which is allowed during capture; a runtime
+// without it captures nothing the shim could see.
+func (b *backing) capturing(s interpose.Stream) bool {
+	status, rc := b.rt.StreamIsCapturing(s)
+	switch {
+	case rc == interpose.Success:
+		return status != interpose.CaptureNone
+	case rc >= interpose.ErrorStreamCaptureUnsupported && rc <= interpose.ErrorStreamCaptureUnsupported+8:
+		return true // cudaErrorStreamCapture* (900-908): the legacy stream during another stream's capture
+	}
+	return false
+}
+
+// Synchronize calls cudaDeviceSynchronize, unless a capture forbids it.
 func (b *backing) Synchronize() error {
+	if b.capturing(0) {
+		return fmt.Errorf("synchronizing device %d: %w", b.ordinal, pool.ErrStreamCapture)
+	}
 	if rc := b.rt.DeviceSynchronize(); rc != interpose.Success {
 		return cudaErr(fmt.Sprintf("cudaDeviceSynchronize on device %d", b.ordinal), rc)
 	}
@@ -244,6 +281,9 @@ func (b *backing) RecordMarker(s pool.Stream) (pool.Marker, error) {
 	on := interpose.Stream(s)
 	if s&perThreadBit != 0 {
 		on = 0
+	}
+	if b.capturing(on) {
+		return 0, fmt.Errorf("recording an event on stream %#x of device %d: %w", uint64(s), b.ordinal, pool.ErrStreamCapture)
 	}
 	var e interpose.Event
 	rc := interpose.Success
@@ -303,6 +343,7 @@ func (b *backing) ReserveHost(size uint64, tier pool.Tier) (uint64, error) {
 	if rc != interpose.Success {
 		return 0, &spillError{cudaErr(fmt.Sprintf("spilling %d bytes to %s for device %d", size, how, b.ordinal), rc)}
 	}
+	b.index.add(p, size, b.dev)
 	return p, nil
 }
 
@@ -362,14 +403,19 @@ func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream)
 	deviceBytes := b.promoted[base]
 	if s != nil {
 		if rc := b.afterStream(asyncStream(*s), inflightFree{size: deviceBytes, release: release}); rc != interpose.Success {
-			return cudaErr(call, rc)
+			err := cudaErr(call, rc)
+			b.releaseFailed(err)
+			return err
 		}
 	} else {
 		if rc := release(); rc != interpose.Success {
-			return cudaErr(call, rc)
+			err := cudaErr(call, rc)
+			b.releaseFailed(err)
+			return err
 		}
 		b.acct.give(deviceBytes, false)
 	}
+	b.index.remove(base, b.dev)
 	delete(b.pinned, base)
 	delete(b.promoted, base)
 	return nil
@@ -379,25 +425,46 @@ func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream)
 // device, prefetched there on the legacy stream (ordered after the work
 // queued on every blocking stream), and waits for the move.
 func (b *backing) Promote(base, size uint64) error {
-	if !b.acct.take(size, false) {
+	if b.capturing(0) {
+		return fmt.Errorf("promoting %#x to device %d: %w", base, b.ordinal, pool.ErrStreamCapture)
+	}
+	// A block whose earlier promotion failed half-way may still hold its
+	// device bytes in the account (see below): they are not taken twice.
+	heldBefore := b.promoted[base] != 0
+	if !heldBefore && !b.acct.take(size, false) {
 		return errQuota
 	}
+	b.promoted[base] = size
 	p := interpose.DevicePtr(base)
 	rc := b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, b.ordinal)
+	moving := false
 	if rc == interpose.Success {
 		rc = b.rt.MemPrefetchAsync(p, size, b.ordinal, 0)
+		moving = rc == interpose.Success
 	}
 	if rc == interpose.Success {
 		rc = b.rt.StreamSynchronize(0)
 	}
-	if rc != interpose.Success {
-		b.acct.give(size, false)
-		// Back to the host's preference, so the block is where the pool thinks.
-		b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, interpose.CPUDevice)
-		return cudaErr(fmt.Sprintf("promoting %#x (%d bytes) to device %d", base, size, b.ordinal), rc)
+	if rc == interpose.Success {
+		return nil
 	}
-	b.promoted[base] = size
-	return nil
+	err := cudaErr(fmt.Sprintf("promoting %#x (%d bytes) to device %d", base, size, b.ordinal), rc)
+	// Back to the host's preference and the host, so the block is where the
+	// pool thinks. If it may have reached the device and cannot be moved
+	// back, its bytes stay counted until it is freed: the quota holds.
+	mayBeOnDevice := moving || heldBefore
+	back := b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, interpose.CPUDevice)
+	if mayBeOnDevice && back == interpose.Success {
+		back = b.rt.MemPrefetchAsync(p, size, interpose.CPUDevice, 0)
+		if back == interpose.Success {
+			back = b.rt.StreamSynchronize(0)
+		}
+	}
+	if !mayBeOnDevice || back == interpose.Success {
+		delete(b.promoted, base)
+		b.acct.give(size, false)
+	}
+	return err
 }
 
 // observer fires the probe points for a device's pool. The pool calls it
@@ -409,7 +476,7 @@ func (b *backing) Promote(base, size uint64) error {
 type observer struct {
 	d      *device
 	probes probeSink
-	log    *logrus.Logger
+	failed func(error) // counts nothing (the pool does), warns rate-limited
 }
 
 func (o *observer) Alloc(ptr, size uint64, tier pool.Tier, source pool.Source) {
@@ -436,8 +503,6 @@ func (o *observer) Refuse(size, _, quota uint64) {
 	}
 }
 
-// BackingFailed logs a failure the call that met it recovered from (a
+// BackingFailed warns of a failure the call that met it recovered from (a
 // promotion after a free); the pool counts it in its stats.
-func (o *observer) BackingFailed(err error) {
-	o.log.Debugf("device %d: %v", o.d.ordinal, err)
-}
+func (o *observer) BackingFailed(err error) { o.failed(err) }

@@ -26,8 +26,9 @@ type core struct {
 	broken error
 	mem    *memory
 	// debug: each call is logged (SPILLWAY_LOG_LEVEL=debug, fixed at start).
-	debug bool
-	stat  *publisher // the figures file for spillway stat; nil without one
+	debug    bool
+	refusals limiter    // the quota's refusal warnings
+	stat     *publisher // the figures file for spillway stat; nil without one
 }
 
 var theCore atomic.Pointer[core]
@@ -163,34 +164,36 @@ func (c *core) adopt(p interpose.DevicePtr, size uint64, device int) {
 	c.mem.adopt(p, size, device)
 }
 
-// refusalWarnings limits refusal warnings to one per interval; the probe
-// point fires for every refusal.
-const refusalWarnInterval = time.Second
+// warnInterval is the least time between two warnings of one kind; the
+// probe points and counters see every event.
+const warnInterval = time.Second
 
-var refusalLog struct {
-	sync.Mutex
+// limiter rate-limits one kind of warning: one per warnInterval, counting
+// those it holds back.
+type limiter struct {
+	mu         sync.Mutex
 	last       time.Time
 	suppressed int
 }
 
-// allowWarning reports whether a failed-allocation warning may be logged
-// now, and how many were suppressed since the last one.
-func allowWarning() (int, bool) {
-	refusalLog.Lock()
-	defer refusalLog.Unlock()
+// allow reports whether a warning may be logged now, and how many were
+// held back since the last one.
+func (l *limiter) allow() (int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	now := time.Now()
-	if now.Sub(refusalLog.last) < refusalWarnInterval {
-		refusalLog.suppressed++
+	if !l.last.IsZero() && now.Sub(l.last) < warnInterval {
+		l.suppressed++
 		return 0, false
 	}
-	suppressed := refusalLog.suppressed
-	refusalLog.last, refusalLog.suppressed = now, 0
+	suppressed := l.suppressed
+	l.last, l.suppressed = now, 0
 	return suppressed, true
 }
 
 // refused logs a refusal; the probe point fires where it is decided.
 func (c *core) refused(kind allocKind, size uint64, device int, used, quota uint64) {
-	suppressed, ok := allowWarning()
+	suppressed, ok := c.refusals.allow()
 	if !ok {
 		return
 	}

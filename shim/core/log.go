@@ -1,9 +1,12 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/sirupsen/logrus"
 
@@ -38,16 +41,37 @@ func newLogger(w io.Writer, format config.Format, level config.Level) *logrus.Lo
 }
 
 // openLog builds the configured logger. Nothing is written to disk unless
-// SPILLWAY_LOG_FILE asks for it.
+// SPILLWAY_LOG_FILE asks for it. The file is opened and written without
+// ever waiting: a FIFO without a reader (ENXIO) means standard error, and
+// a line that a full pipe cannot take is dropped.
 func openLog(cfg config.Config) (*logrus.Logger, error) {
-	var w io.Writer = os.Stderr
-	if cfg.LogFile != "" {
-		f, err := os.OpenFile(cfg.LogFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return newLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel),
-				fmt.Errorf("invalid %s=%q: %w (valid example: %s=/tmp/spillway.log)", config.EnvLogFile, cfg.LogFile, err, config.EnvLogFile)
-		}
-		w = f
+	if cfg.LogFile == "" {
+		return newLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel), nil
 	}
-	return newLogger(w, cfg.LogFormat, cfg.LogLevel), nil
+	fd, err := unix.Open(cfg.LogFile, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o644)
+	if errors.Is(err, unix.ENXIO) {
+		l := newLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel)
+		l.Warnf("%s=%s is a FIFO that nobody reads: logging to standard error instead", config.EnvLogFile, cfg.LogFile)
+		return l, nil
+	}
+	if err != nil {
+		return newLogger(os.Stderr, cfg.LogFormat, cfg.LogLevel),
+			fmt.Errorf("invalid %s=%q: %w (valid example: %s=/tmp/spillway.log)", config.EnvLogFile, cfg.LogFile, err, config.EnvLogFile)
+	}
+	return newLogger(nonBlocking(fd), cfg.LogFormat, cfg.LogLevel), nil
+}
+
+// nonBlocking writes to a descriptor opened with O_NONBLOCK, dropping what
+// a full pipe cannot take rather than waiting for its reader.
+type nonBlocking int
+
+func (w nonBlocking) Write(b []byte) (int, error) {
+	n, err := unix.Write(int(w), b)
+	if errors.Is(err, unix.EAGAIN) {
+		return len(b), nil
+	}
+	if err != nil {
+		return max(n, 0), fmt.Errorf("writing the log: %w", err)
+	}
+	return n, nil
 }

@@ -51,6 +51,8 @@ type realRuntime interface {
 	DeviceSynchronize() interpose.Error
 	StreamSynchronize(s interpose.Stream) interpose.Error
 	StreamDestroy(s interpose.Stream) interpose.Error
+	StreamQuery(s interpose.Stream) interpose.Error
+	StreamIsCapturing(s interpose.Stream) (interpose.CaptureStatus, interpose.Error)
 	EventCreate(flags uint32) (interpose.Event, interpose.Error)
 	EventRecord(e interpose.Event, s interpose.Stream) interpose.Error
 	EventQuery(e interpose.Event) interpose.Error
@@ -99,10 +101,18 @@ type memory struct {
 	log     *logrus.Logger
 	refused refusalFunc
 
-	mu      sync.Mutex // creating and dropping devices
+	// mu serializes creating and dropping devices: a cudaDeviceReset holds
+	// it from closing the device's pool to the real reset, so no thread
+	// builds a new pool whose memory the reset would destroy.
+	mu      sync.Mutex
 	devices [maxDevices]atomic.Pointer[device]
-	live    atomic.Pointer[[]*device] // the devices in use, by ordinal: the free path's search list
-	warned  atomic.Bool               // the managed-to-pinned fallback was logged
+	live    atomic.Pointer[[]*device] // the devices in use, by ordinal
+	index   *addrIndex                // the device of every address the core holds: the free path's lookup
+	streams streamSet                 // the application's streams known valid
+	// One limiter per kind of warning, so that one kind never hides another.
+	spillWarn, hostLimitWarn, releaseWarn, backingWarn, earlyWarn limiter
+	earlyDropped                                                  atomic.Uint64 // allocations passed through while the core started and not counted
+	warned                                                        atomic.Bool   // the managed-to-pinned fallback was logged
 }
 
 // maxDevices bounds device ordinals, as config does for SPILLWAY_MEMORY_LIMIT_<n>.
@@ -121,7 +131,7 @@ func charge(size uint64) uint64 {
 }
 
 func newMemory(rt realRuntime, on onDevice, cfg config.Config, probes probeSink, log *logrus.Logger, refused refusalFunc) *memory {
-	m := &memory{rt: rt, on: on, cfg: cfg, probes: probes, log: log, refused: refused}
+	m := &memory{rt: rt, on: on, cfg: cfg, probes: probes, log: log, refused: refused, index: newAddrIndex()}
 	m.live.Store(&[]*device{})
 	return m
 }
@@ -137,6 +147,14 @@ type device struct {
 	err     error // why there is no pool (an invalid pool setting for this device)
 	acct    *account
 	pci     *stat.PCILocation // where it sits, for spillway stat; nil when unknown
+	// outside orders the memory held outside the pool against a reset:
+	// its calls hold it for reading, cudaDeviceReset for writing, after
+	// which reset is true and the device is no longer used.
+	outside sync.RWMutex
+	reset   bool
+	// failedReleases counts the memory the runtime refused to free: it stays
+	// allocated (and counted), and is reported.
+	failedReleases atomic.Uint64
 }
 
 // account is one device's bytes against its quota: what the pool holds
@@ -272,8 +290,9 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	} else if m.cfg.Oversubscribe && !m.managedSupported(rt, ordinal) {
 		opt.SpillTier = pool.TierPinned
 	}
-	opt.Observer = &observer{d: d, probes: m.probes, log: m.log}
-	d.back = newBacking(rt, ordinal, d.acct)
+	opt.Observer = &observer{d: d, probes: m.probes, failed: m.backingFailed(d)}
+	d.back = newBacking(rt, d, m.index)
+	d.back.releaseFailed = m.releaseFailed(d)
 	p, err := pool.New(d.back, opt)
 	if err != nil {
 		d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
@@ -287,6 +306,27 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	d.pool = p
 	m.log.Debugf("device %d: quota %d bytes (configured: %v), pool %v", ordinal, d.quota, d.limited, m.cfg.Pool)
 	return d, interpose.Success
+}
+
+// releaseFailed returns what d's backing calls when the runtime refuses to
+// free memory: counted, and warned about at most once a second.
+func (m *memory) releaseFailed(d *device) func(error) {
+	return func(err error) {
+		d.failedReleases.Add(1)
+		if suppressed, ok := m.releaseWarn.allow(); ok {
+			m.log.WithField("suppressed", suppressed).Warnf("device %d: %v; the memory stays allocated and counted against the quota", d.ordinal, err)
+		}
+	}
+}
+
+// backingFailed returns what d's pool observer calls for a backing failure
+// that did not fail the call that met it (the pool counts it in its stats).
+func (m *memory) backingFailed(d *device) func(error) {
+	return func(err error) {
+		if suppressed, ok := m.backingWarn.allow(); ok {
+			m.log.WithField("suppressed", suppressed).Warnf("device %d: %v", d.ordinal, err)
+		}
+	}
 }
 
 // managedSupported asks the device; a device without managed memory gets
@@ -329,28 +369,46 @@ func cudaError(err error) interpose.Error {
 }
 
 // malloc serves an allocation; the pool's observer fires the probe points.
+// A pool closed under it by a cudaDeviceReset on another thread is
+// replaced: the call waits for the reset and uses the new pool.
 func (m *memory) malloc(r request) (interpose.DevicePtr, interpose.Error) {
-	d, rc := m.device(r.device)
-	if rc != interpose.Success {
-		return 0, rc
+	for {
+		d, rc := m.device(r.device)
+		if rc != interpose.Success {
+			return 0, rc
+		}
+		if d.pool == nil {
+			return 0, interpose.ErrorInitialization
+		}
+		if r.kind == kindManaged {
+			return m.mallocManaged(d, r)
+		}
+		var p uint64
+		var err error
+		if r.kind == kindAsync {
+			if rc := m.checkStream(d, r.stream); rc != interpose.Success {
+				return 0, rc
+			}
+			p, err = d.pool.AllocAsync(r.size, stream(r.stream))
+		} else {
+			p, err = d.pool.Alloc(r.size)
+		}
+		if errors.Is(err, pool.ErrClosed) {
+			m.awaitReset()
+			continue
+		}
+		if err != nil {
+			return 0, m.failed(d, r.kind, r.size, err)
+		}
+		return interpose.DevicePtr(p), interpose.Success
 	}
-	if d.pool == nil {
-		return 0, interpose.ErrorInitialization
-	}
-	if r.kind == kindManaged {
-		return m.mallocManaged(d, r)
-	}
-	var p uint64
-	var err error
-	if r.kind == kindAsync {
-		p, err = d.pool.AllocAsync(r.size, stream(r.stream))
-	} else {
-		p, err = d.pool.Alloc(r.size)
-	}
-	if err != nil {
-		return 0, m.failed(d, r.kind, r.size, err)
-	}
-	return interpose.DevicePtr(p), interpose.Success
+}
+
+// awaitReset returns once a cudaDeviceReset in progress is over: the
+// reset holds m.mu throughout.
+func (m *memory) awaitReset() {
+	m.mu.Lock()
+	m.mu.Unlock()
 }
 
 // failed logs a refusal (the probe point fired in the pool's observer) and
@@ -359,7 +417,7 @@ func (m *memory) failed(d *device, kind allocKind, size uint64, err error) inter
 	rc := cudaError(err)
 	var spill *spillError
 	if errors.As(err, &spill) {
-		if suppressed, ok := allowWarning(); ok {
+		if suppressed, ok := m.spillWarn.allow(); ok {
 			m.log.WithField("suppressed", suppressed).Warnf("%s of %s on device %d failed: the quota is full and %v", kind, config.FormatBytes(size), d.ordinal, spill)
 		}
 	} else if errors.Is(err, pool.ErrHostLimit) {
@@ -374,6 +432,13 @@ func (m *memory) failed(d *device, kind allocKind, size uint64, err error) inter
 // mallocManaged passes the application's own managed memory through,
 // counted against the quota like device memory.
 func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, interpose.Error) {
+	d.outside.RLock()
+	if d.reset {
+		d.outside.RUnlock()
+		m.awaitReset()
+		return m.malloc(r)
+	}
+	defer d.outside.RUnlock()
 	size := charge(r.size)
 	if !d.acct.take(size, true) {
 		used := d.acct.used()
@@ -389,6 +454,7 @@ func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, inter
 	d.acct.mu.Lock()
 	d.acct.extBlocks[p] = extBlock{size, interpose.TierHostManaged}
 	d.acct.mu.Unlock()
+	m.index.add(uint64(p), size, d)
 	// No other thread can free p before this call returns it: the event
 	// cannot be overtaken by p's free.
 	m.probes.Alloc(p, size, d.ordinal, interpose.TierHostManaged, interpose.SourcePassThrough)
@@ -403,7 +469,7 @@ func (m *memory) mallocPitch(device int, width, height uint64) (interpose.Device
 	}
 	pitch := charge(width)
 	if pitch < width || height > ^uint64(0)/pitch {
-		return 0, 0, interpose.ErrorInvalidValue
+		return 0, 0, interpose.ErrorMemoryAllocation // as CUDA answers a size it cannot represent
 	}
 	p, rc := m.malloc(request{device: device, size: pitch * height, kind: kindPitch})
 	if rc != interpose.Success {
@@ -412,16 +478,26 @@ func (m *memory) mallocPitch(device int, width, height uint64) (interpose.Device
 	return p, pitch, interpose.Success
 }
 
-// free releases p. A pointer no pool owns is looked up among the memory
-// held outside the pools, then goes to the real runtime as is, which gives
-// CUDA's own answer (NULL, memory from a path the shim does not see).
+// free releases p. The address index names the device holding p: its pool
+// frees it, or else the memory held outside the pool; a pointer the core
+// does not hold goes to the real runtime as is, which gives CUDA's own
+// answer (memory from a path the shim does not see, an invalid pointer).
 // The pool's observer fires the free probe point, under the pool's lock and
 // before the memory is released.
 func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
-	for _, d := range *m.live.Load() {
-		if d.pool == nil {
-			continue
+	if p == 0 {
+		return interpose.Success
+	}
+	d := m.index.find(uint64(p))
+	if d == nil {
+		return m.realFreeUnknown(p, s, async)
+	}
+	if async {
+		if rc := m.checkStream(d, s); rc != interpose.Success {
+			return rc
 		}
+	}
+	if d.pool != nil {
 		var err error
 		if async {
 			err = d.pool.FreeAsync(uint64(p), stream(s))
@@ -432,43 +508,50 @@ func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) int
 		case err == nil:
 			return interpose.Success
 		case errors.Is(err, pool.ErrNotOwned):
-			continue
 		case errors.Is(err, pool.ErrInvalidFree), errors.Is(err, pool.ErrClosed):
 			return interpose.ErrorInvalidValue
+		default:
+			return cudaError(err) // freed by the pool, released with an error
 		}
-		return cudaError(err) // freed by the pool, released with an error
 	}
-	return m.freeOutside(p, s, async)
+	return m.freeOutside(d, p, s, async)
 }
 
-// freeOutside frees memory held outside the pools. Its free probe fires
-// before the real free, for the same reason as the pool's; a real free that
-// fails leaves the block allocated, and an alloc probe says so again.
-func (m *memory) freeOutside(p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
-	for _, d := range *m.live.Load() {
-		d.acct.mu.Lock()
-		e, ok := d.acct.extBlocks[p]
-		delete(d.acct.extBlocks, p)
-		d.acct.mu.Unlock()
-		if !ok {
-			continue
-		}
-		m.probes.Free(p, e.size, d.ordinal, e.tier)
-		rc := m.realFree(d, p, s, async)
-		if rc != interpose.Success {
-			d.acct.mu.Lock()
-			d.acct.extBlocks[p] = e // still allocated as far as CUDA is concerned
-			d.acct.mu.Unlock()
-			m.probes.Alloc(p, e.size, d.ordinal, e.tier, interpose.SourcePassThrough)
-			return rc
-		}
-		d.acct.give(e.size, true)
-		return interpose.Success
-	}
+// realFreeUnknown passes the free of a pointer the core does not hold to
+// the runtime.
+func (m *memory) realFreeUnknown(p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
 	if async {
 		return m.rt.FreeAsync(p, asyncStream(pool.Stream(s)))
 	}
 	return m.rt.Free(p)
+}
+
+// freeOutside frees memory of d held outside its pool. Its free probe fires
+// before the real free, for the same reason as the pool's; a real free that
+// fails leaves the block allocated, and an alloc probe says so again.
+func (m *memory) freeOutside(d *device, p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
+	d.outside.RLock()
+	defer d.outside.RUnlock()
+	d.acct.mu.Lock()
+	e, ok := d.acct.extBlocks[p]
+	delete(d.acct.extBlocks, p)
+	d.acct.mu.Unlock()
+	if !ok || d.reset {
+		return m.realFreeUnknown(p, s, async)
+	}
+	m.probes.Free(p, e.size, d.ordinal, e.tier)
+	m.index.remove(uint64(p), d)
+	rc := m.realFree(d, p, s, async)
+	if rc != interpose.Success {
+		d.acct.mu.Lock()
+		d.acct.extBlocks[p] = e // still allocated as far as CUDA is concerned
+		d.acct.mu.Unlock()
+		m.index.add(uint64(p), e.size, d)
+		m.probes.Alloc(p, e.size, d.ordinal, e.tier, interpose.SourcePassThrough)
+		return rc
+	}
+	d.acct.give(e.size, true)
+	return interpose.Success
 }
 
 // realFree frees memory of d outside its pool. cudaFree synchronizes the
@@ -521,20 +604,26 @@ func (m *memory) memGetInfo(ordinal int) (free, total uint64, rc interpose.Error
 	return min(min(left, free)+cached, d.quota), d.quota, interpose.Success
 }
 
-// deviceReset drops the device's pool (closing it releases its memory)
-// before the runtime destroys every allocation; the next allocation creates
-// a new one.
+// deviceReset drops the device's pool (closing it releases its memory) and
+// resets the device, holding m.mu from before the close to after the real
+// reset: a thread allocating meanwhile waits and then builds a new pool on
+// the reset device, so no pool holds memory the reset destroyed, and
+// nothing of the old device stays charged.
 func (m *memory) deviceReset(ordinal int) interpose.Error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
 	if d := m.existing(ordinal); d != nil {
-		m.mu.Lock()
 		m.devices[ordinal].Store(nil)
 		m.refreshLive()
-		m.mu.Unlock()
 		if d.pool != nil {
 			if err := d.pool.Close(); err != nil {
 				m.log.Debugf("closing the pool of device %d before cudaDeviceReset: %v", ordinal, err)
 			}
 		}
+		d.outside.Lock()
+		d.reset = true
+		d.outside.Unlock()
+		m.index.removeDevice(d)
 	}
 	return m.rt.DeviceReset()
 }
@@ -555,12 +644,18 @@ func (m *memory) deviceSynchronize(ordinal int) interpose.Error {
 	return rc
 }
 
-// streamDestroy makes the pools forget the stream before it goes away.
+// streamDestroy makes the pools forget the stream before it goes away. A
+// per-thread identity (perThreadBit) is retired by the front when its
+// thread exits: the pools forget it, and there is no real stream to destroy.
 func (m *memory) streamDestroy(s interpose.Stream) interpose.Error {
+	m.streams.forget(s)
 	for _, d := range *m.live.Load() {
 		if d.pool != nil {
 			d.pool.ForgetStream(stream(s))
 		}
+	}
+	if s&perThreadBit != 0 {
+		return interpose.Success
 	}
 	return m.rt.StreamDestroy(s)
 }
@@ -570,6 +665,10 @@ func (m *memory) streamDestroy(s interpose.Stream) interpose.Error {
 func (m *memory) adopt(p interpose.DevicePtr, size uint64, ordinal int) {
 	d, rc := m.device(ordinal)
 	if rc != interpose.Success {
+		n := m.earlyDropped.Add(1)
+		if suppressed, ok := m.earlyWarn.allow(); ok {
+			m.log.WithField("suppressed", suppressed).Warnf("an allocation of %d bytes at %#x made while the core started on device %d cannot be counted against the quota (%v); %d such so far", size, uint64(p), ordinal, rc, n)
+		}
 		return
 	}
 	size = charge(size)
@@ -577,6 +676,7 @@ func (m *memory) adopt(p interpose.DevicePtr, size uint64, ordinal int) {
 	d.acct.ext += size
 	d.acct.extBlocks[p] = extBlock{size, interpose.TierDevice}
 	d.acct.mu.Unlock()
+	m.index.add(uint64(p), size, d)
 }
 
 // report writes one line of pool statistics per device in use.
@@ -587,11 +687,62 @@ func (m *memory) report(w io.Writer, format config.Format) {
 			continue
 		}
 		st := d.pool.Stats()
-		line := fmt.Sprintf("device %d: %s", d.ordinal, st)
+		line := fmt.Sprintf("device %d: %s backing_errors=%d failed_releases=%d", d.ordinal, st, st.BackingErrors, d.failedReleases.Load())
 		if format == config.FormatJSON {
-			w.Write(reportJSON(d.ordinal, st))
+			w.Write(reportJSON(d.ordinal, line))
 		} else {
 			fmt.Fprintf(w, "spillway: %s\n", line)
 		}
 	}
+}
+
+// streamSet holds the application's streams found valid, each checked once
+// with a real call and remembered until it is destroyed.
+type streamSet struct {
+	mu    sync.RWMutex
+	valid map[interpose.Stream]struct{}
+}
+
+func (ss *streamSet) has(s interpose.Stream) bool {
+	ss.mu.RLock()
+	_, ok := ss.valid[s]
+	ss.mu.RUnlock()
+	return ok
+}
+
+func (ss *streamSet) add(s interpose.Stream) {
+	ss.mu.Lock()
+	if ss.valid == nil {
+		ss.valid = map[interpose.Stream]struct{}{}
+	}
+	ss.valid[s] = struct{}{}
+	ss.mu.Unlock()
+}
+
+func (ss *streamSet) forget(s interpose.Stream) {
+	ss.mu.Lock()
+	delete(ss.valid, s)
+	ss.mu.Unlock()
+}
+
+// checkStream answers cudaErrorInvalidResourceHandle for a stream that is
+// not valid (never created, or destroyed), as cudaMallocAsync and
+// cudaFreeAsync do. The default streams are always valid. The check asks
+// cudaStreamIsCapturing, which a capturing stream allows, or else
+// cudaStreamQuery; a runtime with neither is trusted.
+func (m *memory) checkStream(d *device, s interpose.Stream) interpose.Error {
+	if s == 0 || s == interpose.StreamLegacy || s == interpose.StreamPerThread || s&perThreadBit != 0 || m.streams.has(s) {
+		return interpose.Success
+	}
+	_, rc := d.back.rt.StreamIsCapturing(s)
+	if rc == interpose.ErrorSymbolNotFound {
+		rc = d.back.rt.StreamQuery(s)
+	}
+	switch rc {
+	case interpose.ErrorInvalidResourceHandle:
+		return rc
+	case interpose.Success, interpose.ErrorNotReady:
+		m.streams.add(s)
+	}
+	return interpose.Success
 }

@@ -1,12 +1,15 @@
 package main
 
 import (
+	"errors"
 	"io"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/interpose"
+	"github.com/spillway-gpu/spillway/pool"
 	"github.com/spillway-gpu/spillway/shim/config"
 )
 
@@ -19,9 +22,15 @@ type fakeRuntime struct {
 	next      interpose.DevicePtr
 	live      map[interpose.DevicePtr]fakeAlloc
 	failNext  interpose.Error
+	failFree  interpose.Error // the next release fails with it
+	failSync  interpose.Error // the next cudaStreamSynchronize fails with it
 	noManaged bool
 	events    int // live events
 	calls     map[string]int
+	invalid   map[interpose.Stream]bool // streams never created or destroyed
+	capturing map[interpose.Stream]bool // streams capturing a graph
+	recorded  map[interpose.Stream]int  // events recorded, by stream
+	queried   map[interpose.Stream]int  // cudaStreamIsCapturing calls, by stream
 }
 
 type fakeAlloc struct {
@@ -31,7 +40,8 @@ type fakeAlloc struct {
 }
 
 func newFake(capacity uint64) *fakeRuntime {
-	return &fakeRuntime{capacity: capacity, next: 0x100000, live: map[interpose.DevicePtr]fakeAlloc{}, calls: map[string]int{}}
+	return &fakeRuntime{capacity: capacity, next: 0x100000, live: map[interpose.DevicePtr]fakeAlloc{}, calls: map[string]int{},
+		invalid: map[interpose.Stream]bool{}, capturing: map[interpose.Stream]bool{}, recorded: map[interpose.Stream]int{}, queried: map[interpose.Stream]int{}}
 }
 
 func (f *fakeRuntime) alloc(size uint64, kind string) (interpose.DevicePtr, interpose.Error) {
@@ -69,6 +79,10 @@ func (f *fakeRuntime) release(p interpose.DevicePtr, kind string) interpose.Erro
 	if p == 0 {
 		return interpose.Success
 	}
+	if rc := f.failFree; rc != interpose.Success {
+		f.failFree = interpose.Success
+		return rc
+	}
 	a, ok := f.live[p]
 	if !ok || (a.kind == "pinned") != (kind == "pinned") {
 		return interpose.ErrorInvalidValue
@@ -95,16 +109,51 @@ func (f *fakeRuntime) DeviceReset() interpose.Error {
 	f.used = 0
 	return interpose.Success
 }
-func (f *fakeRuntime) DeviceSynchronize() interpose.Error                 { return interpose.Success }
-func (f *fakeRuntime) StreamSynchronize(interpose.Stream) interpose.Error { return interpose.Success }
-func (f *fakeRuntime) StreamDestroy(interpose.Stream) interpose.Error     { return interpose.Success }
+func (f *fakeRuntime) DeviceSynchronize() interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls["sync"]++
+	return interpose.Success
+}
+func (f *fakeRuntime) StreamSynchronize(interpose.Stream) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	rc := f.failSync
+	f.failSync = interpose.Success
+	return rc
+}
+func (f *fakeRuntime) StreamDestroy(s interpose.Stream) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.invalid[s] = true
+	return interpose.Success
+}
+func (f *fakeRuntime) StreamQuery(s interpose.Stream) interpose.Error {
+	_, rc := f.StreamIsCapturing(s)
+	return rc
+}
+func (f *fakeRuntime) StreamIsCapturing(s interpose.Stream) (interpose.CaptureStatus, interpose.Error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queried[s]++
+	if f.invalid[s] {
+		return interpose.CaptureNone, interpose.ErrorInvalidResourceHandle
+	}
+	if f.capturing[s] {
+		return interpose.CaptureActive, interpose.Success
+	}
+	return interpose.CaptureNone, interpose.Success
+}
 func (f *fakeRuntime) EventCreate(uint32) (interpose.Event, interpose.Error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.events++
 	return interpose.Event(f.events), interpose.Success
 }
-func (f *fakeRuntime) EventRecord(interpose.Event, interpose.Stream) interpose.Error {
+func (f *fakeRuntime) EventRecord(_ interpose.Event, s interpose.Stream) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.recorded[s]++
 	return interpose.Success
 }
 func (f *fakeRuntime) EventQuery(interpose.Event) interpose.Error       { return interpose.Success }
@@ -137,10 +186,17 @@ func (f *fakeRuntime) MemAdvise(interpose.DevicePtr, uint64, interpose.Advice, i
 func (f *fakeRuntime) MemPrefetchAsync(p interpose.DevicePtr, _ uint64, device int, _ interpose.Stream) interpose.Error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	a := f.live[p]
-	if device >= 0 && !a.onDevice {
+	a, ok := f.live[p]
+	switch {
+	case !ok:
+	case device >= 0 && !a.onDevice:
 		a.onDevice = true
 		f.used += a.size
+	case device < 0 && a.onDevice:
+		a.onDevice = false
+		f.used -= a.size
+	}
+	if ok {
 		f.live[p] = a
 	}
 	return interpose.Success
@@ -212,7 +268,7 @@ type testMemory struct {
 	logged   *strings.Builder
 }
 
-func newTestMemory(t *testing.T, rt realRuntime, env ...string) testMemory {
+func newTestMemory(t testing.TB, rt realRuntime, env ...string) testMemory {
 	t.Helper()
 	cfg, err := config.Parse(env)
 	if err != nil {
@@ -538,5 +594,276 @@ func TestManagedWithoutQuotaMayExceedTheDevice(t *testing.T) {
 	}
 	if _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.Success {
 		t.Errorf("device memory beside it: %v", rc)
+	}
+}
+
+// BenchmarkPairOnLastDevice measures a cudaMalloc/cudaFree pair on device 7
+// while devices 0-6 are in use too: the free must find its device without
+// trying the others' pools.
+func BenchmarkPairOnLastDevice(b *testing.B) {
+	m := newTestMemory(b, newFake(1<<40), "SPILLWAY_MEMORY_LIMIT=1GiB")
+	for d := range 8 {
+		if _, rc := m.malloc(request{device: d, size: 4096}); rc != interpose.Success {
+			b.Fatal(rc)
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		p, rc := m.malloc(request{device: 7, size: 4096})
+		if rc != interpose.Success {
+			b.Fatal(rc)
+		}
+		if rc := m.free(p, 0, false); rc != interpose.Success {
+			b.Fatal(rc)
+		}
+	}
+}
+
+// A cudaDeviceReset racing with allocations on other threads: no pool may
+// hold memory the reset destroyed, and what stays charged is what the
+// device really holds.
+func TestDeviceResetRacesWithAllocations(t *testing.T) {
+	rt := newFake(1 << 40)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var held []interpose.DevicePtr
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					for _, p := range held {
+						m.free(p, 0, false)
+					}
+					return
+				default:
+				}
+				kind := kindDevice
+				if i%5 == 0 {
+					kind = kindManaged
+				}
+				if p, rc := m.malloc(request{size: uint64(4096 + (g*31+i)%64*8192), kind: kind}); rc == interpose.Success {
+					held = append(held, p)
+				}
+				if len(held) > 8 {
+					m.free(held[0], 0, false)
+					held = held[1:]
+				}
+			}
+		}()
+	}
+	for range 300 {
+		before := rt.count("device") + rt.count("managed")
+		for rt.count("device")+rt.count("managed") < before+3 {
+			runtime.Gosched()
+		}
+		if rc := m.deviceReset(0); rc != interpose.Success {
+			t.Fatal(rc)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	d := m.existing(0)
+	if d == nil {
+		return
+	}
+	rt.mu.Lock()
+	used := rt.used
+	rt.mu.Unlock()
+	if st := d.pool.Stats(); d.acct.used() != used || st.ReservedBytes != d.acct.pool {
+		t.Errorf("the device holds %d bytes, the account %d (pool %d), the pool reserved %d", used, d.acct.used(), d.acct.pool, st.ReservedBytes)
+	}
+}
+
+// A spilled block freed in stream order holds no device bytes: making room
+// for a reservation must not count on it (it once indexed an empty list).
+func TestMakeRoomWithSpilledStreamFree(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_OVERSUBSCRIBE=1")
+	// The application's managed memory holds most of the quota.
+	if _, rc := m.malloc(request{size: 768 << 10, kind: kindManaged}); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	spilled, rc := m.malloc(request{size: 512 << 10})
+	if rc != interpose.Success || m.probes.spills != 1 {
+		t.Fatalf("no spill: %v", rc)
+	}
+	if rc := m.free(spilled, 7, true); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if _, rc := m.malloc(request{size: 512 << 10}); rc != interpose.Success || m.probes.spills != 2 {
+		t.Errorf("spilled again after a stream-ordered free: %v, %d spills", rc, m.probes.spills)
+	}
+}
+
+// Return codes as CUDA's: an invalid or destroyed stream, a pitched size
+// that overflows.
+func TestReturnCodesAsCUDA(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB")
+	const bogus, s = interpose.Stream(0xbad0), interpose.Stream(0x5000)
+	rt.invalid[bogus] = true
+	if _, rc := m.malloc(request{size: 4096, kind: kindAsync, stream: bogus}); rc != interpose.ErrorInvalidResourceHandle {
+		t.Errorf("cudaMallocAsync on an invalid stream: %v", rc)
+	}
+	p, rc := m.malloc(request{size: 4096, kind: kindAsync, stream: s})
+	if rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	m.streamDestroy(s)
+	if rc := m.free(p, s, true); rc != interpose.ErrorInvalidResourceHandle {
+		t.Errorf("cudaFreeAsync on a destroyed stream: %v", rc)
+	}
+	if rc := m.free(p, 0, true); rc != interpose.Success {
+		t.Errorf("the block is still allocated after the refused free: %v", rc)
+	}
+	for range 3 {
+		q, _ := m.malloc(request{size: 4096, kind: kindAsync, stream: 0x6000})
+		m.free(q, 0x6000, true)
+	}
+	// Each marker recorded asked too, before recording.
+	if n := rt.queried[0x6000] - rt.recorded[0x6000]; n != 1 {
+		t.Errorf("a valid stream checked %d times, want once", n)
+	}
+	if _, _, rc := m.mallocPitch(0, 1<<40, 1<<40); rc != interpose.ErrorMemoryAllocation {
+		t.Errorf("cudaMallocPitch with width*height overflowing: %v", rc)
+	}
+}
+
+// While a stream captures a graph, the backing neither synchronizes nor
+// records a marker there: it answers pool.ErrStreamCapture.
+func TestNoSyncNorMarkerDuringCapture(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB")
+	const s = interpose.Stream(0x7000)
+	a, _ := m.malloc(request{size: 4096, kind: kindAsync, stream: s})
+	m.malloc(request{size: 4096, kind: kindAsync, stream: s}) // keeps the segment
+	rt.capturing[s], rt.capturing[0] = true, true
+	if rc := m.free(a, s, true); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rt.recorded[s] != 0 {
+		t.Errorf("%d events recorded on a capturing stream", rt.recorded[s])
+	}
+	d := m.existing(0)
+	if err := d.back.Synchronize(); !errors.Is(err, pool.ErrStreamCapture) || rt.count("sync") != 0 {
+		t.Errorf("synchronize during capture: %v, %d device synchronizations", err, rt.count("sync"))
+	}
+	if _, err := d.back.RecordMarker(pool.Stream(s)); !errors.Is(err, pool.ErrStreamCapture) {
+		t.Errorf("marker during capture: %v", err)
+	}
+	delete(rt.capturing, s)
+	delete(rt.capturing, 0)
+	if err := d.back.Synchronize(); err != nil || rt.count("sync") != 1 {
+		t.Errorf("synchronize after the capture: %v", err)
+	}
+}
+
+// A thread's per-thread identity, retired at the thread's exit, is
+// forgotten by the pools and never reaches the real cudaStreamDestroy.
+func TestRetirePerThreadIdentity(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB")
+	const self = interpose.Stream(perThreadBit | 5)
+	a, _ := m.malloc(request{size: 4096, kind: kindAsync, stream: self})
+	m.malloc(request{size: 4096}) // keeps the segment
+	if rc := m.free(a, self, true); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.streamDestroy(self); rc != interpose.Success || rt.invalid[self] {
+		t.Errorf("retiring a per-thread identity: %v, real cudaStreamDestroy called %v", rc, rt.invalid[self])
+	}
+	// Its freed block now waits for a synchronization like any cudaFree'd one.
+	m.deviceSynchronize(0)
+	if b, rc := m.malloc(request{size: 4096}); rc != interpose.Success || b != a {
+		t.Errorf("the retired identity's block is not reused: %#x vs %#x %v", uint64(b), uint64(a), rc)
+	}
+}
+
+// Failures nobody would see otherwise are counted in the report line and
+// warned about: a release the runtime refuses, an allocation made while the
+// core started that cannot be counted.
+func TestFailuresReportedAndWarned(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_POOL_RELEASE_THRESHOLD=0")
+	a, _ := m.malloc(request{size: 4096})
+	m.free(a, 0, false)
+	rt.failFree = interpose.ErrorUnknown
+	m.deviceSynchronize(0) // releases the empty segment, which fails
+	var report strings.Builder
+	m.report(&report, config.FormatText)
+	if !strings.Contains(report.String(), " backing_errors=1 failed_releases=1") {
+		t.Errorf("report: %q", report.String())
+	}
+	m.adopt(0x9000, 4096, -1)
+	if log := m.logged.String(); !strings.Contains(log, "stays allocated") || !strings.Contains(log, "cannot be counted") {
+		t.Errorf("warnings: %q", log)
+	}
+}
+
+func TestLimiterPerKind(t *testing.T) {
+	var a, b limiter
+	if _, ok := a.allow(); !ok {
+		t.Fatal("the first warning is held back")
+	}
+	if _, ok := a.allow(); ok {
+		t.Error("a second warning within the interval passes")
+	}
+	if _, ok := b.allow(); !ok {
+		t.Error("one kind's warning holds back another's")
+	}
+}
+
+// A promotion whose wait fails moves the block back to the host, or keeps
+// its bytes counted: the device never holds more than the quota.
+func TestFailedPromotionKeepsTheQuota(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_OVERSUBSCRIBE=1")
+	a, _ := m.malloc(request{size: 768 << 10})
+	s, rc := m.malloc(request{size: 768 << 10})
+	if rc != interpose.Success || m.probes.spills != 1 {
+		t.Fatalf("no spill: %v", rc)
+	}
+	m.free(a, 0, false)
+	rt.failSync = interpose.ErrorUnknown
+	m.deviceSynchronize(0) // the promotion of s fails in its wait
+	if st := m.existing(0).pool.Stats(); st.PromotedBytes != 0 {
+		t.Fatalf("promoted although the wait failed: %v", st)
+	}
+	if _, rc := m.malloc(request{size: 768 << 10}); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	rt.mu.Lock()
+	used := rt.used
+	rt.mu.Unlock()
+	if used > 1<<20 {
+		t.Errorf("the device holds %d bytes under a 1 MiB quota", used)
+	}
+	if rc := m.free(s, 0, false); rc != interpose.Success {
+		t.Error(rc)
+	}
+}
+
+// One rounding rule: a request that fits by cudaMemGetInfo's free figure is
+// served, whatever the quota (which sets the pool's segment sizes).
+func TestRequestThatFitsByFreeIsServed(t *testing.T) {
+	const size = 1000001
+	for _, quota := range []string{"8MiB", "32MiB", "64MiB", "100MiB", "1GiB"} {
+		for _, env := range [][]string{nil, {"SPILLWAY_POOL=0"}} {
+			m := newTestMemory(t, newFake(1<<34), append(env, "SPILLWAY_MEMORY_LIMIT="+quota)...)
+			for i := 0; ; i++ {
+				free, _, _ := m.memGetInfo(0)
+				if free < size {
+					break
+				}
+				if _, rc := m.malloc(request{size: size}); rc != interpose.Success {
+					t.Errorf("quota %s %v: request %d of %d bytes refused with %d bytes free: %v", quota, env, i, size, free, rc)
+					break
+				}
+			}
+		}
 	}
 }

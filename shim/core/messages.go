@@ -8,7 +8,6 @@ import (
 
 	"github.com/sirupsen/logrus"
 
-	"github.com/spillway-gpu/spillway/pool"
 	"github.com/spillway-gpu/spillway/shim/config"
 )
 
@@ -22,7 +21,7 @@ func refusalMessage(kind allocKind, size uint64, device int, used, quota uint64)
 // hostLimitRefused logs a request refused because spilling it would pass
 // the host limit: the limit reached is SPILLWAY_HOST_LIMIT, not the quota.
 func (m *memory) hostLimitRefused(d *device, kind allocKind, size uint64) {
-	suppressed, ok := allowWarning()
+	suppressed, ok := m.hostLimitWarn.allow()
 	if !ok {
 		return
 	}
@@ -36,10 +35,10 @@ func (m *memory) hostLimitRefused(d *device, kind allocKind, size uint64) {
 }
 
 // reportJSON is a SPILLWAY_REPORT line in the JSON log format: the line as
-// msg, and each figure as a field of its own.
-func reportJSON(device int, st pool.Stats) []byte {
-	obj := map[string]any{"level": "info", "device": device, "msg": fmt.Sprintf("device %d: %s", device, st)}
-	for _, kv := range strings.Fields(st.String()) {
+// msg, and each of its figures (name=value) as a field of its own.
+func reportJSON(device int, line string) []byte {
+	obj := map[string]any{"level": "info", "device": device, "msg": line}
+	for _, kv := range strings.Fields(line) {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			if n, err := strconv.ParseUint(v, 10, 64); err == nil {
 				obj[k] = n

@@ -15,9 +15,10 @@
  *     not survive fork): the child passes straight through to the real
  *     runtime and gets CUDA's own answer;
  *   - re-entrantly (the real runtime calling an interposed name);
- *   - while the core is starting: another thread waits a bounded time, then
- *     is served here (passed through, remembered in a small ledger that the
- *     core adopts), so a call from a library constructor cannot deadlock;
+ *   - while the core is starting: another thread waits a bounded time, then,
+ *     so that a call from a library constructor cannot deadlock, fails
+ *     closed with a quota configured, or without one is served here (passed
+ *     through, remembered in a small ledger that the core adopts);
  *   - when SPILLWAY_DISABLE=1 (pure pass-through).
  * If the core cannot be loaded, or comes from another build (its ABI version,
  * abi.h, differs), one line says why and how to fix it; with a quota
@@ -144,8 +145,9 @@ static void log_line(const char *fmt, ...)
     buf[n++] = '\n';
     const char *file = getenv("SPILLWAY_LOG_FILE");
     int fd = 2;
+    /* Never wait: a FIFO nobody reads (ENXIO) means stderr, a full one drops the line. */
     if (file && *file)
-        fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+        fd = open(file, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC | O_NONBLOCK, 0644);
     if (fd < 0)
         fd = 2;
     ssize_t unused = write(fd, buf, (size_t)n);
@@ -477,11 +479,14 @@ static void load_core(void)
     pthread_mutex_unlock(&ledger_lock);
 }
 
+/* How long a thread waits for the core to start, with a quota, before failing closed. */
+#define EARLY_WAIT_QUOTA_S 5
+
 enum route {
     ROUTE_REAL,   /* straight to the real runtime */
     ROUTE_CORE,   /* through the Go core */
     ROUTE_EARLY,  /* the core is starting: pass through and keep a ledger */
-    ROUTE_REFUSE, /* the core failed and a quota is configured */
+    ROUTE_REFUSE, /* no core (failed, or still starting) and a quota is configured */
 };
 
 static enum route slow_route(int s)
@@ -502,10 +507,15 @@ static enum route slow_route(int s)
         if (loading_thread)
             return ROUTE_EARLY;
         /* Wait for the loading thread, but never unboundedly: it may be waiting for a lock
-         * this thread holds (the dynamic loader's, in a library constructor). */
+         * this thread holds (the dynamic loader's, in a library constructor). With a quota,
+         * wait longer and then fail closed; without one, pass through into the ledger. */
+        int quota = quota_configured();
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_nsec += 500 * 1000 * 1000;
+        if (quota)
+            until.tv_sec += EARLY_WAIT_QUOTA_S;
+        else
+            until.tv_nsec += 500 * 1000 * 1000;
         if (until.tv_nsec >= 1000000000L) {
             until.tv_sec++;
             until.tv_nsec -= 1000000000L;
@@ -517,7 +527,7 @@ static enum route slow_route(int s)
         pthread_mutex_unlock(&ledger_lock);
         s = atomic_load(&state);
         if (s == LOADING)
-            return ROUTE_EARLY;
+            return quota ? ROUTE_REFUSE : ROUTE_EARLY;
     }
     switch (s) {
     case READY:
@@ -579,6 +589,29 @@ static int early_forget(void *ptr)
 }
 
 /*
+ * A thread's per-thread identity is retired when the thread exits (a
+ * pthread key's destructor): the core's pools forget it, so threads that
+ * come and go leave nothing behind.
+ */
+static pthread_key_t identity_key;
+static pthread_once_t identity_once = PTHREAD_ONCE_INIT;
+static int identity_key_ok;
+
+static void retire_identity(void *id)
+{
+    if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY) {
+        depth++;
+        core.stream_destroy((uint64_t)(uintptr_t)id);
+        depth--;
+    }
+}
+
+static void make_identity_key(void)
+{
+    identity_key_ok = pthread_key_create(&identity_key, retire_identity) == 0;
+}
+
+/*
  * The stream as the core sees it: the per-thread default stream is a
  * different stream in every thread, so it crosses as a per-thread identity.
  */
@@ -588,8 +621,12 @@ static uint64_t stream_id(cudaStream_t stream)
     static __thread uint64_t self __attribute__((tls_model("initial-exec")));
     if (stream != cudaStreamPerThread)
         return (uint64_t)(uintptr_t)stream;
-    if (!self)
+    if (!self) {
         self = SPILLWAY_PER_THREAD_BIT | (atomic_fetch_add(&next_thread, 1) + 1);
+        pthread_once(&identity_once, make_identity_key);
+        if (identity_key_ok)
+            pthread_setspecific(identity_key, (void *)(uintptr_t)self);
+    }
     return self;
 }
 
@@ -807,7 +844,9 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
     cudaError_t rc;
     enum route r = route();
     depth++;
-    if (r == ROUTE_CORE) {
+    if (r == ROUTE_CORE && (!free || !total)) {
+        rc = real_mem_get_info(free, total); /* CUDA's own answer, which also sets the last error */
+    } else if (r == ROUTE_CORE) {
         int32_t device;
         uint64_t f = 0, t = 0;
         if ((rc = current_device(&device)) == cudaSuccess) {

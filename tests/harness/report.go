@@ -32,6 +32,8 @@ type Report struct {
 	SpilledTotal       uint64
 	Promoted           uint64
 	PromotedTotal      uint64
+	BackingErrors      uint64
+	FailedReleases     uint64
 }
 
 func (r *Report) fields() map[string]*uint64 {
@@ -42,6 +44,7 @@ func (r *Report) fields() map[string]*uint64 {
 		"external_syncs": &r.ExternalSyncs, "segments_released": &r.SegmentsReleased, "refused": &r.Refused,
 		"spilled": &r.Spilled, "spilled_total": &r.SpilledTotal, "promoted": &r.Promoted,
 		"promoted_total": &r.PromotedTotal,
+		"backing_errors": &r.BackingErrors, "failed_releases": &r.FailedReleases,
 	}
 }
 

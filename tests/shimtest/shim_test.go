@@ -19,6 +19,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
@@ -673,5 +674,70 @@ func TestSpillwayRun(t *testing.T) {
 
 	if res := harness.Run(t, harness.Command(t, spillway, "version")); res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "spillway ") {
 		t.Errorf("spillway version: %+v", res)
+	}
+}
+
+// SPILLWAY_LOG_FILE naming a FIFO that nobody reads: neither the front (a
+// core that cannot load) nor the core (logging) waits for a reader.
+func TestLogFileFIFOWithoutReader(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "log.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	prog := cudaops(t)
+	env := []string{"SPILLWAY_LOG_FILE=" + fifo, "SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_LEVEL=debug"}
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, prog, "m", "768K", "m", "512K", "L"))
+	if out.Code(t, "m", 0) != 0 || out.Code(t, "m", 1) != harness.ErrMemoryAllocation || out.Code(t, "L", 0) != 1 {
+		t.Errorf("the quota under a FIFO log: %v", out)
+	}
+	if !strings.Contains(res.Stderr, "nobody reads") {
+		t.Errorf("no word of the FIFO on stderr: %q", res.Stderr)
+	}
+	_, out = harness.RunOK(t, harness.Shimmed(t, append(env, "SPILLWAY_CORE=/nonexistent/libspillway-core.so"), prog, "m", "4K"))
+	if out.Code(t, "m", 0) != harness.ErrInitialization {
+		t.Errorf("without a core, under a quota: %v", out)
+	}
+}
+
+// Threads that allocate on cudaStreamPerThread and exit leave nothing in
+// the pool: each thread's identity is retired at its exit.
+func TestPerThreadIdentitiesRetiredAtExit(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/perthread.c"}, Cudart: true, ProjectHeaders: true})
+	rss := func(threads int) int {
+		_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, prog, strconv.Itoa(threads)))
+		if out.Code(t, "m", 0) != 0 {
+			t.Fatalf("%d threads: %v", threads, out)
+		}
+		return int(out.Num(t, "rss", 0, 1))
+	}
+	few, many := rss(100), rss(4000)
+	t.Logf("resident: %d KiB after 100 threads, %d KiB after 4000", few, many)
+	// Kept, each identity held about 31 KB of pool state: 120 MB here.
+	if grown := many - few; grown > 16<<10 {
+		t.Errorf("resident memory grew by %d KiB from 100 to 4000 threads", grown)
+	}
+}
+
+// cudaMemGetInfo with NULL pointers answers as CUDA does.
+func TestMemGetInfoNull(t *testing.T) {
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t), "m", "4K", "I"))
+	if out.Code(t, "I", 0) != harness.ErrInvalidValue {
+		t.Errorf("cudaMemGetInfo(NULL, NULL): %v", out)
+	}
+}
+
+// While the core is starting, another thread does not escape the quota: it
+// waits, and fails closed if the start takes too long (here it never ends:
+// the core is a FIFO that nobody writes).
+func TestNoEscapeWhileTheCoreStarts(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "core.fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/slowstart.c"}, Cudart: true,
+		ProjectHeaders: true, Flags: []string{"-pthread"}})
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_CORE=" + fifo}, prog))
+	if out.Code(t, "m", 0) != harness.ErrInitialization {
+		t.Errorf("an allocation while the core starts, over the quota: %v", out)
 	}
 }

@@ -13,6 +13,7 @@
  *   x SLOT       cudaFree of a slot already freed (double free) -> "x RC"
  *   n            cudaFree(NULL)      -> "n RC"
  *   i            cudaMemGetInfo      -> "i RC FREE TOTAL"
+ *   I            cudaMemGetInfo(NULL, NULL) -> "I RC"
  *   d DEV        cudaSetDevice       -> "d RC"
  *   r            cudaDeviceReset     -> "r RC"
  *   s            cudaDeviceSynchronize -> "s RC"
@@ -119,6 +120,8 @@ int main(int argc, char **argv)
             size_t free = 0, total = 0;
             rc = cudaMemGetInfo(&free, &total);
             printf("i %d %zu %zu\n", rc, free, total);
+        } else if (!strcmp(op, "I")) {
+            printf("I %d\n", cudaMemGetInfo(NULL, NULL));
         } else if (!strcmp(op, "d") && i + 1 < argc) {
             printf("d %d\n", cudaSetDevice(atoi(argv[++i])));
         } else if (!strcmp(op, "r")) {
