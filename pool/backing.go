@@ -128,6 +128,11 @@ var (
 	// ErrOutOfMemory is wrapped by a Backing whose device (or host) has no
 	// memory left, and by the pool when it refuses a request.
 	ErrOutOfMemory = errors.New("out of memory")
+	// ErrStreamCapture is returned by a Backing's Synchronize or RecordMarker
+	// while the calling thread or the stream is capturing a CUDA graph, when
+	// CUDA forbids both: the pool then neither synchronizes nor records, and
+	// grows or refuses instead.
+	ErrStreamCapture = errors.New("stream capture in progress")
 	// ErrQuota is wrapped (together with ErrOutOfMemory) by a refusal because
 	// the device quota cannot hold the request.
 	ErrQuota = errors.New("device quota exceeded")
