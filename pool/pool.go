@@ -248,6 +248,7 @@ type Pool struct {
 	// synchronization could serve a miss.
 	pendingBytes [numClasses]uint64
 	streams      map[Stream]*streamCache
+	streamsPeak  int // most entries p.streams held since it was made
 	caches       cacheList
 	lastCache    *streamCache // the stream cache used last; see cacheOf
 	spilled      queue        // managed blocks on the host, oldest first: promotion order
@@ -381,6 +382,7 @@ func (p *Pool) newCache(s Stream) *streamCache {
 	}
 	p.caches.tail = c
 	p.streams[s] = c
+	p.streamsPeak = max(p.streamsPeak, len(p.streams))
 	return c
 }
 
@@ -404,6 +406,16 @@ func (p *Pool) dropCache(c *streamCache) {
 	delete(p.streams, c.stream)
 	if p.lastCache == c {
 		p.lastCache = nil
+	}
+	// A Go map never shrinks and its deleted slots slow its lookups: once it
+	// holds far fewer streams than it once did, it is rebuilt, at a cost
+	// amortized over those deletions.
+	if n := len(p.streams); p.streamsPeak > 64 && n < p.streamsPeak/8 {
+		fresh := make(map[Stream]*streamCache, n)
+		for s, c := range p.streams {
+			fresh[s] = c
+		}
+		p.streams, p.streamsPeak = fresh, n
 	}
 }
 

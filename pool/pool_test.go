@@ -2,7 +2,9 @@ package pool_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -643,4 +645,63 @@ func TestFailedSegmentReleaseIsCountedAndTold(t *testing.T) {
 	}
 	f.FailRelease = nil
 	h.close()
+}
+
+// A stream identity used once (a thread's per-thread default stream, a
+// stream created and destroyed) leaves nothing behind, whether it is
+// forgotten or its blocks simply drain: 20,000 of them keep the Go heap
+// flat.
+func TestStreamsSeenOnceLeaveNothing(t *testing.T) {
+	for _, forget := range []bool{true, false} {
+		t.Run(fmt.Sprintf("forget=%v", forget), func(t *testing.T) {
+			f := pooltest.New(0)
+			p, err := pool.New(f, pool.DefaultOptions(giB))
+			if err != nil {
+				t.Fatal(err)
+			}
+			heap := func() uint64 {
+				var m runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&m)
+				return m.HeapAlloc
+			}
+			use := func(s pool.Stream) {
+				ptr, err := p.AllocAsync(4*kiB, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := p.FreeAsync(ptr, s); err != nil {
+					t.Fatal(err)
+				}
+				f.Complete(s)
+				if forget {
+					p.ForgetStream(s)
+				}
+				f.DestroyStream(s)
+			}
+			for s := range pool.Stream(100) { // warm up: slabs, maps, segments
+				use(1 + s)
+			}
+			before := heap()
+			const streams, bound = 20000, 256 * kiB
+			for s := range pool.Stream(streams) {
+				use(1000 + s)
+				if s%100 == 99 { // the application synchronizes now and then
+					ticket := p.SyncBegin()
+					_ = f.Synchronize()
+					if err := p.SyncEnd(ticket); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if s%1000 == 999 {
+					if grown := int64(heap()) - int64(before); grown > bound {
+						t.Fatalf("after %d streams the heap grew by %d bytes", s+1, grown)
+					}
+				}
+			}
+			if err := p.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }

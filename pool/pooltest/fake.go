@@ -102,6 +102,14 @@ func (f *Fake) Complete(s pool.Stream) {
 	f.completed[s] = f.clock
 }
 
+// DestroyStream forgets what the fake knows of stream s, which must hold
+// no marker and no queued work the caller still cares about.
+func (f *Fake) DestroyStream(s pool.Stream) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.completed, s)
+}
+
 // SafeSince reports whether work queued at time t on stream s (or on every
 // stream, when anyStream) is known complete: a synchronization began after t,
 // or s completed after t.

@@ -359,7 +359,9 @@ func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream)
 	} else {
 		release = func() interpose.Error { return b.rt.Free(interpose.DevicePtr(base)) }
 	}
+	b.mu.Lock() // Promote runs outside the pool's lock
 	deviceBytes := b.promoted[base]
+	b.mu.Unlock()
 	if s != nil {
 		if rc := b.afterStream(asyncStream(*s), inflightFree{size: deviceBytes, release: release}); rc != interpose.Success {
 			return cudaErr(call, rc)
@@ -371,7 +373,9 @@ func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream)
 		b.acct.give(deviceBytes, false)
 	}
 	delete(b.pinned, base)
+	b.mu.Lock()
 	delete(b.promoted, base)
+	b.mu.Unlock()
 	return nil
 }
 
@@ -390,13 +394,14 @@ func (b *backing) Promote(base, size uint64) error {
 	if rc == interpose.Success {
 		rc = b.rt.StreamSynchronize(0)
 	}
-	if rc != interpose.Success {
-		b.acct.give(size, false)
-		// Back to the host's preference, so the block is where the pool thinks.
-		b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, interpose.CPUDevice)
-		return cudaErr(fmt.Sprintf("promoting %#x (%d bytes) to device %d", base, size, b.ordinal), rc)
-	}
+	// Even on failure the block may be on the device: the pool counts it
+	// there (pool.HostBacking), so its bytes stay taken until it is freed.
+	b.mu.Lock()
 	b.promoted[base] = size
+	b.mu.Unlock()
+	if rc != interpose.Success {
+		return fmt.Errorf("promoting %#x (%d bytes) to device %d: %w", base, size, b.ordinal, rc) // never ErrOutOfMemory: that means nothing moved
+	}
 	return nil
 }
 
