@@ -142,6 +142,9 @@ func returnsWhile(t *testing.T, what string, call func()) {
 func TestForcedSynchronizationReleasesTheLock(t *testing.T) {
 	f := pooltest.New(0)
 	entered, release := make(chan struct{}, 4), make(chan struct{})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // a failed test lets the held call return
 	var inFlight, most atomic.Int32
 	f.FailSynchronize = func() error {
 		n := inFlight.Add(1)
@@ -194,7 +197,7 @@ func TestForcedSynchronizationReleasesTheLock(t *testing.T) {
 	// Needs e: waits for the synchronization in flight, then starts the next.
 	alloc(4 * miB)
 	time.Sleep(20 * time.Millisecond)
-	close(release)
+	letGo()
 	wg.Wait()
 	if n, c := most.Load(), f.Counts().Syncs; n != 1 || c != 2 {
 		t.Fatalf("%d synchronizations at once, %d in all; want 1 and 2", n, c)
@@ -210,7 +213,15 @@ func TestForcedSynchronizationReleasesTheLock(t *testing.T) {
 func TestPromotionReleasesTheLock(t *testing.T) {
 	f := pooltest.New(0)
 	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // a failed test lets the held call return
+	var armed atomic.Bool
 	f.FailPromote = func(uint64, uint64) error {
+		if !armed.Load() {
+			t.Error("a promotion ran inside Free")
+			return nil
+		}
 		entered <- struct{}{}
 		<-release
 		return nil
@@ -227,9 +238,14 @@ func TestPromotionReleasesTheLock(t *testing.T) {
 	if err := p.Free(dev); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error)
+	armed.Store(true)
+	done := make(chan error, 1)
 	go func() { done <- p.SyncEnd(p.SyncBegin()) }()
-	<-entered
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no promotion at SyncEnd")
+	}
 	returnsWhile(t, "Free of the moving block, Alloc and Stats", func() {
 		if err := p.Free(spilled); err != nil {
 			t.Errorf("Free of the block being promoted: %v", err)
@@ -241,7 +257,7 @@ func TestPromotionReleasesTheLock(t *testing.T) {
 			t.Errorf("%d bytes reserved during the move, above the quota", st.ReservedBytes)
 		}
 	})
-	close(release)
+	letGo()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}

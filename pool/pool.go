@@ -208,6 +208,7 @@ type streamCache struct {
 	marker     Marker
 	markerCut  uint64 // the marker covers blocks with seq < markerCut
 	hasMarker  bool
+	idle       bool         // found drained at the last reclaim
 	prev, next *streamCache // Pool.caches, in creation order
 }
 

@@ -92,10 +92,16 @@ func (p *Pool) drain(c *streamCache, cut uint64) uint64 {
 	return made
 }
 
-// dropIfDrained drops a stream cache with no block and no marker.
+// dropIfDrained drops a stream cache found with no block and no marker at
+// two reclaims in a row: a stream in use, refilled between reclaims, keeps
+// its cache instead of making a new one at every free.
 func (p *Pool) dropIfDrained(c *streamCache) {
-	if c.queue.head == nil && !c.hasMarker {
+	if c.queue.head != nil || c.hasMarker {
+		c.idle = false
+	} else if c.idle {
 		p.dropCache(c)
+	} else {
+		c.idle = true
 	}
 }
 
