@@ -104,8 +104,9 @@ type HostBacking interface {
 	// Promote moves a managed block to the device and makes the device its
 	// preferred location, waiting for the move. The address and contents do
 	// not change. It runs without the pool's lock. A failure wrapping
-	// ErrOutOfMemory or ErrStreamCapture must have moved nothing and kept
-	// nothing: the block stays on the host and a later pass tries again.
+	// ErrNotMoved, ErrOutOfMemory or ErrStreamCapture must have moved
+	// nothing and kept nothing: the block stays on the host and a later
+	// pass tries again.
 	// After any other failure the block may be on the device: the pool
 	// counts it there against the quota, as promoted, until it is freed,
 	// and the Backing must account it likewise (ReleaseHost gives its device
@@ -168,4 +169,7 @@ var (
 	ErrTooLarge = errors.New("request too large")
 	// ErrClosed: the pool was closed.
 	ErrClosed = errors.New("pool closed")
+	// ErrNotMoved is wrapped by a HostBacking whose Promote failed before
+	// anything moved and gave back what it took.
+	ErrNotMoved = errors.New("promotion failed before the block moved")
 )

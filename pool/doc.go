@@ -164,8 +164,8 @@
 // the quota holds while it runs; a block freed during its own move is
 // released when the move returns.
 // Promoted bytes count against the quota; pinned memory is never promoted.
-// A failed promotion ends the pass. One that failed with ErrOutOfMemory or
-// ErrStreamCapture moved nothing: the block stays first in line. After any
+// A failed promotion ends the pass. One that failed with ErrNotMoved,
+// ErrOutOfMemory or ErrStreamCapture moved nothing: the block stays first in line. After any
 // other failure (a failed wait for the move, typically) the block may be on
 // the device: it is counted there, as promoted, until it is freed, so the
 // quota holds against what the device holds whatever happened. A failure

@@ -78,8 +78,8 @@ func (p *Pool) promoteQuietly() {
 // (HostBacking.Promote) runs with the lock released, its device bytes
 // counted beforehand so that no allocation takes the room meanwhile; a
 // block freed during its move is released when the move returns. The pass
-// stops at the first failure. A failure wrapping ErrOutOfMemory or
-// ErrStreamCapture moved nothing: the block stays first in line. Any other
+// stops at the first failure. A failure wrapping ErrNotMoved, ErrOutOfMemory
+// or ErrStreamCapture moved nothing: the block stays first in line. Any other
 // failure leaves the block where it may be on the device: it is counted
 // there, as promoted, from then on, so the quota holds whatever happened.
 // The caller holds the lock and no other pass is running.
@@ -105,7 +105,7 @@ func (p *Pool) promote() error {
 		err := p.host.Promote(b.base, b.size)
 		p.mu.Lock()
 		b.moving = false
-		if err != nil && (isOOM(err) || errors.Is(err, ErrStreamCapture)) {
+		if err != nil && (errors.Is(err, ErrNotMoved) || isOOM(err) || errors.Is(err, ErrStreamCapture)) {
 			p.devBytes -= b.size
 			if errors.Is(err, ErrStreamCapture) {
 				p.stats.CaptureSkips++

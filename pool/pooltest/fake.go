@@ -35,8 +35,8 @@ type Fake struct {
 	FailSynchronize func() error
 	// FailRecordMarker: RecordMarker on s fails, recording nothing.
 	FailRecordMarker func(s pool.Stream) error
-	// FailPromote: an error wrapping pool.ErrOutOfMemory or
-	// pool.ErrStreamCapture fails Promote before anything moves; any other
+	// FailPromote: an error wrapping pool.ErrNotMoved, pool.ErrOutOfMemory
+	// or pool.ErrStreamCapture fails Promote before anything moves; any other
 	// is returned after the block has moved to the device, as when the
 	// wait for a prefetch fails.
 	FailPromote func(base, size uint64) error
@@ -293,7 +293,7 @@ func (f *Fake) Promote(base, size uint64) error {
 	var failed error
 	if f.FailPromote != nil {
 		failed = f.FailPromote(base, size)
-		if errors.Is(failed, pool.ErrOutOfMemory) || errors.Is(failed, pool.ErrStreamCapture) {
+		if errors.Is(failed, pool.ErrNotMoved) || errors.Is(failed, pool.ErrOutOfMemory) || errors.Is(failed, pool.ErrStreamCapture) {
 			return failed
 		}
 	}

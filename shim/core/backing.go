@@ -391,11 +391,16 @@ func (b *backing) Promote(base, size uint64) error {
 	if rc == interpose.Success {
 		rc = b.rt.MemPrefetchAsync(p, size, b.ordinal, 0)
 	}
-	if rc == interpose.Success {
-		rc = b.rt.StreamSynchronize(0)
+	if rc != interpose.Success {
+		b.acct.give(size, false)
+		// Back to the host's preference, so the block is where the pool thinks.
+		b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, interpose.CPUDevice)
+		return fmt.Errorf("promoting %#x (%d bytes) to device %d: %w: %w", base, size, b.ordinal, rc, pool.ErrNotMoved)
 	}
-	// Even on failure the block may be on the device: the pool counts it
-	// there (pool.HostBacking), so its bytes stay taken until it is freed.
+	rc = b.rt.StreamSynchronize(0)
+	// Even if the wait failed the block may be on the device: the pool
+	// counts it there (pool.HostBacking), so its bytes stay taken until it
+	// is freed.
 	b.mu.Lock()
 	b.promoted[base] = size
 	b.mu.Unlock()
