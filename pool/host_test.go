@@ -133,8 +133,16 @@ func (f *failures) BackingFailed(err error) { f.errs = append(f.errs, err) }
 // it is counted and told to the observer. One that failed before anything
 // moved (out of memory) leaves the block first in line for the next pass.
 func TestFailedPromotionDoesNotFailTheSynchronization(t *testing.T) {
+	for _, full := range []error{
+		fmt.Errorf("device full: %w", pool.ErrOutOfMemory),
+		fmt.Errorf("advice refused: %w", pool.ErrNotMoved),
+	} {
+		t.Run(full.Error(), func(t *testing.T) { failedPromotionBeforeTheMove(t, full) })
+	}
+}
+
+func failedPromotionBeforeTheMove(t *testing.T, full error) {
 	f := pooltest.New(0)
-	full := fmt.Errorf("device full: %w", pool.ErrOutOfMemory)
 	f.FailPromote = func(uint64, uint64) error { return full }
 	obs := &failures{recorder: recorder{sources: map[pool.Source]int{}}}
 	opt := oversubscribed(8*miB, pool.TierManaged)
