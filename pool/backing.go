@@ -48,20 +48,26 @@ const (
 
 // Backing is the device under a Pool: it reserves and releases segments of
 // device memory and provides the synchronization the pool needs to keep CUDA's
-// semantics. A Pool calls it with the pool's lock held, so a Backing must never
-// call back into the Pool. Every method concerns the one device of the pool.
+// semantics. A Pool calls it with the pool's lock held, except Synchronize
+// and HostBacking.Promote, which may block on the device: those run with the
+// lock released, at most one Synchronize and one Promote at a time, each
+// possibly concurrent with the other methods. A Backing must never call back
+// into the Pool. Every method concerns the one device of the pool.
 type Backing interface {
 	// Reserve returns the address of size bytes of device memory, aligned to
 	// at least Alignment. A failure caused by lack of device memory must wrap
 	// ErrOutOfMemory so the pool can release its cache and retry.
 	Reserve(size uint64) (uint64, error)
 	// Release returns a segment obtained from Reserve, with the same size.
+	// A failure must free nothing: the pool keeps the memory and may try
+	// again.
 	Release(base, size uint64) error
 	// Synchronize returns once all work queued on the device before the call
-	// has completed.
+	// has completed. It fails with ErrStreamCapture where CUDA forbids it.
 	Synchronize() error
 	// RecordMarker records a marker on stream s that completes once all work
-	// queued on s before the call has completed.
+	// queued on s before the call has completed. It fails with
+	// ErrStreamCapture where CUDA forbids it.
 	RecordMarker(s Stream) (Marker, error)
 	// MarkerDone reports whether the marker has completed, without waiting.
 	MarkerDone(m Marker) (bool, error)
@@ -86,14 +92,25 @@ type HostBacking interface {
 	// (TierManaged or TierPinned), mapped for the device. Managed memory must
 	// be advised to stay on the host so it does not count against the device.
 	ReserveHost(size uint64, tier Tier) (uint64, error)
-	// ReleaseHost frees memory from ReserveHost, with the same size and tier.
+	// ReleaseHost frees memory from ReserveHost, with the same size and tier;
+	// a promoted block gives its device bytes back. A failure must free
+	// nothing: the block stays live and the application's retry calls
+	// ReleaseHost again.
 	// s is the stream of a stream-ordered free (FreeAsync): the memory may
 	// still be in use by work queued on *s before the call, and must be
 	// freed only once that work completes, without waiting for it on the
 	// host. It is nil for Free and Close, which free at once.
 	ReleaseHost(base, size uint64, tier Tier, s *Stream) error
 	// Promote moves a managed block to the device and makes the device its
-	// preferred location. The address and contents do not change.
+	// preferred location, waiting for the move. The address and contents do
+	// not change. It runs without the pool's lock. A failure wrapping
+	// ErrNotMoved, ErrOutOfMemory or ErrStreamCapture must have moved
+	// nothing and kept nothing: the block stays on the host and a later
+	// pass tries again.
+	// After any other failure the block may be on the device: the pool
+	// counts it there against the quota, as promoted, until it is freed,
+	// and the Backing must account it likewise (ReleaseHost gives its device
+	// bytes back).
 	Promote(base, size uint64) error
 }
 
@@ -115,10 +132,13 @@ type Observer interface {
 }
 
 // FailureObserver is implemented by an Observer that also wants the Backing
-// failures that did not fail the call that met them: a promotion that
-// failed after a successful Free, FreeAsync or SyncEnd. Each is counted in
-// Stats.BackingErrors as well. BackingFailed runs with the pool's lock held,
-// like the Observer's other methods.
+// failures that did not fail the call that met them: a promotion after
+// SyncEnd, a segment that could not be released, a marker that could not be
+// recorded or queried, a block freed during its promotion whose release
+// failed. Each is counted in Stats (BackingErrors or ReleaseErrors) as
+// well; failures a call returns are counted and not told. Stream capture is
+// no failure: it is counted in Stats.CaptureSkips only. BackingFailed runs
+// with the pool's lock held, like the Observer's other methods.
 type FailureObserver interface {
 	BackingFailed(err error)
 }
@@ -149,4 +169,7 @@ var (
 	ErrTooLarge = errors.New("request too large")
 	// ErrClosed: the pool was closed.
 	ErrClosed = errors.New("pool closed")
+	// ErrNotMoved is wrapped by a HostBacking whose Promote failed before
+	// anything moved and gave back what it took.
+	ErrNotMoved = errors.New("promotion failed before the block moved")
 )

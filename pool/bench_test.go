@@ -388,3 +388,43 @@ func BenchmarkChurnNearQuota(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkMissAfterStreams measures a miss (an allocation the pool's index
+// cannot serve until a completed marker returns a block) after a number of
+// other streams were each used once and drained. Its cost must not grow
+// with the number of streams ever seen.
+func BenchmarkMissAfterStreams(b *testing.B) {
+	for _, seen := range []int{0, 1000, 20000} {
+		b.Run(fmt.Sprintf("streams=%d", seen), func(b *testing.B) {
+			p, f := benchPool(b)
+			for s := range pool.Stream(seen) {
+				ptr, err := p.AllocAsync(4*kiB, 100+s)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := p.FreeAsync(ptr, 100+s); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ticket := p.SyncBegin()
+			_ = f.Synchronize()
+			if err := p.SyncEnd(ticket); err != nil {
+				b.Fatal(err)
+			}
+			const s pool.Stream = 1
+			b.ResetTimer()
+			for range b.N {
+				// A huge block freed on s reaches the shared index only
+				// through s's marker, polled at the next miss.
+				ptr, err := p.Alloc(16 * miB)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := p.FreeAsync(ptr, s); err != nil {
+					b.Fatal(err)
+				}
+				f.Complete(s)
+			}
+		})
+	}
+}

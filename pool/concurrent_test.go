@@ -3,7 +3,9 @@ package pool_test
 import (
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/spillway-gpu/spillway/pool"
 	"github.com/spillway-gpu/spillway/pool/pooltest"
@@ -114,5 +116,159 @@ func TestConcurrentUse(t *testing.T) {
 	}
 	if fake.DeviceBytes() != 0 || fake.LiveMarkers() != 0 {
 		t.Fatalf("after Close: %d device bytes, %d markers", fake.DeviceBytes(), fake.LiveMarkers())
+	}
+}
+
+// returnsWhile runs call while a Backing call is held in flight and fails
+// the test if it does not return: it would be waiting for the pool's lock,
+// held across that Backing call.
+func returnsWhile(t *testing.T, what string, call func()) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		call()
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s did not return while a Backing call was in flight: the pool's lock is held across it", what)
+	}
+}
+
+// A forced synchronization runs with the pool's lock released, and only one
+// runs at a time: a caller whose frees it covers waits for it, one whose
+// frees came later starts the next once it ends.
+func TestForcedSynchronizationReleasesTheLock(t *testing.T) {
+	f := pooltest.New(0)
+	entered, release := make(chan struct{}, 4), make(chan struct{})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // a failed test lets the held call return
+	var inFlight, most atomic.Int32
+	f.FailSynchronize = func() error {
+		n := inFlight.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		entered <- struct{}{}
+		<-release
+		inFlight.Add(-1)
+		return nil
+	}
+	p, err := pool.New(f, pool.DefaultOptions(64*miB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := p.Alloc(2 * miB) // a segment of its own
+	if err := p.Free(a); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	alloc := func(size uint64) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := p.Alloc(size); err != nil {
+				t.Errorf("Alloc(%d): %v", size, err)
+			}
+		}()
+	}
+	alloc(2 * miB) // the pending block could serve it: synchronizes
+	<-entered
+	returnsWhile(t, "Stats, Alloc, Free and FreeAsync", func() {
+		_ = p.Stats()
+		b, err := p.Alloc(kiB) // nothing of its class pending: grows
+		if err != nil {
+			t.Errorf("Alloc: %v", err)
+		}
+		c, _ := p.Alloc(kiB)
+		if err := p.Free(b); err != nil {
+			t.Errorf("Free: %v", err)
+		}
+		if err := p.FreeAsync(c, 1); err != nil {
+			t.Errorf("FreeAsync: %v", err)
+		}
+		// Freed after the synchronization began, which cannot cover it.
+		e, _ := p.Alloc(4 * miB)
+		if err := p.Free(e); err != nil {
+			t.Errorf("Free: %v", err)
+		}
+	})
+	// Needs e: waits for the synchronization in flight, then starts the next.
+	alloc(4 * miB)
+	time.Sleep(20 * time.Millisecond)
+	letGo()
+	wg.Wait()
+	if n, c := most.Load(), f.Counts().Syncs; n != 1 || c != 2 {
+		t.Fatalf("%d synchronizations at once, %d in all; want 1 and 2", n, c)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A promotion runs with the pool's lock released: frees and allocations go
+// on meanwhile, and a block freed during its own move is released when the
+// move returns, leaving the accounting equal to what the device holds.
+func TestPromotionReleasesTheLock(t *testing.T) {
+	f := pooltest.New(0)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // a failed test lets the held call return
+	var armed atomic.Bool
+	f.FailPromote = func(uint64, uint64) error {
+		if !armed.Load() {
+			t.Error("a promotion ran inside Free")
+			return nil
+		}
+		entered <- struct{}{}
+		<-release
+		return nil
+	}
+	opt := pool.DefaultOptions(8 * miB)
+	opt.Oversubscribe = true
+	opt.Pooling = false
+	p, err := pool.New(f, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, _ := p.Alloc(8 * miB)
+	spilled, _ := p.Alloc(4 * miB)
+	if err := p.Free(dev); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- p.SyncEnd(p.SyncBegin()) }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no promotion at SyncEnd")
+	}
+	returnsWhile(t, "Free of the moving block, Alloc and Stats", func() {
+		if err := p.Free(spilled); err != nil {
+			t.Errorf("Free of the block being promoted: %v", err)
+		}
+		if _, err := p.Alloc(2 * miB); err != nil {
+			t.Errorf("Alloc: %v", err)
+		}
+		if st := p.Stats(); st.ReservedBytes > opt.Quota {
+			t.Errorf("%d bytes reserved during the move, above the quota", st.ReservedBytes)
+		}
+	})
+	letGo()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st := p.Stats()
+	if st.ReservedBytes != f.DeviceBytes() || st.ReservedBytes != 2*miB || st.SpilledBytes != f.HostBytes() || st.PromotedBytes != 0 || st.LiveBytes != 2*miB {
+		t.Fatalf("after the move: %v; device holds %d, host %d", st, f.DeviceBytes(), f.HostBytes())
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if f.DeviceBytes() != 0 || f.HostBytes() != 0 {
+		t.Fatalf("after Close: %d device bytes, %d host bytes", f.DeviceBytes(), f.HostBytes())
 	}
 }

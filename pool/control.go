@@ -3,7 +3,6 @@ package pool
 import (
 	"errors"
 	"fmt"
-	"slices"
 )
 
 // SyncTicket is handed out by SyncBegin and given back to SyncEnd.
@@ -20,26 +19,28 @@ func (p *Pool) SyncBegin() SyncTicket {
 	return SyncTicket{cut: p.seq}
 }
 
-// SyncEnd completes a synchronization begun with SyncBegin.
+// SyncEnd completes a synchronization begun with SyncBegin, then runs a
+// promotion pass (unless one is running in another thread): the calling
+// thread has just waited for the device, so waiting for a move costs it
+// little, and the pass never holds the pool's lock while it waits. A failed
+// promotion does not fail SyncEnd: it is counted and told to a
+// FailureObserver.
 func (p *Pool) SyncEnd(t SyncTicket) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return ErrClosed
 	}
-	made := p.completeBefore(t.cut)
 	p.stats.ExternalSyncs++
-	if p.obs != nil {
-		p.obs.Sync(made)
-	}
-	p.trim()
-	p.promoteAfterFree()
+	p.synced(t.cut)
+	p.promoteQuietly()
 	return nil
 }
 
-// ForgetStream is called before stream s is destroyed: the blocks freed on it
-// are treated from then on like blocks freed by Free, and its marker is
-// destroyed.
+// ForgetStream is called before stream s is destroyed, and when a thread
+// whose per-thread identity names s exits: the blocks freed on it are
+// treated from then on like blocks freed by Free, its marker is destroyed,
+// and nothing of it is left in the pool.
 func (p *Pool) ForgetStream(s Stream) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -55,14 +56,7 @@ func (p *Pool) ForgetStream(s Stream) {
 		p.pendingBytes[b.seg.class] += b.size
 	}
 	p.seq++
-	if c.hasMarker {
-		p.back.DestroyMarker(c.marker)
-	}
-	delete(p.streams, s)
-	p.streamOrder = slices.DeleteFunc(p.streamOrder, func(x *streamCache) bool { return x == c })
-	if p.lastCache == c {
-		p.lastCache = nil
-	}
+	p.dropCache(c)
 }
 
 // Allocation describes a live allocation.
@@ -84,7 +78,9 @@ func (p *Pool) Lookup(ptr uint64) (Allocation, bool) {
 
 // Close synchronizes the device and releases everything the pool holds, live
 // allocations included; later calls fail with ErrClosed. Call it before the
-// device is reset (cudaDeviceReset) or when the process stops using it.
+// device is reset (cudaDeviceReset) or when the process stops using it. It
+// waits for a synchronization or a promotion in flight, then holds the lock
+// to the end: calls made meanwhile wait, then fail with ErrClosed.
 func (p *Pool) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -92,6 +88,9 @@ func (p *Pool) Close() error {
 		return ErrClosed
 	}
 	p.closed = true
+	for p.syncing || p.promoting {
+		p.cond.Wait()
+	}
 	var errs []error
 	if err := p.back.Synchronize(); err != nil {
 		errs = append(errs, fmt.Errorf("pool: synchronizing before close: %w", err))
@@ -99,6 +98,11 @@ func (p *Pool) Close() error {
 	for _, c := range p.streams {
 		if c.hasMarker {
 			p.back.DestroyMarker(c.marker)
+		}
+	}
+	for _, b := range p.unreleased {
+		if err := p.releaseUnpooled(b, nil); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	p.live.each(func(b *block) {
@@ -122,7 +126,7 @@ func (p *Pool) Close() error {
 		}
 	}
 	p.live, p.segs, p.streams, p.spare, p.lastCache = ptrMap{}, nil, nil, nil, nil
-	p.streamOrder = nil
+	p.caches, p.unreleased = cacheList{}, nil
 	p.devBytes, p.hostBytes, p.segBytes, p.segLive = 0, 0, 0, 0
 	p.idx = [numClasses]index{}
 	p.pending, p.spilled, p.empty = queue{}, queue{}, segList{}

@@ -13,7 +13,8 @@
 // through the Backing interface (reserve, release, synchronize, stream
 // markers, and HostBacking for spilling), so it is tested on a simulated
 // device (package pooltest) and the shim supplies the real one. It never calls
-// back into the application and never blocks except inside Backing calls.
+// back into the application and never blocks except inside Backing calls, or
+// waiting for a synchronization or promotion another thread has in flight.
 //
 // # Wiring
 //
@@ -27,7 +28,10 @@
 //	cudaMallocAsync(&p, n, s)    AllocAsync(n, Stream(s))
 //	cudaFreeAsync(p, s)          FreeAsync(p, Stream(s)); ErrNotOwned as for Free
 //	cudaDeviceSynchronize        t := SyncBegin(); real call; if it succeeded SyncEnd(t)
+//	                             (SyncEnd then promotes spilled blocks; Promote
+//	                             may be called at other points where the thread waits)
 //	cudaStreamDestroy(s)         ForgetStream(Stream(s)) before the real call
+//	thread exit                  ForgetStream of the thread's per-thread identity
 //	cudaDeviceReset              Close() before the real call; New afterwards
 //	cudaMemGetInfo               Stats(): total = Quota, free = Quota - ReservedBytes
 //	                             + CachedBytes (cached memory is the application's to use)
@@ -93,11 +97,33 @@
 // the quota is reached; one synchronization frees the whole batch. With
 // Options.StrictFree every Free synchronizes, as the driver does.
 //
+// A synchronization the pool forces takes the cut (the sequence number of the
+// next free), releases the lock, waits for the device, takes the lock again
+// and completes what the cut covers; other threads allocate and free
+// meanwhile. Only one is in flight: a thread that needs one while another
+// runs waits for it if it covers the thread's frees, and otherwise waits for
+// it to end and starts the next, which covers every thread waiting by then.
+//
+// # Stream capture
+//
+// While the calling thread or the stream captures a CUDA graph, CUDA forbids
+// synchronizing and recording events; the Backing then fails with
+// ErrStreamCapture. The pool takes that as "not now": it tries once per
+// request, never in a loop, and grows or refuses as if nothing were pending;
+// a free succeeds and its block waits for a later synchronization or marker;
+// a promotion leaves the block on the host. Nothing of it reaches the
+// caller; it is counted in Stats.CaptureSkips.
+//
 // # Stream order
 //
 // FreeAsync puts the block in the cache of its stream, where AllocAsync on the
 // same stream reuses it at once (stream order protects it) and merges it with
-// neighbours freed on that stream. For the other streams the pool records one
+// neighbours freed on that stream. A stream's cache exists only while it
+// holds blocks or a marker, and its free index is allocated class by class
+// as blocks arrive (about 500 bytes, plus 256 per power of two of sizes it
+// held): a drained cache is dropped, as is a forgotten stream's, so streams
+// used once and gone (per-thread default streams of exited threads) leave
+// nothing behind, and a miss visits only the streams holding blocks. For the other streams the pool records one
 // marker per stream (Backing.RecordMarker) when the stream's cache has blocks
 // and no marker; when a request misses, completed markers move the blocks they
 // cover to the shared index, and new markers are recorded for what remains.
@@ -134,12 +160,23 @@
 // (HostBacking.Promote: prefetch and advice, same address and contents) while
 // the quota holds them: oldest spilled first, stopping at the first block
 // that does not fit even after releasing every empty segment, so a large old
-// block is never overtaken by young small ones. It runs after every free and
-// every announced synchronization, and on demand with Promote; it never runs
-// inside an allocation, where it would take the room the request needs.
+// block is never overtaken by young small ones. A promotion waits for the
+// device, so it runs only where the calling thread has just waited for the
+// device or asked to: at SyncEnd (an announced synchronization) and on
+// demand with Promote. It never runs inside Free or FreeAsync, which would
+// then wait for the device, nor inside an allocation, where it would take
+// the room the request needs. One pass runs at a time (SyncEnd leaves the
+// work to a pass in flight; Promote waits for it, then runs its own). Each
+// move runs with the lock released, its device bytes counted beforehand so
+// the quota holds while it runs; a block freed during its own move is
+// released when the move returns.
 // Promoted bytes count against the quota; pinned memory is never promoted.
-// A promotion that fails after a free or an announced synchronization does
-// not fail that call, which has done its job: it is counted in
+// A failed promotion ends the pass. One that failed with ErrNotMoved,
+// ErrOutOfMemory or ErrStreamCapture moved nothing: the block stays first in line. After any
+// other failure (a failed wait for the move, typically) the block may be on
+// the device: it is counted there, as promoted, until it is freed, so the
+// quota holds against what the device holds whatever happened. A failure
+// does not fail SyncEnd, which has done its job: it is counted in
 // Stats.BackingErrors and reported to the Observer if it implements
 // FailureObserver; Promote, called on demand, returns it. A spilled block
 // freed by FreeAsync is released with its stream (HostBacking.ReleaseHost
@@ -232,6 +269,16 @@
 // two addresses, so that the free end of a granule can begin another block;
 // the pool does not do it.
 //
+// # Failures
+//
+// A release that fails (Release, ReleaseAsync, ReleaseHost) frees nothing:
+// a pass-through or spilled block stays live and counted, the free returns
+// the error, and a retry releases it; a segment stays held and is not tried
+// again before Close. Every Backing failure is counted in Stats
+// (ReleaseErrors for releases, BackingErrors for the rest, refusals for lack
+// of memory excepted) and printed by Stats.String; those that fail no call
+// are also told to a FailureObserver.
+//
 // # Bounds
 //
 // With n free blocks, s segments and k streams:
@@ -246,7 +293,8 @@
 //     (tens of MB of metadata) that worst case costs 2.3 to 2.6 times what it
 //     costs with 1,000, while freeing recently used blocks costs 1.2 to 1.4
 //     times as much (BenchmarkPairRandomVictim against BenchmarkPair).
-//   - A miss adds O(k) marker queries and, when it synchronizes, O(1) per
+//   - A miss adds O(k) marker queries, k counting only the streams that hold
+//     blocks or a marker now, and, when it synchronizes, O(1) per
 //     block made reusable: each freed block migrates once, so it is O(1)
 //     amortized per free.
 //   - Reserving or releasing a segment adds O(log s) to find its place and
@@ -281,7 +329,10 @@
 // # Concurrency
 //
 // A Pool is safe for concurrent use. One mutex per pool serializes every
-// method and is held across Backing calls (a device synchronization included)
-// and Observer calls, which must therefore never call back into the Pool.
-// Pools of different devices share nothing.
+// method. It is held across Observer calls and the Backing calls that do not
+// wait for the device, which must therefore never call back into the Pool,
+// and released across those that do: Backing.Synchronize and
+// HostBacking.Promote, one of each in flight at a time. Close waits for
+// those in flight, then holds the lock to the end. Pools of different
+// devices share nothing.
 package pool

@@ -20,7 +20,9 @@ func (p *Pool) spill(size uint64) (uint64, error) {
 	tier := p.opt.SpillTier
 	base, err := p.host.ReserveHost(size, tier)
 	if err != nil {
-		p.stats.BackingErrors++
+		if !isOOM(err) {
+			p.stats.BackingErrors++
+		}
 		return 0, fmt.Errorf("pool: spilling %d bytes to %v host memory: %w", size, tier, err)
 	}
 	b := p.newBlock()
@@ -39,12 +41,16 @@ func (p *Pool) spill(size uint64) (uint64, error) {
 	return base, nil
 }
 
-// Promote moves spilled managed blocks back to the device while the quota
-// holds them, releasing empty cached segments to make room, and returns how
-// many bytes moved. The pool also runs it after every free.
+// Promote runs a promotion pass (see promote) and returns how many bytes it
+// moved. If a pass is running in another thread, it waits for that one to
+// end and then runs its own. The shim calls it at points of its own where
+// the calling thread may wait for the device.
 func (p *Pool) Promote() (uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	for p.promoting && !p.closed {
+		p.cond.Wait()
+	}
 	if p.closed {
 		return 0, ErrClosed
 	}
@@ -53,43 +59,97 @@ func (p *Pool) Promote() (uint64, error) {
 	return p.stats.PromotedTotal - before, err
 }
 
-// promoteAfterFree promotes after a free or an announced synchronization,
-// which succeeded whatever the promotion does: a failure is counted in
-// Stats.BackingErrors and told to a FailureObserver, never returned.
-func (p *Pool) promoteAfterFree() {
+// promoteQuietly runs a promotion pass after an announced synchronization,
+// which succeeded whatever the pass does: a failure is counted and told to
+// a FailureObserver, never returned. If a pass is running already, it
+// leaves the work to that one.
+func (p *Pool) promoteQuietly() {
+	if p.promoting {
+		return
+	}
 	if err := p.promote(); err != nil {
-		if f, ok := p.obs.(FailureObserver); ok {
-			f.BackingFailed(err)
-		}
+		p.tellFailure(err)
 	}
 }
 
 // promote applies the promotion policy: oldest spilled first, stopping at the
 // first block that cannot fit even with every empty segment released, so a
-// large old block is never overtaken by younger small ones.
+// large old block is never overtaken by younger small ones. Each move
+// (HostBacking.Promote) runs with the lock released, its device bytes
+// counted beforehand so that no allocation takes the room meanwhile; a
+// block freed during its move is released when the move returns. The pass
+// stops at the first failure. A failure wrapping ErrNotMoved, ErrOutOfMemory
+// or ErrStreamCapture moved nothing: the block stays first in line. Any other
+// failure leaves the block where it may be on the device: it is counted
+// there, as promoted, from then on, so the quota holds whatever happened.
+// The caller holds the lock and no other pass is running.
 func (p *Pool) promote() error {
-	for b := p.spilled.head; b != nil; b = p.spilled.head {
-		if p.devBytes-p.releasableBytes()+b.size > p.opt.Quota {
+	p.promoting = true
+	defer func() {
+		p.promoting = false
+		p.cond.Broadcast()
+	}()
+	for !p.closed {
+		b := p.spilled.head
+		if b == nil || p.devBytes-p.releasableBytes()+b.size > p.opt.Quota {
 			return nil
 		}
 		p.releaseEmptyWhile(func() bool { return p.devBytes+b.size > p.opt.Quota })
 		if p.devBytes+b.size > p.opt.Quota {
 			return nil
 		}
-		if err := p.host.Promote(b.base, b.size); err != nil {
-			p.stats.BackingErrors++
+		p.spilled.remove(b)
+		p.addDevice(b.size)
+		b.moving = true
+		p.mu.Unlock()
+		err := p.host.Promote(b.base, b.size)
+		p.mu.Lock()
+		b.moving = false
+		if err != nil && (errors.Is(err, ErrNotMoved) || isOOM(err) || errors.Is(err, ErrStreamCapture)) {
+			p.devBytes -= b.size
+			if errors.Is(err, ErrStreamCapture) {
+				p.stats.CaptureSkips++
+			} else {
+				p.stats.BackingErrors++
+			}
+			if b.freedMoving {
+				p.releaseFreedMoving(b)
+			} else {
+				p.spilled.pushFront(b)
+			}
 			return fmt.Errorf("pool: promoting the %d-byte block at %#x: %w", b.size, b.base, err)
 		}
-		p.spilled.remove(b)
 		b.promoted = true
 		p.hostBytes -= b.size
 		p.stats.SpilledBytes -= b.size
-		p.addDevice(b.size)
 		p.stats.PromotedBytes += b.size
-		p.stats.PromotedTotal += b.size
-		if p.obs != nil {
-			p.obs.Promote(b.base, b.size, b.tier)
+		if err == nil {
+			p.stats.PromotedTotal += b.size
+			if p.obs != nil {
+				p.obs.Promote(b.base, b.size, b.tier)
+			}
+		} else {
+			p.stats.BackingErrors++
+		}
+		if b.freedMoving {
+			p.releaseFreedMoving(b)
+		}
+		if err != nil {
+			return fmt.Errorf("pool: promoting the %d-byte block at %#x failed, counted on the device: %w", b.size, b.base, err)
 		}
 	}
 	return nil
+}
+
+// releaseFreedMoving releases a block freed during its move. Nobody is left
+// to retry a failed release: the block stays counted and Close tries again.
+func (p *Pool) releaseFreedMoving(b *block) {
+	var s *Stream
+	if b.freedAsync {
+		s = &b.freeStream
+	}
+	if err := p.releaseUnpooled(b, s); err != nil {
+		p.tellFailure(err)
+		p.unreleased = append(p.unreleased, b)
+	}
 }

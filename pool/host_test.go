@@ -2,6 +2,8 @@ package pool_test
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/pool"
@@ -127,12 +129,21 @@ type failures struct {
 
 func (f *failures) BackingFailed(err error) { f.errs = append(f.errs, err) }
 
-// A promotion that fails after a free does not fail the free, nor the
-// application's synchronization: it is counted and told to the observer.
-func TestFailedPromotionDoesNotFailTheFree(t *testing.T) {
+// A promotion that fails does not fail the application's synchronization:
+// it is counted and told to the observer. One that failed before anything
+// moved (out of memory) leaves the block first in line for the next pass.
+func TestFailedPromotionDoesNotFailTheSynchronization(t *testing.T) {
+	for _, full := range []error{
+		fmt.Errorf("device full: %w", pool.ErrOutOfMemory),
+		fmt.Errorf("advice refused: %w", pool.ErrNotMoved),
+	} {
+		t.Run(full.Error(), func(t *testing.T) { failedPromotionBeforeTheMove(t, full) })
+	}
+}
+
+func failedPromotionBeforeTheMove(t *testing.T, full error) {
 	f := pooltest.New(0)
-	broken := errors.New("prefetch failed")
-	f.FailPromote = func(uint64, uint64) error { return broken }
+	f.FailPromote = func(uint64, uint64) error { return full }
 	obs := &failures{recorder: recorder{sources: map[pool.Source]int{}}}
 	opt := oversubscribed(8*miB, pool.TierManaged)
 	opt.Pooling = false // a free gives its room back at once
@@ -143,27 +154,134 @@ func TestFailedPromotionDoesNotFailTheFree(t *testing.T) {
 	if a, _ := h.p.Lookup(spilled); a.Tier != pool.TierManaged {
 		t.Fatalf("%#x not spilled", spilled)
 	}
-	if err := h.free(dev); err != nil {
-		t.Fatalf("Free with a failing promotion after it: %v", err)
-	}
-	if err := h.p.SyncEnd(h.p.SyncBegin()); err != nil {
-		t.Fatalf("SyncEnd with a failing promotion after it: %v", err)
-	}
+	h.mustFree(dev)
+	h.appSync() // checks the accounting against the device
 	st := h.p.Stats()
-	if st.BackingErrors != 2 || st.PromotedTotal != 0 || len(obs.errs) != 2 || !errors.Is(obs.errs[0], broken) {
-		t.Fatalf("backing errors %d, promoted %d, observer told %v; want 2 failures told", st.BackingErrors, st.PromotedTotal, obs.errs)
+	if st.BackingErrors != 1 || st.PromotedTotal != 0 || st.SpilledBytes != 4*miB || len(obs.errs) != 1 || !errors.Is(obs.errs[0], full) {
+		t.Fatalf("stats %v, observer told %v; want 1 failure told, the block still spilled", st, obs.errs)
 	}
-	if _, err := h.p.Promote(); !errors.Is(err, broken) {
+	if _, err := h.p.Promote(); !errors.Is(err, full) {
 		t.Fatalf("Promote() = %v, want the failure: an explicit promotion reports it", err)
 	}
 	f.FailPromote = nil
-	if err := h.freeAsync(h.mustAlloc(kiB), 7); err != nil { // promotes now
-		t.Fatalf("FreeAsync: %v", err)
-	}
+	h.appSync()
 	if st := h.p.Stats(); st.PromotedTotal != 4*miB {
 		t.Fatalf("after the failures: promoted %d bytes, want the 4 MiB block", st.PromotedTotal)
 	}
 	h.close()
+}
+
+// A promotion whose wait fails may have moved the block: the block is
+// counted on the device from then on, so the quota holds against what the
+// device really holds, and freeing it gives the room back.
+func TestPromotionWhoseWaitFailsIsCountedOnTheDevice(t *testing.T) {
+	f := pooltest.New(0)
+	broken := errors.New("stream synchronize failed")
+	f.FailPromote = func(uint64, uint64) error { return broken }
+	obs := &failures{recorder: recorder{sources: map[pool.Source]int{}}}
+	opt := oversubscribed(8*miB, pool.TierManaged)
+	opt.Pooling = false
+	opt.Observer = obs
+	h := newHarness(t, f, opt)
+	dev := h.mustAlloc(8 * miB)
+	spilled := h.mustAlloc(4 * miB)
+	h.mustFree(dev)
+	h.appSync() // the device holds the block: the accounting must say so
+	st := h.p.Stats()
+	if st.ReservedBytes != 4*miB || st.PromotedBytes != 4*miB || st.BackingErrors != 1 || len(obs.errs) != 1 || !errors.Is(obs.errs[0], broken) {
+		t.Fatalf("after a failed wait: %v, observer told %v", st, obs.errs)
+	}
+	// Only 4 MiB of the quota is left: 8 MiB must spill, never reach the device.
+	big := h.mustAlloc(8 * miB)
+	if a, _ := h.p.Lookup(big); a.Tier != pool.TierManaged || f.DeviceBytes() > opt.Quota {
+		t.Fatalf("8 MiB on %v with %d device bytes under a quota of %d", a.Tier, f.DeviceBytes(), opt.Quota)
+	}
+	h.mustFree(spilled)
+	if st := h.p.Stats(); st.ReservedBytes != 0 || st.PromotedBytes != 0 {
+		t.Fatalf("after freeing the block: %v", st)
+	}
+	h.close()
+}
+
+// Promotion runs at announced synchronizations and on demand, never inside
+// Free or FreeAsync, where it would make the free wait for the device.
+func TestFreeNeverPromotes(t *testing.T) {
+	f := pooltest.New(0)
+	opt := oversubscribed(8*miB, pool.TierManaged)
+	opt.Pooling = false
+	h := newHarness(t, f, opt)
+	a, b := h.mustAlloc(4*miB), h.mustAlloc(4*miB)
+	spilled := h.mustAlloc(4 * miB)
+	h.mustFree(a)
+	if err := h.freeAsync(b, 1); err != nil {
+		t.Fatal(err)
+	}
+	if c := f.Counts(); c.Promotions != 0 {
+		t.Fatalf("%d promotions inside Free and FreeAsync", c.Promotions)
+	}
+	h.appSync()
+	if c := f.Counts(); c.Promotions != 1 {
+		t.Fatalf("%d promotions at the announced synchronization, want 1", c.Promotions)
+	}
+	h.mustFree(spilled)
+	h.close()
+}
+
+// A release that fails changes nothing: the block stays live and counted,
+// the failure is counted, and the application's retry releases it. With
+// pinned spill the retry frees the host memory.
+func TestFailedReleaseIsRetried(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		tier    pool.Tier
+		promote bool
+	}{
+		{"promoted", pool.TierManaged, true},
+		{"managed", pool.TierManaged, false},
+		{"pinned", pool.TierPinned, false},
+		{"device", pool.TierDevice, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := pooltest.New(0)
+			opt := oversubscribed(8*miB, pool.TierManaged)
+			if tc.tier == pool.TierPinned {
+				opt.SpillTier = pool.TierPinned
+			}
+			opt.Pooling = false
+			h := newHarness(t, f, opt)
+			dev := h.mustAlloc(8 * miB)
+			victim := dev
+			if tc.tier != pool.TierDevice {
+				victim = h.mustAlloc(4 * miB)
+				if a, _ := h.p.Lookup(victim); a.Tier != tc.tier {
+					t.Fatalf("block on %v, want %v", a.Tier, tc.tier)
+				}
+				h.mustFree(dev)
+			}
+			if tc.promote {
+				h.appSync()
+				if st := h.p.Stats(); st.PromotedBytes != 4*miB {
+					t.Fatalf("not promoted: %v", st)
+				}
+			}
+			broken := errors.New("release failed")
+			fail := func(uint64, uint64) error { return broken }
+			f.FailRelease, f.FailReleaseHost = fail, fail
+			if err := h.p.Free(victim); !errors.Is(err, broken) {
+				t.Fatalf("Free with a failing release: %v", err)
+			}
+			h.check() // still live, still counted, as the device says
+			if st := h.p.Stats(); st.ReleaseErrors != 1 || !strings.Contains(st.String(), " release_errors=1") {
+				t.Fatalf("failed release not counted: %v", st)
+			}
+			f.FailRelease, f.FailReleaseHost = nil, nil
+			h.mustFree(victim)
+			if st := h.p.Stats(); st.ReservedBytes != 0 || st.SpilledBytes != 0 || st.PromotedBytes != 0 || f.HostBytes() != 0 {
+				t.Fatalf("after the retried free: %v, host holds %d", st, f.HostBytes())
+			}
+			h.close()
+		})
+	}
 }
 
 // A spilled block freed by FreeAsync is released in the order of its

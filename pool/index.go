@@ -24,7 +24,10 @@ const (
 type index struct {
 	flMap uint64
 	slMap [flCount]uint32
-	heads [flCount][slCount]*block
+	// heads holds the lists of one first-level class per row, allocated at
+	// the row's first block: an index costs about 500 bytes plus 256 per
+	// power of two it has held, so a stream's cache stays small.
+	heads [flCount]*[slCount]*block
 	bytes uint64 // total size of the blocks in the index
 	count int
 }
@@ -40,12 +43,17 @@ func classOfUnits(units uint64) (fl, sl int) {
 
 func (x *index) insert(b *block) {
 	fl, sl := classOfUnits(b.size >> granuleShift)
-	head := x.heads[fl][sl]
+	row := x.heads[fl]
+	if row == nil {
+		row = new([slCount]*block)
+		x.heads[fl] = row
+	}
+	head := row[sl]
 	b.prevFree, b.nextFree = nil, head
 	if head != nil {
 		head.prevFree = b
 	}
-	x.heads[fl][sl] = b
+	row[sl] = b
 	x.slMap[fl] |= 1 << sl
 	x.flMap |= 1 << fl
 	x.bytes += b.size
@@ -84,8 +92,12 @@ func (x *index) find(size, maxSlack uint64, scan int) *block {
 	units := size >> granuleShift
 	fl, sl := classOfUnits(units)
 	var best *block
+	var first *block
+	if row := x.heads[fl]; row != nil {
+		first = row[sl]
+	}
 	n := 0
-	for b := x.heads[fl][sl]; b != nil && n < scan; b, n = b.nextFree, n+1 {
+	for b := first; b != nil && n < scan; b, n = b.nextFree, n+1 {
 		if b.size >= size && (best == nil || b.size < best.size) {
 			best = b
 			if b.size == size {

@@ -93,9 +93,16 @@ type block struct {
 	prevQ, nextQ       *block // pending, stream or spill queue, oldest first
 	cache              *streamCache
 	seq                uint64 // value of Pool.seq when freed
+	freeStream         Stream // the stream of a FreeAsync made while the block was moving
 	tier               Tier
 	state              blockState
-	promoted           bool // a managed block now resident on the device
+	// promoted: a managed block counted on the device (moved there, or
+	// maybe moved by a promotion that failed).
+	promoted bool
+	moving   bool // its promotion is in flight, the pool's lock released
+	// freedMoving: freed while moving; the promotion releases it once the
+	// move returns (freedAsync: by FreeAsync, on freeStream).
+	freedMoving, freedAsync bool
 }
 
 type segment struct {
@@ -122,6 +129,17 @@ func (q *queue) push(b *block) {
 		q.head = b
 	}
 	q.tail = b
+	q.bytes += b.size
+}
+
+func (q *queue) pushFront(b *block) {
+	b.prevQ, b.nextQ = nil, q.head
+	if q.head != nil {
+		q.head.prevQ = b
+	} else {
+		q.tail = b
+	}
+	q.head = b
 	q.bytes += b.size
 }
 
@@ -184,20 +202,40 @@ func (l *segList) remove(s *segment) {
 }
 
 // streamCache holds the blocks freed on one stream that are not yet known to
-// be complete for other streams.
+// be complete for other streams. It exists only while it holds blocks or a
+// marker: a drained cache is dropped, so a stream seen once leaves nothing
+// behind.
 type streamCache struct {
-	stream    Stream
-	idx       [numClasses]index
-	queue     queue
-	marker    Marker
-	markerCut uint64 // the marker covers blocks with seq < markerCut
-	hasMarker bool
+	stream     Stream
+	idx        [numClasses]*index // allocated at the class's first block
+	queue      queue
+	marker     Marker
+	markerCut  uint64 // the marker covers blocks with seq < markerCut
+	hasMarker  bool
+	idle       bool         // found drained at the last reclaim
+	prev, next *streamCache // Pool.caches, in creation order
 }
 
+// index returns the cache's index of class k, allocating it at first use.
+func (c *streamCache) index(k int) *index {
+	if c.idx[k] == nil {
+		c.idx[k] = new(index)
+	}
+	return c.idx[k]
+}
+
+// cacheList lists the stream caches in creation order, the order they are
+// visited in, so that runs are repeatable.
+type cacheList struct{ head, tail *streamCache }
+
 // Pool is the allocator of one device. All its methods are safe for concurrent
-// use; they serialize on one mutex per pool, held across Backing calls.
+// use; they serialize on one mutex per pool, released across the blocking
+// Backing calls (Synchronize and HostBacking.Promote).
 type Pool struct {
-	mu       sync.Mutex
+	mu sync.Mutex
+	// cond is signalled, with mu, when a forced synchronization or a
+	// promotion pass ends.
+	cond     sync.Cond
 	back     Backing
 	host     HostBacking // nil when the Backing cannot spill
 	ordered  StreamOrderedBacking
@@ -216,11 +254,19 @@ type Pool struct {
 	// synchronization could serve a miss.
 	pendingBytes [numClasses]uint64
 	streams      map[Stream]*streamCache
-	streamOrder  []*streamCache // caches in creation order, the order they are visited in: repeatable runs
-	lastCache    *streamCache   // the stream cache used last; see cacheOf
-	spilled      queue          // managed blocks on the host, oldest first: promotion order
+	streamsPeak  int // most entries p.streams held since it was made
+	caches       cacheList
+	lastCache    *streamCache // the stream cache used last; see cacheOf
+	spilled      queue        // managed blocks on the host, oldest first: promotion order
 	seq          uint64
 	spare        *block // unused descriptors, linked through nextFree
+
+	syncing   bool   // a forced synchronization is in flight, the lock released
+	syncedCut uint64 // every block freed with seq < syncedCut is known complete
+	promoting bool   // a promotion pass is running
+	// unreleased are blocks freed while moving whose release then failed:
+	// still held, still counted, released again by Close.
+	unreleased []*block
 
 	segBytes  uint64 // bytes of all segments
 	segLive   uint64 // bytes of live blocks in segments
@@ -244,6 +290,7 @@ func New(back Backing, opt Options) (*Pool, error) {
 		reserved: opt.Reserve == 0,
 		streams:  make(map[Stream]*streamCache),
 	}
+	p.cond.L = &p.mu
 	p.host, _ = back.(HostBacking)
 	p.ordered, _ = back.(StreamOrderedBacking)
 	if vb, ok := back.(VirtualBacking); ok && opt.VirtualMemory && opt.Pooling {
@@ -282,24 +329,26 @@ func (p *Pool) AllocAsync(size uint64, s Stream) (uint64, error) {
 func (p *Pool) Free(ptr uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b, err := p.takeLive(ptr)
+	b, err := p.findLive(ptr)
 	if err != nil || b == nil {
 		return err
 	}
 	if b.seg == nil {
-		return p.releaseUnpooled(b, nil)
+		return p.freeUnpooled(b, nil)
 	}
+	p.retire(b)
 	b.state = statePending
 	b.seq = p.seq
 	p.seq++
 	p.pending.push(b)
 	p.pendingBytes[b.seg.class] += b.size
 	if p.opt.StrictFree {
-		if err := p.synchronize(); err != nil {
+		// Under stream capture the block waits for the next
+		// synchronization; the free itself has succeeded.
+		if err := p.synchronize(); err != nil && !errors.Is(err, ErrStreamCapture) {
 			return err
 		}
 	}
-	p.promoteAfterFree()
 	return nil
 }
 
@@ -309,33 +358,78 @@ func (p *Pool) Free(ptr uint64) error {
 func (p *Pool) FreeAsync(ptr uint64, s Stream) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b, err := p.takeLive(ptr)
+	b, err := p.findLive(ptr)
 	if err != nil || b == nil {
 		return err
 	}
 	if b.seg == nil {
-		return p.releaseUnpooled(b, &s)
+		return p.freeUnpooled(b, &s)
 	}
+	p.retire(b)
 	c := p.cacheOf(s)
 	if c == nil {
-		c = &streamCache{stream: s}
-		p.streams[s] = c
-		p.streamOrder = append(p.streamOrder, c)
+		c = p.newCache(s)
 	}
 	b.state = stateStream
 	b.cache = c
 	b.seq = p.seq
 	p.seq++
 	p.mergeStreamNeighbours(b)
-	c.idx[b.seg.class].insert(b)
+	c.index(b.seg.class).insert(b)
 	c.queue.push(b)
 	if !c.hasMarker {
 		// A failure leaves the block for the next synchronization; the free
 		// itself has succeeded.
-		_ = p.recordMarker(c) // counted in BackingErrors
+		p.recordMarker(c)
 	}
-	p.promoteAfterFree()
 	return nil
+}
+
+// newCache creates the cache of stream s.
+func (p *Pool) newCache(s Stream) *streamCache {
+	c := &streamCache{stream: s, prev: p.caches.tail}
+	if p.caches.tail != nil {
+		p.caches.tail.next = c
+	} else {
+		p.caches.head = c
+	}
+	p.caches.tail = c
+	p.streams[s] = c
+	p.streamsPeak = max(p.streamsPeak, len(p.streams))
+	return c
+}
+
+// dropCache forgets a stream cache, which must hold no block.
+func (p *Pool) dropCache(c *streamCache) {
+	if c.hasMarker {
+		p.back.DestroyMarker(c.marker)
+		c.hasMarker = false
+	}
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		p.caches.head = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	} else {
+		p.caches.tail = c.prev
+	}
+	c.prev, c.next = nil, nil
+	delete(p.streams, c.stream)
+	if p.lastCache == c {
+		p.lastCache = nil
+	}
+	// A Go map never shrinks and its deleted slots slow its lookups: once it
+	// holds far fewer streams than it once did, it is rebuilt, at a cost
+	// amortized over those deletions.
+	if n := len(p.streams); p.streamsPeak > 64 && n < p.streamsPeak/8 {
+		fresh := make(map[Stream]*streamCache, n)
+		for s, c := range p.streams {
+			fresh[s] = c
+		}
+		p.streams, p.streamsPeak = fresh, n
+	}
 }
 
 // cacheOf returns the cache of stream s, or nil. The last one found is kept
@@ -369,9 +463,9 @@ func (p *Pool) mergeStreamNeighbours(b *block) {
 	}
 }
 
-// takeLive removes the live block at ptr from the pointer map and accounts its
-// free. It returns (nil, nil) for ptr 0, as cudaFree(NULL) succeeds.
-func (p *Pool) takeLive(ptr uint64) (*block, error) {
+// findLive returns the live block at ptr, or (nil, nil) for ptr 0, as
+// cudaFree(NULL) succeeds.
+func (p *Pool) findLive(ptr uint64) (*block, error) {
 	if p.closed {
 		return nil, ErrClosed
 	}
@@ -385,7 +479,12 @@ func (p *Pool) takeLive(ptr uint64) (*block, error) {
 		}
 		return nil, fmt.Errorf("pool: free of %#x: %w", ptr, ErrNotOwned)
 	}
-	p.live.del(ptr)
+	return b, nil
+}
+
+// retire removes a live block from the pointer map and accounts its free.
+func (p *Pool) retire(b *block) {
+	p.live.del(b.base)
 	p.stats.LiveBytes -= b.used
 	p.stats.LiveBlocks--
 	p.stats.Frees++
@@ -395,7 +494,16 @@ func (p *Pool) takeLive(ptr uint64) (*block, error) {
 	if p.obs != nil {
 		p.obs.Free(b.base, b.used, b.tier)
 	}
-	return b, nil
+}
+
+// revive undoes retire for a block outside segments whose release failed:
+// the memory is still held, so the block stays live and a retried free
+// releases it.
+func (p *Pool) revive(b *block) {
+	p.live.put(b.base, b)
+	p.stats.LiveBytes += b.used
+	p.stats.LiveBlocks++
+	p.stats.Frees--
 }
 
 // segmentOf returns the segment containing ptr, or nil: O(log segments).
@@ -444,9 +552,16 @@ func (p *Pool) allocate(size uint64, async bool, s Stream) (uint64, error) {
 			return p.hand(b, size, SourceCache), nil
 		}
 	}
+	captured := false // stream capture forbids synchronizing: no second try
 	if p.pendingBytes[class] >= size {
-		if err := p.synchronize(); err != nil {
+		// Under stream capture the pool grows or refuses instead.
+		if err := p.synchronize(); errors.Is(err, ErrStreamCapture) {
+			captured = true
+		} else if err != nil {
 			return 0, err
+		}
+		if async {
+			c = p.cacheOf(s) // the lock was released
 		}
 		if b := p.fromCache(size, class, c, ownClass); b != nil {
 			return p.hand(b, size, SourceCache), nil
@@ -467,18 +582,23 @@ func (p *Pool) allocate(size uint64, async bool, s Stream) (uint64, error) {
 			return 0, err
 		}
 	}
-	return p.allocUnderPressure(size, class, c)
+	return p.allocUnderPressure(size, class, async, s, captured)
 }
 
 // allocUnderPressure serves a request when growing by a whole segment is
 // impossible, trying in order: a synchronization for everything freed, any
 // free block of any class, releasing every empty segment and growing by a
 // segment or by exactly the request, spilling to the host.
-func (p *Pool) allocUnderPressure(size uint64, class int, c *streamCache) (uint64, error) {
-	if p.pending.bytes > 0 || p.streamBytes() > 0 {
-		if err := p.synchronize(); err != nil {
+func (p *Pool) allocUnderPressure(size uint64, class int, async bool, s Stream, captured bool) (uint64, error) {
+	if !captured && (p.pending.bytes > 0 || p.streamBytes() > 0) {
+		// Under stream capture the pool grows or refuses instead.
+		if err := p.synchronize(); err != nil && !errors.Is(err, ErrStreamCapture) {
 			return 0, err
 		}
+	}
+	var c *streamCache
+	if async {
+		c = p.cacheOf(s)
 	}
 	if b := p.fromCache(size, class, c, everything); b != nil {
 		return p.hand(b, size, SourceCache), nil
@@ -553,7 +673,7 @@ func (p *Pool) fromClass(size uint64, k int, c *streamCache, how search) *block 
 	} else if k == classHuge && p.virt == nil {
 		slack = hugeSlack(size)
 	}
-	if c != nil {
+	if c != nil && c.idx[k] != nil {
 		if b := c.idx[k].find(size, slack, scan); b != nil {
 			return b
 		}

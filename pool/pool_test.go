@@ -2,8 +2,11 @@ package pool_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/pool"
@@ -566,5 +569,140 @@ func TestSameCallsGiveSameAddresses(t *testing.T) {
 		if again := run(); !slices.Equal(again, first) {
 			t.Fatal("the same calls on the same device gave different addresses")
 		}
+	}
+}
+
+// While the caller or the stream captures a CUDA graph, the Backing refuses
+// to synchronize or record markers: the pool tries each once, then grows or
+// refuses as if nothing were pending, and no error of the capture reaches
+// the caller.
+func TestStreamCaptureGrowsOrRefusesInstead(t *testing.T) {
+	f := pooltest.New(0)
+	var syncs, markers int
+	f.FailSynchronize = func() error { syncs++; return pool.ErrStreamCapture }
+	f.FailRecordMarker = func(pool.Stream) error { markers++; return pool.ErrStreamCapture }
+	opt := pool.DefaultOptions(8 * miB)
+	opt.ReleaseThreshold = 8 * miB
+	h := newHarness(t, f, opt)
+	a := h.mustAlloc(4 * miB)
+	h.mustFree(a)
+	b := h.mustAlloc(4 * miB) // the pending block could serve it: grows instead
+	if syncs != 1 || b == a {
+		t.Fatalf("%d synchronizations tried, got %#x (freed %#x)", syncs, b, a)
+	}
+	if _, err := h.alloc(4 * miB); !errors.Is(err, pool.ErrQuota) || errors.Is(err, pool.ErrStreamCapture) {
+		t.Fatalf("at the quota under capture: %v, want a quota refusal", err)
+	}
+	if syncs != 2 {
+		t.Fatalf("%d synchronizations tried, want one per point", syncs)
+	}
+	if err := h.freeAsync(b, 5); err != nil {
+		t.Fatalf("FreeAsync under capture: %v", err)
+	}
+	if markers != 1 {
+		t.Fatalf("%d markers tried, want 1", markers)
+	}
+	st := h.p.Stats()
+	if st.BackingErrors != 0 || st.CaptureSkips != 3 || !strings.Contains(st.String(), " capture_skips=3") {
+		t.Fatalf("capture counted as a failure or not at all: %v", st)
+	}
+	f.FailSynchronize, f.FailRecordMarker = nil, nil
+	h.appSync()
+	h.mustAlloc(4 * miB) // the freed blocks, now reusable
+	h.mustAlloc(4 * miB)
+	h.close()
+}
+
+func TestStrictFreeUnderCaptureSucceeds(t *testing.T) {
+	f := pooltest.New(0)
+	f.FailSynchronize = func() error { return pool.ErrStreamCapture }
+	opt := pool.DefaultOptions(8 * miB)
+	opt.StrictFree = true
+	h := newHarness(t, f, opt)
+	h.mustFree(h.mustAlloc(miB))
+	if st := h.p.Stats(); st.PendingBytes != miB {
+		t.Fatalf("the block should wait for a later synchronization: %v", st)
+	}
+	f.FailSynchronize = nil
+	h.close()
+}
+
+// A segment the Backing fails to release is counted, told to a
+// FailureObserver and kept, never dropped silently.
+func TestFailedSegmentReleaseIsCountedAndTold(t *testing.T) {
+	f := pooltest.New(0)
+	obs := &failures{recorder: recorder{sources: map[pool.Source]int{}}}
+	opt := pool.DefaultOptions(64 * miB)
+	opt.ReleaseThreshold = 0
+	opt.Observer = obs
+	h := newHarness(t, f, opt)
+	broken := errors.New("cudaFree failed")
+	f.FailRelease = func(uint64, uint64) error { return broken }
+	h.mustFree(h.mustAlloc(miB))
+	h.appSync() // the empty segment passes the threshold
+	st := h.p.Stats()
+	if st.ReleaseErrors != 1 || st.Segments != 1 || len(obs.errs) != 1 || !errors.Is(obs.errs[0], broken) {
+		t.Fatalf("stats %v, observer told %v", st, obs.errs)
+	}
+	f.FailRelease = nil
+	h.close()
+}
+
+// A stream identity used once (a thread's per-thread default stream, a
+// stream created and destroyed) leaves nothing behind, whether it is
+// forgotten or its blocks simply drain: 20,000 of them keep the Go heap
+// flat.
+func TestStreamsSeenOnceLeaveNothing(t *testing.T) {
+	for _, forget := range []bool{true, false} {
+		t.Run(fmt.Sprintf("forget=%v", forget), func(t *testing.T) {
+			f := pooltest.New(0)
+			p, err := pool.New(f, pool.DefaultOptions(giB))
+			if err != nil {
+				t.Fatal(err)
+			}
+			heap := func() uint64 {
+				var m runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&m)
+				return m.HeapAlloc
+			}
+			use := func(s pool.Stream) {
+				ptr, err := p.AllocAsync(4*kiB, s)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := p.FreeAsync(ptr, s); err != nil {
+					t.Fatal(err)
+				}
+				f.Complete(s)
+				if forget {
+					p.ForgetStream(s)
+				}
+				f.DestroyStream(s)
+			}
+			for s := range pool.Stream(100) { // warm up: slabs, maps, segments
+				use(1 + s)
+			}
+			before := heap()
+			const streams, bound = 20000, 256 * kiB
+			for s := range pool.Stream(streams) {
+				use(1000 + s)
+				if s%100 == 99 { // the application synchronizes now and then
+					ticket := p.SyncBegin()
+					_ = f.Synchronize()
+					if err := p.SyncEnd(ticket); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if s%1000 == 999 {
+					if grown := int64(heap()) - int64(before); grown > bound {
+						t.Fatalf("after %d streams the heap grew by %d bytes", s+1, grown)
+					}
+				}
+			}
+			if err := p.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 }

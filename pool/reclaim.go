@@ -2,28 +2,61 @@ package pool
 
 // Reclaiming freed blocks: synchronizations and stream markers.
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
-// synchronize synchronizes the device and makes reusable every block freed
-// before it began.
+// synchronize makes reusable every block freed before the call, through a
+// device synchronization made with the lock released. Only one is in flight:
+// a caller whose frees the one in flight covers waits for it; a caller whose
+// frees came after it began waits for it to end and then starts the next,
+// which covers every caller waiting by then. A failed synchronization is
+// tried again only by a caller that did not start it, once. It returns an
+// error wrapping ErrStreamCapture when the Backing refused because of stream
+// capture, and ErrClosed when the pool was closed meanwhile.
 func (p *Pool) synchronize() error {
 	cut := p.seq
-	if err := p.back.Synchronize(); err != nil {
-		p.stats.BackingErrors++
+	for {
+		if p.closed {
+			return ErrClosed
+		}
+		if p.syncedCut >= cut {
+			return nil
+		}
+		if !p.syncing {
+			break
+		}
+		p.cond.Wait()
+	}
+	cut = p.seq // a synchronization beginning now covers every free so far
+	p.syncing = true
+	p.mu.Unlock()
+	err := p.back.Synchronize()
+	p.mu.Lock()
+	p.syncing = false
+	p.cond.Broadcast()
+	if p.closed {
+		return ErrClosed
+	}
+	if err != nil {
+		if errors.Is(err, ErrStreamCapture) {
+			p.stats.CaptureSkips++
+		} else {
+			p.stats.BackingErrors++
+		}
 		return fmt.Errorf("pool: synchronizing the device: %w", err)
 	}
 	p.stats.Syncs++
-	made := p.completeBefore(cut)
-	if p.obs != nil {
-		p.obs.Sync(made)
-	}
-	p.trim()
+	p.synced(cut)
 	return nil
 }
 
-// completeBefore makes reusable every pending or stream-owned block freed
-// with seq < cut, and returns their bytes.
-func (p *Pool) completeBefore(cut uint64) uint64 {
+// synced completes a synchronization that began at cut: it makes reusable
+// every pending or stream-owned block freed with seq < cut, reports them and
+// applies the release threshold.
+func (p *Pool) synced(cut uint64) {
+	p.syncedCut = max(p.syncedCut, cut)
 	var made uint64
 	for b := p.pending.head; b != nil && b.seq < cut; b = p.pending.head {
 		p.pending.remove(b)
@@ -31,14 +64,20 @@ func (p *Pool) completeBefore(cut uint64) uint64 {
 		made += b.size
 		p.makeFree(b)
 	}
-	for _, c := range p.streamOrder {
+	for c := p.caches.head; c != nil; {
+		next := c.next
 		made += p.drain(c, cut)
 		if c.hasMarker && c.markerCut <= cut {
 			p.back.DestroyMarker(c.marker)
 			c.hasMarker = false
 		}
+		p.dropIfDrained(c)
+		c = next
 	}
-	return made
+	if p.obs != nil {
+		p.obs.Sync(made)
+	}
+	p.trim()
 }
 
 // drain moves the blocks of a stream cache freed before cut to the pool.
@@ -53,53 +92,88 @@ func (p *Pool) drain(c *streamCache, cut uint64) uint64 {
 	return made
 }
 
+// dropIfDrained drops a stream cache found with no block and no marker at
+// two reclaims in a row: a stream in use, refilled between reclaims, keeps
+// its cache instead of making a new one at every free.
+func (p *Pool) dropIfDrained(c *streamCache) {
+	if c.queue.head != nil || c.hasMarker {
+		c.idle = false
+	} else if c.idle {
+		p.dropCache(c)
+	} else {
+		c.idle = true
+	}
+}
+
 func (p *Pool) streamBytes() uint64 {
 	var n uint64
-	for _, c := range p.streamOrder {
+	for c := p.caches.head; c != nil; c = c.next {
 		n += c.queue.bytes
 	}
 	return n
 }
 
-func (p *Pool) recordMarker(c *streamCache) error {
+// recordMarker records a marker for what c holds. A failure leaves the
+// blocks to a later marker or synchronization: it is counted, and told to
+// a FailureObserver unless it is stream capture, where CUDA forbids the
+// marker.
+func (p *Pool) recordMarker(c *streamCache) {
 	m, err := p.back.RecordMarker(c.stream)
 	if err != nil {
-		p.stats.BackingErrors++
-		return fmt.Errorf("pool: recording a marker on stream %#x: %w", uint64(c.stream), err)
+		if errors.Is(err, ErrStreamCapture) {
+			p.stats.CaptureSkips++
+			return
+		}
+		p.backingFailed(fmt.Errorf("pool: recording a marker on stream %#x: %w", uint64(c.stream), err))
+		return
 	}
 	c.marker, c.markerCut, c.hasMarker = m, p.seq, true
 	p.stats.Markers++
-	return nil
 }
 
 // pollMarkers moves the blocks covered by completed markers to the pool and
-// records new markers for what remains. It reports whether any block moved.
-// Backing errors leave the blocks where they are, to be reclaimed by the next
-// synchronization, and are counted in the stats.
+// records new markers for what remains; drained caches are dropped. It
+// reports whether any block moved. Backing errors leave the blocks where
+// they are, to be reclaimed by the next synchronization.
 func (p *Pool) pollMarkers() bool {
 	moved := false
-	for _, c := range p.streamOrder {
+	for c := p.caches.head; c != nil; {
+		next := c.next
 		if c.hasMarker {
 			done, err := p.back.MarkerDone(c.marker)
-			if err != nil {
-				p.stats.BackingErrors++
-				continue
+			if err != nil && !errors.Is(err, ErrStreamCapture) {
+				p.backingFailed(fmt.Errorf("pool: querying a marker of stream %#x: %w", uint64(c.stream), err))
 			}
-			if !done {
-				continue
-			}
-			p.back.DestroyMarker(c.marker)
-			c.hasMarker = false
-			if p.drain(c, c.markerCut) > 0 {
-				moved = true
+			if done {
+				p.back.DestroyMarker(c.marker)
+				c.hasMarker = false
+				if p.drain(c, c.markerCut) > 0 {
+					moved = true
+				}
 			}
 		}
-		if c.queue.head != nil {
-			_ = p.recordMarker(c) // counted in BackingErrors
+		if c.queue.head != nil && !c.hasMarker {
+			p.recordMarker(c)
 		}
+		p.dropIfDrained(c)
+		c = next
 	}
 	if moved {
 		p.trim()
 	}
 	return moved
+}
+
+// backingFailed counts a Backing failure that fails no call and tells it to
+// a FailureObserver.
+func (p *Pool) backingFailed(err error) {
+	p.stats.BackingErrors++
+	p.tellFailure(err)
+}
+
+// tellFailure tells a FailureObserver of a failure that fails no call.
+func (p *Pool) tellFailure(err error) {
+	if f, ok := p.obs.(FailureObserver); ok {
+		f.BackingFailed(err)
+	}
 }

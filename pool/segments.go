@@ -39,6 +39,9 @@ func (p *Pool) recycle(b *block) {
 func (p *Pool) grow(size uint64, class int) (*block, error) {
 	base, err := p.back.Reserve(size)
 	if err != nil {
+		if !isOOM(err) {
+			p.stats.BackingErrors++
+		}
 		return nil, fmt.Errorf("pool: reserving a %d-byte segment: %w", size, err)
 	}
 	if base%Alignment != 0 || base == 0 {
@@ -71,7 +74,7 @@ func (p *Pool) releaseSegment(seg *segment) error {
 	if err := p.back.Release(seg.base, seg.size); err != nil {
 		// The segment's state is unknown: keep it, but never try again.
 		seg.pinned = true
-		p.stats.BackingErrors++
+		p.stats.ReleaseErrors++
 		return fmt.Errorf("pool: releasing the %d-byte segment at %#x: %w", seg.size, seg.base, err)
 	}
 	p.idx[seg.class].remove(b)
@@ -87,10 +90,13 @@ func (p *Pool) releaseSegment(seg *segment) error {
 }
 
 // releaseEmptyWhile releases empty segments, oldest emptied first, while cond
-// holds. A failed release is counted in the stats and skipped.
+// holds. A failed release is counted, told to a FailureObserver, and
+// skipped.
 func (p *Pool) releaseEmptyWhile(cond func() bool) {
 	for p.empty.head != nil && cond() {
-		_ = p.releaseSegment(p.empty.head) // counted in BackingErrors
+		if err := p.releaseSegment(p.empty.head); err != nil {
+			p.tellFailure(err)
+		}
 	}
 	p.releaseGranulesWhile(cond)
 }

@@ -27,7 +27,15 @@ type Stats struct {
 	Markers            uint64 // markers recorded
 	SegmentsReleased   uint64
 	BytesReleased      uint64
-	BackingErrors      uint64 // failed backing calls that did not fail a request
+	// BackingErrors counts the failed Backing calls other than releases,
+	// refusals for lack of memory and stream capture excepted.
+	BackingErrors uint64
+	// ReleaseErrors counts the failed releases (Release, ReleaseAsync,
+	// ReleaseHost).
+	ReleaseErrors uint64
+	// CaptureSkips counts the synchronizations, markers and promotions not
+	// made because the caller or the stream was capturing a CUDA graph.
+	CaptureSkips uint64
 
 	Granules      uint64 // physical granules held now (virtual memory)
 	GranuleMaps   uint64 // granules mapped under an address, ever
@@ -63,8 +71,10 @@ func (p *Pool) Stats() Stats {
 func (s Stats) String() string {
 	return fmt.Sprintf("live=%d peak_live=%d reserved=%d peak_reserved=%d quota=%d cached=%d largest_free=%d "+
 		"cache_hits=%d device_reservations=%d pass_through=%d syncs=%d external_syncs=%d segments_released=%d "+
-		"refused=%d spilled=%d spilled_total=%d promoted=%d promoted_total=%d",
+		"refused=%d spilled=%d spilled_total=%d promoted=%d promoted_total=%d "+
+		"backing_errors=%d release_errors=%d capture_skips=%d",
 		s.LiveBytes, s.PeakLiveBytes, s.ReservedBytes, s.PeakReservedBytes, s.Quota, s.CachedBytes, s.LargestFreeBlock,
 		s.CacheHits, s.DeviceReservations, s.PassThrough, s.Syncs, s.ExternalSyncs, s.SegmentsReleased,
-		s.Refused, s.SpilledBytes, s.SpilledTotal, s.PromotedBytes, s.PromotedTotal)
+		s.Refused, s.SpilledBytes, s.SpilledTotal, s.PromotedBytes, s.PromotedTotal,
+		s.BackingErrors, s.ReleaseErrors, s.CaptureSkips)
 }

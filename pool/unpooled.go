@@ -27,6 +27,7 @@ func (p *Pool) passThrough(size uint64, async bool, s Stream) (uint64, error) {
 		if isOOM(err) {
 			return 0, p.refuse(size, err)
 		}
+		p.stats.BackingErrors++
 		return 0, fmt.Errorf("pool: pass-through reservation of %d bytes: %w", size, err)
 	}
 	b := p.newBlock()
@@ -47,8 +48,28 @@ func (p *Pool) addLive(b *block, src Source) {
 	}
 }
 
-// releaseUnpooled frees a pass-through or spilled block; s is the stream of
-// FreeAsync, or nil for Free.
+// freeUnpooled frees a pass-through or spilled block; s is the stream of
+// FreeAsync, or nil for Free. A block whose release fails stays live, so
+// that the application's retry releases it. A block being promoted is
+// released when its move returns.
+func (p *Pool) freeUnpooled(b *block, s *Stream) error {
+	p.retire(b)
+	if b.moving {
+		b.freedMoving = true
+		if s != nil {
+			b.freedAsync, b.freeStream = true, *s
+		}
+		return nil
+	}
+	if err := p.releaseUnpooled(b, s); err != nil {
+		p.revive(b)
+		return err
+	}
+	return nil
+}
+
+// releaseUnpooled releases a block outside segments and forgets it. A
+// failure is counted and changes nothing else.
 func (p *Pool) releaseUnpooled(b *block, s *Stream) error {
 	var err error
 	switch {
@@ -58,26 +79,26 @@ func (p *Pool) releaseUnpooled(b *block, s *Stream) error {
 		} else {
 			err = p.back.Release(b.base, b.size)
 		}
-		p.devBytes -= b.size
 	default:
-		if b.promoted {
-			p.devBytes -= b.size
-			p.stats.PromotedBytes -= b.size
-		} else {
-			if b.tier == TierManaged {
-				p.spilled.remove(b)
-			}
-			p.hostBytes -= b.size
-			p.stats.SpilledBytes -= b.size
-		}
 		err = p.host.ReleaseHost(b.base, b.size, b.tier, s)
 	}
-	base, size, tier := b.base, b.size, b.tier
-	p.recycle(b)
 	if err != nil {
-		p.stats.BackingErrors++
-		return fmt.Errorf("pool: releasing the %d-byte %v allocation at %#x: %w", size, tier, base, err)
+		p.stats.ReleaseErrors++
+		return fmt.Errorf("pool: releasing the %d-byte %v allocation at %#x: %w", b.size, b.tier, b.base, err)
 	}
-	p.promoteAfterFree()
+	switch {
+	case b.tier == TierDevice:
+		p.devBytes -= b.size
+	case b.promoted:
+		p.devBytes -= b.size
+		p.stats.PromotedBytes -= b.size
+	default:
+		if b.tier == TierManaged && !b.freedMoving {
+			p.spilled.remove(b)
+		}
+		p.hostBytes -= b.size
+		p.stats.SpilledBytes -= b.size
+	}
+	p.recycle(b)
 	return nil
 }

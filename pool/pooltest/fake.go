@@ -5,6 +5,7 @@
 package pooltest
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 
@@ -20,9 +21,24 @@ type Fake struct {
 	Capacity uint64
 	// HostCapacity is the host memory for spilling; zero means unlimited.
 	HostCapacity uint64
-	// FailReserve, if set, is consulted before every Reserve.
+	// The Fail hooks, if set, are consulted before the call they name,
+	// without the fake's lock (they may block, to hold a call in flight);
+	// an error they return is the call's. Set them before the pool runs.
+	//
+	// FailReserve: Reserve fails, reserving nothing.
 	FailReserve func(size uint64) error
-	// FailPromote, if set, is consulted before every Promote.
+	// FailRelease: Release or ReleaseAsync fails, freeing nothing.
+	FailRelease func(base, size uint64) error
+	// FailReleaseHost: ReleaseHost fails, freeing nothing.
+	FailReleaseHost func(base, size uint64) error
+	// FailSynchronize: Synchronize fails, and nothing completes.
+	FailSynchronize func() error
+	// FailRecordMarker: RecordMarker on s fails, recording nothing.
+	FailRecordMarker func(s pool.Stream) error
+	// FailPromote: an error wrapping pool.ErrNotMoved, pool.ErrOutOfMemory
+	// or pool.ErrStreamCapture fails Promote before anything moves; any other
+	// is returned after the block has moved to the device, as when the
+	// wait for a prefetch fails.
 	FailPromote func(base, size uint64) error
 
 	next      uint64
@@ -86,6 +102,14 @@ func (f *Fake) Complete(s pool.Stream) {
 	f.completed[s] = f.clock
 }
 
+// DestroyStream forgets what the fake knows of stream s, which must hold
+// no marker and no queued work the caller still cares about.
+func (f *Fake) DestroyStream(s pool.Stream) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.completed, s)
+}
+
 // SafeSince reports whether work queued at time t on stream s (or on every
 // stream, when anyStream) is known complete: a synchronization began after t,
 // or s completed after t.
@@ -126,6 +150,11 @@ func (f *Fake) Reserve(size uint64) (uint64, error) {
 
 // Release implements pool.Backing.
 func (f *Fake) Release(base, size uint64) error {
+	if f.FailRelease != nil {
+		if err := f.FailRelease(base, size); err != nil {
+			return err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	got, ok := f.segments[base]
@@ -165,6 +194,11 @@ func (f *Fake) ReleaseAsync(base, size uint64, s pool.Stream) error {
 
 // Synchronize implements pool.Backing: everything queued so far completes.
 func (f *Fake) Synchronize() error {
+	if f.FailSynchronize != nil {
+		if err := f.FailSynchronize(); err != nil {
+			return err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.clock++
@@ -175,6 +209,11 @@ func (f *Fake) Synchronize() error {
 
 // RecordMarker implements pool.Backing.
 func (f *Fake) RecordMarker(s pool.Stream) (pool.Marker, error) {
+	if f.FailRecordMarker != nil {
+		if err := f.FailRecordMarker(s); err != nil {
+			return 0, err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.clock++
@@ -225,6 +264,11 @@ func (f *Fake) ReserveHost(size uint64, tier pool.Tier) (uint64, error) {
 // fake device, so a stream-ordered release (s not nil) is counted and then
 // made like any other.
 func (f *Fake) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream) error {
+	if f.FailReleaseHost != nil {
+		if err := f.FailReleaseHost(base, size); err != nil {
+			return err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	h, ok := f.host[base]
@@ -246,9 +290,11 @@ func (f *Fake) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream) er
 
 // Promote implements pool.HostBacking.
 func (f *Fake) Promote(base, size uint64) error {
+	var failed error
 	if f.FailPromote != nil {
-		if err := f.FailPromote(base, size); err != nil {
-			return err
+		failed = f.FailPromote(base, size)
+		if errors.Is(failed, pool.ErrNotMoved) || errors.Is(failed, pool.ErrOutOfMemory) || errors.Is(failed, pool.ErrStreamCapture) {
+			return failed
 		}
 	}
 	f.mu.Lock()
@@ -262,7 +308,7 @@ func (f *Fake) Promote(base, size uint64) error {
 	f.hostBytes -= size
 	f.devBytes += size
 	f.counts.Promotions++
-	return nil
+	return failed
 }
 
 // DeviceBytes returns the device memory reserved now, promoted blocks included.

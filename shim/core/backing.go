@@ -31,8 +31,9 @@ type backing struct {
 	acct    *account
 	dev     *device
 	index   *addrIndex // where the ranges it reserves are found by address
-	// releaseFailed counts and reports memory the runtime refused to free.
-	releaseFailed func(error)
+	// releaseFailed reports memory the runtime refused to free; deferred
+	// says the pool did not ask for this release and so does not count it.
+	releaseFailed func(err error, deferred bool)
 	// pinned maps the device pointer of a pinned spill to its host pointer,
 	// which cudaFreeHost needs.
 	pinned map[uint64]uint64
@@ -102,7 +103,7 @@ func (b *backing) Reserve(size uint64) (uint64, error) {
 func (b *backing) Release(base, size uint64) error {
 	if rc := b.rt.Free(interpose.DevicePtr(base)); rc != interpose.Success {
 		err := cudaErr(fmt.Sprintf("cudaFree(%#x) on device %d", base, b.ordinal), rc)
-		b.releaseFailed(err)
+		b.releaseFailed(err, false)
 		return err
 	}
 	b.index.remove(base, b.dev)
@@ -138,7 +139,7 @@ func (b *backing) ReleaseAsync(base, size uint64, s pool.Stream) error {
 	on := asyncStream(s)
 	if rc := b.rt.FreeAsync(interpose.DevicePtr(base), on); rc != interpose.Success {
 		err := cudaErr(fmt.Sprintf("cudaFreeAsync(%#x) on device %d", base, b.ordinal), rc)
-		b.releaseFailed(err)
+		b.releaseFailed(err, false)
 		return err
 	}
 	b.index.remove(base, b.dev)
@@ -226,7 +227,7 @@ func (b *backing) settle(f inflightFree) {
 	b.rt.EventDestroy(f.done)
 	if f.release != nil {
 		if rc := f.release(); rc != interpose.Success {
-			b.releaseFailed(cudaErr(fmt.Sprintf("freeing a spilled block in stream order on device %d", b.ordinal), rc))
+			b.releaseFailed(cudaErr(fmt.Sprintf("freeing a spilled block in stream order on device %d", b.ordinal), rc), true)
 			return
 		}
 	}
@@ -400,24 +401,28 @@ func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream)
 	} else {
 		release = func() interpose.Error { return b.rt.Free(interpose.DevicePtr(base)) }
 	}
+	b.mu.Lock() // Promote runs outside the pool's lock
 	deviceBytes := b.promoted[base]
+	b.mu.Unlock()
 	if s != nil {
 		if rc := b.afterStream(asyncStream(*s), inflightFree{size: deviceBytes, release: release}); rc != interpose.Success {
 			err := cudaErr(call, rc)
-			b.releaseFailed(err)
+			b.releaseFailed(err, false)
 			return err
 		}
 	} else {
 		if rc := release(); rc != interpose.Success {
 			err := cudaErr(call, rc)
-			b.releaseFailed(err)
+			b.releaseFailed(err, false)
 			return err
 		}
 		b.acct.give(deviceBytes, false)
 	}
 	b.index.remove(base, b.dev)
 	delete(b.pinned, base)
+	b.mu.Lock()
 	delete(b.promoted, base)
+	b.mu.Unlock()
 	return nil
 }
 
@@ -430,11 +435,15 @@ func (b *backing) Promote(base, size uint64) error {
 	}
 	// A block whose earlier promotion failed half-way may still hold its
 	// device bytes in the account (see below): they are not taken twice.
+	b.mu.Lock() // Promote runs outside the pool's lock
 	heldBefore := b.promoted[base] != 0
+	b.mu.Unlock()
 	if !heldBefore && !b.acct.take(size, false) {
 		return errQuota
 	}
+	b.mu.Lock()
 	b.promoted[base] = size
+	b.mu.Unlock()
 	p := interpose.DevicePtr(base)
 	rc := b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, b.ordinal)
 	moving := false
@@ -451,7 +460,8 @@ func (b *backing) Promote(base, size uint64) error {
 	err := cudaErr(fmt.Sprintf("promoting %#x (%d bytes) to device %d", base, size, b.ordinal), rc)
 	// Back to the host's preference and the host, so the block is where the
 	// pool thinks. If it may have reached the device and cannot be moved
-	// back, its bytes stay counted until it is freed: the quota holds.
+	// back, its bytes stay counted until it is freed, and the pool counts it
+	// on the device (pool.HostBacking): the quota holds.
 	mayBeOnDevice := moving || heldBefore
 	back := b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, interpose.CPUDevice)
 	if mayBeOnDevice && back == interpose.Success {
@@ -460,11 +470,14 @@ func (b *backing) Promote(base, size uint64) error {
 			back = b.rt.StreamSynchronize(0)
 		}
 	}
-	if !mayBeOnDevice || back == interpose.Success {
-		delete(b.promoted, base)
-		b.acct.give(size, false)
+	if mayBeOnDevice && back != interpose.Success {
+		return err
 	}
-	return err
+	b.mu.Lock()
+	delete(b.promoted, base)
+	b.mu.Unlock()
+	b.acct.give(size, false)
+	return fmt.Errorf("%w: %w", err, pool.ErrNotMoved)
 }
 
 // observer fires the probe points for a device's pool. The pool calls it

@@ -152,9 +152,11 @@ type device struct {
 	// which reset is true and the device is no longer used.
 	outside sync.RWMutex
 	reset   bool
-	// failedReleases counts the memory the runtime refused to free: it stays
+	// deferredReleaseErrors counts the stream-ordered releases the runtime
+	// refused once the device reached them, which the pool cannot see (it
+	// counts the releases it asked for in its own stats): the memory stays
 	// allocated (and counted), and is reported.
-	failedReleases atomic.Uint64
+	deferredReleaseErrors atomic.Uint64
 }
 
 // account is one device's bytes against its quota: what the pool holds
@@ -309,10 +311,13 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 }
 
 // releaseFailed returns what d's backing calls when the runtime refuses to
-// free memory: counted, and warned about at most once a second.
-func (m *memory) releaseFailed(d *device) func(error) {
-	return func(err error) {
-		d.failedReleases.Add(1)
+// free memory: warned about at most once a second, and counted here when
+// the pool did not ask for the release (deferred is set) and so cannot.
+func (m *memory) releaseFailed(d *device) func(err error, deferred bool) {
+	return func(err error, deferred bool) {
+		if deferred {
+			d.deferredReleaseErrors.Add(1)
+		}
 		if suppressed, ok := m.releaseWarn.allow(); ok {
 			m.log.WithField("suppressed", suppressed).Warnf("device %d: %v; the memory stays allocated and counted against the quota", d.ordinal, err)
 		}
@@ -687,7 +692,7 @@ func (m *memory) report(w io.Writer, format config.Format) {
 			continue
 		}
 		st := d.pool.Stats()
-		line := fmt.Sprintf("device %d: %s backing_errors=%d failed_releases=%d", d.ordinal, st, st.BackingErrors, d.failedReleases.Load())
+		line := fmt.Sprintf("device %d: %s deferred_release_errors=%d", d.ordinal, st, d.deferredReleaseErrors.Load())
 		if format == config.FormatJSON {
 			w.Write(reportJSON(d.ordinal, line))
 		} else {

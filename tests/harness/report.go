@@ -13,27 +13,29 @@ import (
 // Report is one device's SPILLWAY_REPORT line, in the format of
 // pool.Stats.String prefixed by "device N: ".
 type Report struct {
-	Device             int
-	Live               uint64
-	PeakLive           uint64
-	Reserved           uint64
-	PeakReserved       uint64
-	Quota              uint64
-	Cached             uint64
-	LargestFree        uint64
-	CacheHits          uint64
-	DeviceReservations uint64
-	PassThrough        uint64
-	Syncs              uint64
-	ExternalSyncs      uint64
-	SegmentsReleased   uint64
-	Refused            uint64
-	Spilled            uint64
-	SpilledTotal       uint64
-	Promoted           uint64
-	PromotedTotal      uint64
-	BackingErrors      uint64
-	FailedReleases     uint64
+	Device                int
+	Live                  uint64
+	PeakLive              uint64
+	Reserved              uint64
+	PeakReserved          uint64
+	Quota                 uint64
+	Cached                uint64
+	LargestFree           uint64
+	CacheHits             uint64
+	DeviceReservations    uint64
+	PassThrough           uint64
+	Syncs                 uint64
+	ExternalSyncs         uint64
+	SegmentsReleased      uint64
+	Refused               uint64
+	Spilled               uint64
+	SpilledTotal          uint64
+	Promoted              uint64
+	PromotedTotal         uint64
+	BackingErrors         uint64
+	ReleaseErrors         uint64
+	CaptureSkips          uint64
+	DeferredReleaseErrors uint64
 }
 
 func (r *Report) fields() map[string]*uint64 {
@@ -43,8 +45,8 @@ func (r *Report) fields() map[string]*uint64 {
 		"device_reservations": &r.DeviceReservations, "pass_through": &r.PassThrough, "syncs": &r.Syncs,
 		"external_syncs": &r.ExternalSyncs, "segments_released": &r.SegmentsReleased, "refused": &r.Refused,
 		"spilled": &r.Spilled, "spilled_total": &r.SpilledTotal, "promoted": &r.Promoted,
-		"promoted_total": &r.PromotedTotal,
-		"backing_errors": &r.BackingErrors, "failed_releases": &r.FailedReleases,
+		"promoted_total": &r.PromotedTotal, "backing_errors": &r.BackingErrors, "release_errors": &r.ReleaseErrors,
+		"capture_skips": &r.CaptureSkips, "deferred_release_errors": &r.DeferredReleaseErrors,
 	}
 }
 
