@@ -28,6 +28,9 @@ type core struct {
 	// debug: each call is logged (SPILLWAY_LOG_LEVEL=debug, fixed at start).
 	debug bool
 	stat  *publisher // the figures file for spillway stat; nil without one
+	// Memory counted outside the pools (outside.go, vmm.go).
+	contexts contextLedger
+	vmm      vmmLedger
 }
 
 var theCore atomic.Pointer[core]
