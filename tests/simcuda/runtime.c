@@ -290,17 +290,25 @@ static cudaError_t runtime_init(void)
 	return rt_state == 1 ? cudaSuccess : rt_init_error;
 }
 
-/* Retains the device's primary context if needed and makes it current in this thread. */
+/*
+ * Retains the device's primary context if needed and makes it current in this
+ * thread. Once the thread is bound to the retained context it checks that
+ * without a lock (two atomic loads), as a real runtime's calls take no
+ * process-wide lock after initialisation; retaining and binding take rt_lock.
+ */
 static cudaError_t bind_context(int device)
 {
 	CUresult rc = CUDA_SUCCESS;
 
+	if (tls_bound_device == device && __atomic_load_n(&context_retained[device], __ATOMIC_ACQUIRE) &&
+	    __atomic_load_n(&context_gen[device], __ATOMIC_ACQUIRE) == tls_bound_gen)
+		return cudaSuccess;
 	pthread_mutex_lock(&rt_lock);
 	if (!context_retained[device]) {
 		rc = drv.DevicePrimaryCtxRetain(&contexts[device], device);
 		if (rc == CUDA_SUCCESS) {
-			context_retained[device] = 1;
-			context_gen[device]++;
+			__atomic_store_n(&context_gen[device], context_gen[device] + 1, __ATOMIC_RELEASE);
+			__atomic_store_n(&context_retained[device], 1, __ATOMIC_RELEASE);
 		}
 	}
 	unsigned int gen = context_gen[device];
@@ -495,7 +503,7 @@ RT_API cudaError_t cudaDeviceReset(void)
 		pthread_mutex_lock(&rt_lock);
 		if (context_retained[device])
 			rc = drv.DevicePrimaryCtxRelease(device);
-		context_retained[device] = 0;
+		__atomic_store_n(&context_retained[device], 0, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&rt_lock);
 	}
 	return DRIVER(rc);
