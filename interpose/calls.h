@@ -216,8 +216,9 @@ SPILLWAY_ENTRY(nvml_memory, (int32_t device, uint64_t *total, uint64_t *used))
  * Memory counted but not pooled (contexts the application created, its
  * cuMemCreate). take admits size bytes on device outside the pool against
  * its quota, or refuses them with CUDA_ERROR_OUT_OF_MEMORY (logged, the
- * refuse probe fired; kind: SPILLWAY_TAKE_*, for the message); give
- * returns bytes taken. Both CUresult.
+ * refuse probe fired; kind: SPILLWAY_TAKE_* in abi.h, which also says
+ * whether the answer is the runtime's, with its last error); give returns
+ * bytes taken. CUresult otherwise.
  */
 SPILLWAY_ENTRY(take, (int32_t device, uint64_t size, int32_t kind))
 SPILLWAY_ENTRY(give, (int32_t device, uint64_t size))

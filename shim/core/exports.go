@@ -261,12 +261,17 @@ func spillway_core_nvml_memory(device C.int32_t, total, used *C.uint64_t) (rc C.
 var (
 	_ = [1]struct{}{}[takeContext-C.SPILLWAY_TAKE_CONTEXT]
 	_ = [1]struct{}{}[takeVMM-C.SPILLWAY_TAKE_VMM]
+	_ = [1]struct{}{}[takeRuntime-C.SPILLWAY_TAKE_RUNTIME]
 )
 
 //export spillway_core_take
 func spillway_core_take(device C.int32_t, size C.uint64_t, kind C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "take")
-	return driverAnswer(running().take(int(device), uint64(size), takeKind(kind)))
+	e := running().take(int(device), uint64(size), takeKind(kind))
+	if takeKind(kind) == takeRuntime {
+		return answer(e) // the runtime's code, and its last error
+	}
+	return driverAnswer(e)
 }
 
 //export spillway_core_give

@@ -21,6 +21,7 @@ type takeKind int32
 const (
 	takeContext takeKind = 0
 	takeVMM     takeKind = 1
+	takeRuntime takeKind = 2 // a runtime allocation in a created context
 )
 
 func (k takeKind) String() string {

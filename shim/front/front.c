@@ -694,10 +694,22 @@ static CUcontext current_created(void)
     return created_usage(ctx, 0) > 0 ? ctx : NULL;
 }
 
-/* Admits an allocation of size bytes in a created context on device; a CUresult. */
+/* The widest pitch CUDA pads rows of width bytes to (its pitch alignment is at most 512). */
+static uint64_t pitch_bound(uint64_t width)
+{
+    return width > UINT64_MAX - 511 ? UINT64_MAX : (width + 511) / 512 * 512;
+}
+
+/* Admits a driver allocation of size bytes in a created context on device; a CUresult. */
 static CUresult context_take(int32_t device, uint64_t size)
 {
     return (CUresult)core.take(device, size, SPILLWAY_TAKE_CONTEXT);
+}
+
+/* The same for the runtime: a cudaError_t, and a refusal is the thread's last error. */
+static cudaError_t runtime_context_take(int32_t device, uint64_t size)
+{
+    return (cudaError_t)core.take(device, size, SPILLWAY_TAKE_RUNTIME);
 }
 
 /* After the real allocation: records it in the core, or gives its bytes back. */
@@ -753,6 +765,16 @@ EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
             rc = real_malloc(devPtr, size);
             break;
         }
+        CUcontext ctx = current_created();
+        if (ctx) {
+            if (size > 0 && (rc = runtime_context_take(device, size)) == cudaSuccess) {
+                rc = real_malloc(devPtr, size);
+                context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, size);
+            } else if (size == 0) {
+                rc = real_malloc(devPtr, size);
+            }
+            break;
+        }
         rc = core.malloc(device, size, &p);
         if (rc == cudaSuccess)
             *devPtr = (void *)(uintptr_t)p;
@@ -789,6 +811,16 @@ EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int fl
             rc = real_malloc_managed(devPtr, size, flags);
             break;
         }
+        CUcontext ctx = current_created();
+        if (ctx) {
+            if (size > 0 && (rc = runtime_context_take(device, size)) == cudaSuccess) {
+                rc = real_malloc_managed(devPtr, size, flags);
+                context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, size);
+            } else if (size == 0) {
+                rc = real_malloc_managed(devPtr, size, flags);
+            }
+            break;
+        }
         rc = core.malloc_managed(device, size, flags, &p);
         if (rc == cudaSuccess)
             *devPtr = (void *)(uintptr_t)p;
@@ -823,6 +855,18 @@ EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
             break;
         if (!devPtr || !pitch) {
             rc = real_malloc_pitch(devPtr, pitch, width, height);
+            break;
+        }
+        CUcontext ctx = current_created();
+        if (ctx) {
+            uint64_t bound = pitch_bound(width);
+            if (width == 0 || height == 0 || height > UINT64_MAX / bound) {
+                rc = real_malloc_pitch(devPtr, pitch, width, height);
+            } else if ((rc = runtime_context_take(device, bound * height)) == cudaSuccess) {
+                rc = real_malloc_pitch(devPtr, pitch, width, height);
+                context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr,
+                             bound * height);
+            }
             break;
         }
         rc = core.malloc_pitch(device, width, height, &p, &pt);
@@ -862,6 +906,16 @@ EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stre
             break;
         if (!devPtr) {
             rc = real_malloc_async(devPtr, size, stream);
+            break;
+        }
+        CUcontext ctx = current_created();
+        if (ctx) {
+            if (size > 0 && (rc = runtime_context_take(device, size)) == cudaSuccess) {
+                rc = real_malloc_async(devPtr, size, stream);
+                context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, size);
+            } else if (size == 0) {
+                rc = real_malloc_async(devPtr, size, stream);
+            }
             break;
         }
         rc = core.malloc_async(device, size, stream_id(stream), &p);
@@ -1128,12 +1182,6 @@ EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned i
     }
     depth--;
     return rc;
-}
-
-/* The widest pitch CUDA pads rows of width bytes to (its pitch alignment is at most 512). */
-static uint64_t pitch_bound(uint64_t width)
-{
-    return width > UINT64_MAX - 511 ? UINT64_MAX : (width + 511) / 512 * 512;
 }
 
 /* The element sizes cuMemAllocPitch accepts; others get the driver's own answer. */

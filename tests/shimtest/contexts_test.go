@@ -9,10 +9,16 @@ import (
 	"github.com/spillway-gpu/spillway/tests/harness"
 )
 
-// ctxvmm builds testdata/ctxvmm.c against the driver alone.
-func ctxvmm(t testing.TB) string {
-	return harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctxvmm.c"}, ProjectHeaders: true,
-		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}})
+// ctxvmm builds testdata/ctxvmm.c against the driver alone, or with
+// runtime also against the dynamic runtime.
+func ctxvmm(t testing.TB, runtime bool) string {
+	b := harness.CBuild{Sources: []string{"testdata/ctxvmm.c"}, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}}
+	if runtime {
+		b.Cudart = true
+		b.Flags = append(b.Flags, "-DWITH_RUNTIME")
+	}
+	return harness.Compile(t, b)
 }
 
 // step is one expected line of a scripted program: the i-th line of op has code want.
@@ -54,9 +60,14 @@ func readTruth(t *testing.T, path string) vmmTruth {
 // the quota.
 func runScript(t *testing.T, quota uint64, ops ...string) (harness.Output, vmmTruth) {
 	t.Helper()
+	return runScriptOf(t, ctxvmm(t, false), quota, ops...)
+}
+
+func runScriptOf(t *testing.T, prog string, quota uint64, ops ...string) (harness.Output, vmmTruth) {
+	t.Helper()
 	stats := filepath.Join(t.TempDir(), "stats.json")
 	env := []string{"SPILLWAY_MEMORY_LIMIT=" + sizeArg(quota), "SIMCUDA_STATS_FILE=" + stats}
-	_, out := harness.RunOK(t, harness.Shimmed(t, env, ctxvmm(t), ops...))
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, ops...))
 	truth := readTruth(t, stats)
 	if truth.DeviceBytesPeak > quota {
 		t.Errorf("simcuda held %d bytes at its peak, above the quota of %d\n%v", truth.DeviceBytesPeak, quota, out)
@@ -108,5 +119,19 @@ func TestDetachedContextQuota(t *testing.T) {
 		{"C", 0, cuSuccess}, {"A", 0, cuSuccess}, {"m", 0, cuSuccess}, {"T", 0, cuSuccess},
 		{"m", 1, cuOutOfMemory}, // still attached once: still held
 		{"T", 1, cuSuccess}, {"m", 2, cuSuccess},
+	})
+}
+
+// TestRuntimeInCreatedContext: the runtime's allocations while a created
+// context is current are that context's, as CUDA makes them: counted,
+// passed through (a refusal is the runtime's, with its last error), and
+// given back with the context.
+func TestRuntimeInCreatedContext(t *testing.T) {
+	out, _ := runScriptOf(t, ctxvmm(t, true), 64<<20,
+		"C", "R", "40M", "R", "32M", "e", "e", "m", "16M", "F", "0", "X", "0", "R", "60M")
+	checkSteps(t, out, []step{
+		{"C", 0, cuSuccess}, {"R", 0, 0}, {"R", 1, harness.ErrMemoryAllocation},
+		{"e", 0, harness.ErrMemoryAllocation}, {"e", 1, 0}, {"m", 0, cuSuccess}, {"F", 0, 0},
+		{"X", 0, cuSuccess}, {"R", 2, 0},
 	})
 }

@@ -24,6 +24,10 @@
  *   g N      grows: cuMemCreate and map 2 MiB granules at the end of the
  *            range until N are mapped or one is refused -> "g RC MAPPED"
  *   s N      shrinks: unmaps and releases the last N granules -> "s RC MAPPED"
+ * Built with WITH_RUNTIME, also the runtime's calls:
+ *   R SIZE   cudaMalloc                       -> "R RC SLOT" (slots shared with m)
+ *   F SLOT   cudaFree                         -> "F RC"
+ *   e        cudaGetLastError                 -> "e RC"
  * SIZE takes K, M, G suffixes (binary).
  */
 #include <stdio.h>
@@ -31,6 +35,9 @@
 #include <string.h>
 
 #include <spillway/cuda.h>
+#ifdef WITH_RUNTIME
+#include <spillway/cuda_runtime.h>
+#endif
 
 #define MAX 4096
 #define GRANULE ((size_t)2 << 20)
@@ -233,6 +240,24 @@ int main(int argc, char **argv)
             printf("s %d %d\n", rc, ngrown);
             i++;
             break;
+#ifdef WITH_RUNTIME
+        case 'R': {
+            void *p = NULL;
+            cudaError_t err = cudaMalloc(&p, size_arg(a));
+            slot[nslots] = (CUdeviceptr)p;
+            printf("R %d %d\n", err, nslots);
+            nslots += err == cudaSuccess;
+            i++;
+            break;
+        }
+        case 'F':
+            printf("F %d\n", cudaFree((void *)slot[atoi(a)]));
+            i++;
+            break;
+        case 'e':
+            printf("e %d\n", cudaGetLastError());
+            break;
+#endif
         default:
             fprintf(stderr, "ctxvmm: unknown operation %s\n", op);
             return 2;
