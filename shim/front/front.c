@@ -681,6 +681,13 @@ static long created_usage(CUcontext ctx, int delta)
     return usage;
 }
 
+/* Forgets ctx, destroyed; returns whether it was a created context. */
+static int created_remove(CUcontext ctx)
+{
+    long usage = created_usage(ctx, 0);
+    return usage > 0 && created_usage(ctx, (int)-usage) == 0;
+}
+
 /* The calling thread's current context if the application created it, else NULL. */
 static CUcontext current_created(void)
 {
@@ -1654,10 +1661,8 @@ EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     REAL(real_destroy, cu_ctx_destroy);
     CUresult rc = real_destroy(ctx);
-    if (rc == CUDA_SUCCESS && created_usage(ctx, 0) > 0) {
-        created_usage(ctx, -(int)created_usage(ctx, 0));
+    if (rc == CUDA_SUCCESS && created_remove(ctx))
         context_gone(ctx);
-    }
     return rc;
 }
 
@@ -1696,9 +1701,13 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     enum route r = route();
     if (r == ROUTE_REFUSE)
         return CUDA_ERROR_NOT_INITIALIZED;
+    __typeof__(real.cu_device_get_count) count_devices =
+        (__typeof__(real.cu_device_get_count))resolve(R_cu_device_get_count);
+    int n = 0;
     if (r != ROUTE_CORE || !handle || !prop || size == 0 ||
-        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
-        return real_create(handle, size, prop, flags);
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !count_devices ||
+        count_devices(&n) != CUDA_SUCCESS || prop->location.id < 0 || prop->location.id >= n)
+        return real_create(handle, size, prop, flags); /* CUDA's own answer */
     int32_t device = prop->location.id;
     depth++;
     CUresult rc = (CUresult)core.take(device, size, SPILLWAY_TAKE_VMM);
