@@ -45,9 +45,9 @@ func (c *core) take(ordinal int, size uint64, kind takeKind) interpose.Error {
 		return interpose.Success
 	}
 	used := d.acct.used()
-	c.probes.Refuse(size, ordinal, used, d.quota)
+	c.mem.probes.Refuse(size, ordinal, used, d.quota)
 	if suppressed, ok := allowWarning(); ok {
-		c.log.WithFields(logrus.Fields{
+		c.mem.log.WithFields(logrus.Fields{
 			"device": ordinal, "requested": size, "used": used, "quota": d.quota, "suppressed": suppressed,
 		}).Warnf("%s of %s refused on device %d: %s in use of a quota of %s", kind, config.FormatBytes(size),
 			ordinal, config.FormatBytes(used), config.FormatBytes(d.quota))
