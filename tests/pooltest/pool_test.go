@@ -245,15 +245,16 @@ func TestChurnRefusals(t *testing.T) {
 }
 
 // TestFreeEdgeCases: cudaFree(NULL), a double free, an interior pointer and
-// a pointer the shim never saw (allocated with the driver API).
+// a block allocated with the driver API (which the shim pools too) freed
+// through the runtime.
 func TestFreeEdgeCases(t *testing.T) {
 	const quota = 4 * miB
 	env, statsFile := withStats(t, []string{limit(quota)})
 	res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t),
-		"n", "m", "1M", "D", "1M", "i", // slot 0 pooled, slot 1 from the driver
+		"n", "m", "1M", "D", "1M", "i", // slot 0 pooled, slot 1 from the driver (pooled too)
 		"w", "0", "5", "f", "0", "i", "f", "0", "i", // free, then double free
 		"m", "1M", "w", "2", "6", "I", "2", "4K", "i", // slot 2; free of an interior pointer
-		"f", "1", "f", "1", // the driver's block through the real runtime, twice
+		"f", "1", "f", "1", // the driver's block through the runtime, twice
 		"v", "2", "6", "f", "2", "m", "4M", "f", "3", "i"))
 	if out.Code(t, "n", 0) != 0 {
 		t.Errorf("cudaFree(NULL) returned %d", out.Code(t, "n", 0))
@@ -277,15 +278,15 @@ func TestFreeEdgeCases(t *testing.T) {
 			t.Errorf("%s returned %d, want %d", c.what, got, c.wantC)
 		}
 	}
-	// The driver's block is not the shim's: it never counted against the quota.
-	if free := out.Num(t, "i", 0, 2); free != quota-1*miB {
-		t.Errorf("with 1 MiB allocated through the runtime and 1 MiB through the driver, free = %d, want %d", free, quota-1*miB)
+	// The driver's block counts against the quota like the runtime's.
+	if free := out.Num(t, "i", 0, 2); free != quota-2*miB {
+		t.Errorf("with 1 MiB allocated through the runtime and 1 MiB through the driver, free = %d, want %d", free, quota-2*miB)
 	}
-	if f1, f2 := out.Num(t, "i", 1, 2), out.Num(t, "i", 2, 2); f1 != quota || f2 != f1 {
-		t.Errorf("free after the free %d, after the double free %d; want %d both times", f1, f2, quota)
+	if f1, f2 := out.Num(t, "i", 1, 2), out.Num(t, "i", 2, 2); f1 != quota-1*miB || f2 != f1 {
+		t.Errorf("free after the free %d, after the double free %d; want %d both times", f1, f2, quota-1*miB)
 	}
-	if f := out.Num(t, "i", 3, 2); f != quota-1*miB {
-		t.Errorf("an interior free changed the accounting: free %d, want %d", f, quota-1*miB)
+	if f := out.Num(t, "i", 3, 2); f != quota-2*miB {
+		t.Errorf("an interior free changed the accounting: free %d, want %d", f, quota-2*miB)
 	}
 	if out.Code(t, "v", 0) != 0 || out.Num(t, "v", 0, 2) != 1 {
 		t.Error("a block was damaged by the invalid frees around it")
