@@ -684,8 +684,15 @@ static long created_usage(CUcontext ctx, int delta)
 /* Forgets ctx, destroyed; returns whether it was a created context. */
 static int created_remove(CUcontext ctx)
 {
-    long usage = created_usage(ctx, 0);
-    return usage > 0 && created_usage(ctx, (int)-usage) == 0;
+    int found = 0;
+    pthread_mutex_lock(&created_lock);
+    for (size_t i = 0; i < created_len && !found; i++)
+        if ((found = created[i].ctx == ctx)) {
+            created[i] = created[--created_len];
+            atomic_store(&created_live, created_len);
+        }
+    pthread_mutex_unlock(&created_lock);
+    return found;
 }
 
 /* The calling thread's current context if the application created it, else NULL. */
