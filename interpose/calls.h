@@ -149,6 +149,38 @@ SPILLWAY_REAL(cudaError_t, thread_exchange_stream_capture_mode,
 SPILLWAY_REAL(CUresult, cu_stream_query, cuStreamQuery, (CUstream hStream))
 SPILLWAY_REAL(CUresult, cu_stream_is_capturing, cuStreamIsCapturing,
               (CUstream hStream, int *captureStatus))
+/* Contexts the application creates (and pycuda's usage counts): what is
+ * allocated in one is counted, passed through, and given back with it. */
+SPILLWAY_INTERPOSED(CUresult, cu_ctx_create, cuCtxCreate_v2,
+                    (CUcontext * pctx, unsigned int flags, CUdevice dev))
+SPILLWAY_INTERPOSED(CUresult, cu_ctx_destroy, cuCtxDestroy_v2, (CUcontext ctx))
+SPILLWAY_INTERPOSED(CUresult, cu_ctx_attach, cuCtxAttach, (CUcontext * pctx, unsigned int flags))
+SPILLWAY_INTERPOSED(CUresult, cu_ctx_detach, cuCtxDetach, (CUcontext ctx))
+/* The virtual-memory API: device-located physical memory counts from
+ * cuMemCreate until its handle is released and its last mapping unmapped. */
+SPILLWAY_INTERPOSED(CUresult, cu_mem_create, cuMemCreate,
+                    (CUmemGenericAllocationHandle * handle, size_t size,
+                     const CUmemAllocationProp *prop, unsigned long long flags))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_release, cuMemRelease, (CUmemGenericAllocationHandle handle))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_retain_allocation_handle, cuMemRetainAllocationHandle,
+                    (CUmemGenericAllocationHandle * handle, void *addr))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_map, cuMemMap,
+                    (CUdeviceptr ptr, size_t size, size_t offset,
+                     CUmemGenericAllocationHandle handle, unsigned long long flags))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_unmap, cuMemUnmap, (CUdeviceptr ptr, size_t size))
+/* The runtime's lookup of driver functions, exchanged like cuGetProcAddress's. */
+SPILLWAY_INTERPOSED(cudaError_t, get_driver_entry_point, cudaGetDriverEntryPoint,
+                    (const char *symbol, void **funcPtr, unsigned long long flags,
+                     enum cudaDriverEntryPointQueryResult *driverStatus))
+SPILLWAY_INTERPOSED(cudaError_t, get_driver_entry_point_by_version,
+                    cudaGetDriverEntryPointByVersion,
+                    (const char *symbol, void **funcPtr, unsigned int cudaVersion,
+                     unsigned long long flags, enum cudaDriverEntryPointQueryResult *driverStatus))
+/* NVML's other memory reports. */
+SPILLWAY_INTERPOSED(nvmlReturn_t, nvml_bar1_memory_info, nvmlDeviceGetBAR1MemoryInfo,
+                    (nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory))
+SPILLWAY_INTERPOSED(nvmlReturn_t, nvml_processes_v1, nvmlDeviceGetComputeRunningProcesses,
+                    (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */
@@ -189,6 +221,32 @@ SPILLWAY_ENTRY(cu_device_synchronize, (int32_t device))
  * process's out (its quota and what it holds, when it has a quota).
  * Returns a cudaError_t and never touches the last error. */
 SPILLWAY_ENTRY(nvml_memory, (int32_t device, uint64_t *total, uint64_t *used))
+/*
+ * Memory counted but not pooled (contexts the application created, its
+ * cuMemCreate). take admits size bytes on device outside the pool against
+ * its quota, or refuses them with CUDA_ERROR_OUT_OF_MEMORY (logged, the
+ * refuse probe fired; kind: SPILLWAY_TAKE_* in abi.h, which also says
+ * whether the answer is the runtime's, with its last error); give returns
+ * bytes taken. CUresult otherwise.
+ */
+SPILLWAY_ENTRY(take, (int32_t device, uint64_t size, int32_t kind))
+SPILLWAY_ENTRY(give, (int32_t device, uint64_t size))
+/* An allocation of size bytes, taken, made in created context ctx: kept
+ * until ctx_forget or ctx_destroyed. */
+SPILLWAY_ENTRY(ctx_record, (uint64_t ctx, int32_t device, uint64_t ptr, uint64_t size))
+/* Returns 1 and forgets ptr if it was recorded (its bytes stay taken: the
+ * front gives them once the real free succeeds, or records ptr again);
+ * 0 otherwise. */
+SPILLWAY_ENTRY(ctx_forget, (uint64_t ptr, uint64_t *ctx, int32_t *device, uint64_t *size))
+/* ctx was destroyed: gives back what was recorded in it; *count: how many. */
+SPILLWAY_ENTRY(ctx_destroyed, (uint64_t ctx, uint64_t *count))
+/* The virtual-memory API's events, after the real call succeeded:
+ * vmm_created records a handle whose size bytes on device were taken. */
+SPILLWAY_ENTRY(vmm_created, (uint64_t handle, int32_t device, uint64_t size))
+SPILLWAY_ENTRY(vmm_retained, (uint64_t handle))
+SPILLWAY_ENTRY(vmm_released, (uint64_t handle))
+SPILLWAY_ENTRY(vmm_mapped, (uint64_t ptr, uint64_t size, uint64_t handle))
+SPILLWAY_ENTRY(vmm_unmapped, (uint64_t ptr, uint64_t size))
 
 #undef SPILLWAY_REAL
 #undef SPILLWAY_INTERPOSED

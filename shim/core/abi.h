@@ -30,7 +30,14 @@
  * The front asks the core for its version before anything else, and passes
  * its own to spillway_core_init, so each side refuses the other's.
  */
-#define SPILLWAY_CORE_ABI 2
+#define SPILLWAY_CORE_ABI 3
+
+/* spillway_core_take's kinds: what the bytes are for. */
+#define SPILLWAY_TAKE_CONTEXT 0 /* an allocation in a context the application created */
+#define SPILLWAY_TAKE_VMM 1     /* cuMemCreate's physical memory */
+/* A runtime allocation in a context the application created: the answer is a
+ * cudaError_t, and a refusal becomes the thread's last error. */
+#define SPILLWAY_TAKE_RUNTIME 2
 
 /*
  * Entry points, looked up by the front with dlsym: spillway_core_<name> has

@@ -29,6 +29,9 @@ type core struct {
 	debug    bool
 	refusals limiter    // the quota's refusal warnings
 	stat     *publisher // the figures file for spillway stat; nil without one
+	// Memory counted outside the pools (outside.go, vmm.go).
+	contexts contextLedger
+	vmm      vmmLedger
 }
 
 var theCore atomic.Pointer[core]

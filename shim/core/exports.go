@@ -253,3 +253,90 @@ func spillway_core_nvml_memory(device C.int32_t, total, used *C.uint64_t) (rc C.
 	}
 	return C.int32_t(e)
 }
+
+// Memory counted outside the pools: contexts the application created, and
+// its virtual-memory calls (outside.go, vmm.go). CUresult, no last error.
+
+// takeKind's values are abi.h's SPILLWAY_TAKE_* (a compile-time check).
+var (
+	_ = [1]struct{}{}[takeContext-C.SPILLWAY_TAKE_CONTEXT]
+	_ = [1]struct{}{}[takeVMM-C.SPILLWAY_TAKE_VMM]
+	_ = [1]struct{}{}[takeRuntime-C.SPILLWAY_TAKE_RUNTIME]
+)
+
+//export spillway_core_take
+func spillway_core_take(device C.int32_t, size C.uint64_t, kind C.int32_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "take")
+	e := running().take(int(device), uint64(size), takeKind(kind))
+	if takeKind(kind) == takeRuntime {
+		return answer(e) // the runtime's code, and its last error
+	}
+	return driverAnswer(e)
+}
+
+//export spillway_core_give
+func spillway_core_give(device C.int32_t, size C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "give")
+	running().give(int(device), uint64(size))
+	return C.CUDA_SUCCESS
+}
+
+//export spillway_core_ctx_record
+func spillway_core_ctx_record(ctx C.uint64_t, device C.int32_t, ptr, size C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "ctx_record")
+	running().ctxRecord(uint64(ctx), int(device), interpose.DevicePtr(ptr), uint64(size))
+	return C.CUDA_SUCCESS
+}
+
+//export spillway_core_ctx_forget
+func spillway_core_ctx_forget(ptr C.uint64_t, ctx *C.uint64_t, device *C.int32_t, size *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "ctx_forget")
+	b, ok := running().ctxForget(interpose.DevicePtr(ptr))
+	if !ok {
+		return 0
+	}
+	*ctx, *device, *size = C.uint64_t(b.ctx), C.int32_t(b.device), C.uint64_t(b.size)
+	return 1
+}
+
+//export spillway_core_ctx_destroyed
+func spillway_core_ctx_destroyed(ctx C.uint64_t, count *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuCtxDestroy")
+	*count = C.uint64_t(running().ctxDestroyed(uint64(ctx)))
+	return C.CUDA_SUCCESS
+}
+
+//export spillway_core_vmm_created
+func spillway_core_vmm_created(handle C.uint64_t, device C.int32_t, size C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemCreate")
+	running().vmmCreated(uint64(handle), int(device), uint64(size))
+	return C.CUDA_SUCCESS
+}
+
+//export spillway_core_vmm_retained
+func spillway_core_vmm_retained(handle C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemRetainAllocationHandle")
+	running().vmmRetained(uint64(handle))
+	return C.CUDA_SUCCESS
+}
+
+//export spillway_core_vmm_released
+func spillway_core_vmm_released(handle C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemRelease")
+	running().vmmReleased(uint64(handle))
+	return C.CUDA_SUCCESS
+}
+
+//export spillway_core_vmm_mapped
+func spillway_core_vmm_mapped(ptr, size, handle C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemMap")
+	running().vmmMapped(interpose.DevicePtr(ptr), uint64(size), uint64(handle))
+	return C.CUDA_SUCCESS
+}
+
+//export spillway_core_vmm_unmapped
+func spillway_core_vmm_unmapped(ptr, size C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemUnmap")
+	running().vmmUnmapped(interpose.DevicePtr(ptr), uint64(size))
+	return C.CUDA_SUCCESS
+}

@@ -487,6 +487,7 @@ enum route {
     ROUTE_CORE,   /* through the Go core */
     ROUTE_EARLY,  /* the core is starting: pass through and keep a ledger */
     ROUTE_REFUSE, /* no core (failed, or still starting) and a quota is configured */
+    ROUTE_CONTEXT, /* counted by the core, passed through: a context the application created */
 };
 
 static enum route slow_route(int s)
@@ -655,6 +656,148 @@ static cudaError_t early_alloc(cudaError_t rc, void *ptr, uint64_t size)
     return cudaSuccess;
 }
 
+/* ---- contexts the application created ---- */
+
+/*
+ * Contexts the application created with cuCtxCreate, and their usage
+ * counts (cuCtxAttach adds one, cuCtxDetach drops one, the last destroys
+ * the context, as cuCtxDestroy does). Kept here, so that contexts created
+ * before the core runs are known; created_live spares every allocation the
+ * look-up while there are none.
+ */
+static pthread_mutex_t created_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct created {
+    CUcontext ctx;
+    unsigned int usage;
+} *created;
+static size_t created_len, created_cap;
+static atomic_size_t created_live;
+/* Allocations the core recorded as made in a created context. */
+static atomic_long context_blocks;
+
+static void created_add(CUcontext ctx)
+{
+    pthread_mutex_lock(&created_lock);
+    if (created_len == created_cap) {
+        size_t cap = created_cap ? 2 * created_cap : 8;
+        struct created *grown = realloc(created, cap * sizeof *created);
+        if (!grown) {
+            pthread_mutex_unlock(&created_lock);
+            log_line("cannot record a created context (out of host memory): its allocations are "
+                     "served as the primary context's");
+            return;
+        }
+        created = grown;
+        created_cap = cap;
+    }
+    created[created_len++] = (struct created){ctx, 1};
+    atomic_store(&created_live, created_len);
+    pthread_mutex_unlock(&created_lock);
+}
+
+/*
+ * Changes ctx's usage count by delta (0: looks it up); returns -1 if ctx
+ * is not a created context, else its new count. A count of 0 forgets it.
+ */
+static long created_usage(CUcontext ctx, int delta)
+{
+    long usage = -1;
+    pthread_mutex_lock(&created_lock);
+    for (size_t i = 0; i < created_len; i++) {
+        if (created[i].ctx != ctx)
+            continue;
+        created[i].usage += delta;
+        usage = created[i].usage;
+        if (usage == 0) {
+            created[i] = created[--created_len];
+            atomic_store(&created_live, created_len);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&created_lock);
+    return usage;
+}
+
+/* Forgets ctx, destroyed; returns whether it was a created context. */
+static int created_remove(CUcontext ctx)
+{
+    int found = 0;
+    pthread_mutex_lock(&created_lock);
+    for (size_t i = 0; i < created_len && !found; i++)
+        if ((found = created[i].ctx == ctx)) {
+            created[i] = created[--created_len];
+            atomic_store(&created_live, created_len);
+        }
+    pthread_mutex_unlock(&created_lock);
+    return found;
+}
+
+/* The calling thread's current context if the application created it, else NULL. */
+static CUcontext current_created(void)
+{
+    if (atomic_load_explicit(&created_live, memory_order_acquire) == 0)
+        return NULL;
+    __typeof__(real.cu_ctx_get_current) get =
+        (__typeof__(real.cu_ctx_get_current))resolve(R_cu_ctx_get_current);
+    CUcontext ctx = NULL;
+    if (!get || get(&ctx) != CUDA_SUCCESS || !ctx)
+        return NULL;
+    return created_usage(ctx, 0) > 0 ? ctx : NULL;
+}
+
+/* The widest pitch CUDA pads rows of width bytes to (its pitch alignment is at most 512). */
+static uint64_t pitch_bound(uint64_t width)
+{
+    return width > UINT64_MAX - 511 ? UINT64_MAX : (width + 511) / 512 * 512;
+}
+
+/* Admits a driver allocation of size bytes in a created context on device; a CUresult. */
+static CUresult context_take(int32_t device, uint64_t size)
+{
+    return (CUresult)core.take(device, size, SPILLWAY_TAKE_CONTEXT);
+}
+
+/* The same for the runtime: a cudaError_t, and a refusal is the thread's last error. */
+static cudaError_t runtime_context_take(int32_t device, uint64_t size)
+{
+    return (cudaError_t)core.take(device, size, SPILLWAY_TAKE_RUNTIME);
+}
+
+/* After the real allocation: records it in the core, or gives its bytes back. */
+static void context_took(CUresult rc, CUcontext ctx, int32_t device, CUdeviceptr p, uint64_t size)
+{
+    if (rc != CUDA_SUCCESS) {
+        core.give(device, size);
+        return;
+    }
+    core.ctx_record((uint64_t)(uintptr_t)ctx, device, (uint64_t)p, size);
+    atomic_fetch_add(&context_blocks, 1);
+}
+
+/* An allocation of a created context being freed. */
+struct context_block {
+    uint64_t ctx, size;
+    int32_t device;
+};
+
+/* Whether p was allocated in a created context (the core forgets it; see context_freed). */
+static int context_owns(uint64_t p, struct context_block *b)
+{
+    return atomic_load_explicit(&context_blocks, memory_order_acquire) != 0 &&
+           core.ctx_forget(p, &b->ctx, &b->device, &b->size);
+}
+
+/* After the real free of b at p: its bytes go back, or it is recorded again. */
+static void context_freed(int rc, uint64_t p, const struct context_block *b)
+{
+    if (rc == 0) {
+        core.give(b->device, b->size);
+        atomic_fetch_sub(&context_blocks, 1);
+    } else {
+        core.ctx_record(b->ctx, b->device, p, b->size);
+    }
+}
+
 /* ---- the interposed functions ---- */
 
 EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
@@ -671,6 +814,16 @@ EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
             break;
         if (!devPtr) { /* CUDA's own answer, which also sets the last error */
             rc = real_malloc(devPtr, size);
+            break;
+        }
+        CUcontext ctx = current_created();
+        if (ctx) {
+            if (size > 0 && (rc = runtime_context_take(device, size)) == cudaSuccess) {
+                rc = real_malloc(devPtr, size);
+                context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, size);
+            } else if (size == 0) {
+                rc = real_malloc(devPtr, size);
+            }
             break;
         }
         rc = core.malloc(device, size, &p);
@@ -709,6 +862,16 @@ EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int fl
             rc = real_malloc_managed(devPtr, size, flags);
             break;
         }
+        CUcontext ctx = current_created();
+        if (ctx) {
+            if (size > 0 && (rc = runtime_context_take(device, size)) == cudaSuccess) {
+                rc = real_malloc_managed(devPtr, size, flags);
+                context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, size);
+            } else if (size == 0) {
+                rc = real_malloc_managed(devPtr, size, flags);
+            }
+            break;
+        }
         rc = core.malloc_managed(device, size, flags, &p);
         if (rc == cudaSuccess)
             *devPtr = (void *)(uintptr_t)p;
@@ -743,6 +906,18 @@ EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
             break;
         if (!devPtr || !pitch) {
             rc = real_malloc_pitch(devPtr, pitch, width, height);
+            break;
+        }
+        CUcontext ctx = current_created();
+        if (ctx) {
+            uint64_t bound = pitch_bound(width);
+            if (width == 0 || height == 0 || height > UINT64_MAX / bound) {
+                rc = real_malloc_pitch(devPtr, pitch, width, height);
+            } else if ((rc = runtime_context_take(device, bound * height)) == cudaSuccess) {
+                rc = real_malloc_pitch(devPtr, pitch, width, height);
+                context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr,
+                             bound * height);
+            }
             break;
         }
         rc = core.malloc_pitch(device, width, height, &p, &pt);
@@ -784,6 +959,16 @@ EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stre
             rc = real_malloc_async(devPtr, size, stream);
             break;
         }
+        CUcontext ctx = current_created();
+        if (ctx) {
+            if (size > 0 && (rc = runtime_context_take(device, size)) == cudaSuccess) {
+                rc = real_malloc_async(devPtr, size, stream);
+                context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, size);
+            } else if (size == 0) {
+                rc = real_malloc_async(devPtr, size, stream);
+            }
+            break;
+        }
         rc = core.malloc_async(device, size, stream_id(stream), &p);
         if (rc == cudaSuccess)
             *devPtr = (void *)(uintptr_t)p;
@@ -812,7 +997,11 @@ EXPORT cudaError_t cudaFree(void *devPtr)
     depth++;
     if (r == ROUTE_EARLY && !early_forget(devPtr))
         r = ROUTE_CORE;
-    if (r == ROUTE_CORE) {
+    struct context_block b;
+    if (r == ROUTE_CORE && context_owns((uint64_t)(uintptr_t)devPtr, &b)) {
+        rc = real_free(devPtr);
+        context_freed(rc, (uint64_t)(uintptr_t)devPtr, &b);
+    } else if (r == ROUTE_CORE) {
         rc = core.free((uint64_t)(uintptr_t)devPtr);
     } else {
         rc = real_free(devPtr);
@@ -829,7 +1018,11 @@ EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
     depth++;
     if (r == ROUTE_EARLY && !early_forget(devPtr))
         r = ROUTE_CORE;
-    if (r == ROUTE_CORE) {
+    struct context_block b;
+    if (r == ROUTE_CORE && context_owns((uint64_t)(uintptr_t)devPtr, &b)) {
+        rc = real_free_async(devPtr, stream);
+        context_freed(rc, (uint64_t)(uintptr_t)devPtr, &b);
+    } else if (r == ROUTE_CORE) {
         rc = core.free_async((uint64_t)(uintptr_t)devPtr, stream_id(stream));
     } else {
         rc = real_free_async(devPtr, stream);
@@ -930,10 +1123,11 @@ static CUresult context_device(int32_t *device)
 
 /*
  * The driver's calls reach the core like the runtime's, as CUresult codes
- * and without the runtime's last error. Every context is taken as its
- * device's primary context: the core serves the call from that device's
- * pool. A call the core cannot place (no current context, a null pointer,
- * zero bytes) gets the real driver's own answer.
+ * and without the runtime's last error. In a device's primary context the
+ * core serves them from that device's pool; in a context the application
+ * created (below), the core counts them and the front passes them through.
+ * A call the core cannot place (no current context, a null pointer, zero
+ * bytes) gets the real driver's own answer.
  */
 
 /* Records a driver allocation passed through on the early route; undoes it if it cannot. */
@@ -955,13 +1149,17 @@ static CUresult driver_early(CUresult rc, const CUdeviceptr *dptr, uint64_t size
 
 /*
  * The route of a driver allocation into dptr of size bytes: the core's only
- * when it can place it (sets *device), the real driver's otherwise.
+ * when it can place it (sets *device), the real driver's otherwise; in a
+ * context the application created, ROUTE_CONTEXT (sets *ctx).
  */
-static enum route driver_alloc_route(CUdeviceptr *dptr, uint64_t size, int32_t *device)
+static enum route driver_alloc_route(CUdeviceptr *dptr, uint64_t size, int32_t *device,
+                                     CUcontext *ctx)
 {
     enum route r = route();
     if (r == ROUTE_CORE && (!dptr || size == 0 || context_device(device) != CUDA_SUCCESS))
         return ROUTE_REAL;
+    if (r == ROUTE_CORE && (*ctx = current_created()) != NULL)
+        return ROUTE_CONTEXT;
     return r;
 }
 
@@ -979,12 +1177,19 @@ EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     CUresult rc;
     int32_t device = 0;
     uint64_t p = 0;
-    enum route r = driver_alloc_route(dptr, bytesize, &device);
+    CUcontext ctx = NULL;
+    enum route r = driver_alloc_route(dptr, bytesize, &device, &ctx);
     depth++;
     switch (r) {
     case ROUTE_CORE:
         if ((rc = (CUresult)core.cu_malloc(device, bytesize, &p)) == CUDA_SUCCESS)
             *dptr = (CUdeviceptr)p;
+        break;
+    case ROUTE_CONTEXT:
+        if ((rc = context_take(device, bytesize)) == CUDA_SUCCESS) {
+            rc = real_alloc(dptr, bytesize);
+            context_took(rc, ctx, device, *dptr, bytesize);
+        }
         break;
     case ROUTE_EARLY:
         rc = driver_early(real_alloc(dptr, bytesize), dptr, bytesize);
@@ -1005,12 +1210,19 @@ EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned i
     CUresult rc;
     int32_t device = 0;
     uint64_t p = 0;
-    enum route r = driver_alloc_route(dptr, bytesize, &device);
+    CUcontext ctx = NULL;
+    enum route r = driver_alloc_route(dptr, bytesize, &device, &ctx);
     depth++;
     switch (r) {
     case ROUTE_CORE:
         if ((rc = (CUresult)core.cu_malloc_managed(device, bytesize, flags, &p)) == CUDA_SUCCESS)
             *dptr = (CUdeviceptr)p;
+        break;
+    case ROUTE_CONTEXT:
+        if ((rc = context_take(device, bytesize)) == CUDA_SUCCESS) {
+            rc = real_alloc(dptr, bytesize, flags);
+            context_took(rc, ctx, device, *dptr, bytesize);
+        }
         break;
     case ROUTE_EARLY:
         rc = driver_early(real_alloc(dptr, bytesize, flags), dptr, bytesize);
@@ -1038,8 +1250,11 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
     CUresult rc;
     int32_t device = 0;
     uint64_t p = 0, pitch = 0;
-    enum route r = driver_alloc_route(dptr, (uint64_t)WidthInBytes * Height, &device);
-    if (r == ROUTE_CORE && (!pPitch || !valid_element_size(ElementSizeBytes)))
+    CUcontext ctx = NULL;
+    enum route r = driver_alloc_route(dptr, (uint64_t)WidthInBytes * Height, &device, &ctx);
+    if ((r == ROUTE_CORE || r == ROUTE_CONTEXT) &&
+        (!pPitch || !valid_element_size(ElementSizeBytes) ||
+         Height > UINT64_MAX / pitch_bound(WidthInBytes)))
         r = ROUTE_REAL;
     depth++;
     switch (r) {
@@ -1048,6 +1263,12 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
         if (rc == CUDA_SUCCESS) {
             *dptr = (CUdeviceptr)p;
             *pPitch = (size_t)pitch;
+        }
+        break;
+    case ROUTE_CONTEXT: /* taken at the widest pitch the driver may choose */
+        if ((rc = context_take(device, pitch_bound(WidthInBytes) * Height)) == CUDA_SUCCESS) {
+            rc = real_alloc(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+            context_took(rc, ctx, device, *dptr, pitch_bound(WidthInBytes) * Height);
         }
         break;
     case ROUTE_EARLY:
@@ -1075,13 +1296,20 @@ static CUresult mem_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream str
     CUresult rc;
     int32_t device = 0;
     uint64_t p = 0;
-    enum route r = driver_alloc_route(dptr, bytesize, &device);
+    CUcontext ctx = NULL;
+    enum route r = driver_alloc_route(dptr, bytesize, &device, &ctx);
     depth++;
     switch (r) {
     case ROUTE_CORE:
         rc = (CUresult)core.cu_malloc_async(device, bytesize, driver_stream(stream, per_thread), &p);
         if (rc == CUDA_SUCCESS)
             *dptr = (CUdeviceptr)p;
+        break;
+    case ROUTE_CONTEXT:
+        if ((rc = context_take(device, bytesize)) == CUDA_SUCCESS) {
+            rc = real_alloc(dptr, bytesize, stream);
+            context_took(rc, ctx, device, *dptr, bytesize);
+        }
         break;
     case ROUTE_EARLY:
         rc = driver_early(real_alloc(dptr, bytesize, stream), dptr, bytesize);
@@ -1118,7 +1346,11 @@ static CUresult mem_free_async(CUdeviceptr dptr, CUstream stream, int per_thread
     depth++;
     if (r == ROUTE_EARLY && !early_forget((void *)(uintptr_t)dptr))
         r = ROUTE_CORE;
-    if (r == ROUTE_CORE)
+    struct context_block b;
+    if (r == ROUTE_CORE && context_owns((uint64_t)dptr, &b)) {
+        rc = real_free(dptr, stream);
+        context_freed(rc, (uint64_t)dptr, &b);
+    } else if (r == ROUTE_CORE)
         rc = (CUresult)core.cu_free_async((uint64_t)dptr, driver_stream(stream, per_thread));
     else
         rc = real_free(dptr, stream);
@@ -1201,7 +1433,11 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
     depth++;
     if (r == ROUTE_EARLY && !early_forget((void *)(uintptr_t)dptr))
         r = ROUTE_CORE;
-    if (r == ROUTE_CORE)
+    struct context_block b;
+    if (r == ROUTE_CORE && context_owns((uint64_t)dptr, &b)) {
+        rc = real_free(dptr);
+        context_freed(rc, (uint64_t)dptr, &b);
+    } else if (r == ROUTE_CORE)
         rc = (CUresult)core.cu_free((uint64_t)dptr);
     else
         rc = real_free(dptr);
@@ -1360,6 +1596,10 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
 
 /* ---- the driver's lookup ---- */
 
+/* Every interposed function, declared (some are defined below). */
+#define SPILLWAY_INTERPOSED(ret, field, name, params) EXPORT ret name params;
+#include "calls.h"
+
 /* Every interposed function, by its index in the real table. */
 static const struct {
     int index;
@@ -1414,6 +1654,200 @@ EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVers
     CUresult rc = real_get_proc_address(symbol, pfn, cudaVersion, flags, symbolStatus);
     if (rc == CUDA_SUCCESS)
         exchange_real(pfn);
+    return rc;
+}
+
+EXPORT cudaError_t cudaGetDriverEntryPoint(const char *symbol, void **funcPtr,
+                                           unsigned long long flags,
+                                           enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+    REAL(real_entry_point, get_driver_entry_point);
+    cudaError_t rc = real_entry_point(symbol, funcPtr, flags, driverStatus);
+    if (rc == cudaSuccess)
+        exchange_real(funcPtr);
+    return rc;
+}
+
+EXPORT cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
+                                                    unsigned int cudaVersion,
+                                                    unsigned long long flags,
+                                                    enum cudaDriverEntryPointQueryResult *driverStatus)
+{
+    REAL(real_entry_point, get_driver_entry_point_by_version);
+    cudaError_t rc = real_entry_point(symbol, funcPtr, cudaVersion, flags, driverStatus);
+    if (rc == cudaSuccess)
+        exchange_real(funcPtr);
+    return rc;
+}
+
+/* ---- contexts: creation and destruction ---- */
+
+EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    REAL(real_create, cu_ctx_create);
+    CUresult rc = real_create(pctx, flags, dev);
+    if (rc == CUDA_SUCCESS && depth == 0)
+        created_add(*pctx);
+    return rc;
+}
+
+/* ctx is gone: the core gives back what was allocated in it. */
+static void context_gone(CUcontext ctx)
+{
+    if (depth > 0 || atomic_load_explicit(&state, memory_order_acquire) != READY)
+        return;
+    uint64_t n = 0;
+    depth++;
+    core.ctx_destroyed((uint64_t)(uintptr_t)ctx, &n);
+    depth--;
+    atomic_fetch_sub(&context_blocks, (long)n);
+}
+
+EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    REAL(real_destroy, cu_ctx_destroy);
+    CUresult rc = real_destroy(ctx);
+    if (rc == CUDA_SUCCESS && created_remove(ctx))
+        context_gone(ctx);
+    return rc;
+}
+
+EXPORT CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
+{
+    REAL(real_attach, cu_ctx_attach);
+    CUresult rc = real_attach(pctx, flags);
+    if (rc == CUDA_SUCCESS && pctx)
+        created_usage(*pctx, 1);
+    return rc;
+}
+
+EXPORT CUresult cuCtxDetach(CUcontext ctx)
+{
+    REAL(real_detach, cu_ctx_detach);
+    CUresult rc = real_detach(ctx);
+    if (rc == CUDA_SUCCESS && created_usage(ctx, -1) == 0)
+        context_gone(ctx);
+    return rc;
+}
+
+/* ---- the virtual-memory API ---- */
+
+/*
+ * cuMemCreate's device-located physical memory is taken from the quota
+ * before the real call (refused with CUDA_ERROR_OUT_OF_MEMORY when it does
+ * not fit); the core follows each handle's releases and mappings and gives
+ * the bytes back when CUDA frees them. Host-located memory, and calls while
+ * the core is not running, pass through uncounted; the others reach the
+ * core only once it runs and never load it.
+ */
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                            const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    REAL(real_create, cu_mem_create);
+    enum route r = route();
+    if (r == ROUTE_REFUSE)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    __typeof__(real.cu_device_get_count) count_devices =
+        (__typeof__(real.cu_device_get_count))resolve(R_cu_device_get_count);
+    int n = 0;
+    if (r != ROUTE_CORE || !handle || !prop || size == 0 ||
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !count_devices ||
+        count_devices(&n) != CUDA_SUCCESS || prop->location.id < 0 || prop->location.id >= n)
+        return real_create(handle, size, prop, flags); /* CUDA's own answer */
+    int32_t device = prop->location.id;
+    depth++;
+    CUresult rc = (CUresult)core.take(device, size, SPILLWAY_TAKE_VMM);
+    if (rc == CUDA_SUCCESS) {
+        rc = real_create(handle, size, prop, flags);
+        if (rc == CUDA_SUCCESS)
+            core.vmm_created(*handle, device, size);
+        else
+            core.give(device, size);
+    }
+    depth--;
+    return rc;
+}
+
+/* Whether a virtual-memory call that succeeded is the core's to hear of. */
+static int vmm_heard(CUresult rc)
+{
+    return rc == CUDA_SUCCESS && depth == 0 &&
+           atomic_load_explicit(&state, memory_order_acquire) == READY;
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    REAL(real_release, cu_mem_release);
+    CUresult rc = real_release(handle);
+    if (vmm_heard(rc))
+        core.vmm_released(handle);
+    return rc;
+}
+
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    REAL(real_retain, cu_mem_retain_allocation_handle);
+    CUresult rc = real_retain(handle, addr);
+    if (vmm_heard(rc))
+        core.vmm_retained(*handle);
+    return rc;
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                         CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    REAL(real_map, cu_mem_map);
+    CUresult rc = real_map(ptr, size, offset, handle, flags);
+    if (vmm_heard(rc))
+        core.vmm_mapped((uint64_t)ptr, size, handle);
+    return rc;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    REAL(real_unmap, cu_mem_unmap);
+    CUresult rc = real_unmap(ptr, size);
+    if (vmm_heard(rc))
+        core.vmm_unmapped((uint64_t)ptr, size);
+    return rc;
+}
+
+/* ---- NVML's other memory reports ---- */
+
+/*
+ * BAR1, the window through which the host maps device memory: a process
+ * with a quota sees no more of it than its quota (what it could map at
+ * most), used as NVML reports it within that.
+ */
+EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory)
+{
+    REAL(real_bar1, nvml_bar1_memory_info);
+    nvmlReturn_t rc = real_bar1(device, bar1Memory);
+    unsigned long long quota = ~0ull, held = 0;
+    if (rc == NVML_SUCCESS && depth == 0 && nvml_as_limited(device, &quota, &held) &&
+        quota < bar1Memory->bar1Total) {
+        bar1Memory->bar1Total = quota;
+        if (bar1Memory->bar1Used > quota)
+            bar1Memory->bar1Used = quota;
+        bar1Memory->bar1Free = quota - bar1Memory->bar1Used;
+    }
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
+                                                         unsigned int *infoCount,
+                                                         nvmlProcessInfo_v1_t *infos)
+{
+    REAL(real_processes, nvml_processes_v1);
+    nvmlReturn_t rc = real_processes(device, infoCount, infos);
+    unsigned int self = (unsigned int)getpid();
+    for (unsigned int i = 0; rc == NVML_SUCCESS && depth == 0 && infos && i < *infoCount; i++)
+        if (infos[i].pid == self) {
+            unsigned long long total = ~0ull, used = infos[i].usedGpuMemory;
+            if (nvml_as_limited(device, &total, &used))
+                infos[i].usedGpuMemory = used;
+            break;
+        }
     return rc;
 }
 

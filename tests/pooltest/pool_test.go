@@ -254,7 +254,7 @@ func TestFreeEdgeCases(t *testing.T) {
 		"n", "m", "1M", "D", "1M", "i", // slot 0 from the runtime, slot 1 from the driver
 		"w", "0", "5", "f", "0", "i", "f", "0", "i", // free, then double free
 		"m", "1M", "w", "2", "6", "I", "2", "4K", "i", // slot 2; free of an interior pointer
-		"f", "1", "f", "1", // the driver's block through the real runtime, twice
+		"f", "1", "f", "1", // the driver's block through the runtime, twice
 		"v", "2", "6", "f", "2", "m", "4M", "f", "3", "i"))
 	if out.Code(t, "n", 0) != 0 {
 		t.Errorf("cudaFree(NULL) returned %d", out.Code(t, "n", 0))

@@ -183,3 +183,28 @@ func TestBothRuntimes(t *testing.T) {
 		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
 	}
 }
+
+// TestDriverEntryPointQuota: cuMemAlloc as the runtime's
+// cudaGetDriverEntryPoint and cudaGetDriverEntryPointByVersion hand it out
+// is the shim's, refused at the quota like the linked one.
+func TestDriverEntryPointQuota(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/entrypoint.c"}, Cudart: true, ProjectHeaders: true,
+		Flags: []string{"-ldl"}})
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, "24", "d", "v", "d", "v"))
+	for _, c := range []struct {
+		op      string
+		i, want int
+	}{{"d", 0, cuSuccess}, {"v", 0, cuSuccess}, {"d", 1, cuOutOfMemory}, {"v", 1, cuOutOfMemory}} {
+		if rc := out.Code(t, c.op, c.i); rc != c.want {
+			t.Errorf("%s #%d: %d, want %d\n%v", c.op, c.i, rc, c.want, out)
+		}
+		if name := out.Line(t, c.op, c.i)[2]; name != "cuMemAlloc_v2@libspillway.so" {
+			t.Errorf("%s #%d handed out %s, want the shim's cuMemAlloc_v2", c.op, c.i, name)
+		}
+	}
+	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+	}
+}

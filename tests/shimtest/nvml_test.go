@@ -31,8 +31,17 @@ func TestNVMLQuota(t *testing.T) {
 	if used := plain.Num(t, "v1", 0, 3); used != 24<<20 {
 		t.Errorf("without a quota, NVML's used is %d, want 16 MiB allocated + the 8 MiB context", used)
 	}
-	if own := int64(limited.Num(t, "p", 0, 2)); own != 16<<20 {
-		t.Errorf("the process's own entry shows %d bytes, want the 16 MiB Spillway counts", own)
+	for _, op := range []string{"p", "q"} {
+		if own := int64(limited.Num(t, op, 0, 2)); own != 16<<20 {
+			t.Errorf("%s: the process's own entry shows %d bytes, want the 16 MiB Spillway counts", op, own)
+		}
+	}
+	// BAR1: no more than the quota, within which NVML's own figures.
+	if total, used, free := limited.Num(t, "b", 0, 2), limited.Num(t, "b", 0, 3), limited.Num(t, "b", 0, 4); total != 64<<20 || used != 0 || free != 64<<20 {
+		t.Errorf("BAR1 with a 64 MiB quota: total %d used %d free %d, want 64 MiB, 0, 64 MiB", total, used, free)
+	}
+	if got, want := limited.Line(t, "b", 1), plain.Line(t, "b", 1); got[2] != want[2] || plain.Num(t, "b", 0, 2) != 16<<30 {
+		t.Errorf("BAR1 without a quota: %v and %v, want NVML's 16 GiB", got, plain.Line(t, "b", 0))
 	}
 }
 

@@ -97,12 +97,16 @@ func TestProbePointsStartWithNOP(t *testing.T) {
 
 func TestExportSurface(t *testing.T) {
 	want := []string{
+		"cuCtxAttach", "cuCtxCreate_v2", "cuCtxDestroy_v2", "cuCtxDetach",
 		"cuCtxSynchronize", "cuDevicePrimaryCtxReset_v2", "cuDeviceTotalMem_v2",
 		"cuGetProcAddress", "cuGetProcAddress_v2", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
-		"cuMemAllocManaged", "cuMemAllocPitch_v2", "cuMemAlloc_v2", "cuMemFreeAsync",
-		"cuMemFreeAsync_ptsz", "cuMemFree_v2", "cuMemGetInfo_v2",
-		"cudaDeviceReset", "cudaDeviceSynchronize", "cudaFree", "cudaFreeAsync", "cudaMalloc",
+		"cuMemAllocManaged", "cuMemAllocPitch_v2", "cuMemAlloc_v2", "cuMemCreate", "cuMemFreeAsync",
+		"cuMemFreeAsync_ptsz", "cuMemFree_v2", "cuMemGetInfo_v2", "cuMemMap", "cuMemRelease",
+		"cuMemRetainAllocationHandle", "cuMemUnmap",
+		"cudaDeviceReset", "cudaDeviceSynchronize", "cudaFree", "cudaFreeAsync",
+		"cudaGetDriverEntryPoint", "cudaGetDriverEntryPointByVersion", "cudaMalloc",
 		"cudaMallocAsync", "cudaMallocManaged", "cudaMallocPitch", "cudaMemGetInfo", "cudaStreamDestroy", "dlclose", "dlsym",
+		"nvmlDeviceGetBAR1MemoryInfo", "nvmlDeviceGetComputeRunningProcesses",
 		"nvmlDeviceGetComputeRunningProcesses_v2", "nvmlDeviceGetComputeRunningProcesses_v3",
 		"nvmlDeviceGetMemoryInfo", "nvmlDeviceGetMemoryInfo_v2",
 		"spillway_probe_alloc", "spillway_probe_free", "spillway_probe_promote",

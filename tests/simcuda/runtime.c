@@ -67,6 +67,7 @@ static struct {
 	CUresult (*DevicePrimaryCtxRelease)(CUdevice);
 	CUresult (*DevicePrimaryCtxReset)(CUdevice);
 	CUresult (*CtxSetCurrent)(CUcontext);
+	CUresult (*CtxGetCurrent)(CUcontext *);
 	CUresult (*CtxSynchronize)(void);
 	CUresult (*MemAlloc)(CUdeviceptr *, size_t);
 	CUresult (*MemFree)(CUdeviceptr);
@@ -132,7 +133,8 @@ static const struct {
 	DRV("cuDevicePrimaryCtxRetain", DevicePrimaryCtxRetain),
 	DRV("cuDevicePrimaryCtxRelease", DevicePrimaryCtxRelease),
 	DRV("cuDevicePrimaryCtxReset", DevicePrimaryCtxReset),
-	DRV("cuCtxSetCurrent", CtxSetCurrent), DRV("cuCtxSynchronize", CtxSynchronize),
+	DRV("cuCtxSetCurrent", CtxSetCurrent), DRV("cuCtxGetCurrent", CtxGetCurrent),
+	DRV("cuCtxSynchronize", CtxSynchronize),
 	DRV("cuMemAlloc", MemAlloc), DRV("cuMemFree", MemFree),
 	DRV("cuMemAllocManaged", MemAllocManaged), DRV("cuMemAllocPitch", MemAllocPitch),
 	DRV("cuMemAllocHost", MemAllocHost), DRV("cuMemHostAlloc", MemHostAlloc),
@@ -290,17 +292,28 @@ static cudaError_t runtime_init(void)
 	return rt_state == 1 ? cudaSuccess : rt_init_error;
 }
 
-/* Retains the device's primary context if needed and makes it current in this thread. */
-static cudaError_t bind_context(int device)
+/*
+ * Retains the device's primary context if needed and makes it current in this
+ * thread: with set (cudaSetDevice) always, otherwise unless the thread already
+ * has a context current, which the runtime then uses, as CUDA's does with a
+ * context the application created with the driver API. Once the thread is
+ * bound it checks that without a lock (two atomic loads), as a real runtime's
+ * calls take no process-wide lock after initialisation; retaining takes
+ * rt_lock.
+ */
+static cudaError_t bind_context(int device, int set)
 {
 	CUresult rc = CUDA_SUCCESS;
 
+	if (tls_bound_device == device && __atomic_load_n(&context_retained[device], __ATOMIC_ACQUIRE) &&
+	    __atomic_load_n(&context_gen[device], __ATOMIC_ACQUIRE) == tls_bound_gen)
+		return cudaSuccess;
 	pthread_mutex_lock(&rt_lock);
 	if (!context_retained[device]) {
 		rc = drv.DevicePrimaryCtxRetain(&contexts[device], device);
 		if (rc == CUDA_SUCCESS) {
-			context_retained[device] = 1;
-			context_gen[device]++;
+			__atomic_store_n(&context_gen[device], context_gen[device] + 1, __ATOMIC_RELEASE);
+			__atomic_store_n(&context_retained[device], 1, __ATOMIC_RELEASE);
 		}
 	}
 	unsigned int gen = context_gen[device];
@@ -309,7 +322,9 @@ static cudaError_t bind_context(int device)
 	if (rc != CUDA_SUCCESS)
 		return from_driver(rc);
 	if (tls_bound_device != device || tls_bound_gen != gen) {
-		rc = drv.CtxSetCurrent(ctx);
+		CUcontext cur = NULL;
+		if (set || drv.CtxGetCurrent(&cur) != CUDA_SUCCESS || cur == NULL)
+			rc = drv.CtxSetCurrent(ctx);
 		if (rc != CUDA_SUCCESS)
 			return from_driver(rc);
 		tls_bound_device = device;
@@ -333,7 +348,7 @@ static cudaError_t enter(int api, int need)
 		return err;
 	if (sim_table != NULL && sim_table->should_fail(api_names[api], n))
 		return cudaErrorMemoryAllocation;
-	return need == NEED_CONTEXT ? bind_context(tls_device) : cudaSuccess;
+	return need == NEED_CONTEXT ? bind_context(tls_device, 0) : cudaSuccess;
 }
 
 #define ENTER(name, need)                                          \
@@ -371,7 +386,7 @@ RT_API cudaError_t cudaSetDevice(int device)
 	if (device < 0 || device >= device_count)
 		return done(cudaErrorInvalidDevice);
 	tls_device = device;
-	return done(bind_context(device)); /* since CUDA 12 the context is made at once */
+	return done(bind_context(device, 1)); /* since CUDA 12 the context is made at once */
 }
 
 RT_API cudaError_t cudaDeviceGetAttribute(int *value, enum cudaDeviceAttr attr, int device)
@@ -495,7 +510,7 @@ RT_API cudaError_t cudaDeviceReset(void)
 		pthread_mutex_lock(&rt_lock);
 		if (context_retained[device])
 			rc = drv.DevicePrimaryCtxRelease(device);
-		context_retained[device] = 0;
+		__atomic_store_n(&context_retained[device], 0, __ATOMIC_RELEASE);
 		pthread_mutex_unlock(&rt_lock);
 	}
 	return DRIVER(rc);

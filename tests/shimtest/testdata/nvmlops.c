@@ -5,6 +5,8 @@
  *   "v2 INDEX TOTAL USED FREE"   nvmlDeviceGetMemoryInfo_v2
  *   "p INDEX BYTES"              this process in nvmlDeviceGetComputeRunningProcesses_v3
  *                                (-1 when it is not listed)
+ *   "q INDEX BYTES"              the same in the v1 nvmlDeviceGetComputeRunningProcesses
+ *   "b INDEX TOTAL USED FREE"    nvmlDeviceGetBAR1MemoryInfo
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,10 @@
 
 #include <spillway/cuda_runtime.h>
 #include <spillway/nvml.h>
+
+/* The v1 process query, which the shared header does not declare. */
+nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device, unsigned int *infoCount,
+                                                  nvmlProcessInfo_v1_t *infos);
 
 int main(int argc, char **argv)
 {
@@ -39,6 +45,18 @@ int main(int argc, char **argv)
             if (procs[k].pid == (unsigned int)getpid())
                 own = (long long)procs[k].usedGpuMemory;
         printf("p %u %lld\n", i, own);
+        nvmlProcessInfo_v1_t old[64];
+        nvmlBAR1Memory_t bar1;
+        count = 64;
+        if (nvmlDeviceGetComputeRunningProcesses(dev, &count, old) != NVML_SUCCESS ||
+            nvmlDeviceGetBAR1MemoryInfo(dev, &bar1) != NVML_SUCCESS)
+            return 2;
+        own = -1;
+        for (unsigned int k = 0; k < count; k++)
+            if (old[k].pid == (unsigned int)getpid())
+                own = (long long)old[k].usedGpuMemory;
+        printf("q %u %lld\n", i, own);
+        printf("b %u %llu %llu %llu\n", i, bar1.bar1Total, bar1.bar1Used, bar1.bar1Free);
     }
     return 0;
 }

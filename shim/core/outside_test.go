@@ -1,0 +1,82 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/spillway-gpu/spillway/interpose"
+)
+
+// TestVMMLedger: a handle's bytes are taken once at cuMemCreate however
+// often it is mapped, and given back only once it is released (every
+// reference) and unmapped (every mapping), in either order.
+func TestVMMLedger(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=8MiB")
+	c := &core{mem: m.memory}
+	const granule = 2 << 20
+	create := func(h uint64) interpose.Error {
+		rc := c.take(0, granule, takeVMM)
+		if rc == interpose.Success {
+			c.vmmCreated(h, 0, granule)
+		}
+		return rc
+	}
+	used := func() uint64 { return m.existing(0).acct.used() }
+	for h := uint64(1); h <= 4; h++ {
+		if rc := create(h); rc != interpose.Success {
+			t.Fatalf("handle %d of 2 MiB under 8 MiB: %v", h, rc)
+		}
+	}
+	if rc := create(5); rc != interpose.ErrorMemoryAllocation || m.probes.refs != 1 {
+		t.Fatalf("a fifth 2 MiB handle under 8 MiB: %v, %d refuse probes", rc, m.probes.refs)
+	}
+	c.vmmMapped(0x100000000, granule, 1)
+	c.vmmMapped(0x100200000, granule, 1) // the same handle twice
+	c.vmmRetained(1)                     // through one of its mappings
+	c.vmmReleased(1)
+	c.vmmUnmapped(0x100000000, 2*granule) // both mappings at once
+	if got := used(); got != 8<<20 {
+		t.Errorf("a handle still retained once gave its bytes back: used %d", got)
+	}
+	c.vmmReleased(1)
+	if got := used(); got != 6<<20 {
+		t.Errorf("after the last release of an unmapped handle: used %d, want 6 MiB", got)
+	}
+	c.vmmMapped(0x100000000, granule, 2)
+	c.vmmReleased(2)
+	if got := used(); got != 6<<20 {
+		t.Errorf("a released handle still mapped gave its bytes back: used %d", got)
+	}
+	c.vmmUnmapped(0x100000000, granule)
+	c.vmmReleased(2) // released twice: CUDA refuses it, nothing changes
+	c.vmmUnmapped(0x200000000, granule)
+	c.vmmReleased(99)
+	if got := used(); got != 4<<20 {
+		t.Errorf("after unmapping a released handle: used %d, want 4 MiB", got)
+	}
+}
+
+// TestContextLedger: allocations recorded in a created context are given
+// back when the context is destroyed; another context's stay.
+func TestContextLedger(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=8MiB")
+	c := &core{mem: m.memory}
+	for i, ctx := range []uint64{1, 1, 2} {
+		if rc := c.take(0, 2<<20, takeContext); rc != interpose.Success {
+			t.Fatal(rc)
+		}
+		c.ctxRecord(ctx, 0, interpose.DevicePtr(0x1000*(i+1)), 2<<20)
+	}
+	if b, ok := c.ctxForget(0x1000); !ok || b.ctx != 1 || b.size != 2<<20 {
+		t.Fatalf("forget: %+v %v", b, ok)
+	}
+	c.give(0, 2<<20)
+	if n := c.ctxDestroyed(1); n != 1 {
+		t.Errorf("destroying context 1 gave back %d allocations, want 1", n)
+	}
+	if got := m.existing(0).acct.used(); got != 2<<20 {
+		t.Errorf("used %d after context 1 went, want context 2's 2 MiB", got)
+	}
+	if _, ok := c.ctxForget(0x2000); ok {
+		t.Error("an allocation of a destroyed context is still recorded")
+	}
+}

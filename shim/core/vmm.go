@@ -1,0 +1,105 @@
+package main
+
+import (
+	"sync"
+
+	"github.com/spillway-gpu/spillway/interpose"
+)
+
+// vmmLedger counts the application's virtual-memory calls by physical
+// bytes. CUDA frees the memory behind a handle once the handle has been
+// released (every cuMemCreate and cuMemRetainAllocationHandle matched by
+// a cuMemRelease) and its last mapping unmapped, in either order; the
+// bytes, taken at cuMemCreate, are given back then. Mapping a handle
+// twice charges nothing more. Handles the ledger does not know (imported
+// from another process, host-located memory) are ignored: they hold no
+// device memory of this process.
+type vmmLedger struct {
+	mu       sync.Mutex
+	handles  map[uint64]*physical
+	mappings map[interpose.DevicePtr]mapping // by start address
+}
+
+type physical struct {
+	size uint64
+	acct *account
+	refs int // cuMemCreate and cuMemRetainAllocationHandle, less cuMemRelease
+	maps int // live mappings
+}
+
+type mapping struct {
+	size   uint64
+	handle uint64
+}
+
+// vmmCreated records a handle whose size bytes on device were taken.
+func (c *core) vmmCreated(handle uint64, ordinal int, size uint64) {
+	d := c.mem.existing(ordinal)
+	if d == nil {
+		return
+	}
+	v := &c.vmm
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.handles == nil {
+		v.handles = map[uint64]*physical{}
+		v.mappings = map[interpose.DevicePtr]mapping{}
+	}
+	v.handles[handle] = &physical{size: size, acct: d.acct, refs: 1}
+}
+
+func (c *core) vmmRetained(handle uint64) {
+	v := &c.vmm
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if h := v.handles[handle]; h != nil {
+		h.refs++
+	}
+}
+
+func (c *core) vmmReleased(handle uint64) {
+	v := &c.vmm
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if h := v.handles[handle]; h != nil && h.refs > 0 {
+		h.refs--
+		v.freeIfGone(handle, h)
+	}
+}
+
+func (c *core) vmmMapped(p interpose.DevicePtr, size, handle uint64) {
+	v := &c.vmm
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if h := v.handles[handle]; h != nil {
+		h.maps++
+		v.mappings[p] = mapping{size: size, handle: handle}
+	}
+}
+
+// vmmUnmapped forgets the mappings within [p, p+size): cuMemUnmap unmaps
+// whole mappings only.
+func (c *core) vmmUnmapped(p interpose.DevicePtr, size uint64) {
+	v := &c.vmm
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	end := p + interpose.DevicePtr(size)
+	for start, m := range v.mappings {
+		if start < p || start >= end {
+			continue
+		}
+		delete(v.mappings, start)
+		if h := v.handles[m.handle]; h != nil {
+			h.maps--
+			v.freeIfGone(m.handle, h)
+		}
+	}
+}
+
+// freeIfGone gives back a handle's bytes once CUDA has freed them; v.mu is held.
+func (v *vmmLedger) freeIfGone(handle uint64, h *physical) {
+	if h.refs == 0 && h.maps == 0 {
+		h.acct.give(charge(h.size), true)
+		delete(v.handles, handle)
+	}
+}

@@ -1,0 +1,206 @@
+package shimtest
+
+// Real CUDA clients under the shim, unmodified: numba.cuda (the primary
+// context, through ctypes), pycuda (contexts of its own), pynvml and gpustat
+// (NVML), each under a 64 MiB quota on simcuda. .ci/run installs them;
+// without them these tests skip, except where everything must run
+// (harness.Unavailable).
+
+import (
+	"bufio"
+	"encoding/json"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+const (
+	clientMiB   = 1 << 20
+	clientQuota = 64 * clientMiB
+)
+
+// limitedClient prepares Debian's python3 running testdata/clients/<script>
+// under the shim with a 64 MiB quota.
+func limitedClient(t *testing.T, script string, env ...string) *exec.Cmd {
+	t.Helper()
+	path, err := filepath.Abs(filepath.Join("testdata", "clients", script))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := harness.PythonCommand(t, path)
+	harness.SetEnv(cmd, "LD_PRELOAD="+harness.Front(t), "SPILLWAY_MEMORY_LIMIT=64MiB")
+	harness.SetEnv(cmd, env...)
+	return cmd
+}
+
+// runLimitedClient runs script and decodes the JSON object it prints into seen.
+func runLimitedClient(t *testing.T, script string, seen any, env ...string) {
+	t.Helper()
+	res := harness.Run(t, limitedClient(t, script, env...))
+	if res.ExitCode != 0 {
+		t.Fatalf("%s: exit %d\nstdout:\n%s\nstderr:\n%s", script, res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), seen); err != nil {
+		t.Fatalf("%s printed no JSON object: %v\nstdout:\n%s\nstderr:\n%s", script, err, res.Stdout, res.Stderr)
+	}
+}
+
+// peakWithinQuota checks simcuda's ground truth: the device never held more than the quota.
+func peakWithinQuota(t *testing.T, stats string) {
+	t.Helper()
+	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > clientQuota {
+		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+	}
+}
+
+// TestNumbaUnderQuota: numba.cuda sees the quota as the device's memory, and
+// an allocation beyond it raises numba's CudaAPIError with
+// CUDA_ERROR_OUT_OF_MEMORY; freeing makes room again.
+func TestNumbaUnderQuota(t *testing.T) {
+	harness.RequirePythonModules(t, "numpy", "numba.cuda")
+	var seen struct {
+		Total         uint64 `json:"total"`
+		FreeBefore    uint64 `json:"free_before"`
+		FreeAllocated uint64 `json:"free_allocated"`
+		Second        string `json:"second"`
+		SecondCode    int    `json:"second_code"`
+		SecondError   string `json:"second_error"`
+		Third         string `json:"third"`
+	}
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	runLimitedClient(t, "numba_limited.py", &seen, "SIMCUDA_DEVICES=4GiB", "SIMCUDA_STATS_FILE="+stats,
+		"NUMBA_CUDA_DRIVER="+filepath.Join(harness.SimcudaDir(t), "libcuda.so.1"), "ALLOC_MIB=40")
+	if seen.Total != clientQuota || seen.FreeBefore != clientQuota || seen.FreeAllocated != clientQuota-40*clientMiB {
+		t.Errorf("get_memory_info: total %d, free %d -> %d after 40 MiB; want the 64 MiB quota, 64 MiB -> 24 MiB",
+			seen.Total, seen.FreeBefore, seen.FreeAllocated)
+	}
+	if seen.Second != "refused" || seen.SecondCode != cuOutOfMemory || !strings.Contains(seen.SecondError, "CUDA_ERROR_OUT_OF_MEMORY") {
+		t.Errorf("a second 40 MiB array: %s (code %d, %q); want CudaAPIError with CUDA_ERROR_OUT_OF_MEMORY",
+			seen.Second, seen.SecondCode, seen.SecondError)
+	}
+	if seen.Third != "allocated" {
+		t.Errorf("40 MiB after freeing the first array: %s", seen.Third)
+	}
+	peakWithinQuota(t, stats)
+}
+
+// TestPycudaUnderQuota: pycuda's contexts are contexts of its own (not the
+// primary one): what it allocates in them counts against the quota, beyond
+// which pycuda raises its MemoryError, and is given back when freed or when
+// the context is detached.
+func TestPycudaUnderQuota(t *testing.T) {
+	harness.RequirePythonModules(t, "numpy", "pycuda.driver")
+	var seen struct {
+		Total         uint64 `json:"total"`
+		FreeBefore    uint64 `json:"free_before"`
+		FreeAllocated uint64 `json:"free_allocated"`
+		Second        string `json:"second"`
+		SecondError   string `json:"second_error"`
+		InOther       string `json:"in_other"`
+		Third         string `json:"third"`
+		FreeEnd       uint64 `json:"free_end"`
+	}
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	runLimitedClient(t, "pycuda_limited.py", &seen, "SIMCUDA_DEVICES=4GiB", "SIMCUDA_STATS_FILE="+stats, "ALLOC_MIB=40")
+	if seen.Total != clientQuota || seen.FreeBefore != clientQuota || seen.FreeAllocated != clientQuota-40*clientMiB {
+		t.Errorf("mem_get_info: total %d, free %d -> %d after 40 MiB; want the 64 MiB quota, 64 MiB -> 24 MiB",
+			seen.Total, seen.FreeBefore, seen.FreeAllocated)
+	}
+	if seen.Second != "refused" || !strings.Contains(seen.SecondError, "out of memory") {
+		t.Errorf("a second 40 MiB allocation: %s (%q); want pycuda's MemoryError, out of memory", seen.Second, seen.SecondError)
+	}
+	if seen.InOther != "refused" || seen.Third != "allocated" || seen.FreeEnd != clientQuota-40*clientMiB {
+		t.Errorf("second context: 40 MiB %s; after it was detached and the first freed: 40 MiB %s, free %d; want refused, allocated, 24 MiB",
+			seen.InOther, seen.Third, seen.FreeEnd)
+	}
+	peakWithinQuota(t, stats)
+}
+
+// TestNVMLClientsUnderQuota: inside a process with a quota, pynvml and
+// gpustat see the quota as the device's total and what Spillway counts as
+// used (memory, BAR1, the process list); gpustat outside it sees the truth.
+func TestNVMLClientsUnderQuota(t *testing.T) {
+	harness.RequirePythonModules(t, "pynvml", "gpustat")
+	state := t.TempDir()
+	env := []string{"SIMCUDA_STATE_DIR=" + state, "SIMCUDA_DEVICES=8GiB"}
+	cmd := limitedClient(t, "nvml_limited.py", append(env, "HOLD_MIB=16")...)
+	cmd.Args = append(cmd.Args, "hold")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("nvml_limited.py: %v\n%s", err, stderr.String())
+		}
+	}()
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil {
+		t.Fatalf("nvml_limited.py printed nothing: %v\n%s", err, stderr.String())
+	}
+	var inside struct {
+		PID               int     `json:"pid"`
+		Total             uint64  `json:"total"`
+		Used              uint64  `json:"used"`
+		Free              uint64  `json:"free"`
+		Bar1Total         uint64  `json:"bar1_total"`
+		ProcessUsed       *uint64 `json:"process_used"`
+		GpustatTotalMiB   uint64  `json:"gpustat_total_mib"`
+		GpustatUsedMiB    uint64  `json:"gpustat_used_mib"`
+		GpustatProcessMiB *uint64 `json:"gpustat_process_mib"`
+	}
+	if err := json.Unmarshal([]byte(line), &inside); err != nil {
+		t.Fatalf("nvml_limited.py: %v\n%s", err, line)
+	}
+	if inside.Total != clientQuota || inside.Used != 16*clientMiB || inside.Free != 48*clientMiB || inside.Bar1Total != clientQuota {
+		t.Errorf("pynvml inside: total %d used %d free %d, BAR1 %d; want the 64 MiB quota, 16 MiB, 48 MiB, 64 MiB",
+			inside.Total, inside.Used, inside.Free, inside.Bar1Total)
+	}
+	if inside.ProcessUsed == nil || *inside.ProcessUsed != 16*clientMiB {
+		t.Errorf("pynvml's process list inside: own entry %v, want 16 MiB", inside.ProcessUsed)
+	}
+	if inside.GpustatTotalMiB != 64 || inside.GpustatUsedMiB != 16 || inside.GpustatProcessMiB == nil || *inside.GpustatProcessMiB != 16 {
+		t.Errorf("gpustat inside: %d of %d MiB, own process %v; want 16 of 64, 16", inside.GpustatUsedMiB,
+			inside.GpustatTotalMiB, inside.GpustatProcessMiB)
+	}
+
+	outside := harness.PythonCommand(t, "-m", "gpustat", "--json")
+	harness.SetEnv(outside, env...)
+	res := harness.Run(t, outside)
+	if res.ExitCode != 0 {
+		t.Fatalf("gpustat --json outside: exit %d\n%s%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	var out struct {
+		GPUs []struct {
+			MemoryUsed  uint64 `json:"memory.used"`
+			MemoryTotal uint64 `json:"memory.total"`
+			Processes   []struct {
+				PID            int    `json:"pid"`
+				GPUMemoryUsage uint64 `json:"gpu_memory_usage"`
+			} `json:"processes"`
+		} `json:"gpus"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &out); err != nil || len(out.GPUs) != 1 {
+		t.Fatalf("gpustat --json outside: %v\n%s", err, res.Stdout)
+	}
+	g := out.GPUs[0]
+	if g.MemoryTotal != 8192 || g.MemoryUsed != 16 || len(g.Processes) != 1 || g.Processes[0].PID != inside.PID ||
+		g.Processes[0].GPUMemoryUsage != 16 {
+		t.Errorf("gpustat outside: %d of %d MiB, processes %+v; want the truth: 16 of 8192 MiB, pid %s with 16 MiB",
+			g.MemoryUsed, g.MemoryTotal, g.Processes, strconv.Itoa(inside.PID))
+	}
+}

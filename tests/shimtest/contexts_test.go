@@ -1,0 +1,137 @@
+package shimtest
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+// ctxvmm builds testdata/ctxvmm.c against the driver alone, or with
+// runtime also against the dynamic runtime.
+func ctxvmm(t testing.TB, runtime bool) string {
+	b := harness.CBuild{Sources: []string{"testdata/ctxvmm.c"}, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}}
+	if runtime {
+		b.Cudart = true
+		b.Flags = append(b.Flags, "-DWITH_RUNTIME")
+	}
+	return harness.Compile(t, b)
+}
+
+// step is one expected line of a scripted program: the i-th line of op has code want.
+type step struct {
+	op      string
+	i, want int
+}
+
+func checkSteps(t *testing.T, out harness.Output, steps []step) {
+	t.Helper()
+	for _, s := range steps {
+		if rc := out.Code(t, s.op, s.i); rc != s.want {
+			t.Errorf("%s #%d: %d, want %d\n%v", s.op, s.i, rc, s.want, out)
+		}
+	}
+}
+
+// vmmTruth is simcuda's ground truth for device 0, with the VMM figure.
+type vmmTruth struct {
+	DeviceBytesPeak  uint64 `json:"device_bytes_peak"`
+	VMMPhysicalBytes uint64 `json:"vmm_physical_bytes"`
+}
+
+func readTruth(t *testing.T, path string) vmmTruth {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("read simcuda stats: %v", err)
+	}
+	var s struct{ Devices []vmmTruth }
+	if err := json.Unmarshal(data, &s); err != nil || len(s.Devices) == 0 {
+		t.Fatalf("parse simcuda stats %s: %v\n%s", path, err, data)
+	}
+	return s.Devices[0]
+}
+
+// runScript runs ctxvmm with ops under quota and returns its output and
+// simcuda's ground truth, checking that the device never held more than
+// the quota.
+func runScript(t *testing.T, quota uint64, ops ...string) (harness.Output, vmmTruth) {
+	t.Helper()
+	return runScriptOf(t, ctxvmm(t, false), quota, ops...)
+}
+
+func runScriptOf(t *testing.T, prog string, quota uint64, ops ...string) (harness.Output, vmmTruth) {
+	t.Helper()
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := []string{"SPILLWAY_MEMORY_LIMIT=" + sizeArg(quota), "SIMCUDA_STATS_FILE=" + stats}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, ops...))
+	truth := readTruth(t, stats)
+	if truth.DeviceBytesPeak > quota {
+		t.Errorf("simcuda held %d bytes at its peak, above the quota of %d\n%v", truth.DeviceBytesPeak, quota, out)
+	}
+	return out, truth
+}
+
+func sizeArg(n uint64) string { return itoa(n>>20) + "MiB" }
+
+func itoa(n uint64) string {
+	if n == 0 {
+		return "0"
+	}
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
+
+// TestCreatedContextQuota: what a program allocates in a context it created
+// counts against the device's quota beside the primary context's pool, is
+// given back when freed, and when the context is destroyed.
+func TestCreatedContextQuota(t *testing.T) {
+	out, _ := runScript(t, 64<<20,
+		"C", "m", "40M", "m", "32M", "i", // in the created context
+		"O", "m", "24M", "m", "2M", // the primary context's pool, beside it
+		"U", "0", "f", "0", "m", "16M", "p", "1M", "16", "m", "16M", // freed, and allocated again
+		"X", "0", "m", "40M", "i") // destroyed: what it held is given back
+	checkSteps(t, out, []step{
+		{"C", 0, cuSuccess}, {"m", 0, cuSuccess}, {"m", 1, cuOutOfMemory}, {"i", 0, cuSuccess},
+		{"O", 0, cuSuccess}, {"m", 2, cuSuccess}, {"m", 3, cuOutOfMemory},
+		{"U", 0, cuSuccess}, {"f", 0, cuSuccess}, {"m", 4, cuSuccess}, {"p", 0, cuSuccess}, {"m", 5, cuOutOfMemory},
+		{"X", 0, cuSuccess}, {"m", 6, cuSuccess}, {"i", 1, cuSuccess},
+	})
+	if free, total := out.Num(t, "i", 0, 2), out.Num(t, "i", 0, 3); total != 64<<20 || free != 24<<20 {
+		t.Errorf("cuMemGetInfo_v2 in the created context: free %d total %d, want 24 MiB of the 64 MiB quota", free, total)
+	}
+	if total := out.Num(t, "i", 1, 3); total != 64<<20 {
+		t.Errorf("cuMemGetInfo_v2 total %d, want the 64 MiB quota", total)
+	}
+}
+
+// TestDetachedContextQuota: pycuda's usage counts (cuCtxAttach, cuCtxDetach):
+// the context's memory is given back when the last detach destroys it.
+func TestDetachedContextQuota(t *testing.T) {
+	out, _ := runScript(t, 64<<20, "C", "A", "m", "40M", "T", "0", "m", "32M", "T", "0", "m", "60M")
+	checkSteps(t, out, []step{
+		{"C", 0, cuSuccess}, {"A", 0, cuSuccess}, {"m", 0, cuSuccess}, {"T", 0, cuSuccess},
+		{"m", 1, cuOutOfMemory}, // still attached once: still held
+		{"T", 1, cuSuccess}, {"m", 2, cuSuccess},
+	})
+}
+
+// TestRuntimeInCreatedContext: the runtime's allocations while a created
+// context is current are that context's, as CUDA makes them: counted,
+// passed through (a refusal is the runtime's, with its last error), and
+// given back with the context.
+func TestRuntimeInCreatedContext(t *testing.T) {
+	out, _ := runScriptOf(t, ctxvmm(t, true), 64<<20,
+		"C", "R", "40M", "R", "32M", "e", "e", "m", "16M", "F", "0", "X", "0", "R", "60M")
+	checkSteps(t, out, []step{
+		{"C", 0, cuSuccess}, {"R", 0, 0}, {"R", 1, harness.ErrMemoryAllocation},
+		{"e", 0, harness.ErrMemoryAllocation}, {"e", 1, 0}, {"m", 0, cuSuccess}, {"F", 0, 0},
+		{"X", 0, cuSuccess}, {"R", 2, 0},
+	})
+}

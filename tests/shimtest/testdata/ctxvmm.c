@@ -1,0 +1,268 @@
+/*
+ * ctxvmm: runs the driver operations named on its command line on device 0,
+ * one line of output each, so that tests can script contexts the program
+ * creates and the virtual-memory API under the shim. It starts in device
+ * 0's primary context.
+ *
+ *   C        cuCtxCreate_v2 (pushed)          -> "C RC CTX" (CTX: its number)
+ *   X CTX    cuCtxDestroy_v2                  -> "X RC"
+ *   A        cuCtxAttach                      -> "A RC"
+ *   T CTX    cuCtxDetach                      -> "T RC"
+ *   U CTX    cuCtxPushCurrent_v2 (CTX p: the primary context) -> "U RC"
+ *   O        cuCtxPopCurrent_v2               -> "O RC"
+ *   m SIZE   cuMemAlloc_v2                    -> "m RC SLOT"
+ *   p W H    cuMemAllocPitch_v2 (4-byte elements) -> "p RC SLOT"
+ *   f SLOT   cuMemFree_v2                     -> "f RC"
+ *   i        cuMemGetInfo_v2                  -> "i RC FREE TOTAL"
+ *   r SIZE   cuMemAddressReserve              -> "r RC"  (one range, used by M)
+ *   c SIZE   cuMemCreate on device 0          -> "c RC H"
+ *   M H OFF  cuMemMap of handle H at OFF in the range, read-write for device 0
+ *                                             -> "M RC MAP"
+ *   N MAP    cuMemUnmap of mapping MAP        -> "N RC"
+ *   L H      cuMemRelease of handle H         -> "L RC"
+ *   K MAP    cuMemRetainAllocationHandle at mapping MAP -> "K RC H"
+ *   g N      grows: cuMemCreate and map 2 MiB granules at the end of the
+ *            range until N are mapped or one is refused -> "g RC MAPPED"
+ *   s N      shrinks: unmaps and releases the last N granules -> "s RC MAPPED"
+ * Built with WITH_RUNTIME, also the runtime's calls:
+ *   R SIZE   cudaMalloc                       -> "R RC SLOT" (slots shared with m)
+ *   F SLOT   cudaFree                         -> "F RC"
+ *   e        cudaGetLastError                 -> "e RC"
+ * SIZE takes K, M, G suffixes (binary).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <spillway/cuda.h>
+#ifdef WITH_RUNTIME
+#include <spillway/cuda_runtime.h>
+#endif
+
+#define MAX 4096
+#define GRANULE ((size_t)2 << 20)
+
+static CUcontext ctxs[MAX], primary;
+static int nctx;
+static CUdeviceptr slot[MAX];
+static int nslots;
+static CUmemGenericAllocationHandle handles[MAX];
+static int nhandles;
+static struct {
+    CUdeviceptr at;
+    size_t size;
+} maps[MAX];
+static int nmaps;
+static CUdeviceptr range;
+static size_t range_size;
+/* The granules g and s manage, in order. */
+static CUmemGenericAllocationHandle grown[MAX];
+static int ngrown;
+
+static size_t size_arg(const char *s)
+{
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    switch (*end) {
+    case 'K': v <<= 10; break;
+    case 'M': v <<= 20; break;
+    case 'G': v <<= 30; break;
+    }
+    return (size_t)v;
+}
+
+static CUmemAllocationProp device_prop(void)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    return prop;
+}
+
+static CUresult map_rw(CUdeviceptr at, size_t size, CUmemGenericAllocationHandle h)
+{
+    CUresult rc = cuMemMap(at, size, 0, h, 0);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    CUmemAccessDesc access;
+    memset(&access, 0, sizeof access);
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = 0;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return cuMemSetAccess(at, size, &access, 1);
+}
+
+static CUresult grow(int want)
+{
+    CUmemAllocationProp prop = device_prop();
+    while (ngrown < want) {
+        CUmemGenericAllocationHandle h;
+        CUresult rc = cuMemCreate(&h, GRANULE, &prop, 0);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+        if ((rc = map_rw(range + (size_t)ngrown * GRANULE, GRANULE, h)) != CUDA_SUCCESS)
+            return rc;
+        grown[ngrown++] = h;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult shrink(int n)
+{
+    while (n-- > 0 && ngrown > 0) {
+        ngrown--;
+        CUresult rc = cuMemUnmap(range + (size_t)ngrown * GRANULE, GRANULE);
+        if (rc == CUDA_SUCCESS)
+            rc = cuMemRelease(grown[ngrown]);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+    }
+    return CUDA_SUCCESS;
+}
+
+int main(int argc, char **argv)
+{
+    CUdevice dev;
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+        cuDevicePrimaryCtxRetain(&primary, dev) != CUDA_SUCCESS ||
+        cuCtxSetCurrent(primary) != CUDA_SUCCESS) {
+        fprintf(stderr, "ctxvmm: cannot make device 0's primary context current\n");
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *op = argv[i];
+        const char *a = i + 1 < argc ? argv[i + 1] : "0";
+        const char *b = i + 2 < argc ? argv[i + 2] : "0";
+        CUresult rc;
+        switch (op[0]) {
+        case 'C':
+            rc = cuCtxCreate_v2(&ctxs[nctx], 0, dev);
+            printf("C %d %d\n", rc, nctx);
+            if (rc == CUDA_SUCCESS)
+                nctx++;
+            break;
+        case 'X':
+            printf("X %d\n", cuCtxDestroy_v2(ctxs[atoi(a)]));
+            i++;
+            break;
+        case 'A': {
+            CUcontext c;
+            printf("A %d\n", cuCtxAttach(&c, 0));
+            break;
+        }
+        case 'T':
+            printf("T %d\n", cuCtxDetach(ctxs[atoi(a)]));
+            i++;
+            break;
+        case 'U':
+            printf("U %d\n", cuCtxPushCurrent_v2(a[0] == 'p' ? primary : ctxs[atoi(a)]));
+            i++;
+            break;
+        case 'O': {
+            CUcontext c;
+            printf("O %d\n", cuCtxPopCurrent_v2(&c));
+            break;
+        }
+        case 'm':
+            rc = cuMemAlloc_v2(&slot[nslots], size_arg(a));
+            printf("m %d %d\n", rc, nslots);
+            nslots += rc == CUDA_SUCCESS;
+            i++;
+            break;
+        case 'p': {
+            size_t pitch;
+            rc = cuMemAllocPitch_v2(&slot[nslots], &pitch, size_arg(a), size_arg(b), 4);
+            printf("p %d %d\n", rc, nslots);
+            nslots += rc == CUDA_SUCCESS;
+            i += 2;
+            break;
+        }
+        case 'f':
+            printf("f %d\n", cuMemFree_v2(slot[atoi(a)]));
+            i++;
+            break;
+        case 'i': {
+            size_t f = 0, t = 0;
+            rc = cuMemGetInfo_v2(&f, &t);
+            printf("i %d %zu %zu\n", rc, f, t);
+            break;
+        }
+        case 'r':
+            range_size = size_arg(a);
+            printf("r %d\n", cuMemAddressReserve(&range, range_size, 0, 0, 0));
+            i++;
+            break;
+        case 'c': {
+            CUmemAllocationProp prop = device_prop();
+            rc = cuMemCreate(&handles[nhandles], size_arg(a), &prop, 0);
+            printf("c %d %d\n", rc, nhandles);
+            nhandles += rc == CUDA_SUCCESS;
+            i++;
+            break;
+        }
+        case 'M': {
+            CUmemGenericAllocationHandle h = handles[atoi(a)];
+            CUmemAllocationProp prop;
+            size_t size = 0;
+            if (cuMemGetAllocationPropertiesFromHandle(&prop, h) == CUDA_SUCCESS)
+                size = GRANULE; /* the tests map whole 2 MiB handles */
+            maps[nmaps].at = range + size_arg(b);
+            maps[nmaps].size = size;
+            rc = map_rw(maps[nmaps].at, size, h);
+            printf("M %d %d\n", rc, nmaps);
+            nmaps += rc == CUDA_SUCCESS;
+            i += 2;
+            break;
+        }
+        case 'N':
+            printf("N %d\n", cuMemUnmap(maps[atoi(a)].at, maps[atoi(a)].size));
+            i++;
+            break;
+        case 'L':
+            printf("L %d\n", cuMemRelease(handles[atoi(a)]));
+            i++;
+            break;
+        case 'K':
+            rc = cuMemRetainAllocationHandle(&handles[nhandles], (void *)maps[atoi(a)].at);
+            printf("K %d %d\n", rc, nhandles);
+            nhandles += rc == CUDA_SUCCESS;
+            i++;
+            break;
+        case 'g':
+            rc = grow(atoi(a));
+            printf("g %d %d\n", rc, ngrown);
+            i++;
+            break;
+        case 's':
+            rc = shrink(atoi(a));
+            printf("s %d %d\n", rc, ngrown);
+            i++;
+            break;
+#ifdef WITH_RUNTIME
+        case 'R': {
+            void *p = NULL;
+            cudaError_t err = cudaMalloc(&p, size_arg(a));
+            slot[nslots] = (CUdeviceptr)p;
+            printf("R %d %d\n", err, nslots);
+            nslots += err == cudaSuccess;
+            i++;
+            break;
+        }
+        case 'F':
+            printf("F %d\n", cudaFree((void *)slot[atoi(a)]));
+            i++;
+            break;
+        case 'e':
+            printf("e %d\n", cudaGetLastError());
+            break;
+#endif
+        default:
+            fprintf(stderr, "ctxvmm: unknown operation %s\n", op);
+            return 2;
+        }
+        fflush(stdout);
+    }
+    return 0;
+}

@@ -1,0 +1,64 @@
+package shimtest
+
+import "testing"
+
+// TestExpandableSegmentsQuota: shaped like PyTorch's expandable segments. A
+// large range is reserved, 2 MiB granules are created and mapped as it
+// grows until the quota refuses one, unmapped and released as it shrinks,
+// and grown again: the quota admits exactly its size in granules each time,
+// and everything is given back at the end.
+func TestExpandableSegmentsQuota(t *testing.T) {
+	out, truth := runScript(t, 64<<20, "r", "1G", "g", "64", "i", "s", "8", "g", "64", "m", "2M", "s", "32", "m", "60M")
+	checkSteps(t, out, []step{{"r", 0, cuSuccess}, {"g", 0, cuOutOfMemory}, {"i", 0, cuSuccess}, {"s", 0, cuSuccess},
+		{"g", 1, cuOutOfMemory}, {"m", 0, cuOutOfMemory}, {"s", 1, cuSuccess}, {"m", 1, cuSuccess}})
+	for i, want := range []uint64{32, 32} {
+		if mapped := out.Num(t, "g", i, 2); mapped != want {
+			t.Errorf("growth #%d stopped at %d granules, want %d (64 MiB)", i, mapped, want)
+		}
+	}
+	if free, total := out.Num(t, "i", 0, 2), out.Num(t, "i", 0, 3); free != 0 || total != 64<<20 {
+		t.Errorf("cuMemGetInfo_v2 with the quota in granules: free %d total %d, want 0 of 64 MiB", free, total)
+	}
+	if truth.VMMPhysicalBytes != 0 {
+		t.Errorf("simcuda holds %d bytes of physical memory at exit, want 0", truth.VMMPhysicalBytes)
+	}
+}
+
+// TestSleepModeQuota: shaped like vLLM's sleep mode. Weights in granules
+// beside the pool's memory; sleeping unmaps and releases every granule,
+// which gives the quota back; waking creates and maps them again.
+func TestSleepModeQuota(t *testing.T) {
+	out, truth := runScript(t, 64<<20, "r", "256M", "g", "24", "m", "16M", "i", "s", "24", "i", "g", "24", "g", "25", "i", "s", "24")
+	checkSteps(t, out, []step{{"g", 0, cuSuccess}, {"m", 0, cuSuccess}, {"s", 0, cuSuccess},
+		{"g", 1, cuSuccess}, {"g", 2, cuOutOfMemory}, {"s", 1, cuSuccess}})
+	for i, want := range []uint64{0, 48 << 20, 0} {
+		if free := out.Num(t, "i", i, 2); free != want {
+			t.Errorf("cuMemGetInfo_v2 #%d: free %d, want %d", i, free, want)
+		}
+	}
+	if mapped := out.Num(t, "g", 2, 2); mapped != 24 {
+		t.Errorf("awake with %d granules, want 24", mapped)
+	}
+	if truth.VMMPhysicalBytes != 0 {
+		t.Errorf("simcuda holds %d bytes of physical memory at exit, want 0", truth.VMMPhysicalBytes)
+	}
+}
+
+// TestHandleLifetimeQuota: a handle's bytes count once however often it is
+// mapped, stay counted while it is released but still mapped (or retained
+// again through a mapping), and are given back when CUDA frees them.
+func TestHandleLifetimeQuota(t *testing.T) {
+	out, _ := runScript(t, 8<<20,
+		"r", "64M", "c", "2M", "M", "0", "0", "M", "0", "2M", // h0 mapped twice
+		"c", "2M", "c", "2M", "c", "2M", "c", "2M", // h1..h3 fit, a fifth does not
+		"L", "0", "c", "2M", "N", "0", "c", "2M", "N", "1", "c", "2M", // h0: released, unmapped once, twice
+		"M", "1", "4M", "K", "2", "L", "1", "N", "2", "c", "2M", "L", "5", "c", "2M") // h1 retained through its mapping
+	checkSteps(t, out, []step{
+		{"c", 0, cuSuccess}, {"M", 0, cuSuccess}, {"M", 1, cuSuccess},
+		{"c", 1, cuSuccess}, {"c", 2, cuSuccess}, {"c", 3, cuSuccess}, {"c", 4, cuOutOfMemory},
+		{"L", 0, cuSuccess}, {"c", 5, cuOutOfMemory}, {"N", 0, cuSuccess}, {"c", 6, cuOutOfMemory},
+		{"N", 1, cuSuccess}, {"c", 7, cuSuccess},
+		{"M", 2, cuSuccess}, {"K", 0, cuSuccess}, {"L", 1, cuSuccess}, {"N", 2, cuSuccess},
+		{"c", 8, cuOutOfMemory}, {"L", 2, cuSuccess}, {"c", 9, cuSuccess},
+	})
+}
