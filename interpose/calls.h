@@ -149,6 +149,25 @@ SPILLWAY_REAL(cudaError_t, thread_exchange_stream_capture_mode,
 SPILLWAY_REAL(CUresult, cu_stream_query, cuStreamQuery, (CUstream hStream))
 SPILLWAY_REAL(CUresult, cu_stream_is_capturing, cuStreamIsCapturing,
               (CUstream hStream, int *captureStatus))
+/* Virtual memory management, for the pool's granules (the core's own calls,
+ * in the device's primary context; never counted as the application's). */
+SPILLWAY_REAL(CUresult, cu_mem_get_allocation_granularity, cuMemGetAllocationGranularity,
+              (size_t * granularity, const CUmemAllocationProp *prop,
+               CUmemAllocationGranularity_flags option))
+SPILLWAY_REAL(CUresult, cu_mem_address_reserve, cuMemAddressReserve,
+              (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr,
+               unsigned long long flags))
+SPILLWAY_REAL(CUresult, cu_mem_address_free, cuMemAddressFree, (CUdeviceptr ptr, size_t size))
+SPILLWAY_REAL(CUresult, cu_mem_create, cuMemCreate,
+              (CUmemGenericAllocationHandle * handle, size_t size, const CUmemAllocationProp *prop,
+               unsigned long long flags))
+SPILLWAY_REAL(CUresult, cu_mem_release, cuMemRelease, (CUmemGenericAllocationHandle handle))
+SPILLWAY_REAL(CUresult, cu_mem_map, cuMemMap,
+              (CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle,
+               unsigned long long flags))
+SPILLWAY_REAL(CUresult, cu_mem_unmap, cuMemUnmap, (CUdeviceptr ptr, size_t size))
+SPILLWAY_REAL(CUresult, cu_mem_set_access, cuMemSetAccess,
+              (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */
