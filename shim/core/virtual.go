@@ -47,6 +47,13 @@ type virtualBacking struct {
 	host map[uint64]bool // handles of host-located granules
 }
 
+// minGranules is the fewest granules a quota must hold for the pool to use
+// virtual memory: a granule partly used strands at most 1/32 of the quota,
+// as a fixed shared segment does, and the part of the quota that is not a
+// whole granule (less than 1/32) goes unused. Smaller quotas get fixed
+// segments, which shrink with the quota.
+const minGranules = 32
+
 // virtualBacking returns d's backing with virtual memory management when
 // SPILLWAY_VMM allows it and the device supports it, or nil (the pool then
 // uses fixed segments), saying why in the debug log.
@@ -79,6 +86,9 @@ func (m *memory) virtualBacking(d *device) *virtualBacking {
 	}
 	if gran < pool.Alignment || gran&(gran-1) != 0 {
 		return off("granularity of %d bytes", gran)
+	}
+	if d.quota/gran < minGranules {
+		return off("the quota of %s holds fewer than %d granules of %s", config.FormatBytes(d.quota), minGranules, config.FormatBytes(gran))
 	}
 	m.log.Debugf("device %d: virtual memory, %s granules (%s=0 for fixed segments)", d.ordinal, config.FormatBytes(gran), config.EnvVMM)
 	return &virtualBacking{backing: d.back, vmm: vmm, gran: gran, host: map[uint64]bool{}}
