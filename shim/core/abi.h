@@ -30,7 +30,7 @@
  * The front asks the core for its version before anything else, and passes
  * its own to spillway_core_init, so each side refuses the other's.
  */
-#define SPILLWAY_CORE_ABI 2
+#define SPILLWAY_CORE_ABI 3
 
 /*
  * Entry points, looked up by the front with dlsym: spillway_core_<name> has
