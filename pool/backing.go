@@ -121,8 +121,8 @@ type HostBacking interface {
 // memory") is told as the ranges of the host granules themselves: a Spill
 // with TierPinned for each run of them mapped for a block, and a Free of
 // the same range and tier when the run goes back to the host, so that the
-// ranges told by Spill and not yet by Free (or Promote) at the same
-// address are host memory.
+// ranges told by Spill and not yet by a Free with another tier than
+// TierDevice (or a Promote) at the same address are host memory.
 type Observer interface {
 	Alloc(ptr, size uint64, tier Tier, source Source)
 	Free(ptr, size uint64, tier Tier)

@@ -243,9 +243,8 @@
 // granules' own ranges: one Spill per contiguous run mapped for the block (a
 // granule the block shares with other blocks, at either end, is a run of its
 // own, since it may outlive the rest), and a Free of the same range (tier
-// pinned) when the run goes back to the host; a tracer that keys ranges by
-// their start, as spillway trace does, also ends a run at the Free of a
-// block that begins at the run's start. Device memory is always preferred:
+// pinned) when the run goes back to the host (the block's own Free, tier
+// device, ends no range). Device memory is always preferred:
 // free, then idle, then new device granules come before host ones. A host
 // granule goes back to the host the moment no used byte is left on it, and
 // the next block placed on its address gets device memory, so spilled memory
