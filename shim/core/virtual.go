@@ -69,8 +69,11 @@ func (m *memory) virtualBacking(d *device) *virtualBacking {
 	if err != nil {
 		return off("%v", err)
 	}
-	if ok, rc := vmm.Supported(); rc != interpose.Success || !ok {
-		return off("the device does not support virtual memory management (%v)", rc)
+	switch ok, rc := vmm.Supported(); {
+	case rc != interpose.Success:
+		return off("cuDeviceGetAttribute(VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED): %v", rc)
+	case !ok:
+		return off("the device does not support virtual memory management")
 	}
 	gran, rc := vmm.Granularity(false)
 	if rc != interpose.Success {
