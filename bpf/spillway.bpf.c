@@ -334,7 +334,11 @@ static __always_inline int fire_probe_point(struct pt_regs *ctx)
 	__u32 probe = bpf_get_attach_cookie(ctx);
 	__u64 ptr = PT_REGS_PARM1(ctx);
 	__u64 size = PT_REGS_PARM2(ctx);
-	if (probe == PROBE_SPILL || probe == PROBE_PROMOTE || probe == PROBE_FREE)
+	/* A block in device memory freed (tier 0) ends no spilled range, even
+	 * one reported at its address: host granules mapped under a block in
+	 * virtual memory are reported, and returned, as ranges of their own. */
+	int device_free = probe == PROBE_FREE && (__s32)PT_REGS_PARM4(ctx) == 0;
+	if ((probe == PROBE_SPILL || probe == PROBE_PROMOTE || probe == PROBE_FREE) && !device_free)
 		track_spill(tgid, probe, ptr, size);
 
 	struct event *e = reserve();

@@ -181,6 +181,19 @@ SPILLWAY_INTERPOSED(nvmlReturn_t, nvml_bar1_memory_info, nvmlDeviceGetBAR1Memory
                     (nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory))
 SPILLWAY_INTERPOSED(nvmlReturn_t, nvml_processes_v1, nvmlDeviceGetComputeRunningProcesses,
                     (nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_v1_t *infos))
+/* Virtual memory management, for the pool's granules (the core's own calls,
+ * in the device's primary context; never counted as the application's). The
+ * core also calls the real cuMemCreate, cuMemRelease, cuMemMap and cuMemUnmap
+ * through the interposed rows above. */
+SPILLWAY_REAL(CUresult, cu_mem_get_allocation_granularity, cuMemGetAllocationGranularity,
+              (size_t * granularity, const CUmemAllocationProp *prop,
+               CUmemAllocationGranularity_flags option))
+SPILLWAY_REAL(CUresult, cu_mem_address_reserve, cuMemAddressReserve,
+              (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr,
+               unsigned long long flags))
+SPILLWAY_REAL(CUresult, cu_mem_address_free, cuMemAddressFree, (CUdeviceptr ptr, size_t size))
+SPILLWAY_REAL(CUresult, cu_mem_set_access, cuMemSetAccess,
+              (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */

@@ -3,6 +3,7 @@ package interpose
 /*
 #cgo CFLAGS: -I${SRCDIR}/include -I${SRCDIR}
 #include <stdint.h>
+#include <string.h>
 #include "real.h"
 
 // The driver's calls made for the core where the process has no runtime.
@@ -177,6 +178,79 @@ static CUresult drv_mem_advise(const struct spillway_real *r, CUcontext ctx, uin
 }
 static CUresult drv_mem_prefetch_async(const struct spillway_real *r, CUcontext ctx, uint64_t p, uint64_t size, int device, uint64_t s) {
 	IN_CONTEXT(r->cu_mem_prefetch_async ? r->cu_mem_prefetch_async((CUdeviceptr)p, (size_t)size, device, (CUstream)(uintptr_t)s) : CUDA_ERROR_NOT_FOUND);
+	return rc;
+}
+
+// Virtual memory management for the core's own granules (VMM below). These
+// call the real functions in the table, never the interposed ones.
+
+// The first function VMM needs that the table lacks, or NULL.
+static const char *vmm_missing(const struct spillway_real *r) {
+	if (!r->cu_mem_get_allocation_granularity) return "cuMemGetAllocationGranularity";
+	if (!r->cu_mem_address_reserve) return "cuMemAddressReserve";
+	if (!r->cu_mem_address_free) return "cuMemAddressFree";
+	if (!r->cu_mem_create) return "cuMemCreate";
+	if (!r->cu_mem_release) return "cuMemRelease";
+	if (!r->cu_mem_map) return "cuMemMap";
+	if (!r->cu_mem_unmap) return "cuMemUnmap";
+	if (!r->cu_mem_set_access) return "cuMemSetAccess";
+	if (!r->cu_device_get_attribute) return "cuDeviceGetAttribute";
+	if (!r->cu_primary_ctx_retain) return "cuDevicePrimaryCtxRetain";
+	if (!r->cu_ctx_get_current) return "cuCtxGetCurrent";
+	if (!r->cu_ctx_set_current) return "cuCtxSetCurrent";
+	return NULL;
+}
+
+// vmm_prop describes pinned physical memory on the device, or on host NUMA
+// node 0 (host), which every host has.
+static CUmemAllocationProp vmm_prop(int device, int host) {
+	CUmemAllocationProp p;
+	memset(&p, 0, sizeof p);
+	p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+	p.location.type = host ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_DEVICE;
+	p.location.id = host ? 0 : device;
+	return p;
+}
+static struct drv_out vmm_granularity(const struct spillway_real *r, CUcontext ctx, int device, int host) {
+	size_t gran = 0;
+	CUmemAllocationProp p = vmm_prop(device, host);
+	IN_CONTEXT(r->cu_mem_get_allocation_granularity(&gran, &p, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	return (struct drv_out){gran, 0, rc};
+}
+static struct drv_out vmm_address_reserve(const struct spillway_real *r, CUcontext ctx, uint64_t size, uint64_t alignment) {
+	CUdeviceptr p = 0;
+	IN_CONTEXT(r->cu_mem_address_reserve(&p, (size_t)size, (size_t)alignment, 0, 0));
+	return (struct drv_out){p, 0, rc};
+}
+static CUresult vmm_address_free(const struct spillway_real *r, CUcontext ctx, uint64_t va, uint64_t size) {
+	IN_CONTEXT(r->cu_mem_address_free((CUdeviceptr)va, (size_t)size));
+	return rc;
+}
+static struct drv_out vmm_create(const struct spillway_real *r, CUcontext ctx, int device, uint64_t size, int host) {
+	CUmemGenericAllocationHandle h = 0;
+	CUmemAllocationProp p = vmm_prop(device, host);
+	IN_CONTEXT(r->cu_mem_create(&h, (size_t)size, &p, 0));
+	return (struct drv_out){h, 0, rc};
+}
+static CUresult vmm_release(const struct spillway_real *r, CUcontext ctx, uint64_t h) {
+	IN_CONTEXT(r->cu_mem_release((CUmemGenericAllocationHandle)h));
+	return rc;
+}
+static CUresult vmm_map(const struct spillway_real *r, CUcontext ctx, uint64_t va, uint64_t size, uint64_t h) {
+	IN_CONTEXT(r->cu_mem_map((CUdeviceptr)va, (size_t)size, 0, (CUmemGenericAllocationHandle)h, 0));
+	return rc;
+}
+static CUresult vmm_unmap(const struct spillway_real *r, CUcontext ctx, uint64_t va, uint64_t size) {
+	IN_CONTEXT(r->cu_mem_unmap((CUdeviceptr)va, (size_t)size));
+	return rc;
+}
+static CUresult vmm_set_access(const struct spillway_real *r, CUcontext ctx, uint64_t va, uint64_t size, int device) {
+	CUmemAccessDesc d;
+	memset(&d, 0, sizeof d);
+	d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	d.location.id = device;
+	d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	IN_CONTEXT(r->cu_mem_set_access((CUdeviceptr)va, (size_t)size, &d, 1));
 	return rc;
 }
 */
@@ -372,4 +446,98 @@ func (d *Driver) MemAdvise(p DevicePtr, size uint64, advice Advice, device int) 
 
 func (d *Driver) MemPrefetchAsync(p DevicePtr, size uint64, device int, s Stream) Error {
 	return fromDriver(C.drv_mem_prefetch_async(d.t, d.ctx, C.uint64_t(p), C.uint64_t(size), C.int(device), C.uint64_t(s)))
+}
+
+// VMM calls the driver's virtual memory management (cuMemCreate,
+// cuMemAddressReserve, cuMemMap, ...) for the core's own use, in a device's
+// primary context, whether or not the process has a runtime. It calls the
+// real functions from the table, so that the core's granules are never
+// counted as the application's own calls to them.
+type VMM struct {
+	t      *C.struct_spillway_real
+	ctx    C.CUcontext
+	device C.int
+}
+
+// NewVMM returns a VMM over the table of real functions for device, whose
+// primary context it retains (and holds for the life of the process, as
+// the runtime does), or an error naming a function the table lacks. The
+// context is retained at each call, so one reset by cudaDeviceReset is
+// made active again.
+func NewVMM(table unsafe.Pointer, device int) (*VMM, error) {
+	t := (*C.struct_spillway_real)(table)
+	if t == nil {
+		return nil, errors.New("no real-function table")
+	}
+	if uintptr(t.size) < unsafe.Sizeof(*t) {
+		return nil, fmt.Errorf("real-function table of %d bytes, want at least %d (front and core from different builds?)", t.size, unsafe.Sizeof(*t))
+	}
+	if missing := C.vmm_missing(t); missing != nil {
+		return nil, fmt.Errorf("the real %s was not found", C.GoString(missing))
+	}
+	o := C.drv_retain(t, C.int(device))
+	if o.rc != C.CUDA_SUCCESS {
+		return nil, fmt.Errorf("cuDevicePrimaryCtxRetain of device %d: %w", device, fromDriver(o.rc))
+	}
+	return &VMM{t: t, ctx: o.ctx, device: C.int(device)}, nil
+}
+
+// Supported asks cuDeviceGetAttribute whether the device has virtual
+// memory management.
+func (v *VMM) Supported() (bool, Error) {
+	o := C.drv_device_get_attribute(v.t, C.CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, v.device)
+	return o.v != 0, fromDriver(o.rc)
+}
+
+// Granularity calls cuMemGetAllocationGranularity (the minimum) for pinned
+// memory on the device, or on the host (host-located memory).
+func (v *VMM) Granularity(host bool) (uint64, Error) {
+	o := C.vmm_granularity(v.t, v.ctx, v.device, cbool(host))
+	return uint64(o.v), fromDriver(o.rc)
+}
+
+// AddressReserve calls cuMemAddressReserve for size bytes of address space
+// aligned to alignment, anywhere.
+func (v *VMM) AddressReserve(size, alignment uint64) (DevicePtr, Error) {
+	o := C.vmm_address_reserve(v.t, v.ctx, C.uint64_t(size), C.uint64_t(alignment))
+	return DevicePtr(o.v), fromDriver(o.rc)
+}
+
+// AddressFree calls cuMemAddressFree.
+func (v *VMM) AddressFree(va DevicePtr, size uint64) Error {
+	return fromDriver(C.vmm_address_free(v.t, v.ctx, C.uint64_t(va), C.uint64_t(size)))
+}
+
+// Create calls cuMemCreate for size bytes of pinned memory on the device,
+// or on host NUMA node 0 (host), and returns the handle.
+func (v *VMM) Create(size uint64, host bool) (uint64, Error) {
+	o := C.vmm_create(v.t, v.ctx, v.device, C.uint64_t(size), cbool(host))
+	return uint64(o.v), fromDriver(o.rc)
+}
+
+// Release calls cuMemRelease.
+func (v *VMM) Release(handle uint64) Error {
+	return fromDriver(C.vmm_release(v.t, v.ctx, C.uint64_t(handle)))
+}
+
+// Map calls cuMemMap: all of handle's size bytes at va.
+func (v *VMM) Map(va DevicePtr, size, handle uint64) Error {
+	return fromDriver(C.vmm_map(v.t, v.ctx, C.uint64_t(va), C.uint64_t(size), C.uint64_t(handle)))
+}
+
+// Unmap calls cuMemUnmap.
+func (v *VMM) Unmap(va DevicePtr, size uint64) Error {
+	return fromDriver(C.vmm_unmap(v.t, v.ctx, C.uint64_t(va), C.uint64_t(size)))
+}
+
+// SetAccess calls cuMemSetAccess: the device reads and writes [va, va+size).
+func (v *VMM) SetAccess(va DevicePtr, size uint64) Error {
+	return fromDriver(C.vmm_set_access(v.t, v.ctx, C.uint64_t(va), C.uint64_t(size), v.device))
+}
+
+func cbool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }

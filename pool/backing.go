@@ -117,7 +117,12 @@ type HostBacking interface {
 // Observer receives the pool's events, for the probe points. A nil Observer
 // costs one comparison per event. Its methods run with the pool's lock held:
 // they must be quick and must not call back into the Pool. Sizes are the
-// aligned sizes the pool accounts.
+// aligned sizes the pool accounts. A page-granular spill (see "Virtual
+// memory") is told as the ranges of the host granules themselves: a Spill
+// with TierPinned for each run of them mapped for a block, and a Free of
+// the same range and tier when the run goes back to the host, so that the
+// ranges told by Spill and not yet by a Free with another tier than
+// TierDevice (or a Promote) at the same address are host memory.
 type Observer interface {
 	Alloc(ptr, size uint64, tier Tier, source Source)
 	Free(ptr, size uint64, tier Tier)

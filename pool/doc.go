@@ -239,7 +239,12 @@
 // it still lacks are host-located physical memory
 // (VirtualBacking.CreatePhysical with TierPinned) mapped behind the same range
 // as its device granules, up to Options.HostLimit; only if that fails is the
-// whole block spilled to the host tier. Device memory is always preferred:
+// whole block spilled to the host tier. The Observer hears of it as the host
+// granules' own ranges: one Spill per contiguous run mapped for the block (a
+// granule the block shares with other blocks, at either end, is a run of its
+// own, since it may outlive the rest), and a Free of the same range (tier
+// pinned) when the run goes back to the host (the block's own Free, tier
+// device, ends no range). Device memory is always preferred:
 // free, then idle, then new device granules come before host ones. A host
 // granule goes back to the host the moment no used byte is left on it, and
 // the next block placed on its address gets device memory, so spilled memory

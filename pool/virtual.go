@@ -60,6 +60,7 @@ type granule struct {
 	handle   uint64 // physical memory mapped here, when mapped
 	mapped   bool
 	host     bool // the memory mapped here is host-located (spilled)
+	newHost  bool // host memory mapped by the placement in progress, not yet reported
 	inIdle   bool
 	prevIdle *granule
 	nextIdle *granule
@@ -107,6 +108,9 @@ type virtualMemory struct {
 	idle    idleList
 	granule uint64 // physical granules held: mapped or free
 	arenas  [numClasses]int
+	// spilled are the runs of host granules reported to the Observer by
+	// Spill and not yet by Free: start address -> bytes.
+	spilled map[uint64]uint64
 }
 
 func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
@@ -118,7 +122,7 @@ func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
 	for 1<<shift < g {
 		shift++
 	}
-	return &virtualMemory{back: back, gran: g, shift: shift}, nil
+	return &virtualMemory{back: back, gran: g, shift: shift, spilled: map[uint64]uint64{}}, nil
 }
 
 // allocateVirtual serves a pooled request of size aligned bytes with virtual
@@ -161,11 +165,7 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 	if p.opt.Oversubscribe && errors.Is(err, errNoPhysical) {
 		// Page-granular spill: the granules the quota cannot hold are
 		// host-located, behind the same range as the device ones.
-		before := p.stats.SpilledTotal
 		if err = p.commit(b, size, true); err == nil {
-			if p.obs != nil {
-				p.obs.Spill(b.base, p.stats.SpilledTotal-before, TierPinned)
-			}
 			return p.hand(b, size, SourceDevice), nil
 		}
 	}
@@ -332,6 +332,7 @@ func (p *Pool) commit(b *block, size uint64, spill bool) error {
 			v.idle.remove(g)
 		}
 	}
+	hostMapped := false // host granules mapped for this block, to report
 	for i := first; i <= last; i++ {
 		g := &seg.granules[i]
 		if g.mapped {
@@ -341,15 +342,61 @@ func (p *Pool) commit(b *block, size uint64, spill bool) error {
 			// The block is not handed out: what is mapped so far stays
 			// mapped, idle, except spilled memory, which goes back.
 			for j := first; j <= last; j++ {
-				if g := &seg.granules[j]; g.mapped && g.used == 0 && !g.inIdle {
+				g := &seg.granules[j]
+				g.newHost = false
+				if g.mapped && g.used == 0 && !g.inIdle {
 					p.granuleUnused(g)
 				}
 			}
 			return err
 		}
+		g.newHost = g.host
+		hostMapped = hostMapped || g.host
 	}
 	p.useGranules(seg, b.base, size, true)
+	if hostMapped {
+		p.reportSpill(seg, first, last)
+	}
 	return nil
+}
+
+// reportSpill tells the Observer where the host granules just mapped
+// between granules first and last of seg lie (their newHost is set, and
+// cleared here): one Spill per contiguous run, so that a tracer classifies
+// accesses by the ranges that really are on the host. A run's granules go
+// back to the host together, and a Free of the same range reports it then
+// (unmapHostGranule); a granule the block shares with other blocks (at
+// either end) may stay longer, so it is a run of its own.
+func (p *Pool) reportSpill(seg *segment, first, last uint64) {
+	v := p.virt
+	var start, bytes uint64
+	flush := func() {
+		if bytes > 0 {
+			v.spilled[start] = bytes
+			if p.obs != nil {
+				p.obs.Spill(start, bytes, TierPinned)
+			}
+		}
+		bytes = 0
+	}
+	for i := first; i <= last; i++ {
+		g := &seg.granules[i]
+		if !g.newHost {
+			flush()
+			continue
+		}
+		g.newHost = false
+		shared := g.used < v.gran
+		if shared || bytes == 0 {
+			flush()
+			start = g.va
+		}
+		bytes += v.gran
+		if shared {
+			flush()
+		}
+	}
+	flush()
 }
 
 // mapGranule maps physical memory at g: a free granule, a new one within the
@@ -490,6 +537,22 @@ func (p *Pool) granuleUnused(g *granule) {
 	g.mapped, g.host = false, false
 	p.stats.GranuleUnmaps++
 	p.releaseHostGranule(g.handle)
+	p.reportHostFree(g)
+}
+
+// reportHostFree tells the Observer that the run of host granules reported
+// by Spill at g's address has gone back to the host (all of its granules
+// go together: see reportSpill).
+func (p *Pool) reportHostFree(g *granule) {
+	v := p.virt
+	bytes, ok := v.spilled[g.va]
+	if !ok {
+		return
+	}
+	delete(v.spilled, g.va)
+	if p.obs != nil {
+		p.obs.Free(g.va, bytes, TierPinned)
+	}
 }
 
 // becomeFree is called when a block of a virtual segment becomes reusable by
@@ -559,6 +622,7 @@ func (p *Pool) closeVirtual() []error {
 				if err := v.back.ReleasePhysical(g.handle, v.gran); err != nil {
 					errs = append(errs, fmt.Errorf("pool: releasing host granule %#x: %w", g.handle, err))
 				}
+				p.reportHostFree(g)
 				continue
 			}
 			v.free = append(v.free, g.handle)
@@ -574,5 +638,6 @@ func (p *Pool) closeVirtual() []error {
 	}
 	p.segs = slices.DeleteFunc(p.segs, func(s *segment) bool { return s.granules != nil })
 	v.free, v.idle, v.granule, v.arenas = nil, idleList{}, 0, [numClasses]int{}
+	clear(v.spilled)
 	return errs
 }

@@ -2,7 +2,9 @@ package pool_test
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -477,4 +479,130 @@ func TestVirtualSyncBeforeNewGranule(t *testing.T) {
 		t.Fatalf("%d physical bytes after %d synchronizations, want 3 granules after one", got, f.Counts().Syncs-syncs)
 	}
 	h.closeVirtual()
+}
+
+// spillRanges is an Observer that keeps the spilled ranges as spillway
+// trace's probes do: a Spill adds its range under its address; a Promote,
+// or a Free of host memory (a block in device memory ends no range), at
+// that address removes it.
+type spillRanges struct {
+	recorder
+	ranges map[uint64]uint64
+	spills []uint64 // sizes of the Spill events, in order
+	bad    []string
+}
+
+func (s *spillRanges) Spill(ptr, size uint64, tier pool.Tier) {
+	s.recorder.Spill(ptr, size, tier)
+	if _, ok := s.ranges[ptr]; ok || size == 0 || tier != pool.TierPinned {
+		s.bad = append(s.bad, fmt.Sprintf("Spill(%#x, %d, %v) over a known range or empty", ptr, size, tier))
+	}
+	s.ranges[ptr] = size
+	s.spills = append(s.spills, size)
+}
+
+func (s *spillRanges) Free(ptr, size uint64, tier pool.Tier) {
+	s.recorder.Free(ptr, size, tier)
+	if tier != pool.TierDevice {
+		delete(s.ranges, ptr)
+	}
+}
+
+func (s *spillRanges) Promote(ptr, size uint64, tier pool.Tier) {
+	s.recorder.Promote(ptr, size, tier)
+	delete(s.ranges, ptr)
+}
+
+// check fails unless the known ranges are exactly the granules mapped to
+// host memory, each in one range.
+func (s *spillRanges) check(t *testing.T, f *pooltest.VirtualFake, when string) {
+	t.Helper()
+	host := f.HostGranules()
+	if covered := s.checkWithin(t, f, when); covered != len(host) {
+		t.Fatalf("%s: host granules %v, ranges reported %v", when, host, s.ranges)
+	}
+}
+
+// checkWithin fails unless every known range lies on host granules, each
+// granule in one range at most (no device memory is called spilled), and
+// returns how many granules they cover.
+func (s *spillRanges) checkWithin(t *testing.T, f *pooltest.VirtualFake, when string) int {
+	t.Helper()
+	host := f.HostGranules()
+	covered := map[uint64]bool{}
+	for base, size := range s.ranges {
+		for g := base; g < base+size; g += granule {
+			if !host[g] || covered[g] {
+				t.Fatalf("%s: range [%#x, +%d) reported spilled, but the granule at %#x is not (host granules %v)", when, base, size, g, host)
+			}
+			covered[g] = true
+		}
+	}
+	if len(s.bad) > 0 {
+		t.Fatalf("%s: %v", when, s.bad)
+	}
+	return len(covered)
+}
+
+// TestVirtualPageSpillEvents: the Observer hears of a page-granular spill as
+// the ranges of the host granules themselves, one Spill per contiguous run,
+// and of their return by a Free of the same range, so that a tracer's
+// spilled ranges are at every moment exactly the host granules.
+func TestVirtualPageSpillEvents(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	opt := virtualOptions(8 * miB)
+	opt.Oversubscribe = true
+	opt.HostLimit = 64 * miB
+	obs := &spillRanges{recorder: recorder{sources: map[pool.Source]int{}}, ranges: map[uint64]uint64{}}
+	opt.Observer = obs
+	h := newVirtualHarness(t, f, opt)
+	keep := h.mustAlloc(6 * miB)
+	// Three granules: the first on the device, then one host granule of its
+	// own and one it shares with what follows it.
+	big := h.mustAlloc(9 * miB / 2)
+	obs.check(t, f, "after the spill")
+	if len(obs.spills) != 2 || obs.spills[0] != granule || obs.spills[1] != granule {
+		t.Fatalf("spills of %v bytes, want two runs of one granule (the shared one on its own)", obs.spills)
+	}
+	if _, ok := obs.ranges[big]; ok {
+		t.Fatalf("a range reported at the block's start %#x, which is on the device", big)
+	}
+	tail := h.mustAlloc(5 * miB / 4) // medium: the free part of the last host granule
+	h.mustFree(big)
+	h.appSync()
+	obs.check(t, f, "after the spilled block's free")
+	h.mustFree(tail)
+	h.appSync()
+	obs.check(t, f, "after every free")
+	if len(obs.ranges) != 0 || len(f.HostGranules()) != 0 {
+		t.Fatalf("ranges %v and host granules %v left", obs.ranges, f.HostGranules())
+	}
+	h.mustFree(keep)
+
+	// A random oversubscribed churn keeps the invariant after every call.
+	rng := rand.New(rand.NewPCG(1, 2))
+	var live []uint64
+	for i := range 400 {
+		if len(live) > 0 && rng.IntN(3) == 0 {
+			j := rng.IntN(len(live))
+			h.mustFree(live[j])
+			live = slices.Delete(live, j, j+1)
+		} else if p, err := h.alloc(uint64(rng.IntN(6*miB)) + 1); err == nil {
+			live = append(live, p)
+		}
+		if i%7 == 0 {
+			h.appSync()
+		}
+		obs.check(t, f, fmt.Sprintf("churn step %d", i))
+	}
+	if len(obs.spills) < 10 {
+		t.Fatalf("the churn spilled nothing: %+v", obs.recorder)
+	}
+	for _, p := range live {
+		h.mustFree(p)
+	}
+	h.appSync()
+	obs.check(t, f, "after the churn")
+	h.closeVirtual()
+	obs.check(t, f, "after Close")
 }

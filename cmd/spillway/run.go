@@ -429,6 +429,7 @@ func shimVariableFlags(fs *flagSet) variableFlags {
 		{"pool", config.EnvPool, "serve allocations from the pool (default true; false: pass-through with the quota's accounting)", nil},
 		{"pool-reserve", config.EnvPoolReserve, "device memory, a `SIZE`, the pool reserves at a device's first allocation and keeps; at most the quota", size},
 		{"pool-release-threshold", config.EnvPoolReleaseThreshold, "cached memory kept before empty segments are released: a `SIZE` or a percentage of the quota (default 12.5%)", threshold},
+		{"vmm", config.EnvVMM, "map the pool's memory in 2 MiB granules with CUDA's virtual memory management where the device supports it (default true; false: fixed segments)", nil},
 		{"free-sync", config.EnvFreeSync, "every cudaFree synchronizes the device, as CUDA's does", nil},
 		{"report", config.EnvReport, "print each device's pool statistics at exit", nil},
 	} {

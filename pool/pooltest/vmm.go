@@ -259,3 +259,17 @@ func (f *VirtualFake) VirtualCounts() VirtualCounts {
 	defer f.mu.Unlock()
 	return f.vcounts
 }
+
+// HostGranules returns the addresses of the granules mapped to host-located
+// memory now.
+func (f *VirtualFake) HostGranules() map[uint64]bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	host := map[uint64]bool{}
+	for va, h := range f.mappings {
+		if f.handles[h].host {
+			host[va] = true
+		}
+	}
+	return host
+}

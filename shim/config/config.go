@@ -52,6 +52,9 @@ const (
 	EnvOversubscribe           = "SPILLWAY_OVERSUBSCRIBE"
 	EnvSpill                   = "SPILLWAY_SPILL"
 	EnvHostLimit               = "SPILLWAY_HOST_LIMIT"
+	// EnvVMM turns the pool's use of CUDA's virtual memory management off
+	// (0) or leaves it on where the device supports it (1, the default).
+	EnvVMM = "SPILLWAY_VMM"
 	// EnvRuntimeDir is the folder of the per-process figures files that
 	// `spillway stat` reads (internal/stat).
 	EnvRuntimeDir = "SPILLWAY_RUNTIME_DIR"
@@ -147,6 +150,10 @@ type Config struct {
 	Oversubscribe    bool   // spill what the quota cannot hold to host memory
 	Spill            Spill
 	HostLimit        uint64 // most host memory used for spilling; 0: the pool's default
+	// VMM lets the pool map physical granules into reserved address ranges
+	// where the device supports CUDA's virtual memory management (default);
+	// false: fixed segments everywhere.
+	VMM bool
 	// SpillSet says SPILLWAY_SPILL was given (it has no effect without
 	// oversubscription).
 	SpillSet bool
@@ -181,7 +188,7 @@ func (e *Error) Error() string {
 // Parse reads the configuration from environment entries in os.Environ
 // form ("KEY=VALUE"). It returns the first invalid variable as an *Error.
 func Parse(environ []string) (Config, error) {
-	cfg := Config{LogLevel: LevelWarn, LogFormat: FormatText, Pool: true, Spill: SpillManaged}
+	cfg := Config{LogLevel: LevelWarn, LogFormat: FormatText, Pool: true, VMM: true, Spill: SpillManaged}
 	env := map[string]string{}
 	for _, kv := range environ {
 		k, v, ok := strings.Cut(kv, "=")
@@ -227,6 +234,8 @@ func Parse(environ []string) (Config, error) {
 			cfg.PoolReserve, err = parsePositiveSize(name, value, "a reserve of zero bytes reserves nothing; unset the variable instead")
 		case name == EnvFreeSync:
 			cfg.FreeSync, err = parseSwitch(name, value)
+		case name == EnvVMM:
+			cfg.VMM, err = parseSwitch(name, value)
 		case name == EnvReport:
 			cfg.Report, err = parseSwitch(name, value)
 		case name == EnvOversubscribe:

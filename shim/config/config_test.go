@@ -268,3 +268,22 @@ func TestFormatBytes(t *testing.T) {
 		}
 	}
 }
+
+func TestVMMSwitch(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want bool
+	}{{nil, true}, {[]string{"SPILLWAY_VMM=1"}, true}, {[]string{"SPILLWAY_VMM=0"}, false}, {[]string{"SPILLWAY_VMM= 0 "}, false}} {
+		cfg, err := Parse(tc.env)
+		if err != nil || cfg.VMM != tc.want || len(cfg.Unknown) != 0 {
+			t.Errorf("%v: VMM %v, unknown %v, err %v; want VMM %v", tc.env, cfg.VMM, cfg.Unknown, err, tc.want)
+		}
+	}
+	for _, bad := range []string{"", "yes", "true", "2", "off"} {
+		_, err := Parse([]string{"SPILLWAY_VMM=" + bad})
+		var cerr *Error
+		if !errors.As(err, &cerr) || cerr.Name != EnvVMM || cerr.Value != bad || !strings.Contains(err.Error(), "SPILLWAY_VMM=1") {
+			t.Errorf("SPILLWAY_VMM=%q: %v; want an error naming the variable, the value and an example", bad, err)
+		}
+	}
+}

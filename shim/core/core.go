@@ -67,6 +67,7 @@ func start(frontABI int32, real, probes unsafe.Pointer) interpose.Error {
 	c.cfg = cfg
 	c.debug = c.log.IsLevelEnabled(logrus.DebugLevel)
 	c.mem = newMemory(rt, on, cfg, c.probes, c.log, c.refused)
+	c.mem.vmm = driverVMM(real)
 	if c.broken == nil {
 		c.describeSettings()
 	}

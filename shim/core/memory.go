@@ -96,6 +96,7 @@ type refusalFunc func(kind allocKind, size uint64, device int, used, quota uint6
 type memory struct {
 	rt      realRuntime // the application's calls, passed through
 	on      onDevice    // the core's own calls
+	vmm     openVMM     // the pool's virtual memory management; nil: none
 	cfg     config.Config
 	probes  probeSink
 	log     *logrus.Logger
@@ -295,7 +296,13 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	opt.Observer = &observer{d: d, probes: m.probes, failed: m.backingFailed(d)}
 	d.back = newBacking(rt, d, m.index)
 	d.back.releaseFailed = m.releaseFailed(d)
-	p, err := pool.New(d.back, opt)
+	var back pool.Backing = d.back
+	vb := m.virtualBacking(d)
+	if vb != nil {
+		back = vb
+	}
+	opt.VirtualMemory = vb != nil
+	p, err := pool.New(back, opt)
 	if err != nil {
 		d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
 		if m.cfg.PoolReserve > d.quota {

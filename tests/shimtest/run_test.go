@@ -31,6 +31,7 @@ func TestSpillwayRunCombinations(t *testing.T) {
 		{[]string{"--pool-reserve", "1GiB"}, []string{"SPILLWAY_POOL=0"}, []string{`--pool-reserve="1GiB"`, "needs the pool, but SPILLWAY_POOL=0"}},
 		{[]string{"--memory-limit", "8GiBs"}, nil, []string{`--memory-limit="8GiBs"`, "unknown unit"}},
 		{[]string{"--pool=maybe"}, nil, []string{`--pool="maybe"`, "want true or false"}},
+		{[]string{"--vmm=maybe"}, nil, []string{`--vmm="maybe"`, "want true or false"}},
 		{[]string{"--no-such-flag"}, nil, []string{"unknown flag --no-such-flag"}},
 	} {
 		cmd := harness.Command(t, spillway, append(append([]string{"run"}, tc.args...), "--", "sh", "-c", "echo ran")...)
@@ -58,7 +59,7 @@ func TestSpillwayHelp(t *testing.T) {
 	res := harness.Run(t, harness.Command(t, spillway, "run", "--help"))
 	for _, flag := range []string{"--memory-limit SIZE", "--memory-limit-device N=SIZE", "--log-level LEVEL", "--lib PATH",
 		"--oversubscribe\n", "--spill KIND", "--host-limit SIZE", "--pool\n", "--pool-reserve SIZE",
-		"--pool-release-threshold SIZE", "--free-sync\n", "--report\n"} {
+		"--pool-release-threshold SIZE", "--free-sync\n", "--report\n", "--vmm\n"} {
 		if !strings.Contains(res.Stdout, "  "+flag) {
 			t.Errorf("run --help lacks %q:\n%s", flag, res.Stdout)
 		}

@@ -26,10 +26,13 @@ const (
 
 // spillEnv is the environment of a run with a quota, oversubscription, the
 // report and simcuda's stats file, whose path it returns. extra comes last
-// and so wins.
+// and so wins. The pool uses fixed segments: these tests are about the
+// host tier (whole blocks spilled, managed or pinned, and promoted back);
+// page-granular spill in virtual memory has its own (vmm_test.go).
 func spillEnv(t *testing.T, quota, hostLimit uint64, extra ...string) ([]string, string) {
 	stats := filepath.Join(t.TempDir(), "stats.json")
 	env := []string{
+		"SPILLWAY_VMM=0",
 		"SIMCUDA_DEVICES=1GiB",
 		"SIMCUDA_CONTEXT_BYTES=0", // device_bytes is then exactly what the process allocated
 		"SIMCUDA_STATS_FILE=" + stats,

@@ -108,6 +108,13 @@ static void touch(struct block *b)
 	}
 }
 
+static int on_host(const void *p)
+{
+	struct cudaPointerAttributes a;
+	CHECK(cudaPointerGetAttributes(&a, p));
+	return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeManaged;
+}
+
 static void allocate(uint64_t id, uint64_t size, int async, uint64_t stream)
 {
 	struct block *b = block_of(id);
@@ -119,9 +126,10 @@ static void allocate(uint64_t id, uint64_t size, int async, uint64_t stream)
 		CHECK(cudaMallocAsync(&b->ptr, size, b->stream));
 	else
 		CHECK(cudaMalloc(&b->ptr, size));
-	struct cudaPointerAttributes a;
-	CHECK(cudaPointerGetAttributes(&a, b->ptr));
-	b->spilled = a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeManaged;
+	/* A touch is spilled when either end of it is (host granules of a
+	 * block in virtual memory lie anywhere in it). */
+	uint64_t n = size < touch_bytes ? size : touch_bytes;
+	b->spilled = n > 0 && (on_host((char *)b->ptr) || on_host((char *)b->ptr + n - 1));
 	count.spilled_blocks += b->spilled;
 	b->live = 1;
 	touch(b);

@@ -1,0 +1,185 @@
+package main
+
+import (
+	"sync"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/interpose"
+)
+
+// fakeVMM is the driver's virtual memory management on a device of
+// capacity bytes: device handles take capacity, host ones do not.
+type fakeVMM struct {
+	mu          sync.Mutex
+	unsupported bool
+	capacity    uint64
+	device      uint64          // device bytes created and not released
+	host        uint64          // host-located bytes likewise
+	handles     map[uint64]bool // handle -> host-located
+	lastHandle  uint64
+	next        uint64 // the next address range's start
+	mapped      map[interpose.DevicePtr]uint64
+	ranges      map[interpose.DevicePtr]uint64
+}
+
+func newFakeVMM(capacity uint64) *fakeVMM {
+	return &fakeVMM{capacity: capacity, handles: map[uint64]bool{}, next: 1 << 40,
+		mapped: map[interpose.DevicePtr]uint64{}, ranges: map[interpose.DevicePtr]uint64{}}
+}
+
+func (f *fakeVMM) Supported() (bool, interpose.Error) { return !f.unsupported, interpose.Success }
+func (f *fakeVMM) Granularity(bool) (uint64, interpose.Error) {
+	return 2 << 20, interpose.Success
+}
+
+func (f *fakeVMM) AddressReserve(size, alignment uint64) (interpose.DevicePtr, interpose.Error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.next = (f.next + alignment - 1) / alignment * alignment
+	va := interpose.DevicePtr(f.next)
+	f.next += size
+	f.ranges[va] = size
+	return va, interpose.Success
+}
+
+func (f *fakeVMM) AddressFree(va interpose.DevicePtr, size uint64) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.ranges[va] != size {
+		return interpose.ErrorInvalidValue
+	}
+	delete(f.ranges, va)
+	return interpose.Success
+}
+
+func (f *fakeVMM) Create(size uint64, host bool) (uint64, interpose.Error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if host {
+		f.host += size
+	} else if f.device+size > f.capacity {
+		return 0, interpose.ErrorMemoryAllocation
+	} else {
+		f.device += size
+	}
+	f.lastHandle++
+	f.handles[f.lastHandle] = host
+	return f.lastHandle, interpose.Success
+}
+
+func (f *fakeVMM) Release(h uint64) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	host, ok := f.handles[h]
+	if !ok {
+		return interpose.ErrorInvalidValue
+	}
+	delete(f.handles, h)
+	if host {
+		f.host -= 2 << 20
+	} else {
+		f.device -= 2 << 20
+	}
+	return interpose.Success
+}
+
+func (f *fakeVMM) Map(va interpose.DevicePtr, size, h uint64) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.mapped[va]; ok {
+		return interpose.ErrorInvalidValue
+	}
+	f.mapped[va] = h
+	return interpose.Success
+}
+
+func (f *fakeVMM) Unmap(va interpose.DevicePtr, size uint64) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.mapped[va]; !ok {
+		return interpose.ErrorInvalidValue
+	}
+	delete(f.mapped, va)
+	return interpose.Success
+}
+
+func (f *fakeVMM) SetAccess(interpose.DevicePtr, uint64) interpose.Error { return interpose.Success }
+
+func (f *fakeVMM) bytes() (device, host uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.device, f.host
+}
+
+// The account holds exactly the device granules the pool has created, once
+// each however often they are remapped; host granules count against the
+// host limit only; freeing everything and closing gives every byte back.
+func TestVirtualBackingAccounting(t *testing.T) {
+	vmm := newFakeVMM(1 << 30)
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_OVERSUBSCRIBE=1",
+		"SPILLWAY_HOST_LIMIT=64MiB", "SPILLWAY_POOL_RELEASE_THRESHOLD=0")
+	m.vmm = func(int) (realVMM, error) { return vmm, nil }
+	var live []interpose.DevicePtr
+	for range 40 { // 80 MiB: 64 on the device, 16 in host granules
+		p, rc := m.malloc(request{device: 0, size: 2 << 20})
+		if rc != interpose.Success {
+			t.Fatalf("allocation %d: %v\n%s", len(live), rc, m.logged)
+		}
+		live = append(live, p)
+	}
+	d := m.existing(0)
+	if d.acct.used() != 64<<20 {
+		t.Fatalf("the account holds %d bytes, want the quota", d.acct.used())
+	}
+	if dev, host := vmm.bytes(); dev != 64<<20 || host != 16<<20 {
+		t.Fatalf("the driver holds %d device and %d host bytes, want 64 MiB and 16 MiB", dev, host)
+	}
+	if m.index.find(uint64(live[0])) != d || m.index.find(uint64(live[39])) != d {
+		t.Fatal("the address ranges are not indexed as the device's")
+	}
+	for _, p := range live {
+		if rc := m.free(p, 0, false); rc != interpose.Success {
+			t.Fatalf("free %#x: %v", uint64(p), rc)
+		}
+	}
+	if rc := m.deviceSynchronize(0); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if dev, host := vmm.bytes(); host != 0 || dev != d.acct.used() {
+		t.Fatalf("after the frees: the driver holds %d device and %d host bytes, the account %d", dev, host, d.acct.used())
+	}
+	if err := d.pool.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if dev, host := vmm.bytes(); dev != 0 || host != 0 || d.acct.used() != 0 || len(vmm.ranges) != 0 {
+		t.Fatalf("after Close: %d device, %d host bytes, account %d, %d ranges", dev, host, d.acct.used(), len(vmm.ranges))
+	}
+}
+
+// Without VMM on the device, with SPILLWAY_VMM=0 or with the pool off, the
+// backing has fixed segments.
+func TestVirtualBackingChosen(t *testing.T) {
+	for _, tc := range []struct {
+		env         []string
+		unsupported bool
+		want        bool
+	}{
+		{[]string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, false, true},
+		{nil, false, true},
+		{[]string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, true, false},
+		{[]string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_VMM=0"}, false, false},
+		{[]string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_POOL=0"}, false, false},
+		{[]string{"SPILLWAY_MEMORY_LIMIT=62MiB"}, false, false}, // fewer than 32 granules
+	} {
+		vmm := newFakeVMM(1 << 30)
+		vmm.unsupported = tc.unsupported
+		m := newTestMemory(t, newFake(1<<30), tc.env...)
+		m.vmm = func(int) (realVMM, error) { return vmm, nil }
+		if _, rc := m.malloc(request{device: 0, size: 1 << 20}); rc != interpose.Success {
+			t.Fatalf("%v: %v", tc.env, rc)
+		}
+		if dev, _ := vmm.bytes(); (dev > 0) != tc.want {
+			t.Errorf("%v, VMM unsupported %v: %d bytes of granules, want virtual memory %v", tc.env, tc.unsupported, dev, tc.want)
+		}
+	}
+}
