@@ -69,7 +69,8 @@ func scaledQwenTrace(t *testing.T) (string, traces.Stats) {
 // totals, the steps the trace's synchronizations, and the device never holds
 // more than the quota. With SPILLWAY_SPILL=managed (the default) spilled
 // blocks are promoted when room appears, so the replayer's count is an upper
-// bound.
+// bound. With SPILLWAY_VMM=1 spilling is per granule and never promoted:
+// the replayer's count, by either end of each touch, is exact again.
 func TestTraceReplayQwenOversubscribed(t *testing.T) {
 	harness.RequireBPF(t)
 	spillway := harness.Bin(t, "spillway")
@@ -81,8 +82,11 @@ func TestTraceReplayQwenOversubscribed(t *testing.T) {
 	t.Logf("Qwen2.5-32B inference trace / %d: peak live %d bytes, %d steps; quota %d bytes (%d%%)",
 		replayScale, st.PeakLive, st.Syncs, quota, replayQuotaPercent)
 
-	for _, spill := range []string{"pinned", "managed"} {
-		t.Run(spill, func(t *testing.T) {
+	for _, c := range []struct{ name, spill, vmm string }{
+		{"pinned", "pinned", ""}, {"managed", "managed", ""}, {"granules", "pinned", "SPILLWAY_VMM=1"},
+	} {
+		spill := c.spill
+		t.Run(c.name, func(t *testing.T) {
 			dir := t.TempDir()
 			summaryPath := filepath.Join(dir, "summary.json")
 			statsPath := filepath.Join(dir, "stats.json")
@@ -94,6 +98,9 @@ func TestTraceReplayQwenOversubscribed(t *testing.T) {
 				fmt.Sprintf("SPILLWAY_MEMORY_LIMIT=%d", quota), "SPILLWAY_OVERSUBSCRIBE=1",
 				fmt.Sprintf("SPILLWAY_HOST_LIMIT=%d", st.PeakLive), "SPILLWAY_SPILL="+spill,
 				"SPILLWAY_REPORT=1")
+			if c.vmm != "" {
+				harness.SetEnv(cmd, c.vmm)
+			}
 			res := harness.Run(t, cmd)
 			if res.ExitCode != 0 {
 				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.ExitCode, res.Stdout, res.Stderr)
@@ -145,9 +152,9 @@ func TestTraceReplayQwenOversubscribed(t *testing.T) {
 
 			perStep, _ := bpf.PerStep(sum.MovedBytes, sum.Steps)
 			byCount, byBytes, _ := sum.Accesses.Fractions()
-			t.Logf("SPILLWAY_SPILL=%s: %d steps, %d bytes moved (spilled %d, promoted %d): %.0f bytes per step (x%d at full scale: %.0f); "+
+			t.Logf("%s: %d steps, %d bytes moved (spilled %d, promoted %d): %.0f bytes per step (x%d at full scale: %.0f); "+
 				"spilled accesses %d of %d (%.1f%%), %d of %d bytes (%.1f%%); device peak %d of quota %d",
-				spill, sum.Steps, sum.MovedBytes, sum.SpillBytes, sum.PromoteBytes, perStep, replayScale, perStep*replayScale,
+				c.name, sum.Steps, sum.MovedBytes, sum.SpillBytes, sum.PromoteBytes, perStep, replayScale, perStep*replayScale,
 				sum.Accesses.Spilled, sum.Accesses.Total, byCount*100, sum.Accesses.SpilledBytes, sum.Accesses.Bytes, byBytes*100,
 				stats.Devices[0].DeviceBytesPeak, quota)
 		})
