@@ -17,7 +17,7 @@ import (
 )
 
 // soakDuration is how long TestSoak runs: SPILLTEST_SOAK (a Go duration,
-// e.g. 10m), 20 s by default.
+// e.g. 10m, with go test -timeout above it by two minutes), 20 s by default.
 func soakDuration(t *testing.T) time.Duration {
 	v := os.Getenv("SPILLTEST_SOAK")
 	if v == "" {
@@ -26,6 +26,10 @@ func soakDuration(t *testing.T) time.Duration {
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 2*time.Second {
 		t.Fatalf("SPILLTEST_SOAK=%q: want a duration of at least 2s, e.g. 10m", v)
+	}
+	if deadline, ok := t.Deadline(); ok && time.Until(deadline) < d+time.Minute {
+		t.Fatalf("SPILLTEST_SOAK=%v does not fit go test's -timeout (%v left): give -timeout %v or more",
+			d, time.Until(deadline).Round(time.Second), d+2*time.Minute)
 	}
 	return d
 }
