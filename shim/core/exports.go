@@ -130,7 +130,14 @@ func answer(e interpose.Error) C.int32_t {
 	return C.int32_t(e)
 }
 
-func setLastError(e interpose.Error) { running().rt.SetLastError(e) }
+// setLastError sets e in the relaxed capture mode: the failing call that
+// sets it (a cudaMallocPitch for cudaErrorMemoryAllocation) would otherwise
+// invalidate a capture the thread's mode protects.
+func setLastError(e interpose.Error) {
+	rt := running().rt
+	defer relaxedCalls{rt}.relaxed()()
+	rt.SetLastError(e)
+}
 
 // The driver's entry points answer a CUresult (a panic: CUDA_ERROR_UNKNOWN,
 // the same 999 as cudaErrorUnknown) and never touch the runtime's last

@@ -294,7 +294,7 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 		opt.SpillTier = pool.TierPinned
 	}
 	opt.Observer = &observer{d: d, probes: m.probes, failed: m.backingFailed(d)}
-	d.back = newBacking(rt, d, m.index)
+	d.back = newBacking(relaxedCalls{rt}, d, m.index)
 	d.back.releaseFailed = m.releaseFailed(d)
 	var back pool.Backing = d.back
 	vb := m.virtualBacking(d)

@@ -221,6 +221,7 @@ struct CUstream_st {
 	int legacy;
 	int per_thread;
 	int destroyed;
+	int worker_exited; /* destroyed, drained, its worker gone: reusable */
 	struct op *head, *tail;
 	uint64_t submitted, completed;
 	pthread_cond_t wake;
@@ -237,6 +238,7 @@ struct CUevent_st {
 	unsigned int flags;
 	int destroyed;
 	uint64_t record_id, done_id;
+	uint64_t first_id;          /* record_id when created: recorded once they differ */
 	struct CUstream_st *stream; /* of the latest record */
 	uint64_t seq;               /* of the latest record's operation */
 	double done_ms;             /* CLOCK_MONOTONIC at completion */

@@ -10,7 +10,13 @@
  *  - an operation on a blocking stream waits for everything submitted before
  *    it to the legacy stream; non-blocking streams wait for nothing.
  * Streams and events are never freed, only marked destroyed, so a pending
- * dependency or a late lookup can never touch freed memory.
+ * dependency or a late lookup can never touch freed memory. They are reused,
+ * oldest first, once more than RETIRED_KEPT of a kind are destroyed and
+ * idle (a stream's worker gone, an event's latest record done), so that a
+ * long run creating and destroying them holds bounded memory, as CUDA does;
+ * sequence numbers and record ids carry on across reuse, so a dependency
+ * on the former stream or event is already satisfied. A thread's per-thread
+ * stream is destroyed when the thread exits.
  *
  * Stream capture: work submitted to a capturing stream is recorded as a
  * graph node instead of being queued (stream_submit), and cuGraphLaunch
@@ -31,6 +37,11 @@
 
 __thread int sim_in_host_fn;
 static __thread struct CUstream_st *per_thread_stream[SIMCUDA_MAX_DEVICES];
+
+#define RETIRED_KEPT 64
+/* Destroys the exiting thread's per-thread streams (its value: the array). */
+static pthread_key_t per_thread_exit;
+static pthread_once_t per_thread_exit_once = PTHREAD_ONCE_INIT;
 
 /* Stream capture, below; all but capture_forbids_wait with sim.lock held. */
 static CUresult capture_record(struct CUstream_st *s, struct op *op);
@@ -105,8 +116,10 @@ static void *worker(void *arg)
 	for (;;) {
 		while (s->head == NULL && !s->destroyed)
 			pthread_cond_wait(&s->wake, &sim.lock);
-		if (s->head == NULL)
-			break; /* destroyed and drained */
+		if (s->head == NULL) {
+			s->worker_exited = 1; /* destroyed and drained */
+			break;
+		}
 		struct op *op = s->head;
 		while (!deps_done(op))
 			pthread_cond_wait(&sim.progress, &sim.lock);
@@ -124,22 +137,43 @@ static void *worker(void *arg)
 	return NULL;
 }
 
+/* The oldest destroyed stream whose worker is gone, if more than RETIRED_KEPT are. */
+static struct CUstream_st *retired_stream(void)
+{
+	struct CUstream_st *oldest = NULL;
+	int n = 0;
+
+	for (struct CUstream_st *s = sim.streams; s != NULL; s = s->next)
+		if (s->worker_exited && !s->legacy && s->capture == NULL)
+			oldest = s, n++;
+	return n > RETIRED_KEPT ? oldest : NULL;
+}
+
 CUresult stream_create_locked(int device, unsigned int flags, int legacy, int per_thread,
 			      struct CUstream_st **out)
 {
-	struct CUstream_st *s = calloc(1, sizeof(*s));
+	struct CUstream_st *s = legacy ? NULL : retired_stream();
+	int reused = s != NULL;
 	pthread_attr_t attr;
 	pthread_t tid;
 	sigset_t all, old;
 
-	if (s == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
+	if (reused) {
+		/* Its operations are done (submitted == completed) and it captures nothing. */
+		s->destroyed = s->worker_exited = 0;
+		s->cap_last = NULL;
+		s->cap_unjoined = 0;
+	} else {
+		s = calloc(1, sizeof(*s));
+		if (s == NULL)
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		pthread_cond_init(&s->wake, NULL);
+	}
 	s->magic = STREAM_MAGIC;
 	s->device = device;
 	s->flags = flags;
 	s->legacy = legacy;
 	s->per_thread = per_thread;
-	pthread_cond_init(&s->wake, NULL);
 
 	/* Workers take no signals: those belong to the application's threads. */
 	sigfillset(&all);
@@ -150,14 +184,44 @@ CUresult stream_create_locked(int device, unsigned int flags, int legacy, int pe
 	pthread_attr_destroy(&attr);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (err != 0) {
+		if (reused) {
+			s->destroyed = s->worker_exited = 1;
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
 		pthread_cond_destroy(&s->wake);
 		free(s);
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	}
-	s->next = sim.streams;
-	sim.streams = s;
+	if (!reused) {
+		s->next = sim.streams;
+		sim.streams = s;
+	}
 	*out = s;
 	return CUDA_SUCCESS;
+}
+
+/* At a thread's exit, its per-thread streams go as a destroyed stream does:
+ * queued work still runs, then the worker exits. */
+static void per_thread_streams_exit(void *arg)
+{
+	struct CUstream_st **streams = arg;
+
+	pthread_mutex_lock(&sim.lock);
+	for (int dev = 0; dev < SIMCUDA_MAX_DEVICES; dev++) {
+		struct CUstream_st *s = streams[dev];
+		if (s != NULL && !s->destroyed) {
+			capture_leave(s);
+			s->destroyed = 1;
+			pthread_cond_signal(&s->wake);
+		}
+		streams[dev] = NULL;
+	}
+	pthread_mutex_unlock(&sim.lock);
+}
+
+static void per_thread_exit_init(void)
+{
+	pthread_key_create(&per_thread_exit, per_thread_streams_exit);
 }
 
 static int stream_known(const struct CUstream_st *h)
@@ -184,8 +248,12 @@ CUresult stream_lookup(CUstream handle, struct CUstream_st **out)
 	if (handle == NULL || handle == CU_STREAM_LEGACY) {
 		*out = sim.dev[dev].legacy;
 	} else if (handle == CU_STREAM_PER_THREAD) {
-		if (per_thread_stream[dev] == NULL)
+		if (per_thread_stream[dev] == NULL) {
+			pthread_once(&per_thread_exit_once, per_thread_exit_init);
 			rc = stream_create_locked(dev, CU_STREAM_DEFAULT, 0, 1, &per_thread_stream[dev]);
+			if (rc == CUDA_SUCCESS)
+				pthread_setspecific(per_thread_exit, per_thread_stream);
+		}
 		*out = per_thread_stream[dev];
 	} else if (stream_known(handle)) {
 		*out = handle;
@@ -397,6 +465,25 @@ SIM_API CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
 
 /* ---- API: events ---- */
 
+/* The oldest destroyed event whose latest record is done, if more than
+ * RETIRED_KEPT are; sim.lock held. */
+static struct CUevent_st *retired_event(void)
+{
+	struct CUevent_st *oldest = NULL;
+	int n = 0;
+
+	for (struct CUevent_st *e = sim.events; e != NULL; e = e->next)
+		if (e->destroyed && e->done_id == e->record_id)
+			oldest = e, n++;
+	return n > RETIRED_KEPT ? oldest : NULL;
+}
+
+/* Whether e was recorded since it was created. */
+static int event_recorded(const struct CUevent_st *e)
+{
+	return e->record_id != e->first_id;
+}
+
 static CUresult event_lookup(CUevent h)
 {
 	for (const struct CUevent_st *e = sim.events; e != NULL; e = e->next)
@@ -425,7 +512,7 @@ SIM_API CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned in
 	if (rc == CUDA_SUCCESS)
 		rc = capture_wait(s, hEvent, Flags, &captured);
 	/* Waiting for an event that was never recorded waits for nothing. */
-	if (rc == CUDA_SUCCESS && !captured && hEvent->record_id != 0 &&
+	if (rc == CUDA_SUCCESS && !captured && event_recorded(hEvent) &&
 	    op_add_dep(op, hEvent->stream, hEvent->seq))
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	pthread_mutex_unlock(&sim.lock);
@@ -449,15 +536,29 @@ SIM_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 	if (phEvent == NULL || (Flags & ~known) ||
 	    ((Flags & CU_EVENT_INTERPROCESS) && !(Flags & CU_EVENT_DISABLE_TIMING)))
 		return CUDA_ERROR_INVALID_VALUE;
-	struct CUevent_st *e = calloc(1, sizeof(*e));
-	if (e == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
+	pthread_mutex_lock(&sim.lock);
+	struct CUevent_st *e = retired_event();
+	if (e == NULL) {
+		e = calloc(1, sizeof(*e));
+		if (e == NULL) {
+			pthread_mutex_unlock(&sim.lock);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		e->next = sim.events;
+		sim.events = e;
+	}
+	/* Record ids carry on: a late completion of a former record changes nothing. */
+	e->first_id = e->done_id = e->record_id;
+	e->destroyed = 0;
+	e->stream = NULL;
+	e->seq = 0;
+	e->done_ms = 0;
+	e->capture = NULL;
+	e->cap_stream = NULL;
+	e->cap_node = NULL;
 	e->magic = EVENT_MAGIC;
 	e->device = dev;
 	e->flags = Flags;
-	pthread_mutex_lock(&sim.lock);
-	e->next = sim.events;
-	sim.events = e;
 	pthread_mutex_unlock(&sim.lock);
 	*phEvent = e;
 	return CUDA_SUCCESS;
@@ -530,7 +631,7 @@ SIM_API CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUeven
 		rc = captured_event(hEnd);
 	if (rc == CUDA_SUCCESS &&
 	    ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING ||
-	     hStart->record_id == 0 || hEnd->record_id == 0))
+	     !event_recorded(hStart) || !event_recorded(hEnd)))
 		rc = CUDA_ERROR_INVALID_HANDLE;
 	if (rc == CUDA_SUCCESS &&
 	    (hStart->done_id != hStart->record_id || hEnd->done_id != hEnd->record_id))
@@ -858,7 +959,7 @@ static CUresult capture_wait(struct CUstream_st *s, struct CUevent_st *e, unsign
 		return CUDA_SUCCESS;
 	if (s->capture->invalidated)
 		return CUDA_ERROR_STREAM_CAPTURE_INVALIDATED;
-	if (e->record_id == 0) { /* never recorded: waits for nothing, crosses nothing */
+	if (!event_recorded(e)) { /* never recorded: waits for nothing, crosses nothing */
 		*captured = 1;
 		return CUDA_SUCCESS;
 	}
@@ -1261,7 +1362,7 @@ static CUresult node_op(const struct CUgraphNode_st *n, struct op **out)
 		op->dst.host = (char *)a->base;
 		break;
 	case OP_BARRIER: /* an external event wait: its latest record at launch */
-		if (event_lookup(n->event) == CUDA_SUCCESS && n->event->record_id != 0 &&
+		if (event_lookup(n->event) == CUDA_SUCCESS && event_recorded(n->event) &&
 		    n->event->capture == NULL && op_add_dep(op, n->event->stream, n->event->seq))
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
 		break;

@@ -5,6 +5,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,7 +17,7 @@ import (
 )
 
 // soakDuration is how long TestSoak runs: SPILLTEST_SOAK (a Go duration,
-// e.g. 10m), 20 s by default.
+// e.g. 10m, with go test -timeout above it by two minutes), 20 s by default.
 func soakDuration(t *testing.T) time.Duration {
 	v := os.Getenv("SPILLTEST_SOAK")
 	if v == "" {
@@ -23,6 +26,10 @@ func soakDuration(t *testing.T) time.Duration {
 	d, err := time.ParseDuration(v)
 	if err != nil || d < 2*time.Second {
 		t.Fatalf("SPILLTEST_SOAK=%q: want a duration of at least 2s, e.g. 10m", v)
+	}
+	if deadline, ok := t.Deadline(); ok && time.Until(deadline) < d+time.Minute {
+		t.Fatalf("SPILLTEST_SOAK=%v does not fit go test's -timeout (%v left): give -timeout %v or more",
+			d, time.Until(deadline).Round(time.Second), d+2*time.Minute)
 	}
 	return d
 }
@@ -47,7 +54,8 @@ func TestSoak(t *testing.T) {
 	dur := soakDuration(t)
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/soak.c"}, Cudart: true,
 		ProjectHeaders: true, Flags: []string{"-pthread"}})
-	env, statsFile := spillEnv(t, quota, 256*miB, "SIMCUDA_FAIL="+soakFaults, "SPILLWAY_POOL_RELEASE_THRESHOLD=0")
+	env, statsFile := spillEnv(t, quota, 256*miB, "SIMCUDA_FAIL="+soakFaults, "SPILLWAY_POOL_RELEASE_THRESHOLD=0",
+		"GODEBUG=gctrace=1") // the Go heap after each collection, on standard error
 	cmd := harness.Shimmed(t, env, prog, fmt.Sprint(int(dur.Seconds())))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -77,20 +85,7 @@ func TestSoak(t *testing.T) {
 	if allocs == 0 || failed == allocs || corrupt != 0 {
 		t.Errorf("%d allocations, %d failed, %d blocks corrupt", allocs, failed, corrupt)
 	}
-	// Resident memory after the first quarter of the run against the end.
-	var rss []uint64
-	for i := range out {
-		if out[i][0] == "rss" {
-			rss = append(rss, out.Num(t, "rss", len(rss), 2))
-		}
-	}
-	if len(rss) < 4 {
-		t.Fatalf("%d resident-memory samples", len(rss))
-	}
-	settled, last := rss[len(rss)/4], rss[len(rss)-1]
-	if last > settled+32<<10 {
-		t.Errorf("resident memory grew from %d KiB to %d KiB", settled, last)
-	}
+	checkFlat(t, out, stderr.String())
 	r := harness.ReportFor(t, stderr.String(), 0)
 	s := harness.ReadStats(t, statsFile).Devices[0]
 	if s.DeviceBytesPeak > quota {
@@ -102,8 +97,83 @@ func TestSoak(t *testing.T) {
 	if s.DeviceBytes != r.Reserved {
 		t.Errorf("simcuda holds %d bytes on the device at exit, the pool %d", s.DeviceBytes, r.Reserved)
 	}
-	t.Logf("%v: %d allocations (%d refused or failed), resident %d -> %d KiB, device peak %d of %d, at exit %d bytes in %d allocations",
-		dur, allocs, failed, settled, last, s.DeviceBytesPeak, quota, s.DeviceBytes, s.LiveAllocations)
+	t.Logf("%v: %d allocations (%d refused or failed), device peak %d of %d, at exit %d bytes in %d allocations",
+		dur, allocs, failed, s.DeviceBytesPeak, quota, s.DeviceBytes, s.LiveAllocations)
+}
+
+// soakSample is one "rss" line of the soak program.
+type soakSample struct {
+	rssKiB, cHeapKiB, allocs, threads uint64
+}
+
+// checkFlat compares the second quarter of the run (after a quarter of
+// warm-up) with the last quarter: resident memory, the C heap (simcuda runs
+// in the process), the threads and the Go heap live after each collection
+// must not grow with the work done. A leak grows in proportion to the
+// allocations made; noise does not, so growth is a failure only when it is
+// both above a fixed allowance and above a few bytes per allocation made in
+// between (the leaks fixed so far cost 30 to 50 bytes per allocation).
+func checkFlat(t *testing.T, out harness.Output, stderr string) {
+	t.Helper()
+	var samples []soakSample
+	for i := 0; i < out.Count("rss"); i++ {
+		samples = append(samples, soakSample{out.Num(t, "rss", i, 2), out.Num(t, "rss", i, 3),
+			out.Num(t, "rss", i, 4), out.Num(t, "rss", i, 5)})
+	}
+	n := len(samples)
+	if n < 8 {
+		t.Fatalf("%d memory samples, want at least 8", n)
+	}
+	early, late := samples[n/4:n/2], samples[3*n/4:]
+	median := func(ss []soakSample, f func(soakSample) uint64) uint64 {
+		v := make([]uint64, len(ss))
+		for i := range ss {
+			v[i] = f(ss[i])
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
+	allocs := median(late, func(s soakSample) uint64 { return s.allocs }) - median(early, func(s soakSample) uint64 { return s.allocs })
+	for _, m := range []struct {
+		what          string
+		value         func(soakSample) uint64
+		allowanceKiB  uint64
+		bytesPerAlloc uint64
+	}{
+		{"resident memory", func(s soakSample) uint64 { return s.rssKiB }, 4 << 10, 16},
+		{"the C heap", func(s soakSample) uint64 { return s.cHeapKiB }, 256, 4},
+	} {
+		from, to := median(early, m.value), median(late, m.value)
+		t.Logf("%s: %d KiB in the second quarter, %d KiB in the last (%d allocations in between)", m.what, from, to, allocs)
+		if to > from+m.allowanceKiB && (to-from)<<10 > m.bytesPerAlloc*allocs {
+			t.Errorf("%s grew from %d KiB to %d KiB over %d allocations (%d bytes each)", m.what, from, to, allocs, (to-from)<<10/max(allocs, 1))
+		}
+	}
+	threads := func(s soakSample) uint64 { return s.threads }
+	if from, to := median(early, threads), median(late, threads); to > from+4 {
+		t.Errorf("the process's threads grew from %d to %d", from, to)
+	}
+	// gctrace: "gc N @T.Ts ...: ..., A->B->C MB, ...": C is the heap live after the collection.
+	gc := regexp.MustCompile(`(?m)^gc \d+ @([0-9.]+)s .*->(\d+) MB, `).FindAllStringSubmatch(stderr, -1)
+	if len(gc) == 0 {
+		t.Fatal("no garbage collection traced (GODEBUG=gctrace=1)")
+	}
+	end, _ := strconv.ParseFloat(gc[len(gc)-1][1], 64)
+	var earlyMB, lateMB uint64
+	for _, g := range gc {
+		at, _ := strconv.ParseFloat(g[1], 64)
+		live, _ := strconv.ParseUint(g[2], 10, 64)
+		switch {
+		case at >= end/4 && at < end/2:
+			earlyMB = max(earlyMB, live)
+		case at >= 3*end/4:
+			lateMB = max(lateMB, live)
+		}
+	}
+	t.Logf("Go heap live after collection: at most %d MB in the second quarter, %d MB in the last (%d collections)", earlyMB, lateMB, len(gc))
+	if lateMB > earlyMB+2 {
+		t.Errorf("the Go heap live after collection grew from %d MB to %d MB", earlyMB, lateMB)
+	}
 }
 
 func tail(s string) string {

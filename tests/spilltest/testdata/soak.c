@@ -6,9 +6,12 @@
  * kind, synchronizations. Each thread is replaced by a new one every 500
  * rounds, so per-thread state comes and goes. The first and last byte of
  * every block are written when it is allocated and checked when it is freed.
- * Prints "rss T KIB" once a second, then, after freeing everything and
- * synchronizing, "done ALLOCS FAILED CORRUPT".
+ * Prints "rss T KIB CHEAP_KIB ALLOCS THREADS" once a second (resident
+ * memory, the C heap in use by glibc's malloc, allocations so far, threads of
+ * the process), then, after freeing everything and synchronizing, "done
+ * ALLOCS FAILED CORRUPT".
  */
+#include <malloc.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -127,17 +130,19 @@ static void *worker(void *arg)
     return NULL;
 }
 
-static long rss_kib(void)
+/* The value of a "Name:" line of /proc/self/status, or -1. */
+static long status_value(const char *name)
 {
     FILE *f = fopen("/proc/self/status", "r");
     char line[256];
-    long kib = -1;
+    long v = -1;
+    size_t n = strlen(name);
     while (f && fgets(line, sizeof line, f))
-        if (strncmp(line, "VmRSS:", 6) == 0)
-            kib = atol(line + 6);
+        if (strncmp(line, name, n) == 0 && line[n] == ':')
+            v = atol(line + n + 1);
     if (f)
         fclose(f);
-    return kib;
+    return v;
 }
 
 static void *driver(void *arg)
@@ -161,7 +166,9 @@ int main(int argc, char **argv)
     time_t start = time(NULL);
     while (time(NULL) - start < seconds) {
         sleep(1);
-        printf("rss %ld %ld\n", (long)(time(NULL) - start), rss_kib());
+        struct mallinfo2 mi = mallinfo2();
+        printf("rss %ld %ld %zu %ld %ld\n", (long)(time(NULL) - start), status_value("VmRSS"),
+               (mi.uordblks + mi.hblkhd) >> 10, atomic_load(&allocs), status_value("Threads"));
         fflush(stdout);
     }
     atomic_store(&stop, 1);

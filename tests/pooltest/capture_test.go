@@ -1,0 +1,62 @@
+package pooltest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+// TestGraphCapture captures a CUDA graph as PyTorch and vLLM do while the
+// pool is under pressure (testdata/capture.c): in every capture mode, on a
+// non-blocking and on a blocking stream, alone and with other threads
+// allocating meanwhile. The pool must make no call the capture forbids
+// (simcuda invalidates the capture on any, and cudaStreamEndCapture then
+// fails), grow or refuse instead of synchronizing, keep the quota by
+// simcuda's ground truth, and hold nothing live at the end.
+func TestGraphCapture(t *testing.T) {
+	const quota = 32 * miB
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/capture.c"}, Cudart: true,
+		ProjectHeaders: true})
+	for _, mode := range []string{"global", "thread_local", "relaxed"} {
+		for _, stream := range []string{"nonblocking", "blocking"} {
+			for _, threads := range []int{0, 3} {
+				t.Run(fmt.Sprintf("%s/%s/threads=%d", mode, stream, threads), func(t *testing.T) {
+					env, statsFile := withStats(t, []string{limit(quota), "SIMCUDA_CONTEXT_BYTES=0"})
+					res := harness.Run(t, harness.Shimmed(t, env, prog, mode, stream, fmt.Sprint(threads)))
+					out := harness.ParseOutput(res.Stdout)
+					if res.ExitCode != 0 || out.Count("PASS") != 1 {
+						t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.ExitCode, res.Stdout, res.Stderr)
+					}
+					if rc, status := out.Num(t, "capture", 0, 1), out.Num(t, "capture", 0, 2); rc != 0 || status != 1 {
+						t.Errorf("cudaStreamEndCapture returned %d with the capture status %d before it, want 0 and 1 (active)", rc, status)
+					}
+					if churn := out.Line(t, "churn", 0); threads > 0 && (churn[1] == "0" || churn[3] != "0") {
+						t.Errorf("other threads: %v, want allocations and no corrupt block", churn)
+					}
+					if free, total := out.Num(t, "info", 0, 1), out.Num(t, "info", 0, 2); free != quota || total != quota {
+						t.Errorf("at the end cudaMemGetInfo says free %d of %d, want all of %d", free, total, quota)
+					}
+					r := harness.ReportFor(t, res.Stderr, 0)
+					if r.Live != 0 || r.PeakReserved > quota || r.BackingErrors != 0 {
+						t.Errorf("report %+v: want nothing live, the quota kept, no backing error", r)
+					}
+					if r.CaptureSkips == 0 {
+						t.Errorf("report %+v: no synchronization or marker was skipped for the capture; the test no longer puts the pool under pressure", r)
+					}
+					s := harness.ReadStats(t, statsFile).Devices[0]
+					if s.DeviceBytesPeak > quota {
+						t.Errorf("simcuda's device_bytes_peak %d is above the quota %d", s.DeviceBytesPeak, quota)
+					}
+					if s.DeviceBytes != r.Reserved {
+						t.Errorf("simcuda holds %d bytes at exit, the pool %d", s.DeviceBytes, r.Reserved)
+					}
+					if strings.Contains(res.Stderr, "internal error") {
+						t.Errorf("the core panicked:\n%s", res.Stderr)
+					}
+				})
+			}
+		}
+	}
+}
