@@ -53,8 +53,7 @@ const (
 	EnvSpill                   = "SPILLWAY_SPILL"
 	EnvHostLimit               = "SPILLWAY_HOST_LIMIT"
 	// EnvVMM turns the pool's use of CUDA's virtual memory management off
-	// (0) or on where the device supports it (1). Unset, it is on except
-	// with oversubscription, which then spills whole blocks.
+	// (0) or leaves it on where the device supports it (1, the default).
 	EnvVMM = "SPILLWAY_VMM"
 	// EnvRuntimeDir is the folder of the per-process figures files that
 	// `spillway stat` reads (internal/stat).
@@ -155,9 +154,6 @@ type Config struct {
 	// where the device supports CUDA's virtual memory management (default);
 	// false: fixed segments everywhere.
 	VMM bool
-	// VMMSet says SPILLWAY_VMM was given: with oversubscription, virtual
-	// memory (page-granular spill) is used only when asked for.
-	VMMSet bool
 	// SpillSet says SPILLWAY_SPILL was given (it has no effect without
 	// oversubscription).
 	SpillSet bool
@@ -240,7 +236,6 @@ func Parse(environ []string) (Config, error) {
 			cfg.FreeSync, err = parseSwitch(name, value)
 		case name == EnvVMM:
 			cfg.VMM, err = parseSwitch(name, value)
-			cfg.VMMSet = true
 		case name == EnvReport:
 			cfg.Report, err = parseSwitch(name, value)
 		case name == EnvOversubscribe:

@@ -65,13 +65,6 @@ func (m *memory) virtualBacking(d *device) *virtualBacking {
 		m.log.Debugf("device %d: fixed segments, not virtual memory: %s", d.ordinal, fmt.Sprintf(why, args...))
 		return nil
 	}
-	if m.cfg.Oversubscribe && !m.cfg.VMMSet {
-		// Page-granular spill gives device granules to whichever blocks
-		// come first and sends later, hotter ones to the host: on the
-		// Qwen replay (README) 74% of accesses hit spilled memory, 9%
-		// with whole blocks. It is there for whoever asks for it.
-		return off("oversubscription spills whole blocks unless %s=1", config.EnvVMM)
-	}
 	vmm, err := m.vmm(d.ordinal)
 	if err != nil {
 		return off("%v", err)

@@ -116,7 +116,7 @@ func (f *fakeVMM) bytes() (device, host uint64) {
 // host limit only; freeing everything and closing gives every byte back.
 func TestVirtualBackingAccounting(t *testing.T) {
 	vmm := newFakeVMM(1 << 30)
-	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_VMM=1", "SPILLWAY_OVERSUBSCRIBE=1",
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_OVERSUBSCRIBE=1",
 		"SPILLWAY_HOST_LIMIT=64MiB", "SPILLWAY_POOL_RELEASE_THRESHOLD=0")
 	m.vmm = func(int) (realVMM, error) { return vmm, nil }
 	var live []interpose.DevicePtr

@@ -224,7 +224,7 @@ func TestVMMOversubscribed(t *testing.T) {
 	prog := harness.Ops(t)
 	fill := []string{"N", fmt.Sprint(n), "4M", "V", "i"}
 	for _, freeAll := range []bool{false, true} {
-		env, statsFile := vmmEnv(t, quota, "SPILLWAY_VMM=1", "SPILLWAY_OVERSUBSCRIBE=1", fmt.Sprintf("SPILLWAY_HOST_LIMIT=%d", 2*quota))
+		env, statsFile := vmmEnv(t, quota, "SPILLWAY_OVERSUBSCRIBE=1", fmt.Sprintf("SPILLWAY_HOST_LIMIT=%d", 2*quota))
 		args := fill
 		if freeAll {
 			args = script(fill, each("f", 0, n), []string{"s", "V"})
