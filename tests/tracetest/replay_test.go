@@ -69,8 +69,9 @@ func scaledQwenTrace(t *testing.T) (string, traces.Stats) {
 // totals, the steps the trace's synchronizations, and the device never holds
 // more than the quota. With SPILLWAY_SPILL=managed (the default) spilled
 // blocks are promoted when room appears, so the replayer's count is an upper
-// bound. With SPILLWAY_VMM=1 spilling is per granule and never promoted:
-// the replayer's count, by either end of each touch, is exact again.
+// bound. Both run on fixed segments (SPILLWAY_VMM=0), where whole blocks
+// spill. With virtual memory (the default) spilling is per granule and never
+// promoted: the replayer's count, by either end of each touch, is exact again.
 func TestTraceReplayQwenOversubscribed(t *testing.T) {
 	harness.RequireBPF(t)
 	spillway := harness.Bin(t, "spillway")
@@ -83,7 +84,7 @@ func TestTraceReplayQwenOversubscribed(t *testing.T) {
 		replayScale, st.PeakLive, st.Syncs, quota, replayQuotaPercent)
 
 	for _, c := range []struct{ name, spill, vmm string }{
-		{"pinned", "pinned", ""}, {"managed", "managed", ""}, {"granules", "pinned", "SPILLWAY_VMM=1"},
+		{"pinned", "pinned", "SPILLWAY_VMM=0"}, {"managed", "managed", "SPILLWAY_VMM=0"}, {"granules", "pinned", "SPILLWAY_VMM=1"},
 	} {
 		spill := c.spill
 		t.Run(c.name, func(t *testing.T) {
