@@ -20,7 +20,7 @@ func TestVMMLedger(t *testing.T) {
 		}
 		return rc
 	}
-	used := func() uint64 { return m.existing(0).acct.used() }
+	used := func() uint64 { return m.existing(0).ledger.used() }
 	for h := uint64(1); h <= 4; h++ {
 		if rc := create(h); rc != interpose.Success {
 			t.Fatalf("handle %d of 2 MiB under 8 MiB: %v", h, rc)
@@ -73,7 +73,7 @@ func TestContextLedger(t *testing.T) {
 	if n := c.ctxDestroyed(1); n != 1 {
 		t.Errorf("destroying context 1 gave back %d allocations, want 1", n)
 	}
-	if got := m.existing(0).acct.used(); got != 2<<20 {
+	if got := m.existing(0).ledger.used(); got != 2<<20 {
 		t.Errorf("used %d after context 1 went, want context 2's 2 MiB", got)
 	}
 	if _, ok := c.ctxForget(0x2000); ok {
