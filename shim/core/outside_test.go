@@ -80,3 +80,31 @@ func TestContextLedger(t *testing.T) {
 		t.Error("an allocation of a destroyed context is still recorded")
 	}
 }
+
+// TestLedgerOutlivesReset: a cuMemCreate handle outlives a reset of the
+// primary context, and stays counted against the pool built after it.
+func TestLedgerOutlivesReset(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=16MiB")
+	c := &core{mem: m.memory}
+	if rc := c.take(0, 8<<20, takeVMM); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	c.vmmCreated(1, 0, 8<<20)
+	if _, rc := m.malloc(request{size: 4 << 20, kind: kindManaged}); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.deviceReset(0); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	// The reset freed the managed block, not the handle.
+	if _, rc := m.malloc(request{size: 12 << 20}); rc != interpose.ErrorMemoryAllocation {
+		t.Fatalf("12 MiB beside an 8 MiB handle under 16 MiB after a reset: %v", rc)
+	}
+	if p, rc := m.malloc(request{size: 8 << 20}); rc != interpose.Success || m.existing(0).ledger.used() != 16<<20 {
+		t.Fatalf("8 MiB beside the handle: %#x %v, used %d", p, rc, m.existing(0).ledger.used())
+	}
+	c.vmmReleased(1)
+	if used := m.existing(0).ledger.used(); used != 8<<20 {
+		t.Fatalf("after the handle was released: used %d, want the pool's %d", used, 8<<20)
+	}
+}

@@ -62,3 +62,17 @@ func TestHandleLifetimeQuota(t *testing.T) {
 		{"c", 8, cuOutOfMemory}, {"L", 2, cuSuccess}, {"c", 9, cuSuccess},
 	})
 }
+
+// TestVMMTakesPoolCache: a cuMemCreate that fits only once the pool returns
+// the memory it holds cached (a freed 12 MiB block, waiting for a
+// synchronization) succeeds, and simcuda never holds more than the quota.
+func TestVMMTakesPoolCache(t *testing.T) {
+	out, truth := runScript(t, 16<<20, "m", "12M", "f", "0", "c", "8M", "i")
+	checkSteps(t, out, []step{{"m", 0, cuSuccess}, {"f", 0, cuSuccess}, {"c", 0, cuSuccess}, {"i", 0, cuSuccess}})
+	if truth.VMMPhysicalBytes != 8<<20 {
+		t.Errorf("simcuda holds %d bytes of physical memory, want the handle's %d", truth.VMMPhysicalBytes, 8<<20)
+	}
+	if free := out.Num(t, "i", 0, 2); free != 8<<20 {
+		t.Errorf("cuMemGetInfo_v2: free %d, want %d", free, 8<<20)
+	}
+}
