@@ -634,8 +634,8 @@ func (p *Pool) refuse(size uint64, deviceFull error) error {
 	if deviceFull != nil {
 		return fmt.Errorf("pool: %d bytes requested with %d bytes reserved: %w", size, p.devBytes, deviceFull)
 	}
-	return fmt.Errorf("pool: %d bytes requested with %d of a %d-byte quota reserved (%d live): %w: %w",
-		size, p.devBytes, p.opt.Quota, p.stats.LiveBytes, ErrQuota, ErrOutOfMemory)
+	return fmt.Errorf("pool: %d bytes requested with %d of a %d-byte quota reserved (%d live) and %d more admitted by the ledger: %w: %w",
+		size, p.devBytes, p.opt.Quota, p.stats.LiveBytes, p.ledger.Headroom(), ErrQuota, ErrOutOfMemory)
 }
 
 // How far fromCache searches.

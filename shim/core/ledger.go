@@ -213,6 +213,18 @@ func (l *deviceLedger) left() uint64 {
 	return 0
 }
 
+// ledgerAt returns the ledger of device ordinal, or nil before its first
+// use. Memory counted outside the pool is given back to it even while a
+// reset has dropped the device.
+func (m *memory) ledgerAt(ordinal int) *deviceLedger {
+	if d := m.existing(ordinal); d != nil {
+		return d.ledger
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.ledgers[ordinal]
+}
+
 // ledgerOf returns the ledger of device ordinal, made at its first use;
 // m.mu is held.
 func (m *memory) ledgerOf(ordinal int, quota uint64, limited bool) *deviceLedger {

@@ -58,8 +58,8 @@ func (c *core) take(ordinal int, size uint64, kind takeKind) interpose.Error {
 
 // give returns bytes taken on device.
 func (c *core) give(ordinal int, size uint64) {
-	if d := c.mem.existing(ordinal); d != nil {
-		d.ledger.giveOutside(charge(size))
+	if l := c.mem.ledgerAt(ordinal); l != nil {
+		l.giveOutside(charge(size))
 	}
 }
 
@@ -79,8 +79,8 @@ type contextBlock struct {
 
 // record keeps an allocation whose bytes were taken on device.
 func (c *core) ctxRecord(ctx uint64, ordinal int, p interpose.DevicePtr, size uint64) {
-	d := c.mem.existing(ordinal)
-	if d == nil {
+	ledger := c.mem.ledgerAt(ordinal)
+	if ledger == nil {
 		return
 	}
 	l := &c.contexts
@@ -88,7 +88,7 @@ func (c *core) ctxRecord(ctx uint64, ordinal int, p interpose.DevicePtr, size ui
 	if l.blocks == nil {
 		l.blocks = map[interpose.DevicePtr]contextBlock{}
 	}
-	l.blocks[p] = contextBlock{ctx: ctx, device: ordinal, size: size, ledger: d.ledger}
+	l.blocks[p] = contextBlock{ctx: ctx, device: ordinal, size: size, ledger: ledger}
 	l.mu.Unlock()
 }
 

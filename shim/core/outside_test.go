@@ -108,3 +108,20 @@ func TestLedgerOutlivesReset(t *testing.T) {
 		t.Fatalf("after the handle was released: used %d, want the pool's %d", used, 8<<20)
 	}
 }
+
+// TestGiveWhileResetDropsTheDevice: bytes taken outside the pool and given
+// back between a reset and the device's next use reach its ledger.
+func TestGiveWhileResetDropsTheDevice(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=16MiB")
+	c := &core{mem: m.memory}
+	if rc := c.take(0, 8<<20, takeContext); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.deviceReset(0); rc != interpose.Success || m.existing(0) != nil {
+		t.Fatalf("reset: %v", rc)
+	}
+	c.give(0, 8<<20) // a created context's block, freed now
+	if _, rc := m.malloc(request{size: 16 << 20}); rc != interpose.Success {
+		t.Fatalf("the whole quota after the context's memory was given back: %v, used %d", rc, m.existing(0).ledger.used())
+	}
+}

@@ -34,8 +34,8 @@ type mapping struct {
 
 // vmmCreated records a handle whose size bytes on device were taken.
 func (c *core) vmmCreated(handle uint64, ordinal int, size uint64) {
-	d := c.mem.existing(ordinal)
-	if d == nil {
+	ledger := c.mem.ledgerAt(ordinal)
+	if ledger == nil {
 		return
 	}
 	v := &c.vmm
@@ -45,7 +45,7 @@ func (c *core) vmmCreated(handle uint64, ordinal int, size uint64) {
 		v.handles = map[uint64]*physical{}
 		v.mappings = map[interpose.DevicePtr]mapping{}
 	}
-	v.handles[handle] = &physical{size: size, ledger: d.ledger, refs: 1}
+	v.handles[handle] = &physical{size: size, ledger: ledger, refs: 1}
 }
 
 func (c *core) vmmRetained(handle uint64) {
