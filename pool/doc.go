@@ -38,7 +38,8 @@
 //	cudaDeviceReset              Close() before the real call; New afterwards
 //	cudaMemGetInfo               total = Quota, free = the ledger's headroom
 //	                             + Stats().CachedBytes (cached memory is the application's to use)
-//	a request outside the pool   ReleaseCached() when the ledger cannot hold it,
+//	a request outside the pool   ReleaseCached(true) when the ledger cannot hold it
+//	                             (false from another context than the pool's),
 //	                             then the request once more
 //	SPILLWAY_REPORT=1            Stats().String() at exit
 //
@@ -150,8 +151,9 @@
 // bytes; the shim gives every device's pool a ledger it shares with the
 // memory it counts outside the pool, so that one limit holds for both, and
 // a user of the ledger whose request does not fit calls ReleaseCached,
-// which synchronizes if freed blocks wait for it and returns every empty
-// segment and every free and idle granule, and tries once more. The ledger
+// which returns every empty segment and every free and idle granule (after
+// a synchronization, if the caller allows one and freed blocks wait for
+// it), and tries once more. The ledger
 // is called with the pool's lock held and must never call back into the
 // pool; ReleaseCached takes the lock, so it is called from outside.
 // Host memory (spilling) is not the ledger's: Options.HostLimit bounds it.

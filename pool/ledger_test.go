@@ -112,7 +112,10 @@ func TestSharedLedger(t *testing.T) {
 			if l.Take(16 * miB) {
 				t.Fatal("the ledger admitted 16 MiB while the pool held its cache")
 			}
-			if n := p.ReleaseCached(); n == 0 || device() != 0 {
+			if n := p.ReleaseCached(false); n != 0 {
+				t.Fatalf("without synchronizing, ReleaseCached released %d bytes of a block still pending", n)
+			}
+			if n := p.ReleaseCached(true); n == 0 || device() != 0 {
 				t.Fatalf("ReleaseCached returned %d bytes, the device still holds %d", n, device())
 			}
 			if !l.Take(16 * miB) {

@@ -49,9 +49,9 @@ type reclaimers struct {
 	// waiting for the oldest if none is complete; it reports whether it
 	// gave back any. It takes no lock of the pool's.
 	inflight func() bool
-	// cache makes the pool return its releasable cache
-	// (pool.Pool.ReleaseCached); it takes the pool's lock.
-	cache func() uint64
+	// cache makes the pool return its releasable cache, synchronizing
+	// first if asked (pool.Pool.ReleaseCached); it takes the pool's lock.
+	cache func(synchronize bool) uint64
 }
 
 type extBlock struct {
@@ -137,9 +137,13 @@ func (l *deviceLedger) hold(n uint64) {
 
 // takeOutside admits n bytes outside the pool. If the quota cannot hold
 // them, the pool's stream-ordered frees in flight and then its cache go
-// back to the device first, and the take is tried once more. The caller
-// holds no lock of the pool's.
-func (l *deviceLedger) takeOutside(n uint64) bool {
+// back to the device first, and the take is tried once more. inPrimary
+// says that the calling thread is in the device's primary context, the
+// pool's, so that the pool may synchronize to release what waits for a
+// synchronization; elsewhere a synchronization would wait for the wrong
+// context, and only what is known free goes back. The caller holds no
+// lock of the pool's.
+func (l *deviceLedger) takeOutside(n uint64, inPrimary bool) bool {
 	if l.take(n, true) {
 		return true
 	}
@@ -150,7 +154,7 @@ func (l *deviceLedger) takeOutside(n uint64) bool {
 	for r.inflight() {
 		// each call settles at least one free in flight
 	}
-	r.cache()
+	r.cache(inPrimary)
 	return l.take(n, true)
 }
 

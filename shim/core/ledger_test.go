@@ -23,7 +23,8 @@ func TestDeviceLedgerArithmetic(t *testing.T) {
 			outside := g%2 == 0
 			take, give := l.Take, l.Give
 			if outside {
-				take, give = l.takeOutside, l.giveOutside
+				take = func(n uint64) bool { return l.takeOutside(n, g%4 == 0) }
+				give = l.giveOutside
 			}
 			var mine []uint64
 			for range 20000 {
@@ -76,7 +77,10 @@ func TestDeviceLedgerReclaims(t *testing.T) {
 			inflight = 0
 			return true
 		},
-		cache: func() uint64 {
+		cache: func(synchronize bool) uint64 {
+			if !synchronize {
+				return 0 // what is cached waits for a synchronization
+			}
 			cacheCalls++
 			n := cached
 			l.Give(n)
@@ -87,16 +91,19 @@ func TestDeviceLedgerReclaims(t *testing.T) {
 	if l.Take(8) || cacheCalls != 0 || inflight != 0 {
 		t.Fatalf("the pool's take of 8: cache asked %d times, %d in flight left", cacheCalls, inflight)
 	}
-	if !l.takeOutside(14) || cacheCalls != 1 || l.used() != 14 {
+	if l.takeOutside(14, false) || cacheCalls != 0 {
+		t.Fatalf("14 outside without a synchronization: used %d", l.used())
+	}
+	if !l.takeOutside(14, true) || cacheCalls != 1 || l.used() != 14 {
 		t.Fatalf("14 outside after the cache was returned: used %d, cache asked %d times", l.used(), cacheCalls)
 	}
-	if l.takeOutside(3) || cacheCalls != 2 {
+	if l.takeOutside(3, true) || cacheCalls != 2 {
 		t.Fatalf("3 more outside: used %d, cache asked %d times", l.used(), cacheCalls)
 	}
 	// Without a quota, memory outside the pool is always admitted and does
 	// not count against the pool.
 	u := newDeviceLedger(16, false)
-	if !u.takeOutside(100) || !u.Take(16) || u.Take(1) || u.used() != 116 {
+	if !u.takeOutside(100, false) || !u.Take(16) || u.Take(1) || u.used() != 116 {
 		t.Fatalf("without a quota: used %d", u.used())
 	}
 }

@@ -245,7 +245,7 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	d.back = newBacking(rt, d, m.index)
 	d.back.releaseFailed = m.releaseFailed(d)
 	p, err := pool.New(d.back, opt)
-	r := &reclaimers{inflight: d.back.makeRoom, cache: func() uint64 { return 0 }}
+	r := &reclaimers{inflight: d.back.makeRoom, cache: func(bool) uint64 { return 0 }}
 	if p != nil {
 		r.cache = p.ReleaseCached
 	}
@@ -400,7 +400,7 @@ func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, inter
 	}
 	defer d.outside.RUnlock()
 	size := charge(r.size)
-	if !d.ledger.takeOutside(size) {
+	if !d.ledger.takeOutside(size, true) {
 		used := d.ledger.used()
 		m.probes.Refuse(r.size, d.ordinal, used, d.quota)
 		m.refused(r.kind, r.size, d.ordinal, used, d.quota)

@@ -31,9 +31,9 @@ func (k takeKind) String() string {
 	return "an allocation in a created context"
 }
 
-// take admits size bytes on device outside the pool, the pool returning its
-// cache first if they do not fit, or refuses them for the quota (the
-// refuse probe fires, and a rate-limited warning).
+// take admits size bytes on device outside the pool, the pool returning
+// what it holds known free first if they do not fit, or refuses them for
+// the quota (the refuse probe fires, and a rate-limited warning).
 func (c *core) take(ordinal int, size uint64, kind takeKind) interpose.Error {
 	if c.broken != nil {
 		return interpose.ErrorInitialization
@@ -42,7 +42,9 @@ func (c *core) take(ordinal int, size uint64, kind takeKind) interpose.Error {
 	if rc != interpose.Success {
 		return rc
 	}
-	if d.ledger.takeOutside(charge(size)) {
+	// The front cannot say which context a cuMemCreate runs in: the
+	// pool returns only what is known free, without synchronizing.
+	if d.ledger.takeOutside(charge(size), false) {
 		return interpose.Success
 	}
 	used := d.ledger.used()
