@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/spillway-gpu/spillway/interpose"
+	"github.com/spillway-gpu/spillway/pool"
 )
 
 // deviceLedger is one device's bytes against its quota, and the only place
@@ -133,6 +134,16 @@ func (l *deviceLedger) hold(n uint64) {
 	l.mu.Lock()
 	l.pool += n
 	l.mu.Unlock()
+}
+
+// reclaimFrom makes back and p (nil when the device has no pool) what the
+// ledger reclaims from, from now on.
+func (l *deviceLedger) reclaimFrom(back *backing, p *pool.Pool) {
+	r := &reclaimers{inflight: back.makeRoom, cache: func(bool) uint64 { return 0 }}
+	if p != nil {
+		r.cache = p.ReleaseCached
+	}
+	l.reclaim.Store(r)
 }
 
 // takeOutside admits n bytes outside the pool. If the quota cannot hold

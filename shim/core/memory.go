@@ -245,11 +245,7 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	d.back = newBacking(rt, d, m.index)
 	d.back.releaseFailed = m.releaseFailed(d)
 	p, err := pool.New(d.back, opt)
-	r := &reclaimers{inflight: d.back.makeRoom, cache: func(bool) uint64 { return 0 }}
-	if p != nil {
-		r.cache = p.ReleaseCached
-	}
-	d.ledger.reclaim.Store(r)
+	d.ledger.reclaimFrom(d.back, p)
 	if err != nil {
 		d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
 		if m.cfg.PoolReserve > d.quota {
