@@ -59,6 +59,34 @@ func (p *Pool) ForgetStream(s Stream) {
 	p.dropCache(c)
 }
 
+// ReleaseCached returns to the device the memory the pool holds that no
+// block uses: every empty segment and every free and idle granule, whatever
+// Options.ReleaseThreshold says. With synchronize, and if freed blocks wait
+// for a synchronization or a marker, it first synchronizes the device
+// through the Backing (not under stream capture), so that they are
+// released too; a caller that cannot vouch that the Backing's
+// synchronization covers the pool's work (a thread in another CUDA context)
+// passes false. It returns how many device bytes it gave back to the
+// ledger. Whoever shares the pool's Ledger calls it when a request of its
+// own does not fit; it takes the pool's lock, so a Backing, Ledger or
+// Observer method never calls it.
+func (p *Pool) ReleaseCached(synchronize bool) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0
+	}
+	before := p.stats.BytesReleased
+	if synchronize && (p.pending.bytes > 0 || p.streamBytes() > 0) {
+		// A failure is counted in Stats; what is already free goes back.
+		if err := p.synchronize(); errors.Is(err, ErrClosed) {
+			return p.stats.BytesReleased - before
+		}
+	}
+	p.releaseEmptyWhile(func() bool { return true })
+	return p.stats.BytesReleased - before
+}
+
 // Allocation describes a live allocation.
 type Allocation struct {
 	Base, Size uint64 // Size is the aligned size accounted
@@ -125,6 +153,9 @@ func (p *Pool) Close() error {
 			errs = append(errs, fmt.Errorf("pool: releasing segment %#x: %w", seg.base, err))
 		}
 	}
+	// Everything is forgotten, a failed release included: the device is
+	// about to be reset, or no longer used.
+	p.ledger.Give(p.devBytes)
 	p.live, p.segs, p.streams, p.spare, p.lastCache = ptrMap{}, nil, nil, nil, nil
 	p.caches, p.unreleased = cacheList{}, nil
 	p.devBytes, p.hostBytes, p.segBytes, p.segLive = 0, 0, 0, 0

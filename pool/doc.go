@@ -1,7 +1,8 @@
 // Package pool is Spillway's allocator of device memory: one Pool per device
 // serves cudaMalloc, cudaFree, cudaMallocAsync and cudaFreeAsync from segments
-// it reserves through a Backing, keeps CUDA's ordering guarantees, enforces
-// the device quota and, when asked, spills what the quota cannot hold to host
+// it reserves through a Backing, keeps CUDA's ordering guarantees, takes
+// every device byte it holds from a Ledger that enforces the device quota
+// and, when asked, spills what the quota cannot hold to host
 // memory and promotes it back later.
 //
 // Where the device has virtual memory management (VirtualBacking), segments
@@ -19,7 +20,9 @@
 // # Wiring
 //
 // The shim keeps one Pool per device (created with New at the device's first
-// allocation, from DefaultOptions(quota) plus the environment) and maps:
+// allocation, from DefaultOptions(quota) plus the environment, with
+// Options.Ledger the device's ledger, which also counts the memory the shim
+// serves outside the pool) and maps:
 //
 //	cudaMalloc(&p, n)            p, err = Alloc(n)  (n == 0 gives 0, nil)
 //	cudaMallocPitch              Alloc(pitch*height), pitch chosen by the shim
@@ -33,8 +36,11 @@
 //	cudaStreamDestroy(s)         ForgetStream(Stream(s)) before the real call
 //	thread exit                  ForgetStream of the thread's per-thread identity
 //	cudaDeviceReset              Close() before the real call; New afterwards
-//	cudaMemGetInfo               Stats(): total = Quota, free = Quota - ReservedBytes
-//	                             + CachedBytes (cached memory is the application's to use)
+//	cudaMemGetInfo               total = Quota, free = the ledger's headroom
+//	                             + Stats().CachedBytes (cached memory is the application's to use)
+//	a request outside the pool   ReleaseCached(true) when the ledger cannot hold it
+//	                             (false from another context than the pool's),
+//	                             then the request once more
 //	SPILLWAY_REPORT=1            Stats().String() at exit
 //
 // Errors map to CUDA's: ErrOutOfMemory (wrapped by every refusal, with
@@ -130,6 +136,27 @@
 // A device synchronization covers every stream. Blocks freed on another
 // stream are never waited for while the quota has room: the pool grows
 // instead, so stream-ordered code never blocks on the host.
+//
+// # The ledger
+//
+// The pool admits nothing by itself: before it reserves a segment, creates
+// a granule, passes a request through or promotes a block, it takes the
+// bytes from its Ledger (Take), and it gives them back (Give) once the
+// Backing has released them, or at once if the Backing refused; Close gives
+// back everything it held. Headroom, what Take would admit now, decides
+// how many granules a placement may create and whether a promotion can
+// fit. Options.Quota still sizes shared segments and arenas and sets the
+// default release threshold, but "the quota holds" below means "the ledger
+// admits". A pool alone under its quota uses a QuotaLedger of Options.Quota
+// bytes; the shim gives every device's pool a ledger it shares with the
+// memory it counts outside the pool, so that one limit holds for both, and
+// a user of the ledger whose request does not fit calls ReleaseCached,
+// which returns every empty segment and every free and idle granule (after
+// a synchronization, if the caller allows one and freed blocks wait for
+// it), and tries once more. The ledger
+// is called with the pool's lock held and must never call back into the
+// pool; ReleaseCached takes the lock, so it is called from outside.
+// Host memory (spilling) is not the ledger's: Options.HostLimit bounds it.
 //
 // # Growth, release and the quota
 //

@@ -91,11 +91,11 @@ func (p *Pool) promote() error {
 	}()
 	for !p.closed {
 		b := p.spilled.head
-		if b == nil || p.devBytes-p.releasableBytes()+b.size > p.opt.Quota {
+		if b == nil || p.ledger.Headroom()+p.releasableBytes() < b.size {
 			return nil
 		}
-		p.releaseEmptyWhile(func() bool { return p.devBytes+b.size > p.opt.Quota })
-		if p.devBytes+b.size > p.opt.Quota {
+		p.releaseEmptyWhile(func() bool { return p.ledger.Headroom() < b.size })
+		if !p.ledger.Take(b.size) {
 			return nil
 		}
 		p.spilled.remove(b)
@@ -106,7 +106,7 @@ func (p *Pool) promote() error {
 		p.mu.Lock()
 		b.moving = false
 		if err != nil && (errors.Is(err, ErrNotMoved) || isOOM(err) || errors.Is(err, ErrStreamCapture)) {
-			p.devBytes -= b.size
+			p.subDevice(b.size)
 			if errors.Is(err, ErrStreamCapture) {
 				p.stats.CaptureSkips++
 			} else {

@@ -5,9 +5,16 @@ import "fmt"
 // Options configure a Pool. Start from DefaultOptions and change fields; the
 // zero value of a field means zero, never "default".
 type Options struct {
-	// Quota is the most device memory the pool may hold reserved, in bytes:
-	// segments, pass-through allocations and promoted blocks together.
+	// Quota is the device's quota in bytes. It sizes shared segments, arenas
+	// and the default release threshold, and bounds the device memory the
+	// pool may hold reserved (segments, granules, pass-through allocations
+	// and promoted blocks together) when Ledger is nil.
 	Quota uint64
+	// Ledger admits every device byte the pool reserves and is given back
+	// every byte it releases; nil means a QuotaLedger of Quota bytes, the
+	// pool's alone. A ledger shared with other users of the device makes
+	// the quota hold for all of them.
+	Ledger Ledger
 	// Pooling serves requests from pooled segments. When false the pool
 	// passes every request to the Backing and only keeps the quota's
 	// accounting (SPILLWAY_POOL=0).

@@ -240,6 +240,7 @@ type Pool struct {
 	host     HostBacking // nil when the Backing cannot spill
 	ordered  StreamOrderedBacking
 	virt     *virtualMemory // nil without virtual memory
+	ledger   Ledger         // admits every device byte (devBytes) the pool holds
 	opt      Options
 	obs      Observer
 	closed   bool
@@ -287,8 +288,12 @@ func New(back Backing, opt Options) (*Pool, error) {
 		back:     back,
 		opt:      opt,
 		obs:      opt.Observer,
+		ledger:   opt.Ledger,
 		reserved: opt.Reserve == 0,
 		streams:  make(map[Stream]*streamCache),
+	}
+	if p.ledger == nil {
+		p.ledger = NewQuotaLedger(opt.Quota)
 	}
 	p.cond.L = &p.mu
 	p.host, _ = back.(HostBacking)
@@ -573,14 +578,10 @@ func (p *Pool) allocate(size uint64, async bool, s Stream) (uint64, error) {
 			return p.hand(b, size, SourceCache), nil
 		}
 	}
-	if seg := p.segmentSize(size); p.devBytes+seg <= p.opt.Quota {
-		b, err := p.grow(seg, class)
-		if err == nil {
-			return p.hand(b, size, SourceDevice), nil
-		}
-		if !errors.Is(err, ErrOutOfMemory) {
-			return 0, err
-		}
+	if b, err := p.grow(p.segmentSize(size), class); err == nil {
+		return p.hand(b, size, SourceDevice), nil
+	} else if !errors.Is(err, ErrOutOfMemory) {
+		return 0, err
 	}
 	return p.allocUnderPressure(size, class, async, s, captured)
 }
@@ -606,9 +607,6 @@ func (p *Pool) allocUnderPressure(size uint64, class int, async bool, s Stream, 
 	p.releaseEmptyWhile(func() bool { return true })
 	var deviceFull error // the device itself is out of memory, below the quota
 	for _, grow := range [...]uint64{p.segmentSize(size), size} {
-		if p.devBytes+grow > p.opt.Quota {
-			continue
-		}
 		b, err := p.grow(grow, class)
 		if err == nil {
 			return p.hand(b, size, SourceDevice), nil
@@ -616,7 +614,9 @@ func (p *Pool) allocUnderPressure(size uint64, class int, async bool, s Stream, 
 		if !errors.Is(err, ErrOutOfMemory) {
 			return 0, err
 		}
-		deviceFull = err
+		if !errors.Is(err, errNoRoom) {
+			deviceFull = err
+		}
 	}
 	if p.opt.Oversubscribe {
 		return p.spill(size)
@@ -634,8 +634,8 @@ func (p *Pool) refuse(size uint64, deviceFull error) error {
 	if deviceFull != nil {
 		return fmt.Errorf("pool: %d bytes requested with %d bytes reserved: %w", size, p.devBytes, deviceFull)
 	}
-	return fmt.Errorf("pool: %d bytes requested with %d of a %d-byte quota reserved (%d live): %w: %w",
-		size, p.devBytes, p.opt.Quota, p.stats.LiveBytes, ErrQuota, ErrOutOfMemory)
+	return fmt.Errorf("pool: %d bytes requested with %d of a %d-byte quota reserved (%d live) and %d more admitted by the ledger: %w: %w",
+		size, p.devBytes, p.opt.Quota, p.stats.LiveBytes, p.ledger.Headroom(), ErrQuota, ErrOutOfMemory)
 }
 
 // How far fromCache searches.

@@ -37,8 +37,12 @@ func (p *Pool) recycle(b *block) {
 // grow reserves a segment of size bytes for class and returns its single free
 // block, already in the class index.
 func (p *Pool) grow(size uint64, class int) (*block, error) {
+	if !p.ledger.Take(size) {
+		return nil, fmt.Errorf("pool: reserving a %d-byte segment: %w", size, errNoRoom)
+	}
 	base, err := p.back.Reserve(size)
 	if err != nil {
+		p.ledger.Give(size)
 		if !isOOM(err) {
 			p.stats.BackingErrors++
 		}
@@ -46,6 +50,9 @@ func (p *Pool) grow(size uint64, class int) (*block, error) {
 	}
 	if base%Alignment != 0 || base == 0 {
 		relErr := p.back.Release(base, size)
+		if relErr == nil {
+			p.ledger.Give(size)
+		}
 		return nil, fmt.Errorf("pool: backing returned segment %#x, not aligned to %d bytes (release: %v)", base, Alignment, relErr)
 	}
 	seg := &segment{base: base, size: size, class: class}
@@ -62,9 +69,20 @@ func (p *Pool) grow(size uint64, class int) (*block, error) {
 	return b, nil
 }
 
+// errNoRoom says that the ledger did not admit the bytes a reservation
+// needs: the quota is full, not the device.
+var errNoRoom = fmt.Errorf("the ledger has no room: %w: %w", ErrQuota, ErrOutOfMemory)
+
+// addDevice counts size device bytes the ledger admitted and the pool now holds.
 func (p *Pool) addDevice(size uint64) {
 	p.devBytes += size
 	p.stats.PeakReservedBytes = max(p.stats.PeakReservedBytes, p.devBytes)
+}
+
+// subDevice counts size device bytes released and gives them back to the ledger.
+func (p *Pool) subDevice(size uint64) {
+	p.devBytes -= size
+	p.ledger.Give(size)
 }
 
 // releaseSegment returns an empty segment to the device.
@@ -82,7 +100,7 @@ func (p *Pool) releaseSegment(seg *segment) error {
 	i, _ := slices.BinarySearchFunc(p.segs, seg.base, bySegmentBase)
 	p.segs = slices.Delete(p.segs, i, i+1)
 	p.segBytes -= seg.size
-	p.devBytes -= seg.size
+	p.subDevice(seg.size)
 	p.stats.Segments--
 	p.stats.SegmentsReleased++
 	p.stats.BytesReleased += seg.size

@@ -7,7 +7,7 @@ import "fmt"
 
 // passThrough reserves one allocation directly from the backing.
 func (p *Pool) passThrough(size uint64, async bool, s Stream) (uint64, error) {
-	if p.devBytes+size > p.opt.Quota {
+	if !p.ledger.Take(size) {
 		if p.opt.Oversubscribe {
 			return p.spill(size)
 		}
@@ -21,6 +21,7 @@ func (p *Pool) passThrough(size uint64, async bool, s Stream) (uint64, error) {
 		base, err = p.back.Reserve(size)
 	}
 	if err != nil {
+		p.ledger.Give(size)
 		if p.opt.Oversubscribe && isOOM(err) {
 			return p.spill(size)
 		}
@@ -88,9 +89,9 @@ func (p *Pool) releaseUnpooled(b *block, s *Stream) error {
 	}
 	switch {
 	case b.tier == TierDevice:
-		p.devBytes -= b.size
+		p.subDevice(b.size)
 	case b.promoted:
-		p.devBytes -= b.size
+		p.subDevice(b.size)
 		p.stats.PromotedBytes -= b.size
 	default:
 		if b.tier == TierManaged && !b.freedMoving {

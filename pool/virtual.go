@@ -315,10 +315,7 @@ func (p *Pool) commit(b *block, size uint64, spill bool) error {
 	seg := b.seg
 	first, last := v.granuleRange(seg, b.base, size)
 	need, idleHere := v.shortOf(b, size)
-	var headroom uint64
-	if p.devBytes < p.opt.Quota {
-		headroom = (p.opt.Quota - p.devBytes) >> v.shift
-	}
+	headroom := p.ledger.Headroom() >> v.shift
 	if spill && p.hostBytes < p.opt.HostLimit {
 		headroom += (p.opt.HostLimit - p.hostBytes) >> v.shift
 	}
@@ -442,11 +439,12 @@ func (p *Pool) takePhysical() (uint64, error) {
 			return h, nil
 		}
 	}
-	if p.devBytes+v.gran > p.opt.Quota {
+	if !p.ledger.Take(v.gran) {
 		return 0, fmt.Errorf("pool: no granule within the quota: %w", errNoPhysical)
 	}
 	h, err := v.back.CreatePhysical(v.gran, TierDevice)
 	if err != nil {
+		p.ledger.Give(v.gran)
 		return 0, fmt.Errorf("pool: creating a %d-byte granule: %w", v.gran, err)
 	}
 	v.granule++
@@ -586,7 +584,7 @@ func (p *Pool) releaseGranulesWhile(cond func() bool) {
 		v.granule--
 		p.stats.Granules = v.granule
 		p.segBytes -= v.gran
-		p.devBytes -= v.gran
+		p.subDevice(v.gran)
 		p.stats.BytesReleased += v.gran
 	}
 }

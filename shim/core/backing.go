@@ -23,12 +23,14 @@ const perThreadBit = 1 << 63
 // caller's, and leaves the thread's last error as the application left it,
 // so the failures the pool recovers from (a reservation refused before a
 // spill, a marker not yet reached) never reach cudaGetLastError.
-// Reservations are admitted by the device's account, which also holds the
-// memory outside the pool, so the quota covers both.
+// It admits nothing: the pool takes every device byte from the device's
+// ledger before it reserves it, and gives it back once released. The
+// backing only keeps counted, with hold, the bytes of a stream-ordered
+// free the device has not reached yet.
 type backing struct {
 	rt      realRuntime
 	ordinal int
-	acct    *account
+	ledger  *deviceLedger
 	dev     *device
 	index   *addrIndex // where the ranges it reserves are found by address
 	// releaseFailed reports memory the runtime refused to free; deferred
@@ -44,7 +46,7 @@ type backing struct {
 	// mu guards what the core also reaches outside the pool's lock.
 	mu sync.Mutex
 	// inflight are stream-ordered frees the device has not reached yet: the
-	// device still holds their bytes, so the account keeps them.
+	// device still holds their bytes, so the ledger keeps them.
 	inflight []inflightFree
 }
 
@@ -54,12 +56,12 @@ const maxInflight = 64
 
 type inflightFree struct {
 	done    interpose.Event
-	size    uint64                 // device bytes the account keeps until done
+	size    uint64                 // device bytes the ledger keeps until done
 	release func() interpose.Error // the free to make once done; nil: made already
 }
 
 func newBacking(rt realRuntime, d *device, index *addrIndex) *backing {
-	return &backing{rt: rt, ordinal: d.ordinal, acct: d.acct, dev: d, index: index,
+	return &backing{rt: rt, ordinal: d.ordinal, ledger: d.ledger, dev: d, index: index,
 		pinned: map[uint64]uint64{}, promoted: map[uint64]uint64{}}
 }
 
@@ -72,27 +74,10 @@ func cudaErr(call string, rc interpose.Error) error {
 	return fmt.Errorf("%s: %w", call, rc)
 }
 
-var errQuota = fmt.Errorf("the device quota is held by memory outside the pool: %w", pool.ErrOutOfMemory)
-
-// admit takes size bytes from the account, giving back what the
-// stream-ordered frees in flight hold if the quota needs it.
-func (b *backing) admit(size uint64) bool {
-	for !b.acct.take(size, false) {
-		if !b.makeRoom() {
-			return false
-		}
-	}
-	return true
-}
-
 // Reserve calls cudaMalloc.
 func (b *backing) Reserve(size uint64) (uint64, error) {
-	if !b.admit(size) {
-		return 0, errQuota
-	}
 	p, rc := b.rt.Malloc(size)
 	if rc != interpose.Success {
-		b.acct.give(size, false)
 		return 0, cudaErr(fmt.Sprintf("cudaMalloc of %d bytes on device %d", size, b.ordinal), rc)
 	}
 	b.index.add(uint64(p), size, b.dev)
@@ -107,7 +92,6 @@ func (b *backing) Release(base, size uint64) error {
 		return err
 	}
 	b.index.remove(base, b.dev)
-	b.acct.give(size, false)
 	return nil
 }
 
@@ -121,20 +105,17 @@ func asyncStream(s pool.Stream) interpose.Stream {
 
 // ReserveAsync calls cudaMallocAsync (pass-through mode only).
 func (b *backing) ReserveAsync(size uint64, s pool.Stream) (uint64, error) {
-	if !b.admit(size) {
-		return 0, errQuota
-	}
 	p, rc := b.rt.MallocAsync(size, asyncStream(s))
 	if rc != interpose.Success {
-		b.acct.give(size, false)
 		return 0, cudaErr(fmt.Sprintf("cudaMallocAsync of %d bytes on device %d", size, b.ordinal), rc)
 	}
 	b.index.add(uint64(p), size, b.dev)
 	return uint64(p), nil
 }
 
-// ReleaseAsync calls cudaFreeAsync (pass-through mode only). The bytes stay
-// accounted until an event recorded after the free completes.
+// ReleaseAsync calls cudaFreeAsync (pass-through mode only). The bytes,
+// which the pool gives back when this returns, stay held in the ledger
+// until an event recorded after the free completes.
 func (b *backing) ReleaseAsync(base, size uint64, s pool.Stream) error {
 	on := asyncStream(s)
 	if rc := b.rt.FreeAsync(interpose.DevicePtr(base), on); rc != interpose.Success {
@@ -143,6 +124,7 @@ func (b *backing) ReleaseAsync(base, size uint64, s pool.Stream) error {
 		return err
 	}
 	b.index.remove(base, b.dev)
+	b.ledger.hold(size)
 	b.afterStream(on, inflightFree{size: size}) // nothing to release: no failure
 	return nil
 }
@@ -164,7 +146,7 @@ func (b *backing) afterStream(on interpose.Stream, f inflightFree) interpose.Err
 				return rc
 			}
 		}
-		b.acct.give(f.size, false)
+		b.ledger.Give(f.size)
 		return interpose.Success
 	}
 	f.done = done
@@ -231,7 +213,7 @@ func (b *backing) settle(f inflightFree) {
 			return
 		}
 	}
-	b.acct.give(f.size, false)
+	b.ledger.Give(f.size)
 }
 
 // settleAll finishes every free in flight; the device was synchronized.
@@ -384,11 +366,12 @@ func (b *backing) reserveManaged(size uint64) (uint64, interpose.Error) {
 	return uint64(p), interpose.Success
 }
 
-// ReleaseHost frees a spilled block; a promoted one gives its device bytes
-// back. Freed by cudaFreeAsync (s names the stream), it is freed once the
-// device reaches an event recorded on that stream, since cudaFree of
-// managed memory and cudaFreeHost would wait for the device; by cudaFree,
-// at once.
+// ReleaseHost frees a spilled block. Freed by cudaFreeAsync (s names the
+// stream), it is freed once the device reaches an event recorded on that
+// stream, since cudaFree of managed memory and cudaFreeHost would wait for
+// the device; by cudaFree, at once. The device bytes of a promoted block,
+// which the pool gives back when this returns, stay held in the ledger
+// until then.
 func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream) error {
 	var release func() interpose.Error
 	call := fmt.Sprintf("cudaFree(%#x) of a spilled block", base)
@@ -405,7 +388,9 @@ func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream)
 	deviceBytes := b.promoted[base]
 	b.mu.Unlock()
 	if s != nil {
+		b.ledger.hold(deviceBytes)
 		if rc := b.afterStream(asyncStream(*s), inflightFree{size: deviceBytes, release: release}); rc != interpose.Success {
+			b.ledger.Give(deviceBytes) // still live: the pool keeps it counted
 			err := cudaErr(call, rc)
 			b.releaseFailed(err, false)
 			return err
@@ -416,7 +401,6 @@ func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream)
 			b.releaseFailed(err, false)
 			return err
 		}
-		b.acct.give(deviceBytes, false)
 	}
 	b.index.remove(base, b.dev)
 	delete(b.pinned, base)
@@ -433,15 +417,8 @@ func (b *backing) Promote(base, size uint64) error {
 	if b.capturing(0) {
 		return fmt.Errorf("promoting %#x to device %d: %w", base, b.ordinal, pool.ErrStreamCapture)
 	}
-	// A block whose earlier promotion failed half-way may still hold its
-	// device bytes in the account (see below): they are not taken twice.
+	// The pool took the device bytes from the ledger before the call.
 	b.mu.Lock() // Promote runs outside the pool's lock
-	heldBefore := b.promoted[base] != 0
-	b.mu.Unlock()
-	if !heldBefore && !b.acct.take(size, false) {
-		return errQuota
-	}
-	b.mu.Lock()
 	b.promoted[base] = size
 	b.mu.Unlock()
 	p := interpose.DevicePtr(base)
@@ -460,9 +437,9 @@ func (b *backing) Promote(base, size uint64) error {
 	err := cudaErr(fmt.Sprintf("promoting %#x (%d bytes) to device %d", base, size, b.ordinal), rc)
 	// Back to the host's preference and the host, so the block is where the
 	// pool thinks. If it may have reached the device and cannot be moved
-	// back, its bytes stay counted until it is freed, and the pool counts it
-	// on the device (pool.HostBacking): the quota holds.
-	mayBeOnDevice := moving || heldBefore
+	// back, the pool counts it on the device until it is freed
+	// (pool.HostBacking): the quota holds.
+	mayBeOnDevice := moving
 	back := b.rt.MemAdvise(p, size, interpose.AdviseSetPreferredLocation, interpose.CPUDevice)
 	if mayBeOnDevice && back == interpose.Success {
 		back = b.rt.MemPrefetchAsync(p, size, interpose.CPUDevice, 0)
@@ -471,12 +448,13 @@ func (b *backing) Promote(base, size uint64) error {
 		}
 	}
 	if mayBeOnDevice && back != interpose.Success {
-		return err
+		// Not wrapping ErrOutOfMemory, which would tell the pool that
+		// nothing moved.
+		return fmt.Errorf("%v; moving it back to the host: %w", err, back)
 	}
 	b.mu.Lock()
 	delete(b.promoted, base)
 	b.mu.Unlock()
-	b.acct.give(size, false)
 	return fmt.Errorf("%w: %w", err, pool.ErrNotMoved)
 }
 
@@ -511,8 +489,8 @@ func (o *observer) Promote(ptr, size uint64, tier pool.Tier) {
 }
 
 func (o *observer) Refuse(size, _, quota uint64) {
-	if o.probes.Enabled() { // the account's figure takes its lock
-		o.probes.Refuse(size, o.d.ordinal, o.d.acct.used(), quota)
+	if o.probes.Enabled() { // the ledger's figure takes its lock
+		o.probes.Refuse(size, o.d.ordinal, o.d.ledger.used(), quota)
 	}
 }
 

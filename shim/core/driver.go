@@ -58,7 +58,7 @@ func (c *core) nvmlMemory(ordinal int, total, used uint64) (uint64, uint64, inte
 	}
 	if d := c.mem.existing(ordinal); d != nil {
 		if d.limited {
-			return d.quota, d.acct.used(), interpose.Success
+			return d.quota, d.ledger.used(), interpose.Success
 		}
 		return total, used, interpose.Success
 	}

@@ -91,8 +91,8 @@ type refusalFunc func(kind allocKind, size uint64, device int, used, quota uint6
 // the real runtime (backing.go); with SPILLWAY_POOL=0 the pool passes every
 // request through and keeps only the quota's accounting. Memory the pool
 // does not serve (the application's own managed memory, allocations the
-// front passed through while the core was starting) is accounted beside it,
-// against the same quota.
+// front passed through while the core was starting) is taken from the same
+// ledger (ledger.go), against the same quota.
 type memory struct {
 	rt      realRuntime // the application's calls, passed through
 	on      onDevice    // the core's own calls
@@ -110,6 +110,7 @@ type memory struct {
 	live    atomic.Pointer[[]*device] // the devices in use, by ordinal
 	index   *addrIndex                // the device of every address the core holds: the free path's lookup
 	streams streamSet                 // the application's streams known valid
+	ledgers map[int]*deviceLedger     // by ordinal, for the life of the process; m.mu guards it
 	// One limiter per kind of warning, so that one kind never hides another.
 	spillWarn, hostLimitWarn, releaseWarn, backingWarn, earlyWarn limiter
 	earlyDropped                                                  atomic.Uint64 // allocations passed through while the core started and not counted
@@ -137,8 +138,8 @@ func newMemory(rt realRuntime, on onDevice, cfg config.Config, probes probeSink,
 	return m
 }
 
-// device is one device in use: its pool and the accounting it shares with
-// the memory outside the pool.
+// device is one device in use: its pool and the ledger it shares with the
+// memory outside the pool.
 type device struct {
 	ordinal int
 	quota   uint64 // the device's quota, or its real total without one
@@ -146,7 +147,7 @@ type device struct {
 	pool    *pool.Pool
 	back    *backing
 	err     error // why there is no pool (an invalid pool setting for this device)
-	acct    *account
+	ledger  *deviceLedger
 	pci     *stat.PCILocation // where it sits, for spillway stat; nil when unknown
 	// outside orders the memory held outside the pool against a reset:
 	// its calls hold it for reading, cudaDeviceReset for writing, after
@@ -158,59 +159,6 @@ type device struct {
 	// counts the releases it asked for in its own stats): the memory stays
 	// allocated (and counted), and is reported.
 	deferredReleaseErrors atomic.Uint64
-}
-
-// account is one device's bytes against its quota: what the pool holds
-// through its backing, and what is held outside the pool. Without a
-// configured quota, memory outside the pool is recorded but never refused
-// nor counted against the pool: managed memory may exceed the device.
-type account struct {
-	mu      sync.Mutex
-	quota   uint64
-	limited bool
-	pool    uint64
-	ext     uint64
-	// extBlocks are the allocations outside the pool.
-	extBlocks map[interpose.DevicePtr]extBlock
-}
-
-type extBlock struct {
-	size uint64 // charged
-	tier interpose.Tier
-}
-
-// take admits size bytes for the pool or outside it, if the quota holds them.
-// Without a configured quota, memory outside the pool is always admitted.
-func (a *account) take(size uint64, outside bool) bool {
-	a.mu.Lock()
-	held := a.pool
-	if a.limited {
-		held += a.ext
-	}
-	ok := (outside && !a.limited) || (held <= a.quota && size <= a.quota-held)
-	if ok && outside {
-		a.ext += size
-	} else if ok {
-		a.pool += size
-	}
-	a.mu.Unlock()
-	return ok
-}
-
-func (a *account) give(size uint64, outside bool) {
-	a.mu.Lock()
-	if outside {
-		a.ext -= size
-	} else {
-		a.pool -= size
-	}
-	a.mu.Unlock()
-}
-
-func (a *account) used() uint64 {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.pool + a.ext
 }
 
 // existing returns the device if it is in use.
@@ -275,7 +223,7 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	if d.limited {
 		d.quota = limit.Resolve(total)
 	}
-	d.acct = &account{quota: d.quota, limited: d.limited, extBlocks: map[interpose.DevicePtr]extBlock{}}
+	d.ledger = m.ledgerOf(ordinal, d.quota, d.limited)
 	d.pci = pciLocation(rt, ordinal)
 	opt := pool.DefaultOptions(d.quota)
 	opt.Pooling = m.cfg.Pool
@@ -294,6 +242,7 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 		opt.SpillTier = pool.TierPinned
 	}
 	opt.Observer = &observer{d: d, probes: m.probes, failed: m.backingFailed(d)}
+	opt.Ledger = d.ledger
 	d.back = newBacking(relaxedCalls{rt}, d, m.index)
 	d.back.releaseFailed = m.releaseFailed(d)
 	var back pool.Backing = d.back
@@ -303,6 +252,7 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	}
 	opt.VirtualMemory = vb != nil
 	p, err := pool.New(back, opt)
+	d.ledger.reclaimFrom(d.back, p)
 	if err != nil {
 		d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
 		if m.cfg.PoolReserve > d.quota {
@@ -435,14 +385,15 @@ func (m *memory) failed(d *device, kind allocKind, size uint64, err error) inter
 	} else if errors.Is(err, pool.ErrHostLimit) {
 		m.hostLimitRefused(d, kind, size)
 	} else if rc == interpose.ErrorMemoryAllocation {
-		m.refused(kind, size, d.ordinal, d.acct.used(), d.quota)
+		m.refused(kind, size, d.ordinal, d.ledger.used(), d.quota)
 	}
 	m.log.Debugf("%s of %d bytes on device %d: %v", kind, size, d.ordinal, err)
 	return rc
 }
 
 // mallocManaged passes the application's own managed memory through,
-// counted against the quota like device memory.
+// counted against the quota like device memory: when it does not fit, the
+// pool returns its cache first (deviceLedger.takeOutside).
 func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, interpose.Error) {
 	d.outside.RLock()
 	if d.reset {
@@ -452,20 +403,18 @@ func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, inter
 	}
 	defer d.outside.RUnlock()
 	size := charge(r.size)
-	if !d.acct.take(size, true) {
-		used := d.acct.used()
+	if !d.ledger.takeOutside(size, true) {
+		used := d.ledger.used()
 		m.probes.Refuse(r.size, d.ordinal, used, d.quota)
 		m.refused(r.kind, r.size, d.ordinal, used, d.quota)
 		return 0, interpose.ErrorMemoryAllocation
 	}
 	p, rc := m.rt.MallocManaged(r.size, r.flags)
 	if rc != interpose.Success || p == 0 {
-		d.acct.give(size, true)
+		d.ledger.giveOutside(size)
 		return 0, rc
 	}
-	d.acct.mu.Lock()
-	d.acct.extBlocks[p] = extBlock{size, interpose.TierHostManaged}
-	d.acct.mu.Unlock()
+	d.ledger.addBlock(p, extBlock{size, interpose.TierHostManaged}, true)
 	m.index.add(uint64(p), size, d)
 	// No other thread can free p before this call returns it: the event
 	// cannot be overtaken by p's free.
@@ -544,10 +493,7 @@ func (m *memory) realFreeUnknown(p interpose.DevicePtr, s interpose.Stream, asyn
 func (m *memory) freeOutside(d *device, p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
 	d.outside.RLock()
 	defer d.outside.RUnlock()
-	d.acct.mu.Lock()
-	e, ok := d.acct.extBlocks[p]
-	delete(d.acct.extBlocks, p)
-	d.acct.mu.Unlock()
+	e, ok := d.ledger.removeBlock(p)
 	if !ok || d.reset {
 		return m.realFreeUnknown(p, s, async)
 	}
@@ -555,14 +501,12 @@ func (m *memory) freeOutside(d *device, p interpose.DevicePtr, s interpose.Strea
 	m.index.remove(uint64(p), d)
 	rc := m.realFree(d, p, s, async)
 	if rc != interpose.Success {
-		d.acct.mu.Lock()
-		d.acct.extBlocks[p] = e // still allocated as far as CUDA is concerned
-		d.acct.mu.Unlock()
+		d.ledger.addBlock(p, e, true) // still allocated as far as CUDA is concerned
 		m.index.add(uint64(p), e.size, d)
 		m.probes.Alloc(p, e.size, d.ordinal, e.tier, interpose.SourcePassThrough)
 		return rc
 	}
-	d.acct.give(e.size, true)
+	d.ledger.giveOutside(e.size)
 	return interpose.Success
 }
 
@@ -609,11 +553,7 @@ func (m *memory) memGetInfo(ordinal int) (free, total uint64, rc interpose.Error
 	if !d.limited {
 		return min(free+cached, total), total, interpose.Success
 	}
-	left := uint64(0)
-	if used := d.acct.used(); used < d.quota {
-		left = d.quota - used
-	}
-	return min(min(left, free)+cached, d.quota), d.quota, interpose.Success
+	return min(min(d.ledger.left(), free)+cached, d.quota), d.quota, interpose.Success
 }
 
 // deviceReset drops the device's pool (closing it releases its memory) and
@@ -632,8 +572,10 @@ func (m *memory) deviceReset(ordinal int) interpose.Error {
 				m.log.Debugf("closing the pool of device %d before cudaDeviceReset: %v", ordinal, err)
 			}
 		}
+		d.back.settleAll() // the pool synchronized the device as it closed
 		d.outside.Lock()
 		d.reset = true
+		d.ledger.primaryReset()
 		d.outside.Unlock()
 		m.index.removeDevice(d)
 	}
@@ -684,10 +626,7 @@ func (m *memory) adopt(p interpose.DevicePtr, size uint64, ordinal int) {
 		return
 	}
 	size = charge(size)
-	d.acct.mu.Lock()
-	d.acct.ext += size
-	d.acct.extBlocks[p] = extBlock{size, interpose.TierDevice}
-	d.acct.mu.Unlock()
+	d.ledger.addBlock(p, extBlock{size, interpose.TierDevice}, false)
 	m.index.add(uint64(p), size, d)
 }
 

@@ -522,7 +522,7 @@ func TestConcurrentAccounting(t *testing.T) {
 					m.free(held[0], 0, false)
 					held = held[1:]
 				}
-				if used := m.existing(0).acct.used(); used > 8<<20 {
+				if used := m.existing(0).ledger.used(); used > 8<<20 {
 					t.Errorf("used %d over the quota", used)
 					return
 				}
@@ -534,8 +534,8 @@ func TestConcurrentAccounting(t *testing.T) {
 	}
 	wg.Wait()
 	d := m.existing(0)
-	if st := d.pool.Stats(); st.LiveBytes != 0 || st.ReservedBytes != d.acct.used() || rt.used != d.acct.used() {
-		t.Errorf("after every block was freed: %v, account %d, runtime %d", st, d.acct.used(), rt.used)
+	if st := d.pool.Stats(); st.LiveBytes != 0 || st.ReservedBytes != d.ledger.used() || rt.used != d.ledger.used() {
+		t.Errorf("after every block was freed: %v, ledger %d, runtime %d", st, d.ledger.used(), rt.used)
 	}
 }
 
@@ -674,8 +674,8 @@ func TestDeviceResetRacesWithAllocations(t *testing.T) {
 	rt.mu.Lock()
 	used := rt.used
 	rt.mu.Unlock()
-	if st := d.pool.Stats(); d.acct.used() != used || st.ReservedBytes != d.acct.pool {
-		t.Errorf("the device holds %d bytes, the account %d (pool %d), the pool reserved %d", used, d.acct.used(), d.acct.pool, st.ReservedBytes)
+	if st := d.pool.Stats(); d.ledger.used() != used || st.ReservedBytes != d.ledger.pool {
+		t.Errorf("the device holds %d bytes, the ledger %d (pool %d), the pool reserved %d", used, d.ledger.used(), d.ledger.pool, st.ReservedBytes)
 	}
 }
 

@@ -31,7 +31,8 @@ func (k takeKind) String() string {
 	return "an allocation in a created context"
 }
 
-// take admits size bytes on device outside the pool, or refuses them for
+// take admits size bytes on device outside the pool, the pool returning
+// what it holds known free first if they do not fit, or refuses them for
 // the quota (the refuse probe fires, and a rate-limited warning).
 func (c *core) take(ordinal int, size uint64, kind takeKind) interpose.Error {
 	if c.broken != nil {
@@ -41,10 +42,12 @@ func (c *core) take(ordinal int, size uint64, kind takeKind) interpose.Error {
 	if rc != interpose.Success {
 		return rc
 	}
-	if d.acct.take(charge(size), true) {
+	// The front cannot say which context a cuMemCreate runs in: the
+	// pool returns only what is known free, without synchronizing.
+	if d.ledger.takeOutside(charge(size), false) {
 		return interpose.Success
 	}
-	used := d.acct.used()
+	used := d.ledger.used()
 	c.mem.probes.Refuse(size, ordinal, used, d.quota)
 	if suppressed, ok := c.refusals.allow(); ok {
 		c.mem.log.WithFields(logrus.Fields{
@@ -57,14 +60,13 @@ func (c *core) take(ordinal int, size uint64, kind takeKind) interpose.Error {
 
 // give returns bytes taken on device.
 func (c *core) give(ordinal int, size uint64) {
-	if d := c.mem.existing(ordinal); d != nil {
-		d.acct.give(charge(size), true)
+	if l := c.mem.ledgerAt(ordinal); l != nil {
+		l.giveOutside(charge(size))
 	}
 }
 
 // contextLedger is what the application allocated in contexts it created.
-// Each entry keeps the account it was taken from, which outlives a reset
-// of the device's pool.
+// Each entry keeps the ledger it was taken from.
 type contextLedger struct {
 	mu     sync.Mutex
 	blocks map[interpose.DevicePtr]contextBlock
@@ -74,13 +76,13 @@ type contextBlock struct {
 	ctx    uint64
 	device int
 	size   uint64
-	acct   *account
+	ledger *deviceLedger
 }
 
 // record keeps an allocation whose bytes were taken on device.
 func (c *core) ctxRecord(ctx uint64, ordinal int, p interpose.DevicePtr, size uint64) {
-	d := c.mem.existing(ordinal)
-	if d == nil {
+	ledger := c.mem.ledgerAt(ordinal)
+	if ledger == nil {
 		return
 	}
 	l := &c.contexts
@@ -88,7 +90,7 @@ func (c *core) ctxRecord(ctx uint64, ordinal int, p interpose.DevicePtr, size ui
 	if l.blocks == nil {
 		l.blocks = map[interpose.DevicePtr]contextBlock{}
 	}
-	l.blocks[p] = contextBlock{ctx: ctx, device: ordinal, size: size, acct: d.acct}
+	l.blocks[p] = contextBlock{ctx: ctx, device: ordinal, size: size, ledger: ledger}
 	l.mu.Unlock()
 }
 
@@ -110,7 +112,7 @@ func (c *core) ctxDestroyed(ctx uint64) int {
 	n := 0
 	for p, b := range l.blocks {
 		if b.ctx == ctx {
-			b.acct.give(charge(b.size), true)
+			b.ledger.giveOutside(charge(b.size))
 			delete(l.blocks, p)
 			n++
 		}

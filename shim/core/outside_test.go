@@ -20,7 +20,7 @@ func TestVMMLedger(t *testing.T) {
 		}
 		return rc
 	}
-	used := func() uint64 { return m.existing(0).acct.used() }
+	used := func() uint64 { return m.existing(0).ledger.used() }
 	for h := uint64(1); h <= 4; h++ {
 		if rc := create(h); rc != interpose.Success {
 			t.Fatalf("handle %d of 2 MiB under 8 MiB: %v", h, rc)
@@ -73,10 +73,55 @@ func TestContextLedger(t *testing.T) {
 	if n := c.ctxDestroyed(1); n != 1 {
 		t.Errorf("destroying context 1 gave back %d allocations, want 1", n)
 	}
-	if got := m.existing(0).acct.used(); got != 2<<20 {
+	if got := m.existing(0).ledger.used(); got != 2<<20 {
 		t.Errorf("used %d after context 1 went, want context 2's 2 MiB", got)
 	}
 	if _, ok := c.ctxForget(0x2000); ok {
 		t.Error("an allocation of a destroyed context is still recorded")
+	}
+}
+
+// TestLedgerOutlivesReset: a cuMemCreate handle outlives a reset of the
+// primary context, and stays counted against the pool built after it.
+func TestLedgerOutlivesReset(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=16MiB")
+	c := &core{mem: m.memory}
+	if rc := c.take(0, 8<<20, takeVMM); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	c.vmmCreated(1, 0, 8<<20)
+	if _, rc := m.malloc(request{size: 4 << 20, kind: kindManaged}); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.deviceReset(0); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	// The reset freed the managed block, not the handle.
+	if _, rc := m.malloc(request{size: 12 << 20}); rc != interpose.ErrorMemoryAllocation {
+		t.Fatalf("12 MiB beside an 8 MiB handle under 16 MiB after a reset: %v", rc)
+	}
+	if p, rc := m.malloc(request{size: 8 << 20}); rc != interpose.Success || m.existing(0).ledger.used() != 16<<20 {
+		t.Fatalf("8 MiB beside the handle: %#x %v, used %d", p, rc, m.existing(0).ledger.used())
+	}
+	c.vmmReleased(1)
+	if used := m.existing(0).ledger.used(); used != 8<<20 {
+		t.Fatalf("after the handle was released: used %d, want the pool's %d", used, 8<<20)
+	}
+}
+
+// TestGiveWhileResetDropsTheDevice: bytes taken outside the pool and given
+// back between a reset and the device's next use reach its ledger.
+func TestGiveWhileResetDropsTheDevice(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=16MiB")
+	c := &core{mem: m.memory}
+	if rc := c.take(0, 8<<20, takeContext); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.deviceReset(0); rc != interpose.Success || m.existing(0) != nil {
+		t.Fatalf("reset: %v", rc)
+	}
+	c.give(0, 8<<20) // a created context's block, freed now
+	if _, rc := m.malloc(request{size: 16 << 20}); rc != interpose.Success {
+		t.Fatalf("the whole quota after the context's memory was given back: %v, used %d", rc, m.existing(0).ledger.used())
 	}
 }

@@ -101,7 +101,7 @@ func (m *memory) figures() []stat.Device {
 	live := *m.live.Load() // replaced, never modified
 	devs := make([]stat.Device, 0, len(live))
 	for _, d := range live {
-		f := stat.Device{Ordinal: d.ordinal, Limited: d.limited, Quota: d.quota, Used: d.acct.used(), PCI: d.pci}
+		f := stat.Device{Ordinal: d.ordinal, Limited: d.limited, Quota: d.quota, Used: d.ledger.used(), PCI: d.pci}
 		if d.pool != nil {
 			s := d.pool.Stats()
 			f.Reserved, f.Cached, f.Live, f.PeakReserved = s.ReservedBytes, s.CachedBytes, s.LiveBytes, s.PeakReservedBytes

@@ -44,7 +44,6 @@ type virtualBacking struct {
 	*backing
 	vmm  realVMM
 	gran uint64
-	host map[uint64]bool // handles of host-located granules
 }
 
 // minGranules is the fewest granules a quota must hold for the pool to use
@@ -94,7 +93,7 @@ func (m *memory) virtualBacking(d *device) *virtualBacking {
 		return off("the quota of %s holds fewer than %d granules of %s", config.FormatBytes(d.quota), minGranules, config.FormatBytes(gran))
 	}
 	m.log.Debugf("device %d: virtual memory, %s granules (%s=0 for fixed segments)", d.ordinal, config.FormatBytes(gran), config.EnvVMM)
-	return &virtualBacking{backing: d.back, vmm: vmm, gran: gran, host: map[uint64]bool{}}
+	return &virtualBacking{backing: d.back, vmm: vmm, gran: gran}
 }
 
 // Granularity is the size of every granule.
@@ -120,35 +119,22 @@ func (v *virtualBacking) FreeAddress(va, size uint64) error {
 	return nil
 }
 
-// CreatePhysical calls cuMemCreate: on the device for TierDevice, admitted
-// by the account first; on the host for TierPinned.
+// CreatePhysical calls cuMemCreate: on the device for TierDevice, on the
+// host for TierPinned. The pool has taken a device granule's bytes from the
+// device's ledger already (pool.Ledger), and gives them back with it.
 func (v *virtualBacking) CreatePhysical(size uint64, tier pool.Tier) (uint64, error) {
 	host := tier != pool.TierDevice
-	if !host && !v.admit(size) {
-		return 0, errQuota
-	}
 	h, rc := v.vmm.Create(size, host)
 	if rc != interpose.Success {
-		if !host {
-			v.acct.give(size, false)
-		}
 		return 0, cudaErr(fmt.Sprintf("cuMemCreate of %d bytes (%v) for device %d", size, tier, v.ordinal), rc)
-	}
-	if host {
-		v.host[h] = true
 	}
 	return h, nil
 }
 
-// ReleasePhysical calls cuMemRelease; a device granule gives its bytes back.
+// ReleasePhysical calls cuMemRelease.
 func (v *virtualBacking) ReleasePhysical(handle, size uint64) error {
 	if rc := v.vmm.Release(handle); rc != interpose.Success {
 		return cudaErr(fmt.Sprintf("cuMemRelease(%#x) on device %d", handle, v.ordinal), rc)
-	}
-	if v.host[handle] {
-		delete(v.host, handle)
-	} else {
-		v.acct.give(size, false)
 	}
 	return nil
 }

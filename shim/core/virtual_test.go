@@ -128,8 +128,8 @@ func TestVirtualBackingAccounting(t *testing.T) {
 		live = append(live, p)
 	}
 	d := m.existing(0)
-	if d.acct.used() != 64<<20 {
-		t.Fatalf("the account holds %d bytes, want the quota", d.acct.used())
+	if d.ledger.used() != 64<<20 {
+		t.Fatalf("the ledger holds %d bytes, want the quota", d.ledger.used())
 	}
 	if dev, host := vmm.bytes(); dev != 64<<20 || host != 16<<20 {
 		t.Fatalf("the driver holds %d device and %d host bytes, want 64 MiB and 16 MiB", dev, host)
@@ -145,14 +145,14 @@ func TestVirtualBackingAccounting(t *testing.T) {
 	if rc := m.deviceSynchronize(0); rc != interpose.Success {
 		t.Fatal(rc)
 	}
-	if dev, host := vmm.bytes(); host != 0 || dev != d.acct.used() {
-		t.Fatalf("after the frees: the driver holds %d device and %d host bytes, the account %d", dev, host, d.acct.used())
+	if dev, host := vmm.bytes(); host != 0 || dev != d.ledger.used() {
+		t.Fatalf("after the frees: the driver holds %d device and %d host bytes, the ledger %d", dev, host, d.ledger.used())
 	}
 	if err := d.pool.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if dev, host := vmm.bytes(); dev != 0 || host != 0 || d.acct.used() != 0 || len(vmm.ranges) != 0 {
-		t.Fatalf("after Close: %d device, %d host bytes, account %d, %d ranges", dev, host, d.acct.used(), len(vmm.ranges))
+	if dev, host := vmm.bytes(); dev != 0 || host != 0 || d.ledger.used() != 0 || len(vmm.ranges) != 0 {
+		t.Fatalf("after Close: %d device, %d host bytes, ledger %d, %d ranges", dev, host, d.ledger.used(), len(vmm.ranges))
 	}
 }
 

@@ -21,10 +21,10 @@ type vmmLedger struct {
 }
 
 type physical struct {
-	size uint64
-	acct *account
-	refs int // cuMemCreate and cuMemRetainAllocationHandle, less cuMemRelease
-	maps int // live mappings
+	size   uint64
+	ledger *deviceLedger
+	refs   int // cuMemCreate and cuMemRetainAllocationHandle, less cuMemRelease
+	maps   int // live mappings
 }
 
 type mapping struct {
@@ -34,8 +34,8 @@ type mapping struct {
 
 // vmmCreated records a handle whose size bytes on device were taken.
 func (c *core) vmmCreated(handle uint64, ordinal int, size uint64) {
-	d := c.mem.existing(ordinal)
-	if d == nil {
+	ledger := c.mem.ledgerAt(ordinal)
+	if ledger == nil {
 		return
 	}
 	v := &c.vmm
@@ -45,7 +45,7 @@ func (c *core) vmmCreated(handle uint64, ordinal int, size uint64) {
 		v.handles = map[uint64]*physical{}
 		v.mappings = map[interpose.DevicePtr]mapping{}
 	}
-	v.handles[handle] = &physical{size: size, acct: d.acct, refs: 1}
+	v.handles[handle] = &physical{size: size, ledger: ledger, refs: 1}
 }
 
 func (c *core) vmmRetained(handle uint64) {
@@ -99,7 +99,7 @@ func (c *core) vmmUnmapped(p interpose.DevicePtr, size uint64) {
 // freeIfGone gives back a handle's bytes once CUDA has freed them; v.mu is held.
 func (v *vmmLedger) freeIfGone(handle uint64, h *physical) {
 	if h.refs == 0 && h.maps == 0 {
-		h.acct.give(charge(h.size), true)
+		h.ledger.giveOutside(charge(h.size))
 		delete(v.handles, handle)
 	}
 }

@@ -203,3 +203,44 @@ func TestSpillwayRunOversubscribe(t *testing.T) {
 		}
 	}
 }
+
+// TestManagedTakesPoolCache: what the pool holds cached goes back to the
+// device when memory counted outside the pool (here the application's
+// managed memory) does not fit beside it, whether the cache was freed and
+// synchronized, freed and waiting for a synchronization, or freed in
+// stream order; simcuda's figures are the ground truth.
+func TestManagedTakesPoolCache(t *testing.T) {
+	prog := cudaops(t)
+	for _, tc := range []struct {
+		name string
+		free []string
+	}{
+		{"synchronized", []string{"f", "0", "s"}},
+		{"pending", []string{"f", "0"}},
+		{"stream-ordered", []string{"F", "0"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			stats := filepath.Join(t.TempDir(), "stats.json")
+			env := []string{"SPILLWAY_MEMORY_LIMIT=16MiB", "SPILLWAY_POOL_RELEASE_THRESHOLD=100%", "SPILLWAY_REPORT=1",
+				"SIMCUDA_STATS_FILE=" + stats}
+			// 12 MiB of the pool's, cached once freed; then 8 MiB of managed memory.
+			ops := append(append([]string{"m", "12M"}, tc.free...), "i", "M", "8M", "i")
+			res, out := harness.RunOK(t, harness.Shimmed(t, env, prog, ops...))
+			if out.Code(t, "m", 0) != 0 || out.Num(t, "i", 0, 2) != 16<<20 {
+				t.Fatalf("the pool's block, freed, must be cached and reported free: %v", out)
+			}
+			if out.Code(t, "M", 0) != 0 {
+				t.Fatalf("managed memory that fits once the pool's cache is returned was refused: %v\n%s", out, res.Stderr)
+			}
+			dev := harness.ReadStats(t, stats).Devices[0]
+			held := dev.DeviceBytes + dev.ManagedDeviceBytes + dev.ManagedHostBytes
+			rep := reportOf(t, res.Stderr, 0)
+			if held != 8<<20 || rep["reserved"] != 0 || rep["segments_released"] != 1 {
+				t.Errorf("the device holds %d bytes (simcuda %+v), want the managed block's %d; report %v", held, dev, 8<<20, rep)
+			}
+			if free := out.Num(t, "i", 1, 2); free != 16<<20-held {
+				t.Errorf("cudaMemGetInfo reports %d free, want %d", free, 16<<20-held)
+			}
+		})
+	}
+}

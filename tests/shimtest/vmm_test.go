@@ -1,6 +1,11 @@
 package shimtest
 
-import "testing"
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
 
 // TestExpandableSegmentsQuota: shaped like PyTorch's expandable segments. A
 // large range is reserved, 2 MiB granules are created and mapped as it
@@ -61,4 +66,24 @@ func TestHandleLifetimeQuota(t *testing.T) {
 		{"M", 2, cuSuccess}, {"K", 0, cuSuccess}, {"L", 1, cuSuccess}, {"N", 2, cuSuccess},
 		{"c", 8, cuOutOfMemory}, {"L", 2, cuSuccess}, {"c", 9, cuSuccess},
 	})
+}
+
+// TestVMMTakesPoolCache: a cuMemCreate that fits only once the pool returns
+// the memory it holds cached (a freed 12 MiB segment the release threshold
+// keeps) succeeds, and simcuda never holds more than the quota. The pool
+// does not synchronize for it: the front cannot say which context a
+// cuMemCreate runs in, so the free synchronizes (SPILLWAY_FREE_SYNC=1).
+func TestVMMTakesPoolCache(t *testing.T) {
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := []string{"SPILLWAY_MEMORY_LIMIT=16MiB", "SPILLWAY_FREE_SYNC=1", "SPILLWAY_POOL_RELEASE_THRESHOLD=100%",
+		"SIMCUDA_STATS_FILE=" + stats}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, ctxvmm(t, false), "m", "12M", "f", "0", "i", "c", "8M", "i"))
+	checkSteps(t, out, []step{{"m", 0, cuSuccess}, {"f", 0, cuSuccess}, {"c", 0, cuSuccess}})
+	truth := readTruth(t, stats)
+	if truth.VMMPhysicalBytes != 8<<20 || truth.DeviceBytesPeak > 16<<20 {
+		t.Errorf("simcuda holds %d bytes of physical memory (peak %d), want the handle's %d", truth.VMMPhysicalBytes, truth.DeviceBytesPeak, 8<<20)
+	}
+	if cached, free := out.Num(t, "i", 0, 2), out.Num(t, "i", 1, 2); cached != 16<<20 || free != 8<<20 {
+		t.Errorf("cuMemGetInfo_v2: free %d with the cache, then %d beside the handle, want %d and %d", cached, free, 16<<20, 8<<20)
+	}
 }
