@@ -35,9 +35,9 @@ func driverVMM(table unsafe.Pointer) openVMM {
 
 // virtualBacking is a device's backing with virtual memory management
 // (pool.VirtualBacking): the pool reserves address ranges and maps
-// physical granules under them. Device granules are admitted by the
-// device's account like segments, once each however often they are
-// remapped; host-located granules (page-granular spill) count against the
+// physical granules under them. The pool takes each device granule from
+// the device's ledger (pool.Ledger) once, however often it is remapped,
+// as it takes segments; host-located granules (page-granular spill) count against the
 // host limit, which the pool keeps, and not against the quota. Like the
 // rest of the backing, it is called with the pool's lock held.
 type virtualBacking struct {
