@@ -76,12 +76,27 @@ func parse(r io.Reader) ([]result, error) {
 				res.metrics = append(res.metrics, m)
 			}
 		}
-		if len(res.metrics) == 0 && len(standard) > 0 {
-			res.metrics = standard[:1] // ns/op when nothing else is reported
+		// ns/op leads unless the benchmark reports a time of its own (ns/pair,
+		// added-µs, ...), which is then the figure that means something.
+		if len(standard) > 0 && !reportsTime(res.metrics) {
+			res.metrics = append(standard[:1:1], res.metrics...)
 		}
 		out = append(out, res)
 	}
 	return out, sc.Err()
+}
+
+// reportsTime says whether one of metrics ("value unit") is a duration.
+func reportsTime(metrics []string) bool {
+	for _, m := range metrics {
+		_, unit, _ := strings.Cut(m, " ")
+		for _, u := range []string{"ns", "µs", "us", "ms"} {
+			if strings.HasPrefix(unit, u+"/") || strings.HasSuffix(unit, "-"+u) || unit == u {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func isDigits(s string) bool {
