@@ -11,7 +11,7 @@ SHIM_FRONT_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hi
 
 # Go sources of the core and the command, so that make rebuilds on any change.
 SHIM_CORE_DEPS := $(wildcard shim/core/*.go shim/core/*.c shim/core/*.h shim/core/*.map shim/config/*.go \
-	interpose/*.go interpose/*.h pool/*.go) interpose/include/spillway/cuda_runtime.h go.mod \
+	internal/devmem/*.go internal/stat/*.go interpose/*.go interpose/*.h pool/*.go) interpose/include/spillway/cuda_runtime.h go.mod \
 	build/shim.mk
 SHIM_CMD_DEPS := $(wildcard cmd/spillway/*.go shim/config/*.go bpf/*.go bpf/*.o) go.mod \
 	build/shim.mk
@@ -42,7 +42,7 @@ $(BUILD)/bin/spillway: $(SHIM_CMD_DEPS)
 	$(GO) build -o $@ ./cmd/spillway
 
 BENCH_PACKAGES += ./tests/shimtest/ ./internal/stat/
-RACE_PACKAGES += ./shim/core/
+RACE_PACKAGES += ./shim/core/ ./internal/devmem/
 
 # `make demo`: a job larger than its quota, pooled, spilled and promoted on simcuda.
 .PHONY: demo-shim

@@ -9,6 +9,7 @@ import "C"
 import (
 	"unsafe"
 
+	"github.com/spillway-gpu/spillway/internal/devmem"
 	"github.com/spillway-gpu/spillway/interpose"
 )
 
@@ -30,21 +31,21 @@ func spillway_core_init(abi C.int32_t, real *C.struct_spillway_real, probes *C.s
 //export spillway_core_malloc
 func spillway_core_malloc(device C.int32_t, size C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMalloc")
-	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindDevice})
+	p, e := running().Malloc(int(device), uint64(size))
 	return finishAlloc(p, e, ptr)
 }
 
 //export spillway_core_malloc_managed
 func spillway_core_malloc_managed(device C.int32_t, size C.uint64_t, flags C.uint32_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMallocManaged")
-	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindManaged, flags: uint32(flags)})
+	p, e := running().MallocManaged(int(device), uint64(size), uint32(flags))
 	return finishAlloc(p, e, ptr)
 }
 
 //export spillway_core_malloc_pitch
 func spillway_core_malloc_pitch(device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMallocPitch")
-	p, pt, e := running().mallocPitch(int(device), uint64(width), uint64(height))
+	p, pt, e := running().MallocPitch(int(device), uint64(width), uint64(height))
 	if e == interpose.Success {
 		*pitch = C.uint64_t(pt)
 	}
@@ -54,26 +55,26 @@ func spillway_core_malloc_pitch(device C.int32_t, width, height C.uint64_t, ptr,
 //export spillway_core_malloc_async
 func spillway_core_malloc_async(device C.int32_t, size, stream C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMallocAsync")
-	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindAsync, stream: interpose.Stream(stream)})
+	p, e := running().MallocAsync(int(device), uint64(size), interpose.Stream(stream))
 	return finishAlloc(p, e, ptr)
 }
 
 //export spillway_core_free
 func spillway_core_free(ptr C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaFree")
-	return answer(running().free(interpose.DevicePtr(ptr), 0, false))
+	return answer(running().Free(interpose.DevicePtr(ptr), 0, false))
 }
 
 //export spillway_core_free_async
 func spillway_core_free_async(ptr, stream C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaFreeAsync")
-	return answer(running().free(interpose.DevicePtr(ptr), interpose.Stream(stream), true))
+	return answer(running().Free(interpose.DevicePtr(ptr), interpose.Stream(stream), true))
 }
 
 //export spillway_core_mem_get_info
 func spillway_core_mem_get_info(device C.int32_t, free, total *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMemGetInfo")
-	f, t, e := running().memGetInfo(int(device))
+	f, t, e := running().MemGetInfo(int(device))
 	if e == interpose.Success {
 		*free, *total = C.uint64_t(f), C.uint64_t(t)
 	}
@@ -83,32 +84,32 @@ func spillway_core_mem_get_info(device C.int32_t, free, total *C.uint64_t) (rc C
 //export spillway_core_device_reset
 func spillway_core_device_reset(device C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaDeviceReset")
-	return answer(running().deviceReset(int(device)))
+	return answer(running().DeviceReset(int(device)))
 }
 
 //export spillway_core_device_synchronize
 func spillway_core_device_synchronize(device C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaDeviceSynchronize")
-	return answer(running().deviceSynchronize(int(device)))
+	return answer(running().DeviceSynchronize(int(device)))
 }
 
 //export spillway_core_stream_destroy
 func spillway_core_stream_destroy(stream C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaStreamDestroy")
-	return answer(running().streamDestroy(interpose.Stream(stream)))
+	return answer(running().StreamDestroy(interpose.Stream(stream)))
 }
 
 //export spillway_core_report
 func spillway_core_report() (rc C.int32_t) {
 	defer recoverTo(&rc, "report")
-	running().report()
+	running().Report()
 	return 0
 }
 
 //export spillway_core_adopt
 func spillway_core_adopt(ptr, size C.uint64_t, device C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "adopt")
-	running().adopt(interpose.DevicePtr(ptr), uint64(size), int(device))
+	running().Adopt(interpose.DevicePtr(ptr), uint64(size), int(device))
 	return 0
 }
 
@@ -130,13 +131,9 @@ func answer(e interpose.Error) C.int32_t {
 	return C.int32_t(e)
 }
 
-// setLastError sets e in the relaxed capture mode: the failing call that
-// sets it (a cudaMallocPitch for cudaErrorMemoryAllocation) would otherwise
-// invalidate a capture the thread's mode protects.
+// setLastError sets e in the relaxed capture mode (devmem.Core.SetLastError).
 func setLastError(e interpose.Error) {
-	rt := running().rt
-	defer relaxedCalls{rt}.relaxed()()
-	rt.SetLastError(e)
+	running().SetLastError(e)
 }
 
 // The driver's entry points answer a CUresult (a panic: CUDA_ERROR_UNKNOWN,
@@ -146,7 +143,7 @@ func setLastError(e interpose.Error) {
 //export spillway_core_cu_malloc
 func spillway_core_cu_malloc(device C.int32_t, size C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemAlloc")
-	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindDevice})
+	p, e := running().Malloc(int(device), uint64(size))
 	if e == interpose.Success {
 		*ptr = C.uint64_t(p)
 	}
@@ -156,13 +153,13 @@ func spillway_core_cu_malloc(device C.int32_t, size C.uint64_t, ptr *C.uint64_t)
 //export spillway_core_cu_free
 func spillway_core_cu_free(ptr C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemFree")
-	return driverAnswer(running().free(interpose.DevicePtr(ptr), 0, false))
+	return driverAnswer(running().Free(interpose.DevicePtr(ptr), 0, false))
 }
 
 //export spillway_core_cu_mem_get_info
 func spillway_core_cu_mem_get_info(device C.int32_t, free, total *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemGetInfo")
-	f, t, e := running().memGetInfo(int(device))
+	f, t, e := running().MemGetInfo(int(device))
 	if e == interpose.Success {
 		*free, *total = C.uint64_t(f), C.uint64_t(t)
 	}
@@ -196,7 +193,7 @@ func driverAnswer(e interpose.Error) C.int32_t {
 //export spillway_core_cu_malloc_managed
 func spillway_core_cu_malloc_managed(device C.int32_t, size C.uint64_t, flags C.uint32_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemAllocManaged")
-	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindManaged, flags: uint32(flags)})
+	p, e := running().MallocManaged(int(device), uint64(size), uint32(flags))
 	if e == interpose.Success {
 		*ptr = C.uint64_t(p)
 	}
@@ -206,7 +203,7 @@ func spillway_core_cu_malloc_managed(device C.int32_t, size C.uint64_t, flags C.
 //export spillway_core_cu_malloc_pitch
 func spillway_core_cu_malloc_pitch(device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemAllocPitch")
-	p, pt, e := running().mallocPitch(int(device), uint64(width), uint64(height))
+	p, pt, e := running().MallocPitch(int(device), uint64(width), uint64(height))
 	if e == interpose.Success {
 		*ptr, *pitch = C.uint64_t(p), C.uint64_t(pt)
 	}
@@ -216,7 +213,7 @@ func spillway_core_cu_malloc_pitch(device C.int32_t, width, height C.uint64_t, p
 //export spillway_core_cu_malloc_async
 func spillway_core_cu_malloc_async(device C.int32_t, size, stream C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemAllocAsync")
-	p, e := running().malloc(request{device: int(device), size: uint64(size), kind: kindAsync, stream: interpose.Stream(stream)})
+	p, e := running().MallocAsync(int(device), uint64(size), interpose.Stream(stream))
 	if e == interpose.Success {
 		*ptr = C.uint64_t(p)
 	}
@@ -226,13 +223,13 @@ func spillway_core_cu_malloc_async(device C.int32_t, size, stream C.uint64_t, pt
 //export spillway_core_cu_free_async
 func spillway_core_cu_free_async(ptr, stream C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemFreeAsync")
-	return driverAnswer(running().free(interpose.DevicePtr(ptr), interpose.Stream(stream), true))
+	return driverAnswer(running().Free(interpose.DevicePtr(ptr), interpose.Stream(stream), true))
 }
 
 //export spillway_core_cu_device_total_mem
 func spillway_core_cu_device_total_mem(device C.int32_t, total *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuDeviceTotalMem")
-	t, e := running().totalMem(int(device), uint64(*total))
+	t, e := running().TotalMem(int(device), uint64(*total))
 	if e == interpose.Success {
 		*total = C.uint64_t(t)
 	}
@@ -242,19 +239,19 @@ func spillway_core_cu_device_total_mem(device C.int32_t, total *C.uint64_t) (rc 
 //export spillway_core_cu_device_reset
 func spillway_core_cu_device_reset(device C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuDevicePrimaryCtxReset")
-	return driverAnswer(running().deviceReset(int(device)))
+	return driverAnswer(running().DeviceReset(int(device)))
 }
 
 //export spillway_core_cu_device_synchronize
 func spillway_core_cu_device_synchronize(device C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuCtxSynchronize")
-	return driverAnswer(running().deviceSynchronize(int(device)))
+	return driverAnswer(running().DeviceSynchronize(int(device)))
 }
 
 //export spillway_core_nvml_memory
 func spillway_core_nvml_memory(device C.int32_t, total, used *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "nvmlDeviceGetMemoryInfo")
-	t, u, e := running().nvmlMemory(int(device), uint64(*total), uint64(*used))
+	t, u, e := running().NVMLMemory(int(device), uint64(*total), uint64(*used))
 	if e == interpose.Success {
 		*total, *used = C.uint64_t(t), C.uint64_t(u)
 	}
@@ -262,20 +259,20 @@ func spillway_core_nvml_memory(device C.int32_t, total, used *C.uint64_t) (rc C.
 }
 
 // Memory counted outside the pools: contexts the application created, and
-// its virtual-memory calls (outside.go, vmm.go). CUresult, no last error.
+// its virtual-memory calls (devmem's outside.go, vmm.go). CUresult, no last error.
 
-// takeKind's values are abi.h's SPILLWAY_TAKE_* (a compile-time check).
+// devmem.TakeKind's values are abi.h's SPILLWAY_TAKE_* (a compile-time check).
 var (
-	_ = [1]struct{}{}[takeContext-C.SPILLWAY_TAKE_CONTEXT]
-	_ = [1]struct{}{}[takeVMM-C.SPILLWAY_TAKE_VMM]
-	_ = [1]struct{}{}[takeRuntime-C.SPILLWAY_TAKE_RUNTIME]
+	_ = [1]struct{}{}[devmem.TakeContext-C.SPILLWAY_TAKE_CONTEXT]
+	_ = [1]struct{}{}[devmem.TakeVMM-C.SPILLWAY_TAKE_VMM]
+	_ = [1]struct{}{}[devmem.TakeRuntime-C.SPILLWAY_TAKE_RUNTIME]
 )
 
 //export spillway_core_take
 func spillway_core_take(device C.int32_t, size C.uint64_t, kind C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "take")
-	e := running().take(int(device), uint64(size), takeKind(kind))
-	if takeKind(kind) == takeRuntime {
+	e := running().Take(int(device), uint64(size), devmem.TakeKind(kind))
+	if devmem.TakeKind(kind) == devmem.TakeRuntime {
 		return answer(e) // the runtime's code, and its last error
 	}
 	return driverAnswer(e)
@@ -284,66 +281,66 @@ func spillway_core_take(device C.int32_t, size C.uint64_t, kind C.int32_t) (rc C
 //export spillway_core_give
 func spillway_core_give(device C.int32_t, size C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "give")
-	running().give(int(device), uint64(size))
+	running().Give(int(device), uint64(size))
 	return C.CUDA_SUCCESS
 }
 
 //export spillway_core_ctx_record
 func spillway_core_ctx_record(ctx C.uint64_t, device C.int32_t, ptr, size C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "ctx_record")
-	running().ctxRecord(uint64(ctx), int(device), interpose.DevicePtr(ptr), uint64(size))
+	running().CtxRecord(uint64(ctx), int(device), interpose.DevicePtr(ptr), uint64(size))
 	return C.CUDA_SUCCESS
 }
 
 //export spillway_core_ctx_forget
 func spillway_core_ctx_forget(ptr C.uint64_t, ctx *C.uint64_t, device *C.int32_t, size *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "ctx_forget")
-	b, ok := running().ctxForget(interpose.DevicePtr(ptr))
+	b, ok := running().CtxForget(interpose.DevicePtr(ptr))
 	if !ok {
 		return 0
 	}
-	*ctx, *device, *size = C.uint64_t(b.ctx), C.int32_t(b.device), C.uint64_t(b.size)
+	*ctx, *device, *size = C.uint64_t(b.Ctx), C.int32_t(b.Device), C.uint64_t(b.Size)
 	return 1
 }
 
 //export spillway_core_ctx_destroyed
 func spillway_core_ctx_destroyed(ctx C.uint64_t, count *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuCtxDestroy")
-	*count = C.uint64_t(running().ctxDestroyed(uint64(ctx)))
+	*count = C.uint64_t(running().CtxDestroyed(uint64(ctx)))
 	return C.CUDA_SUCCESS
 }
 
 //export spillway_core_vmm_created
 func spillway_core_vmm_created(handle C.uint64_t, device C.int32_t, size C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemCreate")
-	running().vmmCreated(uint64(handle), int(device), uint64(size))
+	running().VMMCreated(uint64(handle), int(device), uint64(size))
 	return C.CUDA_SUCCESS
 }
 
 //export spillway_core_vmm_retained
 func spillway_core_vmm_retained(handle C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemRetainAllocationHandle")
-	running().vmmRetained(uint64(handle))
+	running().VMMRetained(uint64(handle))
 	return C.CUDA_SUCCESS
 }
 
 //export spillway_core_vmm_released
 func spillway_core_vmm_released(handle C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemRelease")
-	running().vmmReleased(uint64(handle))
+	running().VMMReleased(uint64(handle))
 	return C.CUDA_SUCCESS
 }
 
 //export spillway_core_vmm_mapped
 func spillway_core_vmm_mapped(ptr, size, handle C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemMap")
-	running().vmmMapped(interpose.DevicePtr(ptr), uint64(size), uint64(handle))
+	running().VMMMapped(interpose.DevicePtr(ptr), uint64(size), uint64(handle))
 	return C.CUDA_SUCCESS
 }
 
 //export spillway_core_vmm_unmapped
 func spillway_core_vmm_unmapped(ptr, size C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemUnmap")
-	running().vmmUnmapped(interpose.DevicePtr(ptr), uint64(size))
+	running().VMMUnmapped(interpose.DevicePtr(ptr), uint64(size))
 	return C.CUDA_SUCCESS
 }

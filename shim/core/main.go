@@ -9,9 +9,11 @@
 // at the first interposed CUDA call and calls through the spillway_core_*
 // entry points declared in abi.h.
 //
-// The core holds the logic: configuration, and one pool.Pool per device
-// (memory.go), which pools, enforces the quota and spills, over a backing
-// that calls the real runtime through interpose (backing.go).
+// This package is the C boundary only: the exported entry points, their
+// type checks against calls.h (entries.c) and the one process-wide pointer
+// to the core (core.go), which each entry point forwards to. The logic
+// (configuration, the per-device pools, the quota's ledger, spilling) is
+// internal/devmem's.
 //
 // It must never install signal handlers (no os/signal), never do work in
 // init (the host may call in from a library constructor, and package init

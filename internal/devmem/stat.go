@@ -1,4 +1,4 @@
-package main
+package devmem
 
 import (
 	"os"
@@ -23,7 +23,7 @@ type publisher struct {
 
 // publish creates the figures file and starts refreshing it; nil when it
 // cannot be created (said once: the job runs on, unlisted).
-func (c *core) publish() *publisher {
+func (c *Core) publish() *publisher {
 	if c.broken != nil {
 		return nil
 	}
@@ -49,7 +49,7 @@ func (c *core) publish() *publisher {
 	return p
 }
 
-func (p *publisher) run(c *core) {
+func (p *publisher) run(c *Core) {
 	defer close(p.done)
 	tick := time.NewTicker(statRefresh)
 	defer tick.Stop()

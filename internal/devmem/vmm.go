@@ -1,4 +1,4 @@
-package main
+package devmem
 
 import (
 	"sync"
@@ -32,8 +32,8 @@ type mapping struct {
 	handle uint64
 }
 
-// vmmCreated records a handle whose size bytes on device were taken.
-func (c *core) vmmCreated(handle uint64, ordinal int, size uint64) {
+// VMMCreated records a handle whose size bytes on device were taken.
+func (c *Core) VMMCreated(handle uint64, ordinal int, size uint64) {
 	ledger := c.mem.ledgerAt(ordinal)
 	if ledger == nil {
 		return
@@ -48,7 +48,7 @@ func (c *core) vmmCreated(handle uint64, ordinal int, size uint64) {
 	v.handles[handle] = &physical{size: size, ledger: ledger, refs: 1}
 }
 
-func (c *core) vmmRetained(handle uint64) {
+func (c *Core) VMMRetained(handle uint64) {
 	v := &c.vmm
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -57,7 +57,7 @@ func (c *core) vmmRetained(handle uint64) {
 	}
 }
 
-func (c *core) vmmReleased(handle uint64) {
+func (c *Core) VMMReleased(handle uint64) {
 	v := &c.vmm
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -67,7 +67,7 @@ func (c *core) vmmReleased(handle uint64) {
 	}
 }
 
-func (c *core) vmmMapped(p interpose.DevicePtr, size, handle uint64) {
+func (c *Core) VMMMapped(p interpose.DevicePtr, size, handle uint64) {
 	v := &c.vmm
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -77,9 +77,9 @@ func (c *core) vmmMapped(p interpose.DevicePtr, size, handle uint64) {
 	}
 }
 
-// vmmUnmapped forgets the mappings within [p, p+size): cuMemUnmap unmaps
+// VMMUnmapped forgets the mappings within [p, p+size): cuMemUnmap unmaps
 // whole mappings only.
-func (c *core) vmmUnmapped(p interpose.DevicePtr, size uint64) {
+func (c *Core) VMMUnmapped(p interpose.DevicePtr, size uint64) {
 	v := &c.vmm
 	v.mu.Lock()
 	defer v.mu.Unlock()

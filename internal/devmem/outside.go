@@ -1,4 +1,4 @@
-package main
+package devmem
 
 import (
 	"sync"
@@ -15,26 +15,26 @@ import (
 // makes the real calls; the core admits the bytes first (take), so the
 // device never holds more than the quota, and records what they became.
 
-// takeKind says what bytes taken outside the pool are for (abi.h's SPILLWAY_TAKE_*).
-type takeKind int32
+// TakeKind says what bytes taken outside the pool are for (abi.h's SPILLWAY_TAKE_*).
+type TakeKind int32
 
 const (
-	takeContext takeKind = 0
-	takeVMM     takeKind = 1
-	takeRuntime takeKind = 2 // a runtime allocation in a created context
+	TakeContext TakeKind = 0
+	TakeVMM     TakeKind = 1
+	TakeRuntime TakeKind = 2 // a runtime allocation in a created context
 )
 
-func (k takeKind) String() string {
-	if k == takeVMM {
+func (k TakeKind) String() string {
+	if k == TakeVMM {
 		return "cuMemCreate"
 	}
 	return "an allocation in a created context"
 }
 
-// take admits size bytes on device outside the pool, the pool returning
+// Take admits size bytes on device outside the pool, the pool returning
 // what it holds known free first if they do not fit, or refuses them for
 // the quota (the refuse probe fires, and a rate-limited warning).
-func (c *core) take(ordinal int, size uint64, kind takeKind) interpose.Error {
+func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 	if c.broken != nil {
 		return interpose.ErrorInitialization
 	}
@@ -58,8 +58,8 @@ func (c *core) take(ordinal int, size uint64, kind takeKind) interpose.Error {
 	return interpose.ErrorMemoryAllocation
 }
 
-// give returns bytes taken on device.
-func (c *core) give(ordinal int, size uint64) {
+// Give returns bytes taken on device.
+func (c *Core) Give(ordinal int, size uint64) {
 	if l := c.mem.ledgerAt(ordinal); l != nil {
 		l.giveOutside(charge(size))
 	}
@@ -69,18 +69,20 @@ func (c *core) give(ordinal int, size uint64) {
 // Each entry keeps the ledger it was taken from.
 type contextLedger struct {
 	mu     sync.Mutex
-	blocks map[interpose.DevicePtr]contextBlock
+	blocks map[interpose.DevicePtr]ContextBlock
 }
 
-type contextBlock struct {
-	ctx    uint64
-	device int
-	size   uint64
+// ContextBlock is an allocation in a created context, as the front
+// recorded it.
+type ContextBlock struct {
+	Ctx    uint64
+	Device int
+	Size   uint64
 	ledger *deviceLedger
 }
 
-// record keeps an allocation whose bytes were taken on device.
-func (c *core) ctxRecord(ctx uint64, ordinal int, p interpose.DevicePtr, size uint64) {
+// CtxRecord keeps an allocation whose bytes were taken on device.
+func (c *Core) CtxRecord(ctx uint64, ordinal int, p interpose.DevicePtr, size uint64) {
 	ledger := c.mem.ledgerAt(ordinal)
 	if ledger == nil {
 		return
@@ -88,14 +90,14 @@ func (c *core) ctxRecord(ctx uint64, ordinal int, p interpose.DevicePtr, size ui
 	l := &c.contexts
 	l.mu.Lock()
 	if l.blocks == nil {
-		l.blocks = map[interpose.DevicePtr]contextBlock{}
+		l.blocks = map[interpose.DevicePtr]ContextBlock{}
 	}
-	l.blocks[p] = contextBlock{ctx: ctx, device: ordinal, size: size, ledger: ledger}
+	l.blocks[p] = ContextBlock{Ctx: ctx, Device: ordinal, Size: size, ledger: ledger}
 	l.mu.Unlock()
 }
 
-// ctxForget removes p's entry and returns it; its bytes stay taken.
-func (c *core) ctxForget(p interpose.DevicePtr) (contextBlock, bool) {
+// CtxForget removes p's entry and returns it; its bytes stay taken.
+func (c *Core) CtxForget(p interpose.DevicePtr) (ContextBlock, bool) {
 	l := &c.contexts
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -104,15 +106,15 @@ func (c *core) ctxForget(p interpose.DevicePtr) (contextBlock, bool) {
 	return b, ok
 }
 
-// ctxDestroyed gives back what ctx held: destroying a context frees its memory.
-func (c *core) ctxDestroyed(ctx uint64) int {
+// CtxDestroyed gives back what ctx held: destroying a context frees its memory.
+func (c *Core) CtxDestroyed(ctx uint64) int {
 	l := &c.contexts
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
 	for p, b := range l.blocks {
-		if b.ctx == ctx {
-			b.ledger.giveOutside(charge(b.size))
+		if b.Ctx == ctx {
+			b.ledger.giveOutside(charge(b.Size))
 			delete(l.blocks, p)
 			n++
 		}

@@ -1,4 +1,4 @@
-package main
+package devmem
 
 import (
 	"fmt"
@@ -31,9 +31,9 @@ func openRuntime(table unsafe.Pointer) (appRuntime, onDevice, error) {
 	return drv, func(ordinal int) realRuntime { return drv.On(ordinal) }, nil
 }
 
-// totalMem is what cuDeviceTotalMem reports for a device whose real total
+// TotalMem is what cuDeviceTotalMem reports for a device whose real total
 // is real: its quota when one is set, as cudaMemGetInfo's total is.
-func (c *core) totalMem(ordinal int, real uint64) (uint64, interpose.Error) {
+func (c *Core) TotalMem(ordinal int, real uint64) (uint64, interpose.Error) {
 	if c.broken != nil {
 		return 0, interpose.ErrorInitialization
 	}
@@ -49,10 +49,10 @@ func (c *core) totalMem(ordinal int, real uint64) (uint64, interpose.Error) {
 	return real, interpose.Success
 }
 
-// nvmlMemory is NVML's view of a device for a process with a quota there:
+// NVMLMemory is NVML's view of a device for a process with a quota there:
 // its quota as the total and what it holds against it as used. Without a
 // quota, NVML's own figures.
-func (c *core) nvmlMemory(ordinal int, total, used uint64) (uint64, uint64, interpose.Error) {
+func (c *Core) NVMLMemory(ordinal int, total, used uint64) (uint64, uint64, interpose.Error) {
 	if c.broken != nil {
 		return 0, 0, interpose.ErrorInitialization
 	}

@@ -1,4 +1,4 @@
-package main
+package devmem
 
 import (
 	"testing"
@@ -11,12 +11,12 @@ import (
 // reference) and unmapped (every mapping), in either order.
 func TestVMMLedger(t *testing.T) {
 	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=8MiB")
-	c := &core{mem: m.memory}
+	c := &Core{mem: m.memory}
 	const granule = 2 << 20
 	create := func(h uint64) interpose.Error {
-		rc := c.take(0, granule, takeVMM)
+		rc := c.Take(0, granule, TakeVMM)
 		if rc == interpose.Success {
-			c.vmmCreated(h, 0, granule)
+			c.VMMCreated(h, 0, granule)
 		}
 		return rc
 	}
@@ -29,27 +29,27 @@ func TestVMMLedger(t *testing.T) {
 	if rc := create(5); rc != interpose.ErrorMemoryAllocation || m.probes.refs != 1 {
 		t.Fatalf("a fifth 2 MiB handle under 8 MiB: %v, %d refuse probes", rc, m.probes.refs)
 	}
-	c.vmmMapped(0x100000000, granule, 1)
-	c.vmmMapped(0x100200000, granule, 1) // the same handle twice
-	c.vmmRetained(1)                     // through one of its mappings
-	c.vmmReleased(1)
-	c.vmmUnmapped(0x100000000, 2*granule) // both mappings at once
+	c.VMMMapped(0x100000000, granule, 1)
+	c.VMMMapped(0x100200000, granule, 1) // the same handle twice
+	c.VMMRetained(1)                     // through one of its mappings
+	c.VMMReleased(1)
+	c.VMMUnmapped(0x100000000, 2*granule) // both mappings at once
 	if got := used(); got != 8<<20 {
 		t.Errorf("a handle still retained once gave its bytes back: used %d", got)
 	}
-	c.vmmReleased(1)
+	c.VMMReleased(1)
 	if got := used(); got != 6<<20 {
 		t.Errorf("after the last release of an unmapped handle: used %d, want 6 MiB", got)
 	}
-	c.vmmMapped(0x100000000, granule, 2)
-	c.vmmReleased(2)
+	c.VMMMapped(0x100000000, granule, 2)
+	c.VMMReleased(2)
 	if got := used(); got != 6<<20 {
 		t.Errorf("a released handle still mapped gave its bytes back: used %d", got)
 	}
-	c.vmmUnmapped(0x100000000, granule)
-	c.vmmReleased(2) // released twice: CUDA refuses it, nothing changes
-	c.vmmUnmapped(0x200000000, granule)
-	c.vmmReleased(99)
+	c.VMMUnmapped(0x100000000, granule)
+	c.VMMReleased(2) // released twice: CUDA refuses it, nothing changes
+	c.VMMUnmapped(0x200000000, granule)
+	c.VMMReleased(99)
 	if got := used(); got != 4<<20 {
 		t.Errorf("after unmapping a released handle: used %d, want 4 MiB", got)
 	}
@@ -59,24 +59,24 @@ func TestVMMLedger(t *testing.T) {
 // back when the context is destroyed; another context's stay.
 func TestContextLedger(t *testing.T) {
 	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=8MiB")
-	c := &core{mem: m.memory}
+	c := &Core{mem: m.memory}
 	for i, ctx := range []uint64{1, 1, 2} {
-		if rc := c.take(0, 2<<20, takeContext); rc != interpose.Success {
+		if rc := c.Take(0, 2<<20, TakeContext); rc != interpose.Success {
 			t.Fatal(rc)
 		}
-		c.ctxRecord(ctx, 0, interpose.DevicePtr(0x1000*(i+1)), 2<<20)
+		c.CtxRecord(ctx, 0, interpose.DevicePtr(0x1000*(i+1)), 2<<20)
 	}
-	if b, ok := c.ctxForget(0x1000); !ok || b.ctx != 1 || b.size != 2<<20 {
+	if b, ok := c.CtxForget(0x1000); !ok || b.Ctx != 1 || b.Size != 2<<20 {
 		t.Fatalf("forget: %+v %v", b, ok)
 	}
-	c.give(0, 2<<20)
-	if n := c.ctxDestroyed(1); n != 1 {
+	c.Give(0, 2<<20)
+	if n := c.CtxDestroyed(1); n != 1 {
 		t.Errorf("destroying context 1 gave back %d allocations, want 1", n)
 	}
 	if got := m.existing(0).ledger.used(); got != 2<<20 {
 		t.Errorf("used %d after context 1 went, want context 2's 2 MiB", got)
 	}
-	if _, ok := c.ctxForget(0x2000); ok {
+	if _, ok := c.CtxForget(0x2000); ok {
 		t.Error("an allocation of a destroyed context is still recorded")
 	}
 }
@@ -85,11 +85,11 @@ func TestContextLedger(t *testing.T) {
 // primary context, and stays counted against the pool built after it.
 func TestLedgerOutlivesReset(t *testing.T) {
 	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=16MiB")
-	c := &core{mem: m.memory}
-	if rc := c.take(0, 8<<20, takeVMM); rc != interpose.Success {
+	c := &Core{mem: m.memory}
+	if rc := c.Take(0, 8<<20, TakeVMM); rc != interpose.Success {
 		t.Fatal(rc)
 	}
-	c.vmmCreated(1, 0, 8<<20)
+	c.VMMCreated(1, 0, 8<<20)
 	if _, rc := m.malloc(request{size: 4 << 20, kind: kindManaged}); rc != interpose.Success {
 		t.Fatal(rc)
 	}
@@ -103,7 +103,7 @@ func TestLedgerOutlivesReset(t *testing.T) {
 	if p, rc := m.malloc(request{size: 8 << 20}); rc != interpose.Success || m.existing(0).ledger.used() != 16<<20 {
 		t.Fatalf("8 MiB beside the handle: %#x %v, used %d", p, rc, m.existing(0).ledger.used())
 	}
-	c.vmmReleased(1)
+	c.VMMReleased(1)
 	if used := m.existing(0).ledger.used(); used != 8<<20 {
 		t.Fatalf("after the handle was released: used %d, want the pool's %d", used, 8<<20)
 	}
@@ -113,14 +113,14 @@ func TestLedgerOutlivesReset(t *testing.T) {
 // back between a reset and the device's next use reach its ledger.
 func TestGiveWhileResetDropsTheDevice(t *testing.T) {
 	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=16MiB")
-	c := &core{mem: m.memory}
-	if rc := c.take(0, 8<<20, takeContext); rc != interpose.Success {
+	c := &Core{mem: m.memory}
+	if rc := c.Take(0, 8<<20, TakeContext); rc != interpose.Success {
 		t.Fatal(rc)
 	}
 	if rc := m.deviceReset(0); rc != interpose.Success || m.existing(0) != nil {
 		t.Fatalf("reset: %v", rc)
 	}
-	c.give(0, 8<<20) // a created context's block, freed now
+	c.Give(0, 8<<20) // a created context's block, freed now
 	if _, rc := m.malloc(request{size: 16 << 20}); rc != interpose.Success {
 		t.Fatalf("the whole quota after the context's memory was given back: %v, used %d", rc, m.existing(0).ledger.used())
 	}

@@ -1,4 +1,4 @@
-package main
+package devmem
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 // (at info level), and warns about settings that have no effect: unknown
 // variables, a limit for a device this process does not see, oversubscription
 // settings without oversubscription.
-func (c *core) describeSettings() {
+func (c *Core) describeSettings() {
 	cfg := c.cfg
 	if len(cfg.Unknown) > 0 {
 		c.log.Warnf("ignoring unknown variables %s (misspelled?)", strings.Join(cfg.Unknown, ", "))

@@ -1,0 +1,218 @@
+package devmem
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/sirupsen/logrus"
+
+	"github.com/spillway-gpu/spillway/interpose"
+	"github.com/spillway-gpu/spillway/shim/config"
+)
+
+// Core is the state of the shim in one process: its configuration, log,
+// per-device memory and the accounts of memory outside the pools. The
+// entry points of shim/core reach it through one process-wide pointer.
+type Core struct {
+	rt     appRuntime
+	probes *interpose.Probes
+	log    *logrus.Logger
+	cfg    config.Config
+	// broken is set when the configuration is invalid: every interposed
+	// allocation then fails with cudaErrorInitializationError.
+	broken error
+	mem    *memory
+	// debug: each call is logged (SPILLWAY_LOG_LEVEL=debug, fixed at start).
+	debug    bool
+	refusals limiter    // the quota's refusal warnings
+	stat     *publisher // the figures file for spillway stat; nil without one
+	// Memory counted outside the pools (outside.go, vmm.go).
+	contexts contextLedger
+	vmm      vmmLedger
+}
+
+// Start starts the core over the front's tables of real functions and
+// probe points; the front calls it exactly once, before any other entry
+// point. Configuration is read here, never in init. frontABI is the
+// front's ABI version and coreABI this core's: a front from another build
+// passes tables and arguments this core would misread. On failure it
+// returns the CUDA error every call then answers, and no core.
+func Start(frontABI, coreABI int32, real, probes unsafe.Pointer) (*Core, interpose.Error) {
+	c := &Core{log: newLogger(os.Stderr, config.FormatText, config.LevelWarn)}
+	if err := checkABI(frontABI, coreABI); err != nil {
+		c.log.Errorf("cannot start: %v", err)
+		return nil, interpose.ErrorInitialization
+	}
+	rt, on, err := openRuntime(real)
+	if err != nil {
+		c.log.Errorf("cannot start: %v", err)
+		return nil, interpose.ErrorInitialization
+	}
+	c.rt = rt
+	if c.probes, err = interpose.NewProbes(probes); err != nil {
+		c.log.Errorf("cannot start: %v", err)
+		return nil, interpose.ErrorInitialization
+	}
+	cfg, err := config.Parse(os.Environ())
+	if err == nil {
+		c.log, err = openLog(cfg)
+	}
+	if err != nil {
+		c.broken = err
+		c.log.Errorf("%v; every CUDA allocation in this process will fail with cudaErrorInitializationError until it is fixed", err)
+	}
+	c.cfg = cfg
+	c.debug = c.log.IsLevelEnabled(logrus.DebugLevel)
+	c.mem = newMemory(rt, on, cfg, c.probes, c.log, c.refused)
+	c.mem.vmm = driverVMM(real)
+	if c.broken == nil {
+		c.describeSettings()
+	}
+	c.stat = c.publish()
+	return c, interpose.Success
+}
+
+// checkABI refuses a front whose ABI version is not this core's.
+func checkABI(frontABI, coreABI int32) error {
+	if frontABI != coreABI {
+		return fmt.Errorf("the front (libspillway.so) has ABI version %d and this core has %d: libspillway.so and libspillway-core.so must come from the same build", frontABI, coreABI)
+	}
+	return nil
+}
+
+// LogError logs an error the entry points met outside the core's calls
+// (a panic they recovered from).
+func (c *Core) LogError(msg string) { c.log.Error(msg) }
+
+// SetLastError sets e as the thread's last runtime error, as the real call
+// would, in the relaxed capture mode: the failing call that sets it (a
+// cudaMallocPitch for cudaErrorMemoryAllocation) would otherwise invalidate
+// a capture the thread's mode protects.
+func (c *Core) SetLastError(e interpose.Error) {
+	defer relaxedCalls{c.rt}.relaxed()()
+	c.rt.SetLastError(e)
+}
+
+// Malloc serves cudaMalloc and cuMemAlloc.
+func (c *Core) Malloc(device int, size uint64) (interpose.DevicePtr, interpose.Error) {
+	return c.malloc(request{device: device, size: size, kind: kindDevice})
+}
+
+// MallocManaged serves cudaMallocManaged and cuMemAllocManaged.
+func (c *Core) MallocManaged(device int, size uint64, flags uint32) (interpose.DevicePtr, interpose.Error) {
+	return c.malloc(request{device: device, size: size, kind: kindManaged, flags: flags})
+}
+
+// MallocAsync serves cudaMallocAsync and cuMemAllocAsync.
+func (c *Core) MallocAsync(device int, size uint64, s interpose.Stream) (interpose.DevicePtr, interpose.Error) {
+	return c.malloc(request{device: device, size: size, kind: kindAsync, stream: s})
+}
+
+func (c *Core) malloc(r request) (interpose.DevicePtr, interpose.Error) {
+	if c.broken != nil {
+		return 0, interpose.ErrorInitialization
+	}
+	if c.debug {
+		c.logMalloc(r)
+	}
+	return c.mem.malloc(r)
+}
+
+func (c *Core) logMalloc(r request) {
+	c.log.Debugf("%s of %d bytes on device %d", r.kind, r.size, r.device)
+}
+
+// MallocPitch serves cudaMallocPitch and cuMemAllocPitch: a pointer and its pitch.
+func (c *Core) MallocPitch(device int, width, height uint64) (interpose.DevicePtr, uint64, interpose.Error) {
+	if c.broken != nil {
+		return 0, 0, interpose.ErrorInitialization
+	}
+	return c.mem.mallocPitch(device, width, height)
+}
+
+// Free serves cudaFree, cudaFreeAsync (async, on s) and their driver forms.
+func (c *Core) Free(p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
+	if c.debug {
+		c.logFree(p, async)
+	}
+	return c.mem.free(p, s, async)
+}
+
+func (c *Core) logFree(p interpose.DevicePtr, async bool) {
+	name := "cudaFree"
+	if async {
+		name = "cudaFreeAsync"
+	}
+	c.log.Debugf("%s of %#x", name, uint64(p))
+}
+
+// MemGetInfo serves cudaMemGetInfo and cuMemGetInfo.
+func (c *Core) MemGetInfo(device int) (free, total uint64, rc interpose.Error) {
+	return c.mem.memGetInfo(device)
+}
+
+// DeviceReset serves cudaDeviceReset and cuDevicePrimaryCtxReset.
+func (c *Core) DeviceReset(device int) interpose.Error { return c.mem.deviceReset(device) }
+
+// DeviceSynchronize serves cudaDeviceSynchronize and cuCtxSynchronize.
+func (c *Core) DeviceSynchronize(device int) interpose.Error { return c.mem.deviceSynchronize(device) }
+
+// StreamDestroy serves cudaStreamDestroy.
+func (c *Core) StreamDestroy(s interpose.Stream) interpose.Error { return c.mem.streamDestroy(s) }
+
+// Report prints the pools' statistics at exit when SPILLWAY_REPORT=1, on
+// the log's output whatever the log level.
+func (c *Core) Report() {
+	c.stat.close()
+	if c.broken == nil && c.cfg.Report {
+		c.mem.report(c.log.Out, c.cfg.LogFormat)
+	}
+}
+
+// Adopt counts an allocation the front passed through while the core was
+// starting.
+func (c *Core) Adopt(p interpose.DevicePtr, size uint64, device int) {
+	c.mem.adopt(p, size, device)
+}
+
+// warnInterval is the least time between two warnings of one kind; the
+// probe points and counters see every event.
+const warnInterval = time.Second
+
+// limiter rate-limits one kind of warning: one per warnInterval, counting
+// those it holds back.
+type limiter struct {
+	mu         sync.Mutex
+	last       time.Time
+	suppressed int
+}
+
+// allow reports whether a warning may be logged now, and how many were
+// held back since the last one.
+func (l *limiter) allow() (int, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	if !l.last.IsZero() && now.Sub(l.last) < warnInterval {
+		l.suppressed++
+		return 0, false
+	}
+	suppressed := l.suppressed
+	l.last, l.suppressed = now, 0
+	return suppressed, true
+}
+
+// refused logs a refusal; the probe point fires where it is decided.
+func (c *Core) refused(kind allocKind, size uint64, device int, used, quota uint64) {
+	suppressed, ok := c.refusals.allow()
+	if !ok {
+		return
+	}
+	c.log.WithFields(logrus.Fields{
+		"device": device, "requested": size, "used": used, "quota": quota,
+		"suppressed": suppressed,
+	}).Warn(refusalMessage(kind, size, device, used, quota))
+}
