@@ -1392,7 +1392,8 @@ static CUresult mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t bytesize, CU
     switch (r) {
     case ROUTE_CORE:
     case ROUTE_CONTEXT:
-        if ((rc = context_take(device, bytesize)) == CUDA_SUCCESS) {
+        rc = (CUresult)core.take(device, bytesize, SPILLWAY_TAKE_POOL);
+        if (rc == CUDA_SUCCESS) {
             rc = real_alloc(dptr, bytesize, pool, stream);
             context_took(rc, ctx, device, *dptr, bytesize);
         }
@@ -1432,7 +1433,8 @@ EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_
     } else if (r != ROUTE_CORE || !ptr || size == 0) {
         rc = real_alloc(ptr, size, memPool, stream);
     } else if ((rc = current_device(&device)) == cudaSuccess &&
-               (rc = runtime_context_take(device, size)) == cudaSuccess) {
+               (rc = (cudaError_t)core.take(device, size, SPILLWAY_TAKE_RUNTIME_POOL)) ==
+                   cudaSuccess) {
         rc = real_alloc(ptr, size, memPool, stream);
         context_took((CUresult)rc, current_created(), device, (CUdeviceptr)(uintptr_t)*ptr, size);
     }
