@@ -194,6 +194,14 @@ SPILLWAY_REAL(CUresult, cu_mem_address_reserve, cuMemAddressReserve,
 SPILLWAY_REAL(CUresult, cu_mem_address_free, cuMemAddressFree, (CUdeviceptr ptr, size_t size))
 SPILLWAY_REAL(CUresult, cu_mem_set_access, cuMemSetAccess,
               (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))
+/* Allocations from the application's explicit memory pools: counted on the
+ * device and passed through, never pooled (the application chose its pool). */
+SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc_from_pool_async, cuMemAllocFromPoolAsync,
+                    (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc_from_pool_async_ptsz, cuMemAllocFromPoolAsync_ptsz,
+                    (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream))
+SPILLWAY_INTERPOSED(cudaError_t, malloc_from_pool_async, cudaMallocFromPoolAsync,
+                    (void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */

@@ -10,8 +10,9 @@ import (
 )
 
 // Memory the core counts against a device's quota but never pools: what
-// the application allocates in contexts it created itself (cuCtxCreate),
-// and the physical memory of its virtual-memory calls (vmm.go). The front
+// the application allocates in contexts it created itself (cuCtxCreate) or
+// from memory pools it created (recorded like a created context's), and the
+// physical memory of its virtual-memory calls (vmm.go). The front
 // makes the real calls; the core admits the bytes first (take), so the
 // device never holds more than the quota, and records what they became.
 
@@ -19,16 +20,27 @@ import (
 type TakeKind int32
 
 const (
-	TakeContext TakeKind = 0
-	TakeVMM     TakeKind = 1
-	TakeRuntime TakeKind = 2 // a runtime allocation in a created context
+	TakeContext     TakeKind = 0
+	TakeVMM         TakeKind = 1
+	TakeRuntime     TakeKind = 2 // a runtime allocation in a created context
+	TakePool        TakeKind = 3 // cuMemAllocFromPoolAsync: the application's own pool
+	TakeRuntimePool TakeKind = 4 // cudaMallocFromPoolAsync
 )
 
 func (k TakeKind) String() string {
-	if k == TakeVMM {
+	switch k {
+	case TakeVMM:
 		return "cuMemCreate"
+	case TakePool, TakeRuntimePool:
+		return "an allocation from an explicit memory pool"
 	}
 	return "an allocation in a created context"
+}
+
+// Runtime says whether the answer is the runtime's (a cudaError_t that
+// becomes the thread's last error) rather than a CUresult.
+func (k TakeKind) Runtime() bool {
+	return k == TakeRuntime || k == TakeRuntimePool
 }
 
 // Take admits size bytes on device outside the pool, the pool returning

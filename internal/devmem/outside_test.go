@@ -125,3 +125,27 @@ func TestGiveWhileResetDropsTheDevice(t *testing.T) {
 		t.Fatalf("the whole quota after the context's memory was given back: %v, used %d", rc, m.existing(0).ledger.used())
 	}
 }
+
+// TestTakeKindNames: a refusal's warning names what was refused, and only
+// the runtime's kinds answer with the runtime's codes.
+func TestTakeKindNames(t *testing.T) {
+	cases := []struct {
+		kind    TakeKind
+		name    string
+		runtime bool
+	}{
+		{TakeContext, "an allocation in a created context", false},
+		{TakeVMM, "cuMemCreate", false},
+		{TakeRuntime, "an allocation in a created context", true},
+		{TakePool, "an allocation from an explicit memory pool", false},
+		{TakeRuntimePool, "an allocation from an explicit memory pool", true},
+	}
+	for _, c := range cases {
+		if got := c.kind.String(); got != c.name {
+			t.Errorf("TakeKind(%d).String() = %q, want %q", c.kind, got, c.name)
+		}
+		if got := c.kind.Runtime(); got != c.runtime {
+			t.Errorf("TakeKind(%d).Runtime() = %v, want %v", c.kind, got, c.runtime)
+		}
+	}
+}

@@ -38,6 +38,10 @@
 /* A runtime allocation in a context the application created: the answer is a
  * cudaError_t, and a refusal becomes the thread's last error. */
 #define SPILLWAY_TAKE_RUNTIME 2
+/* An allocation from a memory pool the application created: the driver's
+ * (a CUresult) and the runtime's (a cudaError_t and its last error). */
+#define SPILLWAY_TAKE_POOL 3
+#define SPILLWAY_TAKE_RUNTIME_POOL 4
 
 /*
  * Entry points, looked up by the front with dlsym: spillway_core_<name> has

@@ -258,21 +258,24 @@ func spillway_core_nvml_memory(device C.int32_t, total, used *C.uint64_t) (rc C.
 	return C.int32_t(e)
 }
 
-// Memory counted outside the pools: contexts the application created, and
-// its virtual-memory calls (devmem's outside.go, vmm.go). CUresult, no last error.
+// Memory counted outside the pools: contexts the application created, its
+// explicit memory pools and its virtual-memory calls (devmem's outside.go,
+// vmm.go). CUresult, no last error, but for the runtime's kinds.
 
 // devmem.TakeKind's values are abi.h's SPILLWAY_TAKE_* (a compile-time check).
 var (
 	_ = [1]struct{}{}[devmem.TakeContext-C.SPILLWAY_TAKE_CONTEXT]
 	_ = [1]struct{}{}[devmem.TakeVMM-C.SPILLWAY_TAKE_VMM]
 	_ = [1]struct{}{}[devmem.TakeRuntime-C.SPILLWAY_TAKE_RUNTIME]
+	_ = [1]struct{}{}[devmem.TakePool-C.SPILLWAY_TAKE_POOL]
+	_ = [1]struct{}{}[devmem.TakeRuntimePool-C.SPILLWAY_TAKE_RUNTIME_POOL]
 )
 
 //export spillway_core_take
 func spillway_core_take(device C.int32_t, size C.uint64_t, kind C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "take")
 	e := running().Take(int(device), uint64(size), devmem.TakeKind(kind))
-	if devmem.TakeKind(kind) == devmem.TakeRuntime {
+	if devmem.TakeKind(kind).Runtime() {
 		return answer(e) // the runtime's code, and its last error
 	}
 	return driverAnswer(e)

@@ -1368,6 +1368,80 @@ EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     return mem_free_async(dptr, hStream, 1);
 }
 
+/*
+ * An allocation from an explicit memory pool: its bytes are taken on the
+ * current context's device (the pool's device is not queryable; CUDA serves
+ * a stream from a pool of its own device), passed to the real function and
+ * recorded like a created context's allocation, so every free path gives
+ * them back. Never pooled: the application chose its pool.
+ */
+static CUresult mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                          CUstream stream, int per_thread)
+{
+    int which =
+        per_thread ? R_cu_mem_alloc_from_pool_async_ptsz : R_cu_mem_alloc_from_pool_async;
+    __typeof__(real.cu_mem_alloc_from_pool_async) real_alloc =
+        (__typeof__(real.cu_mem_alloc_from_pool_async))resolve(which);
+    if (!real_alloc)
+        return missing_real(which);
+    CUresult rc;
+    int32_t device = 0;
+    CUcontext ctx = NULL;
+    enum route r = driver_alloc_route(dptr, bytesize, &device, &ctx);
+    depth++;
+    switch (r) {
+    case ROUTE_CORE:
+    case ROUTE_CONTEXT:
+        rc = (CUresult)core.take(device, bytesize, SPILLWAY_TAKE_POOL);
+        if (rc == CUDA_SUCCESS) {
+            rc = real_alloc(dptr, bytesize, pool, stream);
+            context_took(rc, ctx, device, *dptr, bytesize);
+        }
+        break;
+    case ROUTE_REFUSE:
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+        break;
+    default:
+        rc = real_alloc(dptr, bytesize, pool, stream);
+    }
+    depth--;
+    return rc;
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+                                        CUstream hStream)
+{
+    return mem_alloc_from_pool_async(dptr, bytesize, pool, hStream, 0);
+}
+
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize,
+                                             CUmemoryPool pool, CUstream hStream)
+{
+    return mem_alloc_from_pool_async(dptr, bytesize, pool, hStream, 1);
+}
+
+EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+                                           cudaStream_t stream)
+{
+    REAL(real_alloc, malloc_from_pool_async);
+    cudaError_t rc;
+    int32_t device = 0;
+    enum route r = route();
+    depth++;
+    if (r == ROUTE_REFUSE) {
+        rc = cudaErrorInitializationError;
+    } else if (r != ROUTE_CORE || !ptr || size == 0) {
+        rc = real_alloc(ptr, size, memPool, stream);
+    } else if ((rc = current_device(&device)) == cudaSuccess &&
+               (rc = (cudaError_t)core.take(device, size, SPILLWAY_TAKE_RUNTIME_POOL)) ==
+                   cudaSuccess) {
+        rc = real_alloc(ptr, size, memPool, stream);
+        context_took((CUresult)rc, current_created(), device, (CUdeviceptr)(uintptr_t)*ptr, size);
+    }
+    depth--;
+    return rc;
+}
+
 /* The device's real total, or with a quota the quota, as cuMemGetInfo's total. */
 EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 {

@@ -137,3 +137,27 @@ func TestRuntimeInCreatedContext(t *testing.T) {
 		{"X", 0, cuSuccess}, {"R", 2, 0},
 	})
 }
+
+// TestExplicitPoolQuota: allocations from a memory pool the application
+// created (cuMemAllocFromPoolAsync, cudaMallocFromPoolAsync) are counted
+// against the device's quota and passed through, refused past it, and given
+// back by every free path; cuMemGetInfo and cudaMemGetInfo agree.
+func TestExplicitPoolQuota(t *testing.T) {
+	out, _ := runScriptOf(t, ctxvmm(t, true), 64<<20,
+		"P", "a", "40M", "a", "32M", "i", // slot 0; refused at the quota
+		"z", "0", "a", "32M", "f", "1", // cuMemFreeAsync, cuMemFree_v2 give back
+		"Q", "40M", "Q", "32M", "e", "I", // slot 2; refused with the runtime's error
+		"Z", "2", "Q", "60M", "F", "3", // cudaFreeAsync, cudaFree give back
+		"a", "64M", "z", "4") // the whole quota fits again
+	checkSteps(t, out, []step{
+		{"P", 0, cuSuccess}, {"a", 0, cuSuccess}, {"a", 1, cuOutOfMemory}, {"i", 0, cuSuccess},
+		{"z", 0, cuSuccess}, {"a", 2, cuSuccess}, {"f", 0, cuSuccess},
+		{"Q", 0, 0}, {"Q", 1, harness.ErrMemoryAllocation}, {"e", 0, harness.ErrMemoryAllocation},
+		{"I", 0, 0}, {"Z", 0, 0}, {"Q", 2, 0}, {"F", 0, 0}, {"a", 3, cuSuccess}, {"z", 1, cuSuccess},
+	})
+	for _, op := range []string{"i", "I"} {
+		if free, total := out.Num(t, op, 0, 2), out.Num(t, op, 0, 3); total != 64<<20 || free != 24<<20 {
+			t.Errorf("%s: free %d total %d, want 24 MiB free of the 64 MiB quota", op, free, total)
+		}
+	}
+}

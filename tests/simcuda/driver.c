@@ -1368,6 +1368,8 @@ PER_THREAD(cuMemPrefetchAsync_v2_ptsz, cuMemPrefetchAsync_v2,
 PER_THREAD(cuMemAllocAsync_ptsz, cuMemAllocAsync, (CUdeviceptr * p, size_t n, CUstream h),
 	   (p, n, h))
 PER_THREAD(cuMemFreeAsync_ptsz, cuMemFreeAsync, (CUdeviceptr p, CUstream h), (p, h))
+PER_THREAD(cuMemAllocFromPoolAsync_ptsz, cuMemAllocFromPoolAsync,
+	   (CUdeviceptr * p, size_t n, CUmemoryPool m, CUstream h), (p, n, m, h))
 PER_THREAD(cuStreamSynchronize_ptsz, cuStreamSynchronize, (CUstream h), (h))
 PER_THREAD(cuStreamQuery_ptsz, cuStreamQuery, (CUstream h), (h))
 PER_THREAD(cuStreamWaitEvent_ptsz, cuStreamWaitEvent, (CUstream h, CUevent e, unsigned int f),
@@ -1454,6 +1456,15 @@ static const struct proc procs[] = {
 	P("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
 	PT("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
 	PT("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
+	PT("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync,
+	   cuMemAllocFromPoolAsync_ptsz),
+	P("cuMemPoolCreate", 11020, cuMemPoolCreate),
+	P("cuMemPoolDestroy", 11020, cuMemPoolDestroy),
+	P("cuDeviceGetDefaultMemPool", 11020, cuDeviceGetDefaultMemPool),
+	P("cuDeviceGetMemPool", 11020, cuDeviceGetMemPool),
+	P("cuMemPoolTrimTo", 11020, cuMemPoolTrimTo),
+	P("cuMemPoolSetAttribute", 11020, cuMemPoolSetAttribute),
+	P("cuMemPoolGetAttribute", 11020, cuMemPoolGetAttribute),
 	PT("cuMemcpy", 4000, cuMemcpy, cuMemcpy_ptds),
 	PT("cuMemcpyAsync", 4000, cuMemcpyAsync, cuMemcpyAsync_ptsz),
 	PT("cuMemcpyHtoD", 3020, cuMemcpyHtoD_v2, cuMemcpyHtoD_v2_ptds),

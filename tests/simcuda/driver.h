@@ -51,6 +51,7 @@ struct alloc {
 	unsigned int flags;
 	int free_pending; /* a stream-ordered free is queued */
 	int stream_ordered; /* made by cuMemAllocAsync: cuMemFree does not synchronise */
+	struct CUmemPoolHandle_st *pool; /* the memory pool it came from (stream-ordered only) */
 	int ipc_exported;   /* its bytes live in ipc_fd, a memfd other processes open */
 	int ipc_fd;
 	int ipc_opened;     /* a mapping of another process's memory (cuIpcOpenMemHandle_v2) */

@@ -44,6 +44,8 @@ static size_t round_up(size_t v, size_t a)
 	return (v + a - 1) / a * a;
 }
 
+static void pool_released(const struct alloc *a);
+
 /* Index of the first allocation whose base is above addr. */
 static size_t upper_bound(uintptr_t addr)
 {
@@ -313,6 +315,8 @@ void mem_release(struct alloc *a)
 	}
 	if (!a->ipc_opened)
 		d->live_allocs--;
+	if (a->pool != NULL)
+		pool_released(a);
 	mem_usage_changed(a->device);
 	if (a->ipc_exported)
 		close(a->ipc_fd);
@@ -649,11 +653,12 @@ SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
 }
 
 /* Whether a is pool memory of stream s's device whose stream-ordered free is still queued. */
-static int queued_pool_free(const struct alloc *a, const struct CUstream_st *s)
+static int queued_pool_free(const struct alloc *a, const struct CUstream_st *s,
+			    const struct CUmemPoolHandle_st *pool)
 {
 	/* A free recorded by stream capture (free_stream NULL) is not queued anywhere. */
 	return a->free_pending && a->stream_ordered && a->device == s->device && a->charge > 0 &&
-	       a->free_stream != NULL;
+	       a->free_stream != NULL && a->pool == pool;
 }
 
 /*
@@ -667,8 +672,8 @@ static int queued_pool_free(const struct alloc *a, const struct CUstream_st *s)
  * move from the freed allocation's charge to the new one, so the device is
  * never over capacity. With sim.lock held; on failure nothing has changed.
  */
-static CUresult alloc_from_queued_frees(struct CUstream_st *s, size_t size, struct op *wait,
-					struct alloc **out)
+static CUresult alloc_from_queued_frees(struct CUstream_st *s, const struct CUmemPoolHandle_st *pool,
+					size_t size, struct op *wait, struct alloc **out)
 {
 	const struct sim_device *d = &sim.dev[s->device];
 	uint64_t charge = round_up(size, SIM_ALLOC_GRANULE), same = 0, other = 0;
@@ -676,7 +681,7 @@ static CUresult alloc_from_queued_frees(struct CUstream_st *s, size_t size, stru
 
 	for (size_t i = 0; i < sim.nallocs; i++) {
 		const struct alloc *a = sim.allocs[i];
-		if (queued_pool_free(a, s)) {
+		if (queued_pool_free(a, s, pool)) {
 			*(a->free_stream == s ? &same : &other) += a->charge;
 			nfrom++;
 		}
@@ -696,7 +701,7 @@ static CUresult alloc_from_queued_frees(struct CUstream_st *s, size_t size, stru
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	for (size_t i = 0; i < sim.nallocs; i++) {
 		struct alloc *a = sim.allocs[i];
-		if (!queued_pool_free(a, s))
+		if (!queued_pool_free(a, s, pool))
 			continue;
 		uint64_t *need = a->free_stream == s ? &from_same : &from_other;
 		if (*need == 0)
@@ -723,17 +728,82 @@ static CUresult alloc_from_queued_frees(struct CUstream_st *s, size_t size, stru
 	return rc;
 }
 
-SIM_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+/* ---- memory pools of the stream-ordered allocator ---- */
+
+/*
+ * A memory pool. Each device has a default one, in default_pools; created
+ * ones are on created_pools until cuMemPoolDestroy, and freed once their last
+ * allocation is released (CUDA lets a destroyed pool's memory live on until
+ * it is freed). Freed memory goes back to the device when its free completes,
+ * so reserved and used bytes are the same here. All fields under sim.lock.
+ */
+struct CUmemPoolHandle_st {
+	int device;
+	int destroyed;
+	uint64_t max_bytes; /* CUmemPoolProps.maxSize; 0: the device's capacity */
+	uint64_t release_threshold;
+	uint64_t bytes;      /* taken by allocations not yet released */
+	uint64_t bytes_high; /* high-water mark of bytes, reset by setting it to 0 */
+	size_t live;         /* allocations not yet released */
+	struct CUmemPoolHandle_st *next;
+};
+
+static struct CUmemPoolHandle_st default_pools[SIMCUDA_MAX_DEVICES];
+static struct CUmemPoolHandle_st *created_pools;
+
+static struct CUmemPoolHandle_st *default_pool(int device)
+{
+	default_pools[device].device = device;
+	return &default_pools[device];
+}
+
+/* The pool behind handle, or NULL when it is no live pool. With sim.lock held. */
+static struct CUmemPoolHandle_st *pool_lookup(CUmemoryPool handle)
+{
+	for (int i = 0; i < sim.ndev; i++)
+		if (handle == &default_pools[i])
+			return default_pool(i);
+	for (struct CUmemPoolHandle_st *p = created_pools; p != NULL; p = p->next)
+		if (p == handle)
+			return p;
+	return NULL;
+}
+
+static uint64_t pool_charge(size_t size)
+{
+	return round_up(size, SIM_ALLOC_GRANULE);
+}
+
+/* Called by mem_release with sim.lock held: a's bytes leave its pool. */
+static void pool_released(const struct alloc *a)
+{
+	struct CUmemPoolHandle_st *p = a->pool;
+
+	p->bytes -= pool_charge(a->size);
+	if (--p->live == 0 && p->destroyed)
+		free(p);
+}
+
+/* cuMemAllocAsync (pool NULL: the device's current pool) and cuMemAllocFromPoolAsync. */
+static CUresult stream_ordered_alloc(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+				     CUstream hStream)
 {
 	struct CUstream_st *s;
 	struct alloc *a;
 
-	ENTER(ENTER_INIT);
 	CUresult rc = stream_lookup(hStream, &s);
 	if (rc != CUDA_SUCCESS)
 		return rc;
 	if (dptr == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	struct CUmemPoolHandle_st *p = pool == NULL ? default_pool(s->device) : pool_lookup(pool);
+	/* A pool on another device than the stream's: see the README's deviations. */
+	rc = p == NULL ? CUDA_ERROR_INVALID_VALUE
+		       : p->device != s->device ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
+	pthread_mutex_unlock(&sim.lock);
+	if (rc != CUDA_SUCCESS)
+		return rc;
 	if (bytesize == 0) {
 		*dptr = 0; /* unlike cuMemAlloc, the pool serves zero bytes with a null pointer */
 		return CUDA_SUCCESS;
@@ -744,12 +814,21 @@ SIM_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hS
 	mem_refresh_others(s->device);
 	pthread_mutex_lock(&sim.lock);
 	rc = capture_alloc_refused(s);
-	if (rc == CUDA_SUCCESS)
+	if (rc == CUDA_SUCCESS && p->max_bytes != 0 &&
+	    (pool_charge(bytesize) == 0 || p->bytes + pool_charge(bytesize) > p->max_bytes))
+		rc = CUDA_ERROR_OUT_OF_MEMORY; /* the pool's maxSize, not the device */
+	else if (rc == CUDA_SUCCESS) {
 		rc = mem_alloc(s->device, bytesize, ALLOC_DEVICE, 0, &a);
-	if (rc == CUDA_ERROR_OUT_OF_MEMORY)
-		rc = alloc_from_queued_frees(s, bytesize, wait, &a);
+		if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+			rc = alloc_from_queued_frees(s, p, bytesize, wait, &a);
+	}
 	if (rc == CUDA_SUCCESS) {
 		a->stream_ordered = 1;
+		a->pool = p;
+		p->live++;
+		p->bytes += pool_charge(bytesize);
+		if (p->bytes > p->bytes_high)
+			p->bytes_high = p->bytes;
 		rc = capture_alloc(s, a); /* on a capturing stream: an allocation node */
 		if (rc != CUDA_SUCCESS)
 			mem_release(a);
@@ -763,6 +842,170 @@ SIM_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hS
 	}
 	/* Memory reused from another stream's free: this stream waits for that free. */
 	return stream_submit(s, wait, NULL);
+}
+
+SIM_API CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+	ENTER(ENTER_INIT);
+	return stream_ordered_alloc(dptr, bytesize, NULL, hStream);
+}
+
+SIM_API CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
+					 CUstream hStream)
+{
+	ENTER(ENTER_INIT);
+	if (pool == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return stream_ordered_alloc(dptr, bytesize, pool, hStream);
+}
+
+SIM_API CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *props)
+{
+	ENTER(ENTER_INIT);
+	if (pool == NULL || props == NULL || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (props->location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+		return props->location.type == CU_MEM_LOCATION_TYPE_INVALID ? CUDA_ERROR_INVALID_VALUE
+									    : CUDA_ERROR_NOT_SUPPORTED;
+	if (!sim_valid_device(props->location.id))
+		return CUDA_ERROR_INVALID_DEVICE;
+	if (props->handleTypes != CU_MEM_HANDLE_TYPE_NONE)
+		return CUDA_ERROR_NOT_SUPPORTED; /* IPC of pools: see the README */
+	struct CUmemPoolHandle_st *p = calloc(1, sizeof(*p));
+	if (p == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	p->device = props->location.id;
+	p->max_bytes = props->maxSize;
+	pthread_mutex_lock(&sim.lock);
+	p->next = created_pools;
+	created_pools = p;
+	pthread_mutex_unlock(&sim.lock);
+	*pool = p;
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+	ENTER(ENTER_INIT);
+	pthread_mutex_lock(&sim.lock);
+	struct CUmemPoolHandle_st **link = &created_pools;
+	while (*link != NULL && *link != pool)
+		link = &(*link)->next;
+	if (*link == NULL) { /* a default pool, a destroyed one or no pool */
+		pthread_mutex_unlock(&sim.lock);
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+	*link = pool->next;
+	pool->destroyed = 1;
+	if (pool->live == 0)
+		free(pool);
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
+}
+
+static CUresult get_default_pool(CUmemoryPool *pool_out, CUdevice dev)
+{
+	if (pool_out == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (!sim_valid_device(dev))
+		return CUDA_ERROR_INVALID_DEVICE;
+	pthread_mutex_lock(&sim.lock);
+	*pool_out = default_pool(dev);
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	return get_default_pool(pool_out, dev);
+}
+
+/* The current pool is always the default one: there is no cuDeviceSetMemPool. */
+SIM_API CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	return get_default_pool(pool, dev);
+}
+
+/* Freed memory already went back to the device: nothing is left to trim. */
+SIM_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+	(void)minBytesToKeep;
+	ENTER(ENTER_INIT);
+	pthread_mutex_lock(&sim.lock);
+	CUresult rc = pool_lookup(pool) != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_unlock(&sim.lock);
+	return rc;
+}
+
+SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	ENTER(ENTER_INIT);
+	if (value == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	struct CUmemPoolHandle_st *p = pool_lookup(pool);
+	CUresult rc = p != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	switch (rc == CUDA_SUCCESS ? (int)attr : 0) {
+	case 0:
+		break;
+	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+		/* The reuse policies are always on here: only enabling is honoured. */
+		rc = *(int *)value != 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+		break;
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+		p->release_threshold = *(cuuint64_t *)value;
+		break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+		/* CUDA only lets the high-water marks be reset, by setting 0. */
+		if (*(cuuint64_t *)value == 0)
+			p->bytes_high = p->bytes;
+		else
+			rc = CUDA_ERROR_INVALID_VALUE;
+		break;
+	default:
+		rc = CUDA_ERROR_INVALID_VALUE;
+	}
+	pthread_mutex_unlock(&sim.lock);
+	return rc;
+}
+
+SIM_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	ENTER(ENTER_INIT);
+	if (value == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	struct CUmemPoolHandle_st *p = pool_lookup(pool);
+	CUresult rc = p != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	switch (rc == CUDA_SUCCESS ? (int)attr : 0) {
+	case 0:
+		break;
+	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+		*(int *)value = 1;
+		break;
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+		*(cuuint64_t *)value = p->release_threshold;
+		break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+		*(cuuint64_t *)value = p->bytes;
+		break;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+		*(cuuint64_t *)value = p->bytes_high;
+		break;
+	default:
+		rc = CUDA_ERROR_INVALID_VALUE;
+	}
+	pthread_mutex_unlock(&sim.lock);
+	return rc;
 }
 
 SIM_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)

@@ -45,7 +45,9 @@
 	X(cudaStreamGetCaptureInfo) X(cudaStreamGetCaptureInfo_v2)                          \
 	X(cudaThreadExchangeStreamCaptureMode) X(cudaGraphInstantiate)                      \
 	X(cudaGraphInstantiateWithFlags) X(cudaGraphLaunch) X(cudaGraphExecDestroy)         \
-	X(cudaGraphDestroy) X(cudaGetDriverEntryPoint) X(cudaGetDriverEntryPointByVersion)
+	X(cudaGraphDestroy) X(cudaGetDriverEntryPoint) X(cudaGetDriverEntryPointByVersion) \
+	X(cudaMemPoolCreate) X(cudaMemPoolDestroy) X(cudaDeviceGetDefaultMemPool)           \
+	X(cudaMallocFromPoolAsync)
 
 #define API_ID(name) API_##name,
 enum { RUNTIME_APIS(API_ID) API_COUNT };
@@ -93,6 +95,10 @@ static struct {
 	CUresult (*MemPrefetchAsync)(CUdeviceptr, size_t, CUmemLocation, unsigned int, CUstream);
 	CUresult (*MemAllocAsync)(CUdeviceptr *, size_t, CUstream);
 	CUresult (*MemFreeAsync)(CUdeviceptr, CUstream);
+	CUresult (*MemAllocFromPoolAsync)(CUdeviceptr *, size_t, CUmemoryPool, CUstream);
+	CUresult (*MemPoolCreate)(CUmemoryPool *, const CUmemPoolProps *);
+	CUresult (*MemPoolDestroy)(CUmemoryPool);
+	CUresult (*DeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
 	CUresult (*PointerGetAttributes)(unsigned int, CUpointer_attribute *, void **, CUdeviceptr);
 	CUresult (*StreamCreate)(CUstream *, unsigned int);
 	CUresult (*StreamDestroy)(CUstream);
@@ -146,6 +152,9 @@ static const struct {
 	DRV("cuMemsetD8", MemsetD8), DRV("cuMemsetD8Async", MemsetD8Async),
 	DRV("cuMemAdvise", MemAdvise), DRV("cuMemPrefetchAsync", MemPrefetchAsync),
 	DRV("cuMemAllocAsync", MemAllocAsync), DRV("cuMemFreeAsync", MemFreeAsync),
+	DRV("cuMemAllocFromPoolAsync", MemAllocFromPoolAsync),
+	DRV("cuMemPoolCreate", MemPoolCreate), DRV("cuMemPoolDestroy", MemPoolDestroy),
+	DRV("cuDeviceGetDefaultMemPool", DeviceGetDefaultMemPool),
 	DRV("cuPointerGetAttributes", PointerGetAttributes), DRV("cuStreamCreate", StreamCreate),
 	DRV("cuStreamDestroy", StreamDestroy), DRV("cuStreamSynchronize", StreamSynchronize),
 	DRV("cuStreamQuery", StreamQuery), DRV("cuStreamWaitEvent", StreamWaitEvent),
@@ -795,6 +804,41 @@ RT_API cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 {
 	ENTER(cudaFreeAsync, NEED_CONTEXT);
 	return DRIVER(drv.MemFreeAsync((CUdeviceptr)devPtr, hStream));
+}
+
+RT_API cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+					   cudaStream_t stream)
+{
+	ENTER(cudaMallocFromPoolAsync, NEED_CONTEXT);
+	return DRIVER(drv.MemAllocFromPoolAsync((CUdeviceptr *)ptr, size, memPool, stream));
+}
+
+RT_API cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps)
+{
+	ENTER(cudaMemPoolCreate, NEED_DRIVER);
+	if (poolProps == NULL)
+		return done(cudaErrorInvalidValue);
+	CUmemPoolProps props = {
+		.allocType = (CUmemAllocationType)poolProps->allocType,
+		.handleTypes = (CUmemAllocationHandleType)poolProps->handleTypes,
+		.location = {(CUmemLocationType)poolProps->location.type, poolProps->location.id},
+		.win32SecurityAttributes = poolProps->win32SecurityAttributes,
+		.maxSize = poolProps->maxSize,
+		.usage = poolProps->usage,
+	};
+	return DRIVER(drv.MemPoolCreate(memPool, &props));
+}
+
+RT_API cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
+{
+	ENTER(cudaMemPoolDestroy, NEED_DRIVER);
+	return DRIVER(drv.MemPoolDestroy(memPool));
+}
+
+RT_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device)
+{
+	ENTER(cudaDeviceGetDefaultMemPool, NEED_DRIVER);
+	return DRIVER(drv.DeviceGetDefaultMemPool(memPool, device));
 }
 
 RT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes,

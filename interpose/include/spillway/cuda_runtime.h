@@ -442,6 +442,30 @@ cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **funcPtr,
                                              unsigned int cudaVersion, unsigned long long flags,
                                              enum cudaDriverEntryPointQueryResult *driverStatus);
 
+/* Explicit memory pools (the driver's CUmemoryPool; props laid out as CUmemPoolProps). */
+typedef struct CUmemPoolHandle_st *cudaMemPool_t;
+
+struct cudaMemLocation {
+    int type; /* enum cudaMemLocationType: 1 = device */
+    int id;
+};
+
+struct cudaMemPoolProps {
+    int allocType;   /* enum cudaMemAllocationType: 1 = pinned */
+    int handleTypes; /* enum cudaMemAllocationHandleType */
+    struct cudaMemLocation location;
+    void *win32SecurityAttributes;
+    size_t maxSize;
+    unsigned short usage;
+    unsigned char reserved[54];
+};
+
+cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps);
+cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool);
+cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int device);
+cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
+                                    cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

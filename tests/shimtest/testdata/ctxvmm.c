@@ -24,10 +24,16 @@
  *   g N      grows: cuMemCreate and map 2 MiB granules at the end of the
  *            range until N are mapped or one is refused -> "g RC MAPPED"
  *   s N      shrinks: unmaps and releases the last N granules -> "s RC MAPPED"
+ *   P        cuMemPoolCreate on device 0 (one pool, used by a and Q) -> "P RC"
+ *   a SIZE   cuMemAllocFromPoolAsync from it on the legacy stream -> "a RC SLOT"
+ *   z SLOT   cuMemFreeAsync on the legacy stream, then cuStreamSynchronize -> "z RC"
  * Built with WITH_RUNTIME, also the runtime's calls:
  *   R SIZE   cudaMalloc                       -> "R RC SLOT" (slots shared with m)
  *   F SLOT   cudaFree                         -> "F RC"
  *   e        cudaGetLastError                 -> "e RC"
+ *   Q SIZE   cudaMallocFromPoolAsync from P's pool on stream 0 -> "Q RC SLOT"
+ *   Z SLOT   cudaFreeAsync on stream 0, then cudaStreamSynchronize -> "Z RC"
+ *   I        cudaMemGetInfo                   -> "I RC FREE TOTAL"
  * SIZE takes K, M, G suffixes (binary).
  */
 #include <stdio.h>
@@ -58,6 +64,7 @@ static size_t range_size;
 /* The granules g and s manage, in order. */
 static CUmemGenericAllocationHandle grown[MAX];
 static int ngrown;
+static CUmemoryPool pool;
 
 static size_t size_arg(const char *s)
 {
@@ -240,7 +247,52 @@ int main(int argc, char **argv)
             printf("s %d %d\n", rc, ngrown);
             i++;
             break;
+        case 'P': {
+            CUmemPoolProps props;
+            memset(&props, 0, sizeof(props));
+            props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+            props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            props.location.id = 0;
+            printf("P %d\n", cuMemPoolCreate(&pool, &props));
+            break;
+        }
+        case 'a':
+            rc = cuMemAllocFromPoolAsync(&slot[nslots], size_arg(a), pool, CU_STREAM_LEGACY);
+            printf("a %d %d\n", rc, nslots);
+            nslots += rc == CUDA_SUCCESS;
+            i++;
+            break;
+        case 'z':
+            rc = cuMemFreeAsync(slot[atoi(a)], CU_STREAM_LEGACY);
+            if (rc == CUDA_SUCCESS)
+                rc = cuStreamSynchronize(CU_STREAM_LEGACY);
+            printf("z %d\n", rc);
+            i++;
+            break;
 #ifdef WITH_RUNTIME
+        case 'Q': {
+            void *p = NULL;
+            cudaError_t err = cudaMallocFromPoolAsync(&p, size_arg(a), pool, 0);
+            slot[nslots] = (CUdeviceptr)p;
+            printf("Q %d %d\n", err, nslots);
+            nslots += err == cudaSuccess;
+            i++;
+            break;
+        }
+        case 'Z': {
+            cudaError_t err = cudaFreeAsync((void *)slot[atoi(a)], 0);
+            if (err == cudaSuccess)
+                err = cudaStreamSynchronize(0);
+            printf("Z %d\n", err);
+            i++;
+            break;
+        }
+        case 'I': {
+            size_t f = 0, t = 0;
+            cudaError_t err = cudaMemGetInfo(&f, &t);
+            printf("I %d %zu %zu\n", err, f, t);
+            break;
+        }
         case 'R': {
             void *p = NULL;
             cudaError_t err = cudaMalloc(&p, size_arg(a));
