@@ -441,6 +441,12 @@ static int open_core(void)
                  path);
         return -1;
     }
+    /* A runtime opens the driver only at its own first call, which comes
+     * after this one: open the same libcuda.so.1 now (the runtime's dlopen
+     * then finds it loaded), so that the core has the driver's functions it
+     * serves virtual memory with. A process without a driver keeps none. */
+    if (resolve(R_malloc) && !resolve(R_cu_init))
+        dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL); /* kept, as the runtime keeps it */
     for (size_t i = 0; i < sizeof real_names / sizeof real_names[0]; i++)
         resolve((int)i); /* optional ones may stay NULL; the core checks */
     int32_t rc = core.init(SPILLWAY_CORE_ABI, &real, &probes);

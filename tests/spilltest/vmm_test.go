@@ -268,3 +268,17 @@ func TestVMMOversubscribed(t *testing.T) {
 		}
 	}
 }
+
+// TestVMMRuntimeOnly: a program linked with the runtime alone, whose driver
+// the runtime opens at its first call (after the shim's core has started),
+// still gets the pool in virtual memory.
+func TestVMMRuntimeOnly(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/runtime_only.c"}, Cudart: true, ProjectHeaders: true})
+	env, statsFile := vmmEnv(t, 96*miB)
+	harness.RunOK(t, harness.Shimmed(t, env, prog))
+	s := readVMMStats(t, statsFile)
+	if s.Calls["cuMemCreate"] == 0 || s.Calls["cudaMalloc"] != 0 {
+		t.Errorf("a runtime-only program: %d cuMemCreate and %d real cudaMalloc calls; want granules, not segments",
+			s.Calls["cuMemCreate"], s.Calls["cudaMalloc"])
+	}
+}
