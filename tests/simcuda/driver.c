@@ -60,8 +60,12 @@ static int nfaults;
 static int dead_after_fork;
 static pid_t load_pid;
 
-/* Call counts of driver functions, by name (the names are __func__ literals). */
-static pthread_mutex_t calls_lock = PTHREAD_MUTEX_INITIALIZER;
+/*
+ * Call counts of driver functions, by name (the names are __func__ literals).
+ * Lock-free, as a real driver's entry is: a slot's name is claimed once by
+ * compare-and-swap and its count is an atomic add.
+ */
+static pthread_mutex_t calls_lock = PTHREAD_MUTEX_INITIALIZER; /* the runtimes' table below */
 static struct {
 	const char *name;
 	uint64_t count;
@@ -75,20 +79,21 @@ static struct {
 } runtimes[MAX_RUNTIMES];
 static int nruntimes;
 
-static uint64_t count_call(const char *name)
+/* name's call counter, its slot claimed on first use. */
+static uint64_t *call_counter(const char *name)
 {
 	unsigned int h = 5381;
 
 	for (const char *p = name; *p; p++)
 		h = h * 33 + (unsigned char)*p;
-	pthread_mutex_lock(&calls_lock);
-	for (h %= CALL_SLOTS; calls[h].name != NULL && strcmp(calls[h].name, name) != 0;
-	     h = (h + 1) % CALL_SLOTS)
-		;
-	calls[h].name = name;
-	uint64_t n = ++calls[h].count;
-	pthread_mutex_unlock(&calls_lock);
-	return n;
+	for (h %= CALL_SLOTS;; h = (h + 1) % CALL_SLOTS) {
+		const char *slot = __atomic_load_n(&calls[h].name, __ATOMIC_ACQUIRE);
+		/* A lost race leaves the winner's name in slot. */
+		int claimed = slot == NULL && __atomic_compare_exchange_n(&calls[h].name, &slot, name, 0,
+									   __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE);
+		if (claimed || slot == name || strcmp(slot, name) == 0)
+			return &calls[h].count;
+	}
 }
 
 static int should_fail(const char *name, uint64_t ordinal)
@@ -99,11 +104,16 @@ static int should_fail(const char *name, uint64_t ordinal)
 	return 0;
 }
 
-CUresult sim_enter(const char *name, int need)
+CUresult sim_enter(const char *name, int need, uint64_t **counter)
 {
 	if (__atomic_load_n(&dead_after_fork, __ATOMIC_RELAXED))
 		return CUDA_ERROR_NOT_INITIALIZED;
-	uint64_t n = count_call(name);
+	uint64_t *count = __atomic_load_n(counter, __ATOMIC_ACQUIRE);
+	if (count == NULL) {
+		count = call_counter(name);
+		__atomic_store_n(counter, count, __ATOMIC_RELEASE);
+	}
+	uint64_t n = __atomic_add_fetch(count, 1, __ATOMIC_RELAXED);
 	if (sim_in_host_fn)
 		return CUDA_ERROR_NOT_PERMITTED; /* host functions must not call CUDA */
 	if ((need & ENTER_INIT) && !__atomic_load_n(&sim.initialized, __ATOMIC_ACQUIRE))
@@ -129,9 +139,9 @@ CUresult sim_current_device(int *device)
 
 	if (ctx == NULL)
 		return CUDA_ERROR_INVALID_CONTEXT;
-	pthread_mutex_lock(&sim.lock);
-	int active = ctx->primary ? sim.dev[ctx->device].ctx_active : !ctx->destroyed;
-	pthread_mutex_unlock(&sim.lock);
+	/* Read without sim.lock (a real driver's is a thread-local read); writers store atomically. */
+	int active = ctx->primary ? __atomic_load_n(&sim.dev[ctx->device].ctx_active, __ATOMIC_ACQUIRE)
+				  : !__atomic_load_n(&ctx->destroyed, __ATOMIC_ACQUIRE);
 	if (!active)
 		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
 	*device = ctx->device;
@@ -584,7 +594,7 @@ static CUresult ctx_activate_locked(int device)
 	}
 	d->ctx_bytes += bytes;
 	d->ctx->bytes = bytes;
-	d->ctx_active = 1;
+	__atomic_store_n(&d->ctx_active, 1, __ATOMIC_RELEASE);
 	mem_usage_changed(device);
 	return CUDA_SUCCESS;
 }
@@ -607,7 +617,7 @@ static void ctx_deactivate(int device, int force)
 		streams_destroy_device(device);
 		d->ctx_bytes -= d->ctx->bytes;
 		d->ctx->bytes = 0;
-		d->ctx_active = 0;
+		__atomic_store_n(&d->ctx_active, 0, __ATOMIC_RELEASE);
 		mem_usage_changed(device);
 	}
 	pthread_mutex_unlock(&sim.lock);
@@ -851,7 +861,7 @@ static CUresult ctx_destroy(CUcontext ctx)
 		pthread_mutex_unlock(&sim.lock);
 		return CUDA_ERROR_INVALID_VALUE;
 	}
-	c->destroyed = 1;
+	__atomic_store_n(&c->destroyed, 1, __ATOMIC_RELEASE);
 	mem_release_context(c);
 	sim.dev[c->device].ctx_bytes -= c->bytes;
 	c->bytes = 0;
@@ -1605,8 +1615,10 @@ static void write_calls(FILE *f)
 	const char *sep = "";
 
 	for (int i = 0; i < CALL_SLOTS; i++) {
-		if (calls[i].name != NULL) {
-			fprintf(f, "%s\"%s\":%" PRIu64, sep, calls[i].name, calls[i].count);
+		const char *name = __atomic_load_n(&calls[i].name, __ATOMIC_ACQUIRE);
+		if (name != NULL) {
+			fprintf(f, "%s\"%s\":%" PRIu64, sep, name,
+				__atomic_load_n(&calls[i].count, __ATOMIC_RELAXED));
 			sep = ",";
 		}
 	}

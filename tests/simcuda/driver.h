@@ -127,14 +127,16 @@ extern __thread int sim_in_host_fn;
 extern __thread int sim_ptds;
 
 /* Entry of every API function: counts the call, refuses it when the driver
- * cannot serve it, and applies fault injection. */
+ * cannot serve it, and applies fault injection. counter caches, per call
+ * site, where name's count lives, so that a call costs an atomic add. */
 enum { ENTER_ANY = 0, ENTER_INIT = 1 };
-CUresult sim_enter(const char *name, int need);
-#define ENTER(need)                                              \
-	do {                                                     \
-		CUresult enter_rc_ = sim_enter(__func__, (need)); \
-		if (enter_rc_ != CUDA_SUCCESS)                   \
-			return enter_rc_;                        \
+CUresult sim_enter(const char *name, int need, uint64_t **counter);
+#define ENTER(need)                                                              \
+	do {                                                                     \
+		static uint64_t *enter_counter_;                                 \
+		CUresult enter_rc_ = sim_enter(__func__, (need), &enter_counter_); \
+		if (enter_rc_ != CUDA_SUCCESS)                                   \
+			return enter_rc_;                                        \
 	} while (0)
 
 /* The device of the calling thread's current context (CUDA_ERROR_INVALID_CONTEXT when none). */
