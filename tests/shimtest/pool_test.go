@@ -91,9 +91,11 @@ func TestReportPerDevice(t *testing.T) {
 
 func TestPoolSettings(t *testing.T) {
 	prog := cudaops(t)
+	// The settings of the fixed-segment design (SPILLWAY_VMM=0), whose
+	// segments the report counts.
 	report := func(env []string, ops ...string) map[string]uint64 {
 		t.Helper()
-		res, _ := harness.RunOK(t, harness.Shimmed(t, append(env, "SPILLWAY_REPORT=1"), prog, ops...))
+		res, _ := harness.RunOK(t, harness.Shimmed(t, append(env, "SPILLWAY_REPORT=1", "SPILLWAY_VMM=0"), prog, ops...))
 		return reportOf(t, res.Stderr, 0)
 	}
 	// Strict mode: the free synchronizes, as cudaFree does.
