@@ -11,28 +11,9 @@
 
 #include <spillway/cuda.h>
 
+#include "check.h"
+
 #define MiB (1ULL << 20)
-
-static const char *current_case;
-
-#define CHECK(cond)                                                                    \
-	do {                                                                           \
-		if (!(cond)) {                                                         \
-			fprintf(stderr, "%s: %s:%d: check failed: %s\n", current_case, \
-				__FILE__, __LINE__, #cond);                            \
-			exit(1);                                                       \
-		}                                                                      \
-	} while (0)
-
-#define EXPECT(call, want)                                                                    \
-	do {                                                                                  \
-		int got_ = (int)(call);                                                       \
-		if (got_ != (int)(want)) {                                                    \
-			fprintf(stderr, "%s: %s:%d: %s returned %d, want %d\n", current_case, \
-				__FILE__, __LINE__, #call, got_, (int)(want));                \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
 
 static size_t free_bytes(void)
 {

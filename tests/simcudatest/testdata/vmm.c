@@ -16,29 +16,10 @@
 
 #include <spillway/cuda.h>
 
+#include "check.h"
+
 #define MiB ((size_t)1 << 20)
 #define GRANULE (2 * MiB)
-
-static const char *current_case;
-
-#define CHECK(cond)                                                                          \
-	do {                                                                                 \
-		if (!(cond)) {                                                               \
-			fprintf(stderr, "%s: %s:%d: check failed: %s\n", current_case, __FILE__, \
-				__LINE__, #cond);                                            \
-			exit(1);                                                             \
-		}                                                                            \
-	} while (0)
-
-#define EXPECT(call, want)                                                                   \
-	do {                                                                                 \
-		int got_ = (int)(call);                                                      \
-		if (got_ != (int)(want)) {                                                   \
-			fprintf(stderr, "%s: %s:%d: %s returned %d, want %d\n", current_case, \
-				__FILE__, __LINE__, #call, got_, (int)(want));               \
-			exit(1);                                                             \
-		}                                                                            \
-	} while (0)
 
 #define OK(call) EXPECT(call, CUDA_SUCCESS)
 
