@@ -34,6 +34,9 @@ func (p *Pool) SyncEnd(t SyncTicket) error {
 	p.stats.ExternalSyncs++
 	p.synced(t.cut)
 	p.promoteQuietly()
+	if p.migration != nil {
+		p.migrate()
+	}
 	return nil
 }
 

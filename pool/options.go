@@ -42,6 +42,16 @@ type Options struct {
 	// VirtualBacking and Pooling is on. Off, the fixed-segment design is used
 	// even over such a Backing.
 	VirtualMemory bool
+	// Migrate moves the granules of live blocks between the device and the
+	// host at each synchronization announced with SyncEnd: the oldest
+	// blocks' device granules go to the host when the device lacks room
+	// for the blocks a synchronization interval allocates and frees, and
+	// spilled granules come back, oldest spilled first, when it has more
+	// (SPILLWAY_MIGRATE=1). It needs VirtualMemory, Oversubscribe and a
+	// Backing that implements GranuleMover, and the application's promise
+	// that no work is queued while its synchronization returns: see
+	// "Migration" in the package documentation.
+	Migrate bool
 	// Observer, if not nil, receives the pool's events.
 	Observer Observer
 }
@@ -78,6 +88,9 @@ func (o *Options) validate() error {
 		if o.HostLimit == 0 {
 			return fmt.Errorf("pool: oversubscription with a host limit of 0 bytes; it must be positive")
 		}
+	}
+	if o.Migrate && !(o.Oversubscribe && o.VirtualMemory && o.Pooling) {
+		return fmt.Errorf("pool: migration needs oversubscription, pooling and virtual memory on")
 	}
 	return nil
 }

@@ -103,6 +103,8 @@ type block struct {
 	// freedMoving: freed while moving; the promotion releases it once the
 	// move returns (freedAsync: by FreeAsync, on freeStream).
 	freedMoving, freedAsync bool
+	// born orders live blocks by age for migration (0: not counted).
+	born uint64
 }
 
 type segment struct {
@@ -235,16 +237,18 @@ type Pool struct {
 	mu sync.Mutex
 	// cond is signalled, with mu, when a forced synchronization or a
 	// promotion pass ends.
-	cond     sync.Cond
-	back     Backing
-	host     HostBacking // nil when the Backing cannot spill
-	ordered  StreamOrderedBacking
-	virt     *virtualMemory // nil without virtual memory
-	ledger   Ledger         // admits every device byte (devBytes) the pool holds
-	opt      Options
-	obs      Observer
-	closed   bool
-	reserved bool // the reserve segment exists (or none was asked)
+	cond    sync.Cond
+	back    Backing
+	host    HostBacking // nil when the Backing cannot spill
+	ordered StreamOrderedBacking
+	virt    *virtualMemory // nil without virtual memory
+	// migration is nil unless Options.Migrate is set.
+	migration *migration
+	ledger    Ledger // admits every device byte (devBytes) the pool holds
+	opt       Options
+	obs       Observer
+	closed    bool
+	reserved  bool // the reserve segment exists (or none was asked)
 
 	live    ptrMap
 	idx     [numClasses]index
@@ -307,6 +311,13 @@ func New(back Backing, opt Options) (*Pool, error) {
 	}
 	if opt.Oversubscribe && p.host == nil {
 		return nil, errors.New("pool: oversubscription needs a backing that implements HostBacking")
+	}
+	if opt.Migrate {
+		mover, ok := back.(GranuleMover)
+		if !ok || p.virt == nil {
+			return nil, errors.New("pool: migration needs a backing that implements VirtualBacking and GranuleMover")
+		}
+		p.migration = &migration{mover: mover, nextBorn: 1}
 	}
 	return p, nil
 }
@@ -722,6 +733,9 @@ func (p *Pool) hand(b *block, size uint64, src Source) uint64 {
 	p.stats.LiveBytes += size
 	p.stats.LiveBlocks++
 	p.stats.PeakLiveBytes = max(p.stats.PeakLiveBytes, p.stats.LiveBytes)
+	if m := p.migration; m != nil {
+		m.handed(b)
+	}
 	if src == SourceCache {
 		p.stats.CacheHits++
 	} else {

@@ -107,10 +107,13 @@ type virtualMemory struct {
 	free    []uint64 // physical granules mapped nowhere
 	idle    idleList
 	granule uint64 // physical granules held: mapped or free
-	arenas  [numClasses]int
-	// spilled are the runs of host granules reported to the Observer by
-	// Spill and not yet by Free: start address -> bytes.
-	spilled map[uint64]uint64
+	// inUse counts the granules holding used bytes, device or host, and
+	// inUsePeak its peak since migration last looked (see migrate).
+	inUse, inUsePeak uint64
+	arenas           [numClasses]int
+	// spilled are the host granules reported to the Observer by Spill and
+	// not yet by Free or Promote.
+	spilled map[uint64]struct{}
 }
 
 func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
@@ -122,7 +125,7 @@ func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
 	for 1<<shift < g {
 		shift++
 	}
-	return &virtualMemory{back: back, gran: g, shift: shift, spilled: map[uint64]uint64{}}, nil
+	return &virtualMemory{back: back, gran: g, shift: shift, spilled: map[uint64]struct{}{}}, nil
 }
 
 // allocateVirtual serves a pooled request of size aligned bytes with virtual
@@ -359,41 +362,17 @@ func (p *Pool) commit(b *block, size uint64, spill bool) error {
 
 // reportSpill tells the Observer where the host granules just mapped
 // between granules first and last of seg lie (their newHost is set, and
-// cleared here): one Spill per contiguous run, so that a tracer classifies
-// accesses by the ranges that really are on the host. A run's granules go
-// back to the host together, and a Free of the same range reports it then
-// (unmapHostGranule); a granule the block shares with other blocks (at
-// either end) may stay longer, so it is a run of its own.
+// cleared here): one Spill per granule, so that a tracer classifies accesses
+// by the ranges that really are on the host, and each granule can go back
+// to the host (a Free of its range, in granuleUnused) or be promoted
+// (migration) on its own.
 func (p *Pool) reportSpill(seg *segment, first, last uint64) {
-	v := p.virt
-	var start, bytes uint64
-	flush := func() {
-		if bytes > 0 {
-			v.spilled[start] = bytes
-			if p.obs != nil {
-				p.obs.Spill(start, bytes, TierPinned)
-			}
-		}
-		bytes = 0
-	}
 	for i := first; i <= last; i++ {
-		g := &seg.granules[i]
-		if !g.newHost {
-			flush()
-			continue
-		}
-		g.newHost = false
-		shared := g.used < v.gran
-		if shared || bytes == 0 {
-			flush()
-			start = g.va
-		}
-		bytes += v.gran
-		if shared {
-			flush()
+		if g := &seg.granules[i]; g.newHost {
+			g.newHost = false
+			p.spilledGranule(g.va)
 		}
 	}
-	flush()
 }
 
 // mapGranule maps physical memory at g: a free granule, a new one within the
@@ -509,11 +488,16 @@ func (p *Pool) useGranules(seg *segment, base, size uint64, add bool) {
 		g := &seg.granules[i]
 		lo, hi := max(base, g.va), min(base+size, g.va+v.gran)
 		if add {
+			if g.used == 0 {
+				v.inUse++
+				v.inUsePeak = max(v.inUsePeak, v.inUse)
+			}
 			g.used += hi - lo
 			continue
 		}
 		g.used -= hi - lo
 		if g.used == 0 {
+			v.inUse--
 			p.granuleUnused(g)
 		}
 	}
@@ -538,18 +522,16 @@ func (p *Pool) granuleUnused(g *granule) {
 	p.reportHostFree(g)
 }
 
-// reportHostFree tells the Observer that the run of host granules reported
-// by Spill at g's address has gone back to the host (all of its granules
-// go together: see reportSpill).
+// reportHostFree tells the Observer that the host granule g, reported by
+// Spill, has gone back to the host.
 func (p *Pool) reportHostFree(g *granule) {
 	v := p.virt
-	bytes, ok := v.spilled[g.va]
-	if !ok {
+	if _, ok := v.spilled[g.va]; !ok {
 		return
 	}
 	delete(v.spilled, g.va)
 	if p.obs != nil {
-		p.obs.Free(g.va, bytes, TierPinned)
+		p.obs.Free(g.va, v.gran, TierPinned)
 	}
 }
 
@@ -635,7 +617,7 @@ func (p *Pool) closeVirtual() []error {
 		}
 	}
 	p.segs = slices.DeleteFunc(p.segs, func(s *segment) bool { return s.granules != nil })
-	v.free, v.idle, v.granule, v.arenas = nil, idleList{}, 0, [numClasses]int{}
+	v.free, v.idle, v.granule, v.arenas, v.inUse, v.inUsePeak = nil, idleList{}, 0, [numClasses]int{}, 0, 0
 	clear(v.spilled)
 	return errs
 }

@@ -71,9 +71,11 @@ func BenchmarkPairVirtual(b *testing.B) {
 
 // BenchmarkSpillVirtual replays each reference trace with oversubscription
 // under a quota of 60% of its peak live bytes, with and without virtual
-// memory (page-granular spill, or whole blocks in managed memory), and
-// reports the peak spilled bytes ÷ peak live, the bytes ever spilled per
-// free, how much of the quota the device held at its peak, and refusals.
+// memory (page-granular spill, or whole blocks in managed memory), and with
+// virtual memory and migration, and reports the peak spilled bytes ÷ peak
+// live, the bytes ever spilled per free, how much of the quota the device
+// held at its peak, refusals, and the bytes migration moved (demoted plus
+// promoted) per synchronization.
 func BenchmarkSpillVirtual(b *testing.B) {
 	for _, ref := range traces.References {
 		ops := loadTrace(b, ref.File)
@@ -81,14 +83,15 @@ func BenchmarkSpillVirtual(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		for _, virtual := range []bool{true, false} {
-			b.Run(fmt.Sprintf("%s/virtual=%v", ref.File, virtual), func(b *testing.B) {
+		for _, c := range []struct{ virtual, migrate bool }{{true, false}, {true, true}, {false, false}} {
+			b.Run(fmt.Sprintf("%s/virtual=%v/migrate=%v", ref.File, c.virtual, c.migrate), func(b *testing.B) {
 				quota := sum.PeakLive * 6 / 10
 				var st pool.Stats
 				for range b.N {
 					f := pooltest.NewVirtual(0)
 					opt := pool.DefaultOptions(quota)
-					opt.VirtualMemory = virtual
+					opt.VirtualMemory = c.virtual
+					opt.Migrate = c.migrate
 					opt.Oversubscribe = true
 					opt.HostLimit = sum.PeakLive
 					p, err := pool.New(f, opt)
@@ -107,6 +110,7 @@ func BenchmarkSpillVirtual(b *testing.B) {
 				b.ReportMetric(float64(st.SpilledTotal)/float64(st.Frees), "spilled-B/free")
 				b.ReportMetric(float64(st.PeakReservedBytes)/float64(quota), "peak-reserved/quota")
 				b.ReportMetric(float64(st.Refused), "refused")
+				b.ReportMetric(float64(st.DemotedTotal+st.PromotedTotal)/float64(max(st.ExternalSyncs, 1)), "moved-B/sync")
 			})
 		}
 	}

@@ -490,7 +490,11 @@ type spillRanges struct {
 	ranges map[uint64]uint64
 	spills []uint64 // sizes of the Spill events, in order
 	bad    []string
+	// failures are the Backing failures told (pool.FailureObserver).
+	failures []error
 }
+
+func (s *spillRanges) BackingFailed(err error) { s.failures = append(s.failures, err) }
 
 func (s *spillRanges) Spill(ptr, size uint64, tier pool.Tier) {
 	s.recorder.Spill(ptr, size, tier)

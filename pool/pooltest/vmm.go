@@ -2,6 +2,7 @@ package pooltest
 
 import (
 	"fmt"
+	"maps"
 
 	"github.com/spillway-gpu/spillway/pool"
 )
@@ -21,6 +22,8 @@ type VirtualFake struct {
 	// OnUnmap, if set, is called with the range of every successful Unmap,
 	// so a test can check that no queued work may still use it.
 	OnUnmap func(va, size uint64)
+	// FailMove, if set, can fail a MoveGranule before anything changes.
+	FailMove func(va uint64) error
 
 	ranges   map[uint64]uint64 // reserved address ranges: base -> size
 	handles  map[uint64]*physical
@@ -32,11 +35,14 @@ type VirtualFake struct {
 
 type physical struct {
 	mapped, host bool
+	// contents stands for the bytes: what Write put at an address mapped
+	// to it, by offset in the granule.
+	contents map[uint64]uint64
 }
 
 // VirtualCounts are the virtual-memory calls the fake has served.
 type VirtualCounts struct {
-	AddressReserves, AddressFrees, Creates, HostCreates, Releases, Maps, Unmaps int
+	AddressReserves, AddressFrees, Creates, HostCreates, Releases, Maps, Unmaps, Moves int
 }
 
 // NewVirtual returns a virtual fake device with capacity bytes of memory
@@ -272,4 +278,62 @@ func (f *VirtualFake) HostGranules() map[uint64]bool {
 		}
 	}
 	return host
+}
+
+// MoveGranule implements pool.GranuleMover: from must be mapped at va and
+// to mapped nowhere, of the same granularity; the contents go with the move.
+func (f *VirtualFake) MoveGranule(va, size, from, to uint64) error {
+	if f.FailMove != nil {
+		if err := f.FailMove(va); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	src, dst := f.handles[from], f.handles[to]
+	switch {
+	case size != Granularity || !aligned(va):
+		return fmt.Errorf("fake device: move of %d bytes at %#x, not one aligned granule", size, va)
+	case src == nil || dst == nil:
+		return fmt.Errorf("fake device: move between unknown physical handles %d and %d", from, to)
+	case f.mappings[va] != from:
+		return fmt.Errorf("fake device: move at %#x of handle %d, which is not mapped there", va, from)
+	case dst.mapped:
+		return fmt.Errorf("fake device: move at %#x to handle %d, which is mapped", va, to)
+	}
+	dst.contents = maps.Clone(src.contents)
+	src.contents = nil
+	src.mapped, dst.mapped = false, true
+	f.mappings[va] = to
+	f.vcounts.Moves++
+	return nil
+}
+
+// Write stores value at address va, which must be mapped: it stays with the
+// physical memory, wherever that is mapped next.
+func (f *VirtualFake) Write(va, value uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := f.mappings[va&^(Granularity-1)]
+	if !ok {
+		return fmt.Errorf("fake device: write at %#x, which is not mapped", va)
+	}
+	ph := f.handles[h]
+	if ph.contents == nil {
+		ph.contents = map[uint64]uint64{}
+	}
+	ph.contents[va%Granularity] = value
+	return nil
+}
+
+// Read returns what Write last stored at va (0 if nothing), which must be
+// mapped.
+func (f *VirtualFake) Read(va uint64) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := f.mappings[va&^(Granularity-1)]
+	if !ok {
+		return 0, fmt.Errorf("fake device: read at %#x, which is not mapped", va)
+	}
+	return f.handles[h].contents[va%Granularity], nil
 }

@@ -1,0 +1,210 @@
+package pool_test
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/pool"
+	"github.com/spillway-gpu/spillway/pool/pooltest"
+)
+
+// migrateHarness is a pool of 8 granules with migration on, observed as a
+// tracer does.
+func migrateHarness(t *testing.T) (*harness, *pooltest.VirtualFake, *spillRanges) {
+	f := pooltest.NewVirtual(0)
+	opt := virtualOptions(8 * granule)
+	opt.Oversubscribe = true
+	opt.SpillTier = pool.TierPinned
+	opt.HostLimit = 64 * granule
+	opt.Migrate = true
+	obs := &spillRanges{recorder: recorder{sources: map[pool.Source]int{}}, ranges: map[uint64]uint64{}}
+	opt.Observer = obs
+	return newVirtualHarness(t, f, opt), f, obs
+}
+
+// stamp writes a distinct value at the start of every granule of the
+// blocks and returns them by address.
+func stamp(t *testing.T, f *pooltest.VirtualFake, blocks map[uint64]uint64) map[uint64]uint64 {
+	t.Helper()
+	want := map[uint64]uint64{}
+	for base, size := range blocks {
+		for va := base; va < base+size; va += granule {
+			want[va] = va ^ 0x5a5a
+			if err := f.Write(va, want[va]); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return want
+}
+
+func checkStamps(t *testing.T, f *pooltest.VirtualFake, want map[uint64]uint64, when string) {
+	t.Helper()
+	for va, v := range want {
+		if got, err := f.Read(va); err != nil || got != v {
+			t.Fatalf("%s: %#x holds %#x (%v), want %#x", when, va, got, err, v)
+		}
+	}
+}
+
+// TestMigrateMakesRoomForShortLivedBlocks: when a synchronization interval's
+// short-lived blocks spilled for lack of device memory, the next
+// synchronization demotes as much of the oldest blocks as they needed, so
+// the same blocks in the next interval get device memory; when they are no
+// longer allocated, the demoted granules come back. The contents and the
+// addresses of the moved blocks never change, and a tracer's spilled
+// ranges are the host granules at every step.
+func TestMigrateMakesRoomForShortLivedBlocks(t *testing.T) {
+	h, f, obs := migrateHarness(t)
+	old := map[uint64]uint64{}
+	for range 3 {
+		old[h.mustAlloc(2*granule)] = 2 * granule
+	}
+	want := stamp(t, f, old)
+	h.appSync()
+	if st := h.p.Stats(); st.DemotedTotal != 0 || st.PromotedTotal != 0 {
+		t.Fatalf("moved with room to spare: %v", st)
+	}
+
+	// Interval: a short-lived block of four granules, two of them spilled.
+	h.mustFree(h.mustAlloc(4 * granule))
+	if st := h.p.Stats(); st.SpilledTotal != 2*granule {
+		t.Fatalf("spilled %d bytes, want 2 granules", st.SpilledTotal)
+	}
+	h.appSync()
+	obs.check(t, f, "after the demotion")
+	checkStamps(t, f, want, "after the demotion")
+	st := h.p.Stats()
+	if st.DemotedTotal != 2*granule || f.HostBytes() != 2*granule {
+		t.Fatalf("demoted %d bytes, host holds %d; want 2 granules: %v", st.DemotedTotal, f.HostBytes(), st)
+	}
+	oldest := h.liveOldest(old)
+	for va := oldest; va < oldest+2*granule; va += granule {
+		if !f.HostGranules()[va] {
+			t.Fatalf("granule %#x of the oldest block is not on the host: host granules %v", va, f.HostGranules())
+		}
+	}
+
+	// The same interval again: nothing spills, nothing moves.
+	spilled := st.SpilledTotal
+	short := h.mustAlloc(4 * granule)
+	if !f.Mapped(short, short+4*granule) || len(f.HostGranules()) != 2 {
+		t.Fatalf("the short-lived block did not get device memory: host granules %v", f.HostGranules())
+	}
+	h.mustFree(short)
+	h.appSync()
+	if st := h.p.Stats(); st.SpilledTotal != spilled || st.DemotedTotal != 2*granule || st.PromotedTotal != 0 {
+		t.Fatalf("in a repeated interval: %v; want no spill and no move", st)
+	}
+
+	// An interval without it: the demoted granules come back.
+	h.appSync()
+	obs.check(t, f, "after the promotion")
+	checkStamps(t, f, want, "after the promotion")
+	if st := h.p.Stats(); st.PromotedTotal != 2*granule || f.HostBytes() != 0 || st.SpilledBytes != 0 {
+		t.Fatalf("promoted %d bytes, host holds %d: %v", st.PromotedTotal, f.HostBytes(), st)
+	}
+	if vc := f.VirtualCounts(); vc.Moves != 4 {
+		t.Fatalf("%d moves, want 4", vc.Moves)
+	}
+	for base := range old {
+		h.mustFree(base)
+	}
+	h.appSync()
+	h.closeVirtual()
+	obs.check(t, f, "after Close")
+}
+
+// liveOldest returns the block of blocks allocated first: the lowest
+// address, as the blocks were placed in one arena in order.
+func (h *harness) liveOldest(blocks map[uint64]uint64) uint64 {
+	oldest := ^uint64(0)
+	for base := range blocks {
+		oldest = min(oldest, base)
+	}
+	return oldest
+}
+
+// TestMigrateNotWhileFreesWait: a block freed while the synchronization ran
+// (by another thread, whose work may still be queued) stops every move at
+// its end; the next synchronization moves.
+func TestMigrateNotWhileFreesWait(t *testing.T) {
+	h, f, _ := migrateHarness(t)
+	for range 3 {
+		h.mustAlloc(2 * granule)
+	}
+	other := h.mustAlloc(granule / 2)
+	h.appSync()
+	h.mustFree(h.mustAlloc(4 * granule))
+	ticket := h.p.SyncBegin()
+	h.mustFree(other) // after the cut: still pending at SyncEnd
+	if err := h.f.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.p.SyncEnd(ticket); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.p.Stats(); st.DemotedTotal != 0 || f.VirtualCounts().Moves != 0 {
+		t.Fatalf("moved with a free pending: %v", st)
+	}
+	h.mustFree(h.mustAlloc(4 * granule))
+	h.appSync()
+	if st := h.p.Stats(); st.DemotedTotal == 0 {
+		t.Fatalf("nothing demoted once nothing was pending: %v", st)
+	}
+	h.closeVirtual()
+}
+
+// TestMigrateFailedMove: a move that fails changes nothing but the error
+// count: the granule stays on the device with its contents, the host
+// granule made for it is released, and the next synchronization tries again.
+func TestMigrateFailedMove(t *testing.T) {
+	h, f, obs := migrateHarness(t)
+	old := map[uint64]uint64{}
+	for range 3 {
+		old[h.mustAlloc(2*granule)] = 2 * granule
+	}
+	want := stamp(t, f, old)
+	h.appSync()
+	f.FailMove = func(uint64) error { return errors.New("injected copy failure") }
+	h.mustFree(h.mustAlloc(4 * granule))
+	before := h.p.Stats()
+	h.appSync()
+	st := h.p.Stats()
+	if st.DemotedTotal != 0 || st.BackingErrors != before.BackingErrors+1 || f.HostBytes() != 0 || st.SpilledTotal != before.SpilledTotal {
+		t.Fatalf("after a failed move: %v (before %v), host %d bytes", st, before, f.HostBytes())
+	}
+	if len(obs.failures) != 1 {
+		t.Fatalf("failures told: %v, want the move's", obs.failures)
+	}
+	checkStamps(t, f, want, "after the failed move")
+	f.FailMove = nil
+	h.mustFree(h.mustAlloc(4 * granule))
+	h.appSync()
+	if st := h.p.Stats(); st.DemotedTotal != 2*granule {
+		t.Fatalf("demoted %d bytes on the retry, want 2 granules", st.DemotedTotal)
+	}
+	checkStamps(t, f, want, "after the retry")
+	obs.check(t, f, "after the retry")
+	h.closeVirtual()
+}
+
+// TestMigrateOptions: migration without what it needs is refused by New.
+func TestMigrateOptions(t *testing.T) {
+	opt := virtualOptions(8 * granule)
+	opt.Migrate = true
+	if _, err := pool.New(pooltest.NewVirtual(0), opt); err == nil {
+		t.Fatal("migration without oversubscription accepted")
+	}
+	opt.Oversubscribe, opt.HostLimit = true, granule
+	if _, err := pool.New(pooltest.New(0), opt); err == nil {
+		t.Fatal("migration over a backing without virtual memory accepted")
+	}
+	p, err := pool.New(pooltest.NewVirtual(0), opt)
+	if err != nil {
+		t.Fatalf("migration with what it needs: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
