@@ -194,6 +194,9 @@ SPILLWAY_REAL(CUresult, cu_mem_address_reserve, cuMemAddressReserve,
 SPILLWAY_REAL(CUresult, cu_mem_address_free, cuMemAddressFree, (CUdeviceptr ptr, size_t size))
 SPILLWAY_REAL(CUresult, cu_mem_set_access, cuMemSetAccess,
               (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))
+/* Migration copies a granule's contents before remapping it. */
+SPILLWAY_REAL(CUresult, cu_memcpy_dtod, cuMemcpyDtoD_v2,
+              (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount))
 /* Allocations from the application's explicit memory pools: counted on the
  * device and passed through, never pooled (the application chose its pool). */
 SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc_from_pool_async, cuMemAllocFromPoolAsync,

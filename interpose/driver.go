@@ -244,6 +244,18 @@ static CUresult vmm_unmap(const struct spillway_real *r, CUcontext ctx, uint64_t
 	IN_CONTEXT(r->cu_mem_unmap((CUdeviceptr)va, (size_t)size));
 	return rc;
 }
+// vmm_copy copies size bytes between two mapped ranges and waits for the
+// copy: a device-to-device cuMemcpy may return before it completes.
+static CUresult copy_and_wait(const struct spillway_real *r, uint64_t dst, uint64_t src, uint64_t size) {
+	CUresult rc = r->cu_memcpy_dtod((CUdeviceptr)dst, (CUdeviceptr)src, (size_t)size);
+	return rc == CUDA_SUCCESS ? r->cu_ctx_synchronize() : rc;
+}
+static CUresult vmm_copy(const struct spillway_real *r, CUcontext ctx, uint64_t dst, uint64_t src, uint64_t size) {
+	if (!r->cu_memcpy_dtod || !r->cu_ctx_synchronize)
+		return CUDA_ERROR_NOT_FOUND;
+	IN_CONTEXT(copy_and_wait(r, dst, src, size));
+	return rc;
+}
 static CUresult vmm_set_access(const struct spillway_real *r, CUcontext ctx, uint64_t va, uint64_t size, int device) {
 	CUmemAccessDesc d;
 	memset(&d, 0, sizeof d);
@@ -528,6 +540,12 @@ func (v *VMM) Map(va DevicePtr, size, handle uint64) Error {
 // Unmap calls cuMemUnmap.
 func (v *VMM) Unmap(va DevicePtr, size uint64) Error {
 	return fromDriver(C.vmm_unmap(v.t, v.ctx, C.uint64_t(va), C.uint64_t(size)))
+}
+
+// Copy copies size bytes from src to dst, both mapped, with cuMemcpyDtoD,
+// and waits for the copy with cuCtxSynchronize.
+func (v *VMM) Copy(dst, src DevicePtr, size uint64) Error {
+	return fromDriver(C.vmm_copy(v.t, v.ctx, C.uint64_t(dst), C.uint64_t(src), C.uint64_t(size)))
 }
 
 // SetAccess calls cuMemSetAccess: the device reads and writes [va, va+size).

@@ -251,6 +251,10 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 		back = vb
 	}
 	opt.VirtualMemory = vb != nil
+	opt.Migrate = m.cfg.Migrate && m.cfg.Oversubscribe && vb != nil
+	if m.cfg.Migrate && m.cfg.Oversubscribe && m.cfg.VMM && m.cfg.Pool && vb == nil {
+		m.log.Warnf("device %d: %s has no effect: the pool uses fixed segments (%s=debug says why)", ordinal, config.EnvMigrate, config.EnvLogLevel)
+	}
 	p, err := pool.New(back, opt)
 	d.ledger.reclaimFrom(d.back, p)
 	if err != nil {

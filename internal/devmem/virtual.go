@@ -1,6 +1,7 @@
 package devmem
 
 import (
+	"errors"
 	"fmt"
 	"unsafe"
 
@@ -22,6 +23,7 @@ type realVMM interface {
 	Map(va interpose.DevicePtr, size, handle uint64) interpose.Error
 	Unmap(va interpose.DevicePtr, size uint64) interpose.Error
 	SetAccess(va interpose.DevicePtr, size uint64) interpose.Error
+	Copy(dst, src interpose.DevicePtr, size uint64) interpose.Error
 }
 
 // openVMM returns the driver's virtual memory management for a device, or
@@ -159,6 +161,45 @@ func (v *virtualBacking) Map(va, size, handle uint64) error {
 func (v *virtualBacking) Unmap(va, size uint64) error {
 	if rc := v.vmm.Unmap(interpose.DevicePtr(va), size); rc != interpose.Success {
 		return cudaErr(fmt.Sprintf("cuMemUnmap at %#x on device %d", va, v.ordinal), rc)
+	}
+	return nil
+}
+
+// MoveGranule implements pool.GranuleMover: from, mapped at va, is copied
+// into to through an address range of its own, then va is remapped to to.
+// The pool calls it only when no queued work uses va. A failure before the
+// remap changes nothing; a failed remap maps from again, whose contents are
+// intact.
+func (v *virtualBacking) MoveGranule(va, size, from, to uint64) error {
+	where := fmt.Sprintf("moving the granule at %#x on device %d", va, v.ordinal)
+	staging, rc := v.vmm.AddressReserve(size, v.gran)
+	if rc != interpose.Success {
+		return cudaErr(where+": cuMemAddressReserve", rc)
+	}
+	err := v.Map(uint64(staging), size, to)
+	if err == nil {
+		if rc := v.vmm.Copy(staging, interpose.DevicePtr(va), size); rc != interpose.Success {
+			err = cudaErr(where+": cuMemcpyDtoD", rc)
+		}
+		if uerr := v.Unmap(uint64(staging), size); uerr != nil {
+			// to may still be mapped there: it cannot be mapped at va.
+			err = errors.Join(err, uerr)
+		}
+	}
+	if rc := v.vmm.AddressFree(staging, size); rc != interpose.Success && err == nil {
+		err = cudaErr(where+": cuMemAddressFree of the staging range", rc)
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	if err := v.Unmap(va, size); err != nil {
+		return fmt.Errorf("%s: %w", where, err)
+	}
+	if err := v.Map(va, size, to); err != nil {
+		if rerr := v.Map(va, size, from); rerr != nil {
+			return fmt.Errorf("%s: %w; mapping the old memory back: %w", where, err, rerr)
+		}
+		return fmt.Errorf("%s: %w", where, err)
 	}
 	return nil
 }

@@ -183,3 +183,15 @@ func TestVirtualBackingChosen(t *testing.T) {
 		}
 	}
 }
+
+func (f *fakeVMM) Copy(dst, src interpose.DevicePtr, size uint64) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.mapped[dst]; !ok {
+		return interpose.ErrorInvalidValue
+	}
+	if _, ok := f.mapped[src]; !ok {
+		return interpose.ErrorInvalidValue
+	}
+	return interpose.Success
+}

@@ -55,6 +55,10 @@ const (
 	// EnvVMM turns the pool's use of CUDA's virtual memory management off
 	// (0) or leaves it on where the device supports it (1, the default).
 	EnvVMM = "SPILLWAY_VMM"
+	// EnvMigrate turns on the migration of live blocks' granules between
+	// the device and the host at the application's device
+	// synchronizations (1), off by default (0).
+	EnvMigrate = "SPILLWAY_MIGRATE"
 	// EnvRuntimeDir is the folder of the per-process figures files that
 	// `spillway stat` reads (internal/stat).
 	EnvRuntimeDir = "SPILLWAY_RUNTIME_DIR"
@@ -154,6 +158,9 @@ type Config struct {
 	// where the device supports CUDA's virtual memory management (default);
 	// false: fixed segments everywhere.
 	VMM bool
+	// Migrate moves granules of live blocks between the device and the
+	// host at the application's device synchronizations (pool.Options.Migrate).
+	Migrate bool
 	// SpillSet says SPILLWAY_SPILL was given (it has no effect without
 	// oversubscription).
 	SpillSet bool
@@ -236,6 +243,8 @@ func Parse(environ []string) (Config, error) {
 			cfg.FreeSync, err = parseSwitch(name, value)
 		case name == EnvVMM:
 			cfg.VMM, err = parseSwitch(name, value)
+		case name == EnvMigrate:
+			cfg.Migrate, err = parseSwitch(name, value)
 		case name == EnvReport:
 			cfg.Report, err = parseSwitch(name, value)
 		case name == EnvOversubscribe:
@@ -301,6 +310,11 @@ func (c Config) Warnings() []string {
 	}
 	if !c.Oversubscribe && c.SpillSet {
 		w = append(w, EnvSpill+" has no effect without "+EnvOversubscribe+"=1")
+	}
+	if c.Migrate && !c.Oversubscribe {
+		w = append(w, EnvMigrate+" has no effect without "+EnvOversubscribe+"=1")
+	} else if c.Migrate && (!c.VMM || !c.Pool) {
+		w = append(w, EnvMigrate+" has no effect without virtual memory ("+EnvVMM+"=1 and "+EnvPool+"=1)")
 	}
 	return w
 }

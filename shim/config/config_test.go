@@ -287,3 +287,33 @@ func TestVMMSwitch(t *testing.T) {
 		}
 	}
 }
+
+func TestMigrateSwitch(t *testing.T) {
+	for _, tc := range []struct {
+		env     []string
+		want    bool
+		warning string
+	}{
+		{nil, false, ""},
+		{[]string{"SPILLWAY_MIGRATE=1", "SPILLWAY_OVERSUBSCRIBE=1"}, true, ""},
+		{[]string{"SPILLWAY_MIGRATE=0", "SPILLWAY_OVERSUBSCRIBE=1"}, false, ""},
+		{[]string{"SPILLWAY_MIGRATE=1"}, true, "SPILLWAY_MIGRATE has no effect without SPILLWAY_OVERSUBSCRIBE=1"},
+		{[]string{"SPILLWAY_MIGRATE=1", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_VMM=0"}, true, "SPILLWAY_MIGRATE has no effect without virtual memory (SPILLWAY_VMM=1 and SPILLWAY_POOL=1)"},
+	} {
+		cfg, err := Parse(tc.env)
+		if err != nil || cfg.Migrate != tc.want || len(cfg.Unknown) != 0 {
+			t.Errorf("%v: Migrate %v, unknown %v, err %v; want %v", tc.env, cfg.Migrate, cfg.Unknown, err, tc.want)
+		}
+		w := cfg.Warnings()
+		if tc.warning == "" && len(w) != 0 || tc.warning != "" && (len(w) != 1 || w[0] != tc.warning) {
+			t.Errorf("%v: warnings %q, want %q", tc.env, w, tc.warning)
+		}
+	}
+	for _, bad := range []string{"", "yes", "2"} {
+		_, err := Parse([]string{"SPILLWAY_MIGRATE=" + bad})
+		var cerr *Error
+		if !errors.As(err, &cerr) || cerr.Name != EnvMigrate || cerr.Value != bad || !strings.Contains(err.Error(), "SPILLWAY_MIGRATE=1") {
+			t.Errorf("SPILLWAY_MIGRATE=%q: %v; want an error naming the variable, the value and an example", bad, err)
+		}
+	}
+}

@@ -282,3 +282,59 @@ func TestVMMRuntimeOnly(t *testing.T) {
 			s.Calls["cuMemCreate"], s.Calls["cudaMalloc"])
 	}
 }
+
+// TestVMMMigrate: with SPILLWAY_MIGRATE=1, a short-lived block that spilled
+// in one step gets device memory in the next ones, the oldest blocks'
+// granules having moved to the host at the synchronization between; once no
+// step needs the room, they move back. Every byte of every block reads back
+// as written, and the device never holds more than the quota.
+func TestVMMMigrate(t *testing.T) {
+	const quota, steps = 64 * miB, 4
+	prog := harness.Ops(t)
+	// Seven blocks of 8 MiB (28 of the quota's 32 granules), then steps
+	// that each allocate, fill, check and free 16 MiB (8 granules).
+	args := []string{"N", "7", "8M", "s"}
+	for i := range steps {
+		slot := fmt.Sprint(7 + i)
+		args = append(args, "m", "16M", "w", slot, "99", "v", slot, "99", "f", slot, "s")
+	}
+	args = append(args, "s", "s", "V")
+	for _, migrate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("migrate=%v", migrate), func(t *testing.T) {
+			env, statsFile := vmmEnv(t, quota, "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_SPILL=pinned",
+				fmt.Sprintf("SPILLWAY_HOST_LIMIT=%d", 2*quota), fmt.Sprintf("SPILLWAY_MIGRATE=%d", map[bool]int{false: 0, true: 1}[migrate]))
+			res, out := harness.RunOK(t, harness.Shimmed(t, env, prog, args...))
+			if ok := out.Num(t, "N", 0, 1); ok != 7 {
+				t.Fatalf("%d of 7 blocks allocated\nstderr: %s", ok, res.Stderr)
+			}
+			for i := range steps {
+				if intact := out.Num(t, "v", i, 2); intact != 1 {
+					t.Errorf("step %d: the short-lived block read back corrupt", i)
+				}
+			}
+			if checked, bad := out.Num(t, "V", 0, 1), out.Num(t, "V", 0, 2); checked != 7 || bad != 0 {
+				t.Errorf("%d of %d blocks read back corrupt after the moves\nstderr: %s", bad, checked, res.Stderr)
+			}
+			r := harness.ReportFor(t, res.Stderr, 0)
+			s := readVMMStats(t, statsFile)
+			t.Logf("report %+v; simcuda device peak %d", r, s.Devices[0].DeviceBytesPeak)
+			if s.Devices[0].DeviceBytesPeak > quota || r.PeakReserved > quota {
+				t.Errorf("simcuda's device peak %d, the report's %d, above the quota %d", s.Devices[0].DeviceBytesPeak, r.PeakReserved, quota)
+			}
+			if r.Spilled != 0 || s.VMM.HostPhysicalBytes != 0 {
+				t.Errorf("host memory left at the end: report %d, simcuda %d", r.Spilled, s.VMM.HostPhysicalBytes)
+			}
+			// Each step's block spills its last 4 granules without
+			// migration; with it, only the first step does, and 4 granules
+			// of the oldest block move to the host and back.
+			want := struct{ spilled, demoted, promoted uint64 }{steps * 8 * miB, 0, 0}
+			if migrate {
+				want.spilled, want.demoted, want.promoted = 8*miB+8*miB, 8*miB, 8*miB
+			}
+			if r.SpilledTotal != want.spilled || r.DemotedTotal != want.demoted || r.PromotedTotal != want.promoted {
+				t.Errorf("spilled_total %d demoted_total %d promoted_total %d; want %d, %d, %d",
+					r.SpilledTotal, r.DemotedTotal, r.PromotedTotal, want.spilled, want.demoted, want.promoted)
+			}
+		})
+	}
+}
