@@ -26,18 +26,10 @@ type GranuleMover interface {
 // migration is the state of Options.Migrate.
 type migration struct {
 	mover GranuleMover
-	// nextBorn stamps each block handed out (block.born), so that the
-	// oldest blocks are demoted first.
-	nextBorn uint64
 	// order lists the host granules (virtualMemory.spilled) in the order
 	// they were spilled; those that went back to the host since are
 	// skipped, and dropped when the list is compacted.
 	order []uint64
-}
-
-func (m *migration) handed(b *block) {
-	b.born = m.nextBorn
-	m.nextBorn++
 }
 
 // spilledGranule reports the host granule at va to the Observer.
@@ -55,70 +47,93 @@ func (p *Pool) spilledGranule(va uint64) {
 	}
 }
 
-// migrate runs after an announced synchronization: it makes the device's
-// room (free and idle granules and the ledger's headroom) match what the
-// interval that just ended needed for its short-lived blocks, by demoting
-// granules of the oldest live blocks to the host when the room is short, or
-// by promoting spilled granules, oldest spilled first, while more than a
-// granule is left over. Nothing moves if a block freed during the
-// synchronization is still pending or stream-owned: then another thread is
-// at work, whose queued work could be using any block. A failed move ends
-// the pass; it is counted and told to a FailureObserver.
+// migrate runs after an announced synchronization and ends the interval
+// since the previous one. The pool knows where blocks are handed out, not
+// where queued work reads and writes, so a granule a block was handed out
+// on in the interval counts as hot, and the others as cold, the longer the
+// colder. In order:
+//
+//  1. Hot host granules are promoted, oldest spilled first, and the
+//     device keeps room for the interval's short-lived blocks: the
+//     granules the interval held at its peak and gave back by its end.
+//     Where free and idle granules and the ledger's headroom fall short of
+//     both, the coldest device granules holding live blocks are demoted.
+//  2. While more room is left than that reserve, the other host granules
+//     are promoted, oldest spilled first.
+//
+// Nothing moves if a block freed during the synchronization is still
+// pending or stream-owned: another thread is at work, whose queued work
+// could be using any block. A failed move ends the pass; it is counted and
+// told to a FailureObserver.
 func (p *Pool) migrate() {
 	v := p.virt
-	// The granules the interval held at its peak and gave back by its end
-	// are what its short-lived blocks needed, stream-owned and pending
-	// ones included.
-	reserve := (v.inUsePeak - v.inUse) << v.shift
+	reserve := int(v.inUsePeak - v.inUse)
 	v.inUsePeak = v.inUse
+	epoch := v.epoch
+	v.epoch++
 	if p.pending.bytes > 0 || p.streamBytes() > 0 {
 		return
 	}
-	room := uint64(len(v.free)+v.idle.n)<<v.shift + p.ledger.Headroom()&^(v.gran-1)
+	var hot, cold []*granule
+	for _, va := range p.migration.order {
+		if _, ok := v.spilled[va]; ok {
+			if g := p.granuleAt(va); g.hot == epoch {
+				hot = append(hot, g)
+			} else {
+				cold = append(cold, g)
+			}
+		}
+	}
 	var err error
-	switch {
-	case room < reserve:
-		err = p.demote(reserve - room)
-	case room >= reserve+v.gran:
-		err = p.promoteGranules(room - reserve)
+	if short := reserve + len(hot) - p.deviceRoom(); short > 0 {
+		err = p.demote(short, epoch)
+	}
+	if err == nil {
+		err = p.promoteGranules(hot, 0)
+	}
+	if err == nil {
+		err = p.promoteGranules(cold, reserve)
 	}
 	if err != nil {
 		p.tellFailure(err)
 	}
 }
 
-// demote moves the device granules of live blocks to host memory, oldest
-// block first, until need bytes of device memory are free or the host
-// limit is reached.
-func (p *Pool) demote(need uint64) error {
+// granuleAt returns the granule of an arena at address va.
+func (p *Pool) granuleAt(va uint64) *granule {
+	seg := p.segmentOf(va)
+	return &seg.granules[(va-seg.base)>>p.virt.shift]
+}
+
+// deviceRoom is how many granules of device memory the pool can map without
+// unmapping a used one: free and idle granules, and the ledger's headroom.
+func (p *Pool) deviceRoom() int {
 	v := p.virt
-	var blocks []*block
+	return len(v.free) + v.idle.n + int(p.ledger.Headroom()>>v.shift)
+}
+
+// demote moves n device granules holding live blocks to host memory,
+// coldest first (ties: lowest address), never one that is hot in the
+// interval that just ended, and stops early at the host limit.
+func (p *Pool) demote(n int, epoch uint64) error {
+	v := p.virt
+	var cands []*granule
 	for _, seg := range p.segs {
-		if seg.granules == nil {
-			continue
-		}
-		for b := seg.head; b != nil; b = b.nextPhys {
-			if b.state == stateLive {
-				blocks = append(blocks, b)
+		for i := range seg.granules {
+			if g := &seg.granules[i]; g.mapped && !g.host && g.used > 0 && g.hot != epoch {
+				cands = append(cands, g)
 			}
 		}
 	}
-	slices.SortFunc(blocks, func(a, b *block) int { return cmp.Compare(a.born, b.born) })
-	var freed uint64
-	for _, b := range blocks {
-		first, last := v.granuleRange(b.seg, b.base, b.size)
-		for i := first; i <= last; i++ {
-			if freed >= need || p.hostBytes+v.gran > p.opt.HostLimit {
-				return nil
-			}
-			g := &b.seg.granules[i]
-			if !g.mapped || g.host {
-				continue
-			}
-			if err := p.demoteGranule(g); err != nil {
-				return err
-			}
-			freed += v.gran
+	slices.SortFunc(cands, func(a, b *granule) int {
+		return cmp.Or(cmp.Compare(a.hot, b.hot), cmp.Compare(a.va, b.va))
+	})
+	for _, g := range cands[:min(n, len(cands))] {
+		if p.hostBytes+v.gran > p.opt.HostLimit {
+			return nil
+		}
+		if err := p.demoteGranule(g); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -145,39 +160,34 @@ func (p *Pool) demoteGranule(g *granule) error {
 	return nil
 }
 
-// promoteGranules moves host granules back to device memory, oldest
-// spilled first, while spare bytes are left.
-func (p *Pool) promoteGranules(spare uint64) error {
+// promoteGranules moves host granules back to device memory, in order, while the
+// device has more than keep granules of room.
+func (p *Pool) promoteGranules(granules []*granule, keep int) error {
 	v := p.virt
-	m := p.migration
-	for ; len(m.order) > 0 && spare >= v.gran; m.order = m.order[1:] {
-		va := m.order[0]
-		if _, ok := v.spilled[va]; !ok {
-			continue // gone back to the host since
+	for _, g := range granules {
+		if p.deviceRoom() <= keep {
+			return nil
 		}
-		seg := p.segmentOf(va)
-		g := &seg.granules[(va-seg.base)>>v.shift]
 		h, err := p.takePhysical()
 		if errors.Is(err, errNoPhysical) {
 			return nil // the ledger is shared: its headroom shrank
 		}
 		if err != nil {
-			return fmt.Errorf("pool: promoting the granule at %#x: %w", va, err)
+			return fmt.Errorf("pool: promoting the granule at %#x: %w", g.va, err)
 		}
-		if err := m.mover.MoveGranule(va, v.gran, g.handle, h); err != nil {
+		if err := p.migration.mover.MoveGranule(g.va, v.gran, g.handle, h); err != nil {
 			p.stats.BackingErrors++
 			v.free = append(v.free, h)
-			return fmt.Errorf("pool: promoting the granule at %#x: %w", va, err)
+			return fmt.Errorf("pool: promoting the granule at %#x: %w", g.va, err)
 		}
 		host := g.handle
 		g.handle, g.host = h, false
 		p.releaseHostGranule(host)
-		delete(v.spilled, va)
+		delete(v.spilled, g.va)
 		p.stats.PromotedTotal += v.gran
 		if p.obs != nil {
-			p.obs.Promote(va, v.gran, TierPinned)
+			p.obs.Promote(g.va, v.gran, TierPinned)
 		}
-		spare -= v.gran
 	}
 	return nil
 }

@@ -103,8 +103,6 @@ type block struct {
 	// freedMoving: freed while moving; the promotion releases it once the
 	// move returns (freedAsync: by FreeAsync, on freeStream).
 	freedMoving, freedAsync bool
-	// born orders live blocks by age for migration (0: not counted).
-	born uint64
 }
 
 type segment struct {
@@ -317,7 +315,7 @@ func New(back Backing, opt Options) (*Pool, error) {
 		if !ok || p.virt == nil {
 			return nil, errors.New("pool: migration needs a backing that implements VirtualBacking and GranuleMover")
 		}
-		p.migration = &migration{mover: mover, nextBorn: 1}
+		p.migration = &migration{mover: mover}
 	}
 	return p, nil
 }
@@ -733,9 +731,6 @@ func (p *Pool) hand(b *block, size uint64, src Source) uint64 {
 	p.stats.LiveBytes += size
 	p.stats.LiveBlocks++
 	p.stats.PeakLiveBytes = max(p.stats.PeakLiveBytes, p.stats.LiveBytes)
-	if m := p.migration; m != nil {
-		m.handed(b)
-	}
 	if src == SourceCache {
 		p.stats.CacheHits++
 	} else {

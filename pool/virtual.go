@@ -59,8 +59,9 @@ type granule struct {
 	used     uint64 // bytes of blocks on it that are not free (live, pending, stream-owned)
 	handle   uint64 // physical memory mapped here, when mapped
 	mapped   bool
-	host     bool // the memory mapped here is host-located (spilled)
-	newHost  bool // host memory mapped by the placement in progress, not yet reported
+	host     bool   // the memory mapped here is host-located (spilled)
+	newHost  bool   // host memory mapped by the placement in progress, not yet reported
+	hot      uint64 // the last interval (virtualMemory.epoch) a block was handed out on it
 	inIdle   bool
 	prevIdle *granule
 	nextIdle *granule
@@ -110,7 +111,10 @@ type virtualMemory struct {
 	// inUse counts the granules holding used bytes, device or host, and
 	// inUsePeak its peak since migration last looked (see migrate).
 	inUse, inUsePeak uint64
-	arenas           [numClasses]int
+	// epoch numbers the synchronization intervals migration has ended;
+	// a granule a block is handed out on is stamped with it (granule.hot).
+	epoch  uint64
+	arenas [numClasses]int
 	// spilled are the host granules reported to the Observer by Spill and
 	// not yet by Free or Promote.
 	spilled map[uint64]struct{}
@@ -493,6 +497,7 @@ func (p *Pool) useGranules(seg *segment, base, size uint64, add bool) {
 				v.inUsePeak = max(v.inUsePeak, v.inUse)
 			}
 			g.used += hi - lo
+			g.hot = v.epoch
 			continue
 		}
 		g.used -= hi - lo

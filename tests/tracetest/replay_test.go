@@ -72,6 +72,8 @@ func scaledQwenTrace(t *testing.T) (string, traces.Stats) {
 // bound. Both run on fixed segments (SPILLWAY_VMM=0), where whole blocks
 // spill. With virtual memory (the default) spilling is per granule and never
 // promoted: the replayer's count, by either end of each touch, is exact again.
+// With SPILLWAY_MIGRATE=1 granules move, but only while the replayer waits in
+// cudaDeviceSynchronize, and it asks where each touch lies: exact too.
 func TestTraceReplayQwenOversubscribed(t *testing.T) {
 	harness.RequireBPF(t)
 	spillway := harness.Bin(t, "spillway")
@@ -83,8 +85,12 @@ func TestTraceReplayQwenOversubscribed(t *testing.T) {
 	t.Logf("Qwen2.5-32B inference trace / %d: peak live %d bytes, %d steps; quota %d bytes (%d%%)",
 		replayScale, st.PeakLive, st.Syncs, quota, replayQuotaPercent)
 
-	for _, c := range []struct{ name, spill, vmm string }{
-		{"pinned", "pinned", "SPILLWAY_VMM=0"}, {"managed", "managed", "SPILLWAY_VMM=0"}, {"granules", "pinned", "SPILLWAY_VMM=1"},
+	for _, c := range []struct {
+		name, spill, vmm string
+		migrate          bool
+	}{
+		{"pinned", "pinned", "SPILLWAY_VMM=0", false}, {"managed", "managed", "SPILLWAY_VMM=0", false},
+		{"granules", "pinned", "SPILLWAY_VMM=1", false}, {"migrate", "pinned", "SPILLWAY_VMM=1", true},
 	} {
 		spill := c.spill
 		t.Run(c.name, func(t *testing.T) {
@@ -99,8 +105,9 @@ func TestTraceReplayQwenOversubscribed(t *testing.T) {
 				fmt.Sprintf("SPILLWAY_MEMORY_LIMIT=%d", quota), "SPILLWAY_OVERSUBSCRIBE=1",
 				fmt.Sprintf("SPILLWAY_HOST_LIMIT=%d", st.PeakLive), "SPILLWAY_SPILL="+spill,
 				"SPILLWAY_REPORT=1")
-			if c.vmm != "" {
-				harness.SetEnv(cmd, c.vmm)
+			harness.SetEnv(cmd, c.vmm)
+			if c.migrate {
+				harness.SetEnv(cmd, "SPILLWAY_MIGRATE=1")
 			}
 			res := harness.Run(t, cmd)
 			if res.ExitCode != 0 {
@@ -136,8 +143,12 @@ func TestTraceReplayQwenOversubscribed(t *testing.T) {
 				t.Fatalf("nothing spilled (replayer: %d blocks, report: %d bytes): the quota does not bite",
 					did["spilled_blocks"], rep.SpilledTotal)
 			}
+			if c.migrate && (rep.DemotedTotal == 0 || rep.PromotedTotal > rep.DemotedTotal) {
+				t.Errorf("migration: demoted_total %d, promoted_total %d; want some demoted, and at most as much promoted",
+					rep.DemotedTotal, rep.PromotedTotal)
+			}
 			if spill == "pinned" {
-				if rep.PromotedTotal != 0 {
+				if rep.PromotedTotal != 0 && !c.migrate {
 					t.Errorf("pinned memory promoted: %d bytes", rep.PromotedTotal)
 				}
 				if sum.Accesses.Spilled != did["spilled_accesses"] || sum.Accesses.SpilledBytes != did["spilled_access_bytes"] {

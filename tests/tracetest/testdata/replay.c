@@ -13,11 +13,12 @@
  * Every block is touched when it is allocated (its first TOUCH_BYTES bytes
  * set with cudaMemsetAsync on its stream, or all of it when smaller), and at
  * each step's end every live block is touched again, weights included, before
- * cudaDeviceSynchronize. After each allocation, cudaPointerGetAttributes says
- * whether the shim spilled the block (host or managed memory); run with
- * SPILLWAY_SPILL=pinned, whose blocks are never promoted, a block stays
- * spilled until it is freed, so the program knows which touches hit spilled
- * memory. At exit it prints
+ * cudaDeviceSynchronize. Before each touch, cudaPointerGetAttributes says
+ * whether the shim spilled the memory touched (host or managed memory);
+ * pinned memory, and host granules, move only at synchronizations, if at
+ * all, so with SPILLWAY_SPILL=pinned the program knows which touches hit
+ * spilled memory. spilled_blocks counts the blocks spilled when allocated.
+ * At exit it prints
  *
  *   steps=N accesses=A spilled_accesses=S access_bytes=B spilled_access_bytes=SB spilled_blocks=K
  *
@@ -47,7 +48,6 @@ struct block {
 	uint64_t size;
 	cudaStream_t stream;
 	int live;
-	int spilled;
 };
 
 struct counts {
@@ -94,25 +94,34 @@ static cudaStream_t stream_of(uint64_t n)
 	return streams[n];
 }
 
-static void touch(struct block *b)
-{
-	uint64_t n = b->size < touch_bytes ? b->size : touch_bytes;
-	if (n == 0)
-		return;
-	CHECK(cudaMemsetAsync(b->ptr, (int)(count.steps & 0xff), n, b->stream));
-	count.accesses++;
-	count.access_bytes += n;
-	if (b->spilled) {
-		count.spilled_accesses++;
-		count.spilled_access_bytes += n;
-	}
-}
-
 static int on_host(const void *p)
 {
 	struct cudaPointerAttributes a;
 	CHECK(cudaPointerGetAttributes(&a, p));
 	return a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeManaged;
+}
+
+/* A touch is spilled when either end of it is (host granules of a block in
+ * virtual memory lie anywhere in it), asked at each touch: with
+ * SPILLWAY_MIGRATE=1 granules move at synchronizations. */
+static int spilled_touch(const struct block *b, uint64_t n)
+{
+	return on_host((char *)b->ptr) || on_host((char *)b->ptr + n - 1);
+}
+
+static void touch(struct block *b)
+{
+	uint64_t n = b->size < touch_bytes ? b->size : touch_bytes;
+	if (n == 0)
+		return;
+	int spilled = spilled_touch(b, n);
+	CHECK(cudaMemsetAsync(b->ptr, (int)(count.steps & 0xff), n, b->stream));
+	count.accesses++;
+	count.access_bytes += n;
+	if (spilled) {
+		count.spilled_accesses++;
+		count.spilled_access_bytes += n;
+	}
 }
 
 static void allocate(uint64_t id, uint64_t size, int async, uint64_t stream)
@@ -126,11 +135,8 @@ static void allocate(uint64_t id, uint64_t size, int async, uint64_t stream)
 		CHECK(cudaMallocAsync(&b->ptr, size, b->stream));
 	else
 		CHECK(cudaMalloc(&b->ptr, size));
-	/* A touch is spilled when either end of it is (host granules of a
-	 * block in virtual memory lie anywhere in it). */
 	uint64_t n = size < touch_bytes ? size : touch_bytes;
-	b->spilled = n > 0 && (on_host((char *)b->ptr) || on_host((char *)b->ptr + n - 1));
-	count.spilled_blocks += b->spilled;
+	count.spilled_blocks += n > 0 && spilled_touch(b, n);
 	b->live = 1;
 	touch(b);
 }
