@@ -267,19 +267,59 @@
 // (VirtualBacking.CreatePhysical with TierPinned) mapped behind the same range
 // as its device granules, up to Options.HostLimit; only if that fails is the
 // whole block spilled to the host tier. The Observer hears of it as the host
-// granules' own ranges: one Spill per contiguous run mapped for the block (a
-// granule the block shares with other blocks, at either end, is a run of its
-// own, since it may outlive the rest), and a Free of the same range (tier
-// pinned) when the run goes back to the host (the block's own Free, tier
-// device, ends no range). Device memory is always preferred:
-// free, then idle, then new device granules come before host ones. A host
-// granule goes back to the host the moment no used byte is left on it, and
-// the next block placed on its address gets device memory, so spilled memory
-// moves back to the device by reuse, at no copy. Granules of live blocks are
-// never moved between device and host: the pool cannot know when work the
-// application queues uses a live block, and a copy and remap under running
-// work would corrupt it; stream-ordered and pending blocks keep their
-// granules, device or host, until their frees complete.
+// granules' own ranges: one Spill per granule, and a Free of the same range
+// (tier pinned) when the granule goes back to the host, or a Promote when
+// migration moves it to the device (the block's own Free, tier device, ends
+// no range). Device memory is always preferred: free, then idle, then new
+// device granules come before host ones. A host granule goes back to the
+// host the moment no used byte is left on it, and the next block placed on
+// its address gets device memory, so spilled memory moves back to the device
+// by reuse, at no copy. Without Options.Migrate, granules of live blocks
+// never move between device and host; stream-ordered and pending blocks
+// keep their granules, device or host, until their frees complete.
+//
+// # Migration
+//
+// With Options.Migrate, granules of live blocks move between the device and
+// the host (GranuleMover: a copy, then a remap of the same address, so
+// pointers never change) at announced synchronizations (SyncEnd), and only
+// there. The pool cannot see when queued work reads or writes a block, and
+// a remap under running work would fault or lose its writes; SyncEnd comes
+// right after the application waited for all of its work, on the thread
+// that waited, which queues nothing until SyncEnd returns. Other threads
+// could: a block freed while the synchronization ran (pending or
+// stream-owned at SyncEnd) shows one is at work, and then nothing moves;
+// beyond that, Options.Migrate is the application's promise that no other
+// thread queues work while it synchronizes (one thread driving the device,
+// as a training or inference loop does). The moves, with the pool's lock
+// held, are at each SyncEnd:
+//
+//  1. Hot host granules move to the device, oldest spilled first. The pool
+//     sees where blocks are handed out, not where work reads, so a granule
+//     a block was handed out on since the previous synchronization is hot,
+//     and the others are the colder the longer ago that was.
+//  2. The device keeps room (free and idle granules, the ledger's headroom)
+//     for the interval's short-lived blocks: the granules the interval held
+//     at its peak and gave back by its end. Where the room falls short of
+//     that reserve plus the hot host granules, the coldest device granules
+//     holding live blocks move to the host first (never a hot one; ties by
+//     address), up to Options.HostLimit.
+//  3. While the room exceeds the reserve, the other host granules move
+//     back, oldest spilled first.
+//
+// So a working set that repeats from one synchronization to the next (a
+// training step, a decode step) settles with its hot blocks on the device
+// after one or two steps and moves nothing more, and what spills is what
+// no step hands out on: weights allocated once, for example. A move costs
+// a granule's copy (2 MiB) and three mapping calls; Stats.DemotedTotal and
+// PromotedTotal count the bytes. Measured on the Qwen2.5-32B inference trace
+// at 60% of its peak live bytes (BenchmarkSpillVirtual, moved-B/sync): 3.5 MB
+// moved per synchronization on average over 513 (the weights that do not fit,
+// 26 GB, spill when allocated, as without migration); replayed under the shim
+// at 1/64 scale (tests/tracetest), touches of spilled memory fall from 74.1%
+// to 5.8%. Where nothing repeats it costs: on the random-churn trace it moves
+// 243 MB per synchronization, and on the training trace, whose three steps
+// each need tens of GB of activations, 4.4 GB.
 //
 // Cost: handing out or freeing a block visits the ceil(size/granule)+1
 // granules it touches, O(1) for a block up to a granule, plus one

@@ -425,6 +425,7 @@ func shimVariableFlags(fs *flagSet) variableFlags {
 	}{
 		{"oversubscribe", config.EnvOversubscribe, "serve what the quota cannot hold from host memory (SPILLWAY_OVERSUBSCRIBE=1)", nil},
 		{"spill", config.EnvSpill, "how spilled memory is made: `KIND` managed (default) or pinned; needs --oversubscribe", spill},
+		{"migrate", config.EnvMigrate, "move live blocks' 2 MiB granules between host and device at the program's device synchronizations (SPILLWAY_MIGRATE=1); needs --oversubscribe and virtual memory, and a program whose other threads queue no work while one synchronizes", nil},
 		{"host-limit", config.EnvHostLimit, "most host memory used for spilling, a `SIZE` (default: as much as the quota); needs --oversubscribe", size},
 		{"pool", config.EnvPool, "serve allocations from the pool (default true; false: pass-through with the quota's accounting)", nil},
 		{"pool-reserve", config.EnvPoolReserve, "device memory, a `SIZE`, the pool reserves at a device's first allocation and keeps; at most the quota", size},

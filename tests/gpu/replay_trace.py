@@ -120,6 +120,8 @@ def check(args):
     per_step = summary["moved_bytes_per_step"] or 0
     print(f"trace: Qwen2.5-32B inference, sizes / {args.factor}, quota {args.quota} bytes")
     print(f"steps: {steps} in {args.seconds:.1f} s: {steps / args.seconds:.2f} steps/s" if args.seconds > 0 else f"steps: {steps}")
+    if rep:
+        print(f"migration: demoted {rep.get('demoted_total', 0)} bytes, promoted {rep['promoted_total']} bytes")
     print(f"moved: {moved} bytes (spilled {summary['spill_bytes']}, promoted {summary['promote_bytes']}), "
           f"{per_step:.0f} bytes per step (x{args.factor}: {per_step * args.factor:.0f})")
     frac = acc["spilled_fraction"] or 0

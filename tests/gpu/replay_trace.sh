@@ -6,7 +6,8 @@
 # the throughput. See README.md in this directory.
 #
 # usage: tests/gpu/replay_trace.sh [FACTOR]   (sizes divided by FACTOR; default:
-#        the smallest that fits the GPU's free memory, or $GPU_CHECK_FACTOR)
+#        the smallest that fits the GPU's free memory, or $GPU_CHECK_FACTOR;
+#        SPILLWAY_MIGRATE=1 in the environment: granules migrate)
 #
 # Prints one `SKIP: <why>` line and exits 0 where there is no NVIDIA GPU, no
 # CUDA 12 runtime, no Python or no root; otherwise exits 0 when every check
@@ -18,7 +19,7 @@ root=$(cd "$here/../.." && pwd)
 
 case ${1:-} in
 -h | --help)
-	sed -n '2,13s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
+	sed -n '2,14s/^# \{0,1\}//p' "${BASH_SOURCE[0]}"
 	exit 0
 	;;
 esac
@@ -35,6 +36,11 @@ percent=60
 touch_bytes=${GPU_CHECK_TOUCH:-65536}
 limit_s=${GPU_CHECK_TIMEOUT:-540}
 spill=${SPILLWAY_SPILL:-pinned}
+migrate=${SPILLWAY_MIGRATE:-0}
+if [[ $migrate != 0 && $migrate != 1 ]]; then
+	echo "$0: SPILLWAY_MIGRATE must be 0 or 1, got '$migrate'" >&2
+	exit 2
+fi
 python=${PYTHON:-python3}
 
 skip() {
@@ -94,9 +100,9 @@ read -r scaled < <("$python" "$here/replay_trace.py" scale --trace "$root/tests/
 	--quota-percent "$percent" ${factor:+--factor "$factor"})
 eval "$(tr ' ' '\n' <<<"$scaled" | grep -E '^(factor|peak_live|steps|quota)=[0-9]+$')"
 echo "gpu: $gpu, ${free_mib} MiB free; runtime $cudart"
-echo "trace: sizes / $factor, peak live $peak_live bytes, $steps steps; quota $quota bytes ($percent%); SPILLWAY_SPILL=$spill"
+echo "trace: sizes / $factor, peak live $peak_live bytes, $steps steps; quota $quota bytes ($percent%); SPILLWAY_SPILL=$spill SPILLWAY_MIGRATE=$migrate"
 
-export SPILLWAY_REPORT=1 SPILLWAY_LOG_FORMAT=text SPILLWAY_OVERSUBSCRIBE=1 SPILLWAY_SPILL=$spill
+export SPILLWAY_REPORT=1 SPILLWAY_LOG_FORMAT=text SPILLWAY_OVERSUBSCRIBE=1 SPILLWAY_SPILL=$spill SPILLWAY_MIGRATE=$migrate
 export SPILLWAY_MEMORY_LIMIT=$quota SPILLWAY_HOST_LIMIT=$peak_live
 unset SPILLWAY_LOG_FILE SPILLWAY_DISABLE SPILLWAY_POOL
 start=$(date +%s.%N)
