@@ -27,20 +27,31 @@ type GranuleMover interface {
 type migration struct {
 	mover GranuleMover
 	// order lists the host granules (virtualMemory.spilled) in the order
-	// they were spilled; those that went back to the host since are
-	// skipped, and dropped when the list is compacted.
-	order []uint64
+	// they were spilled; an entry whose granule went back to the host or to
+	// the device since (its spill number differs) is skipped, and dropped
+	// when the list is compacted.
+	order []spill
+}
+
+// spill is a Spill reported for the granule at va, the n-th.
+type spill struct{ va, n uint64 }
+
+// current reports whether s is the granule's Spill still in force.
+func (s spill) current(v *virtualMemory) bool {
+	n, ok := v.spilled[s.va]
+	return ok && n == s.n
 }
 
 // spilledGranule reports the host granule at va to the Observer.
 func (p *Pool) spilledGranule(va uint64) {
 	v := p.virt
-	v.spilled[va] = struct{}{}
+	v.spills++
+	v.spilled[va] = v.spills
 	if m := p.migration; m != nil {
 		if len(m.order) > 2*len(v.spilled)+64 {
-			m.order = slices.DeleteFunc(m.order, func(a uint64) bool { _, ok := v.spilled[a]; return !ok })
+			m.order = slices.DeleteFunc(m.order, func(s spill) bool { return !s.current(v) })
 		}
-		m.order = append(m.order, va)
+		m.order = append(m.order, spill{va, v.spills})
 	}
 	if p.obs != nil {
 		p.obs.Spill(va, v.gran, TierPinned)
@@ -75,9 +86,9 @@ func (p *Pool) migrate() {
 		return
 	}
 	var hot, cold []*granule
-	for _, va := range p.migration.order {
-		if _, ok := v.spilled[va]; ok {
-			if g := p.granuleAt(va); g.hot == epoch {
+	for _, s := range p.migration.order {
+		if s.current(v) {
+			if g := p.granuleAt(s.va); g.hot == epoch {
 				hot = append(hot, g)
 			} else {
 				cold = append(cold, g)

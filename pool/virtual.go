@@ -116,8 +116,10 @@ type virtualMemory struct {
 	epoch  uint64
 	arenas [numClasses]int
 	// spilled are the host granules reported to the Observer by Spill and
-	// not yet by Free or Promote.
-	spilled map[uint64]struct{}
+	// not yet by Free or Promote, by address, each with the number of its
+	// Spill (spills counts them).
+	spilled map[uint64]uint64
+	spills  uint64
 }
 
 func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
@@ -129,7 +131,7 @@ func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
 	for 1<<shift < g {
 		shift++
 	}
-	return &virtualMemory{back: back, gran: g, shift: shift, spilled: map[uint64]struct{}{}}, nil
+	return &virtualMemory{back: back, gran: g, shift: shift, spilled: map[uint64]uint64{}}, nil
 }
 
 // allocateVirtual serves a pooled request of size aligned bytes with virtual

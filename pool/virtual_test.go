@@ -235,12 +235,15 @@ func TestVirtualDeviceFull(t *testing.T) {
 
 // FuzzPoolVirtual is FuzzPool on a device with virtual memory, checking
 // besides the reference model that every unmapped granule is free of queued
-// work and that the pool's granules are the device's physical memory.
+// work and that the pool's granules are the device's physical memory. With
+// migration on, the first word of each block mapped in granules is stamped
+// and checked after each synchronization, where granules move.
 func FuzzPoolVirtual(f *testing.F) {
 	f.Add([]byte{0, 0, 1, 0, 2, 1, 3, 0, 0, 1, 4, 5, 6})
 	f.Add([]byte{0x13, 2, 0x40, 0x10, 4, 1, 2, 0x80, 0x01, 6, 2, 0x40, 0x10, 5, 3})
 	f.Add([]byte{0x08, 0, 0xff, 0xff, 0, 0xff, 0x7f, 7, 0, 3, 0, 7, 1, 7, 2, 7, 3})
 	f.Add([]byte{0x20, 0, 0x80, 0x16, 0, 0x80, 0x16, 3, 0, 4, 1, 0, 0x81, 0x17, 2, 0x40, 0x15, 1, 6, 1})
+	f.Add([]byte{0xba, 0, 0x60, 0x16, 0, 0x60, 0x16, 0, 0x60, 0x16, 5, 0, 0x80, 0x17, 3, 3, 5, 0, 0x80, 0x17, 3, 3, 5, 5, 5})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		if len(data) == 0 {
 			return
@@ -260,9 +263,18 @@ func FuzzPoolVirtual(f *testing.F) {
 		if cfg&0x40 != 0 {
 			opt.Reserve = opt.Quota / 4
 		}
+		opt.Migrate = cfg&0x80 != 0 && opt.Oversubscribe
 		fake := pooltest.NewVirtual(0)
 		h := newVirtualHarness(t, fake, opt)
 		var ptrs []uint64
+		stamped := map[uint64]bool{} // blocks whose first word holds their address
+		checkStamps := func() {
+			for p := range stamped {
+				if v, err := fake.Read(p); err != nil || v != p {
+					t.Fatalf("block %#x holds %#x (%v) after a synchronization", p, v, err)
+				}
+			}
+		}
 		next := func() byte {
 			if len(data) == 0 {
 				return 0
@@ -291,6 +303,9 @@ func FuzzPoolVirtual(f *testing.F) {
 				}
 				if p != 0 {
 					ptrs = append(ptrs, p)
+					if opt.Migrate && fake.Write(p, p) == nil {
+						stamped[p] = true
+					}
 				}
 			case op <= 4 && len(ptrs) > 0:
 				i := int(next()) % len(ptrs)
@@ -303,10 +318,12 @@ func FuzzPoolVirtual(f *testing.F) {
 				if err != nil {
 					t.Fatalf("free of a live block: %v", err)
 				}
+				delete(stamped, ptrs[i])
 				ptrs[i] = ptrs[len(ptrs)-1]
 				ptrs = ptrs[:len(ptrs)-1]
 			case op == 5:
 				h.appSync()
+				checkStamps()
 			case op == 6:
 				fake.Complete(stream())
 			case op == 7:
