@@ -233,7 +233,7 @@ func BenchmarkTrace(b *testing.B) {
 			}
 		}
 		ratio := traceRatio(b, ops)
-		refused := traceRefusals(b, ops, 1.10)
+		refused := traceRefusals(b, ops, 1.10, false)
 		for _, live := range liveCounts {
 			b.Run(fmt.Sprintf("%s/live=%d", ref.File, live), func(b *testing.B) {
 				p, f := benchPool(b)
@@ -311,21 +311,24 @@ func (t refusingTarget) FreeAsync(ptr, s uint64) error {
 	return t.replayTarget.FreeAsync(ptr, s)
 }
 
-// traceRefusals replays ops on a fresh pool whose quota is ratio × the
-// trace's peak live bytes and returns the percentage of requests refused.
-// Every refusal there is one the live bytes alone would not justify.
-func traceRefusals(b *testing.B, ops []traces.Op, ratio float64) float64 {
+// traceRefusals replays ops on a fresh pool, with or without virtual
+// memory, whose quota is ratio × the trace's peak live bytes and returns the
+// percentage of requests refused. Every refusal there is one the live bytes
+// alone would not justify.
+func traceRefusals(b *testing.B, ops []traces.Op, ratio float64, virtual bool) float64 {
 	st, err := traces.Summarize(ops)
 	if err != nil {
 		b.Fatal(err)
 	}
-	f := pooltest.New(0)
-	p, err := pool.New(f, pool.DefaultOptions(uint64(float64(st.PeakLive)*ratio)))
+	f := pooltest.NewVirtual(0)
+	opt := pool.DefaultOptions(uint64(float64(st.PeakLive) * ratio))
+	opt.VirtualMemory = virtual
+	p, err := pool.New(f, opt)
 	if err != nil {
 		b.Fatal(err)
 	}
 	refused, requests := 0, 0
-	target := refusingTarget{newReplayTarget(p, f), &refused, &requests}
+	target := refusingTarget{newReplayTarget(p, f.Fake), &refused, &requests}
 	if _, err := traces.Replay(target, ops, nil); err != nil {
 		b.Fatal(err)
 	}

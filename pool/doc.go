@@ -249,10 +249,13 @@
 // request, the pool synchronizes, as it does before growing; then the best
 // cached block, the static reserve, or a new arena. If the quota cannot give
 // the granules the pool synchronizes for everything freed, then places the
-// block in an arena of its own, rounded up to the granularity, where it needs
-// ceil(size/granule) granules, then spills or refuses: a request is refused only when the quota
-// minus the granules holding used bytes cannot hold ceil(size/granule)
-// granules. Free granules, then idle ones oldest first, go back to the device
+// block in the free block of any class where it needs the fewest granules
+// (a scan of every free block: the free parts of partly used granules serve
+// requests of any class), else in an arena of its own, rounded up to the
+// granularity, where it needs ceil(size/granule) granules, then spills or
+// refuses: a request is refused only when no free block can be given its
+// granules and the quota minus the granules holding used bytes cannot hold
+// ceil(size/granule) granules. Free granules, then idle ones oldest first, go back to the device
 // while the cached memory (physical memory not live) exceeds
 // Options.ReleaseThreshold, and when promotion needs room. Options.Reserve
 // remains a fixed segment, which every class uses first. Arenas hold only

@@ -164,6 +164,11 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 			return p.hand(b, size, src), nil
 		}
 	}
+	if b := p.fewestGranules(size); b != nil {
+		if err = p.commit(b, size, false); err == nil {
+			return p.hand(b, size, SourceCache), nil
+		}
+	}
 	if b, err = p.growVirtual(size, class, true); err != nil {
 		return 0, err
 	}
@@ -627,4 +632,25 @@ func (p *Pool) closeVirtual() []error {
 	v.free, v.idle, v.granule, v.arenas, v.inUse, v.inUsePeak = nil, idleList{}, 0, [numClasses]int{}, 0, 0
 	clear(v.spilled)
 	return errs
+}
+
+// fewestGranules returns the free block, of any class, whose first size
+// bytes lie on the fewest unmapped granules (then the smallest, then the
+// lowest), or nil if none is large enough: under quota pressure, the free
+// parts of partly used granules are used before new granules are needed.
+func (p *Pool) fewestGranules(size uint64) *block {
+	var best *block
+	bestN := 0
+	for k := range numClasses {
+		p.idx[k].each(func(b *block) {
+			if b.size < size || b.seg.granules == nil {
+				return
+			}
+			n, _ := p.virt.shortOf(b, size)
+			if best == nil || n < bestN || n == bestN && (b.size < best.size || b.size == best.size && b.base < best.base) {
+				best, bestN = b, n
+			}
+		})
+	}
+	return best
 }

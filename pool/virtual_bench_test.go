@@ -22,8 +22,9 @@ func virtualBenchPool(b *testing.B) (*pool.Pool, *pooltest.Fake) {
 // BenchmarkTraceVirtual replays each reference trace once on a fresh pool
 // with an unbounded quota, with and without virtual memory on the same
 // device, and reports peak reserved ÷ peak live for both, the granules
-// mapped per allocation, the synchronizations the pool forced, and the time
-// per allocation+free pair.
+// mapped per allocation, the synchronizations the pool forced, the time per
+// allocation+free pair, and the share of requests refused under quotas of
+// 1.05 and 1.10 × the trace's peak live bytes.
 func BenchmarkTraceVirtual(b *testing.B) {
 	for _, ref := range traces.References {
 		ops := loadTrace(b, ref.File)
@@ -51,6 +52,8 @@ func BenchmarkTraceVirtual(b *testing.B) {
 				b.ReportMetric(float64(st.PeakReservedBytes)/float64(st.PeakLiveBytes), "reserved/live")
 				b.ReportMetric(float64(st.GranuleMaps)/float64(allocs), "maps/alloc")
 				b.ReportMetric(float64(st.Syncs), "forced-syncs")
+				b.ReportMetric(traceRefusals(b, ops, 1.05, virtual), "refused-%-at-1.05x")
+				b.ReportMetric(traceRefusals(b, ops, 1.10, virtual), "refused-%-at-1.1x")
 			})
 		}
 	}

@@ -448,8 +448,10 @@ func TestVirtualPageSpill(t *testing.T) {
 	h.closeVirtual()
 }
 
-// TestVirtualArenas: a request refused under quota pressure, which tried a
-// second arena of its class, leaves no address range behind.
+// TestVirtualArenas: under quota pressure, a request of another class is
+// served by the free parts of granules that still hold live blocks; one
+// refused, which tried a second arena of its class, leaves no address range
+// behind.
 func TestVirtualArenas(t *testing.T) {
 	f := pooltest.NewVirtual(0)
 	h := newVirtualHarness(t, f, virtualOptions(8*miB))
@@ -457,12 +459,21 @@ func TestVirtualArenas(t *testing.T) {
 	for range 8 {
 		small = append(small, h.mustAlloc(1*miB))
 	}
-	// Every granule still holds a live MiB after these frees.
+	// Every granule still holds a live MiB after these frees; two free
+	// ranges of 2 MiB straddle two granules each.
 	for _, i := range []int{1, 2, 5, 6} {
 		h.mustFree(small[i])
 	}
 	h.appSync()
 	ranges := f.AddressRanges()
+	for _, want := range []uint64{small[1], small[5]} {
+		if got := h.mustAlloc(1*miB + 512); got != want {
+			t.Fatalf("a medium request under pressure at %#x, want the free range at %#x", got, want)
+		}
+	}
+	if vc := f.VirtualCounts(); vc.Creates != 4 {
+		t.Fatalf("%d granules created, want the 4 the small blocks have", vc.Creates)
+	}
 	for range 3 {
 		if _, err := h.alloc(1*miB + 512); !errors.Is(err, pool.ErrQuota) {
 			t.Fatalf("a medium request with every granule in use: %v", err)
