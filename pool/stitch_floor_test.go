@@ -1,0 +1,238 @@
+package pool_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/pool"
+	"github.com/spillway-gpu/spillway/tests/traces"
+)
+
+// The stitching model: how little physical memory a placement that never
+// moves a live block could hold on a trace, with 2 MiB granules. It is
+// freer than any allocator over CUDA's virtual memory can be: every free
+// is complete at once (no pending or stream-owned bytes), every granule may
+// be mapped at any number of addresses, and a block may take any granule's
+// free tail as its first bytes and any other granule's free head as its
+// last (a block is contiguous in addresses only, and an address range maps
+// whole granules, so only its first and last granules may be shared). What
+// it cannot do is what the mapping rules forbid: use a free range inside a
+// granule for anything but a block that fits in it. Its choice is greedy
+// (each request where it leaves the fewest free bytes in partly used
+// granules), so its peak reserved ÷ peak live is not a proven bound, but it
+// shows how far placement alone, freer than the pool's, gets on a trace.
+
+// modelGranule is a physical granule of the model: its free byte ranges, in
+// address order, merged.
+type modelGranule struct {
+	free [][2]uint64
+	used uint64
+}
+
+// piece is the part of a granule a block uses.
+type piece struct {
+	g      *modelGranule
+	lo, hi uint64
+}
+
+type stitchModel struct {
+	partial        map[*modelGranule]bool // granules with used and free bytes
+	spare          []*modelGranule        // granules with no used byte
+	held, peakHeld uint64
+	live, peakLive uint64
+	blocks         map[uint32][]piece
+	sizes          map[uint32]uint64
+}
+
+func newStitchModel() *stitchModel {
+	return &stitchModel{partial: map[*modelGranule]bool{}, blocks: map[uint32][]piece{}, sizes: map[uint32]uint64{}}
+}
+
+func (m *stitchModel) granule() *modelGranule {
+	if n := len(m.spare); n > 0 {
+		g := m.spare[n-1]
+		m.spare = m.spare[:n-1]
+		return g
+	}
+	m.held += granule
+	m.peakHeld = max(m.peakHeld, m.held)
+	return &modelGranule{free: [][2]uint64{{0, granule}}}
+}
+
+func (m *stitchModel) take(g *modelGranule, lo, hi uint64) piece {
+	for i, f := range g.free {
+		if f[0] <= lo && hi <= f[1] {
+			rest := append([][2]uint64{}, g.free[:i]...)
+			if f[0] < lo {
+				rest = append(rest, [2]uint64{f[0], lo})
+			}
+			if hi < f[1] {
+				rest = append(rest, [2]uint64{hi, f[1]})
+			}
+			g.free = append(rest, g.free[i+1:]...)
+			g.used += hi - lo
+			m.partial[g] = g.used < granule
+			if g.used == granule {
+				delete(m.partial, g)
+			}
+			return piece{g, lo, hi}
+		}
+	}
+	panic(fmt.Sprintf("stitch model: [%d, %d) is not free", lo, hi))
+}
+
+func (m *stitchModel) give(p piece) {
+	g := p.g
+	i := 0
+	for i < len(g.free) && g.free[i][0] < p.lo {
+		i++
+	}
+	g.free = append(g.free[:i], append([][2]uint64{{p.lo, p.hi}}, g.free[i:]...)...)
+	merged := g.free[:1]
+	for _, f := range g.free[1:] {
+		if last := &merged[len(merged)-1]; last[1] == f[0] {
+			last[1] = f[1]
+		} else {
+			merged = append(merged, f)
+		}
+	}
+	g.free = merged
+	g.used -= p.hi - p.lo
+	delete(m.partial, g)
+	if g.used == 0 {
+		m.spare = append(m.spare, g)
+	} else {
+		m.partial[g] = true
+	}
+}
+
+// freeTail and freeHead are the free bytes of g at its end and its start.
+func freeTail(g *modelGranule) uint64 {
+	if n := len(g.free); n > 0 && g.free[n-1][1] == granule {
+		return granule - g.free[n-1][0]
+	}
+	return 0
+}
+
+func freeHead(g *modelGranule) uint64 {
+	if len(g.free) > 0 && g.free[0][0] == 0 {
+		return g.free[0][1]
+	}
+	return 0
+}
+
+// place puts size bytes where they leave the fewest bytes free in granules
+// that also hold used bytes: inside one free range (best fit), or as a free
+// tail, whole spare or new granules, and a free head (or the head of a new
+// granule, whose rest is then left over).
+func (m *stitchModel) place(size uint64) []piece {
+	var inG *modelGranule
+	var inRange [2]uint64
+	inLeft := ^uint64(0)
+	if size <= granule {
+		for g := range m.partial {
+			for _, f := range g.free {
+				if n := f[1] - f[0]; n >= size && n-size < inLeft {
+					inG, inRange, inLeft = g, f, n-size
+				}
+			}
+		}
+	}
+	tails := []*modelGranule{nil}
+	heads := []*modelGranule{nil}
+	for g := range m.partial {
+		if freeTail(g) > 0 {
+			tails = append(tails, g)
+		}
+		if freeHead(g) > 0 {
+			heads = append(heads, g)
+		}
+	}
+	var bestTail, bestHead *modelGranule
+	stitchLeft := ^uint64(0)
+	for _, t := range tails {
+		x := uint64(0)
+		if t != nil {
+			x = freeTail(t)
+		}
+		if x > size {
+			continue
+		}
+		r := (size - x) % granule
+		for _, h := range heads {
+			left := uint64(0)
+			switch {
+			case h == nil && r > 0:
+				left = granule - r
+			case h != nil && (h == t || freeHead(h) < r):
+				continue
+			case h != nil:
+				left = freeHead(h) - r
+			}
+			if left < stitchLeft {
+				bestTail, bestHead, stitchLeft = t, h, left
+			}
+		}
+	}
+	if inG != nil && inLeft <= stitchLeft {
+		lo := inRange[0]
+		if lo == 0 && inRange[1] != granule {
+			lo = inRange[1] - size // against the used bytes after it
+		}
+		return []piece{m.take(inG, lo, lo+size)}
+	}
+	var ps []piece
+	rest := size
+	if bestTail != nil {
+		x := freeTail(bestTail)
+		ps = append(ps, m.take(bestTail, granule-x, granule))
+		rest -= x
+	}
+	for ; rest >= granule; rest -= granule {
+		ps = append(ps, m.take(m.granule(), 0, granule))
+	}
+	if rest > 0 {
+		h := bestHead
+		if h == nil {
+			h = m.granule()
+		}
+		ps = append(ps, m.take(h, 0, rest))
+	}
+	return ps
+}
+
+func (m *stitchModel) replay(ops []traces.Op) {
+	for _, op := range ops {
+		switch op.Kind {
+		case traces.Alloc, traces.AllocAsync:
+			size := (op.Size + pool.Alignment - 1) &^ (pool.Alignment - 1)
+			m.blocks[op.ID] = m.place(size)
+			m.sizes[op.ID] = size
+			m.live += size
+			m.peakLive = max(m.peakLive, m.live)
+		case traces.Free, traces.FreeAsync:
+			for _, p := range m.blocks[op.ID] {
+				m.give(p)
+			}
+			m.live -= m.sizes[op.ID]
+			delete(m.blocks, op.ID)
+		}
+	}
+}
+
+// BenchmarkStitchFloor reports the stitching model's peak reserved ÷ peak
+// live on each reference trace, beside which BenchmarkTraceVirtual's
+// figures can be read.
+func BenchmarkStitchFloor(b *testing.B) {
+	for _, ref := range traces.References {
+		ops := loadTrace(b, ref.File)
+		b.Run(ref.File, func(b *testing.B) {
+			var m *stitchModel
+			for range b.N {
+				m = newStitchModel()
+				m.replay(ops)
+			}
+			b.ReportMetric(float64(m.peakHeld)/float64(m.peakLive), "reserved/live")
+		})
+	}
+}
