@@ -20,6 +20,9 @@ type fakeVMM struct {
 	next        uint64 // the next address range's start
 	mapped      map[interpose.DevicePtr]uint64
 	ranges      map[interpose.DevicePtr]uint64
+	// failMapAt fails the next Map at that address; failCopy every Copy.
+	failMapAt interpose.DevicePtr
+	failCopy  bool
 }
 
 func newFakeVMM(capacity uint64) *fakeVMM {
@@ -88,6 +91,10 @@ func (f *fakeVMM) Map(va interpose.DevicePtr, size, h uint64) interpose.Error {
 	defer f.mu.Unlock()
 	if _, ok := f.mapped[va]; ok {
 		return interpose.ErrorInvalidValue
+	}
+	if va == f.failMapAt {
+		f.failMapAt = 0
+		return interpose.ErrorMemoryAllocation
 	}
 	f.mapped[va] = h
 	return interpose.Success
@@ -187,6 +194,9 @@ func TestVirtualBackingChosen(t *testing.T) {
 func (f *fakeVMM) Copy(dst, src interpose.DevicePtr, size uint64) interpose.Error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.failCopy {
+		return interpose.ErrorInvalidValue
+	}
 	if _, ok := f.mapped[dst]; !ok {
 		return interpose.ErrorInvalidValue
 	}
@@ -194,4 +204,47 @@ func (f *fakeVMM) Copy(dst, src interpose.DevicePtr, size uint64) interpose.Erro
 		return interpose.ErrorInvalidValue
 	}
 	return interpose.Success
+}
+
+// MoveGranule leaves the address mapped to the new memory and nothing else
+// behind; a failed copy or a failed remap leaves it mapped to the old memory,
+// the new memory mapped nowhere and the staging range freed.
+func TestMoveGranule(t *testing.T) {
+	const gran = 2 << 20
+	for _, tc := range []struct {
+		name      string
+		failCopy  bool
+		failRemap bool
+	}{{"moved", false, false}, {"copy fails", true, false}, {"remap fails", false, true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFakeVMM(1 << 30)
+			v := &virtualBacking{backing: &backing{}, vmm: f, gran: gran}
+			va, _ := f.AddressReserve(4*gran, gran)
+			from, _ := f.Create(gran, false)
+			to, _ := f.Create(gran, true)
+			if rc := f.Map(va, gran, from); rc != interpose.Success {
+				t.Fatal(rc)
+			}
+			f.failCopy = tc.failCopy
+			if tc.failRemap {
+				f.failMapAt = va
+			}
+			err := v.MoveGranule(uint64(va), gran, from, to)
+			want := from
+			if !tc.failCopy && !tc.failRemap {
+				want = to
+				if err != nil {
+					t.Fatalf("MoveGranule: %v", err)
+				}
+			} else if err == nil {
+				t.Fatal("MoveGranule succeeded with a failure injected")
+			}
+			if got := f.mapped[va]; got != want || len(f.mapped) != 1 {
+				t.Errorf("mappings %v after the move, want only %#x -> %d", f.mapped, uint64(va), want)
+			}
+			if len(f.ranges) != 1 {
+				t.Errorf("address ranges %v: the staging range is left", f.ranges)
+			}
+		})
+	}
 }
