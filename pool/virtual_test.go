@@ -350,10 +350,19 @@ func FuzzPoolVirtual(f *testing.F) {
 // memory under a quota the peak exceeds, then checks the device's ground
 // truth. Run it with -race.
 func TestVirtualConcurrent(t *testing.T) {
+	for _, migrate := range []bool{false, true} {
+		t.Run(fmt.Sprintf("migrate=%v", migrate), func(t *testing.T) { testVirtualConcurrent(t, migrate) })
+	}
+}
+
+// testVirtualConcurrent is TestVirtualConcurrent, with migration on or off;
+// with it, the workers also announce synchronizations now and then.
+func testVirtualConcurrent(t *testing.T, migrate bool) {
 	f := pooltest.NewVirtual(0)
 	opt := pool.DefaultOptions(64 * miB)
 	opt.Oversubscribe = true
 	opt.HostLimit = giB
+	opt.Migrate = migrate
 	p, err := pool.New(f, opt)
 	if err != nil {
 		t.Fatal(err)
@@ -389,6 +398,17 @@ func TestVirtualConcurrent(t *testing.T) {
 				mine = append(mine, ptr)
 				if rng.IntN(50) == 0 {
 					f.Complete(s)
+				}
+				if migrate && rng.IntN(100) == 0 {
+					ticket := p.SyncBegin()
+					if err := f.Synchronize(); err != nil {
+						t.Error(err)
+						return
+					}
+					if err := p.SyncEnd(ticket); err != nil {
+						t.Error(err)
+						return
+					}
 				}
 			}
 		})
