@@ -315,6 +315,13 @@ func (p *Pool) commit(b *block, size uint64, spill bool) error {
 	seg := b.seg
 	first, last := v.granuleRange(seg, b.base, size)
 	need, idleHere := v.shortOf(b, size)
+	if need == 0 && idleHere == 0 {
+		// The common case: every granule under the block is mapped and in
+		// use, so there is nothing to find, take or map (nor to ask the
+		// ledger, whose lock costs more than the rest).
+		p.useGranules(seg, b.base, size, true)
+		return nil
+	}
 	headroom := p.ledger.Headroom() >> v.shift
 	if spill && p.hostBytes < p.opt.HostLimit {
 		headroom += (p.opt.HostLimit - p.hostBytes) >> v.shift
@@ -505,6 +512,16 @@ func (p *Pool) unmapGranule(g *granule) error {
 func (p *Pool) useGranules(seg *segment, base, size uint64, add bool) {
 	v := p.virt
 	first, last := v.granuleRange(seg, base, size)
+	if first == last {
+		// Most blocks lie on one granule: all their bytes are its.
+		g := &seg.granules[first]
+		if add {
+			g.used += size
+		} else if g.used -= size; g.used == 0 {
+			p.granuleUnused(g)
+		}
+		return
+	}
 	for i := first; i <= last; i++ {
 		g := &seg.granules[i]
 		lo, hi := max(base, g.va), min(base+size, g.va+v.gran)
