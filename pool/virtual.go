@@ -282,7 +282,8 @@ func (p *Pool) arenaEmptied(b *block) {
 // granuleRange returns the indexes of the first and last granules of seg that
 // [base, base+size) touches.
 func (v *virtualMemory) granuleRange(seg *segment, base, size uint64) (first, last uint64) {
-	return (base - seg.base) >> v.shift, (base + size - 1 - seg.base) >> v.shift
+	shift := v.shift & 63 // always below 64: spares the compiler's check
+	return (base - seg.base) >> shift, (base + size - 1 - seg.base) >> shift
 }
 
 // shortOf returns how many granules under the first size bytes of b are not
@@ -293,6 +294,15 @@ func (v *virtualMemory) shortOf(b *block, size uint64) (unmapped, idle int) {
 		return 0, 0
 	}
 	first, last := v.granuleRange(b.seg, b.base, size)
+	if first == last {
+		switch g := &b.seg.granules[first]; {
+		case !g.mapped:
+			return 1, 0
+		case g.inIdle:
+			return 0, 1
+		}
+		return 0, 0
+	}
 	for i := first; i <= last; i++ {
 		if g := &b.seg.granules[i]; !g.mapped {
 			unmapped++
