@@ -369,14 +369,19 @@
 //
 //   - Alloc served from the cache, Free, FreeAsync: O(1): at most 8 + 1 index
 //     probes per searched index (at most 2), constant-time splitting and
-//     merging, and an expected O(1) hash table operation. No operation depends
-//     on the number of live blocks, but the memory they touch does: freeing a
-//     block none of whose metadata is in the processor's caches reads about
-//     five cold lines (its hash table slot, its descriptor, its two
-//     neighbours', the head of a free list), so with 100,000 live blocks
-//     (tens of MB of metadata) that worst case costs 2.3 to 2.6 times what it
-//     costs with 1,000, while freeing recently used blocks costs 1.2 to 1.4
-//     times as much (BenchmarkPairRandomVictim against BenchmarkPair).
+//     merging, and an expected O(1) hash table operation. They allocate on the
+//     Go heap only as the pool's metadata grows (a slab of 256 descriptors, the
+//     hash table doubling, a stream's cache), never in a steady state, so a run
+//     of pairs never starts a garbage collection, which would scan every
+//     descriptor. No operation depends on the number of live blocks, but the
+//     memory they touch does: handing out a block at an address not used lately
+//     reads its hash table slot cold, and freeing a block none of whose
+//     metadata is in the processor's caches reads about five cold lines (its
+//     hash table slot, its descriptor, its two neighbours', the head of a free
+//     list), so with 100,000 live blocks (tens of MB of metadata) that worst
+//     case costs 2.3 to 2.6 times what it costs with 1,000, while freeing
+//     recently used blocks costs 1.2 to 1.4 times as much
+//     (BenchmarkPairRandomVictim against BenchmarkPair).
 //   - A miss adds O(k) marker queries, k counting only the streams that hold
 //     blocks or a marker now, and, when it synchronizes, O(1) per
 //     block made reusable: each freed block migrates once, so it is O(1)

@@ -377,7 +377,10 @@ func (p *Pool) FreeAsync(ptr uint64, s Stream) error {
 		return err
 	}
 	if b.seg == nil {
-		return p.freeUnpooled(b, &s)
+		// The stream escapes to the Backing: a copy made here keeps the
+		// pooled path free of a heap allocation.
+		stream := s
+		return p.freeUnpooled(b, &stream)
 	}
 	p.retire(b)
 	c := p.cacheOf(s)

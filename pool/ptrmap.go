@@ -22,7 +22,7 @@ type ptrSlot struct {
 const ptrMapMinSlots = 1024
 
 func (m *ptrMap) home(key uint64) int {
-	return int(((key >> granuleShift) * 0x9e3779b97f4a7c15) >> m.shift)
+	return int(((key >> granuleShift) * 0x9e3779b97f4a7c15) >> (m.shift & 63)) // below 64: spares the compiler's check
 }
 
 func (m *ptrMap) get(key uint64) *block {
@@ -66,28 +66,29 @@ func (m *ptrMap) del(key uint64) {
 	if m.count == 0 {
 		return
 	}
-	mask := len(m.slots) - 1
+	slots := m.slots
+	mask := len(slots) - 1
 	i := m.home(key)
-	for m.slots[i].key != key {
-		if m.slots[i].key == 0 {
+	for slots[i].key != key {
+		if slots[i].key == 0 {
 			return
 		}
 		i = (i + 1) & mask
 	}
 	m.count--
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
-		s := m.slots[j]
+		s := slots[j]
 		if s.key == 0 {
 			break
 		}
 		// The entry at j may move to the hole at i only if its home is not
 		// in the cyclic range (i, j].
 		if h := m.home(s.key); (j-h)&mask >= (j-i)&mask {
-			m.slots[i] = s
+			slots[i] = s
 			i = j
 		}
 	}
-	m.slots[i] = ptrSlot{}
+	slots[i] = ptrSlot{}
 }
 
 func (m *ptrMap) resize(n int) {

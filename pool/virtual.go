@@ -296,7 +296,8 @@ func (p *Pool) arenaEmptied(b *block) {
 // granuleRange returns the indexes of the first and last granules of seg that
 // [base, base+size) touches.
 func (v *virtualMemory) granuleRange(seg *segment, base, size uint64) (first, last uint64) {
-	return (base - seg.base) >> v.shift, (base + size - 1 - seg.base) >> v.shift
+	shift := v.shift & 63 // always below 64: spares the compiler's check
+	return (base - seg.base) >> shift, (base + size - 1 - seg.base) >> shift
 }
 
 // shortOf returns how many granules under the first size bytes of b are not
@@ -307,6 +308,15 @@ func (v *virtualMemory) shortOf(b *block, size uint64) (unmapped, idle int) {
 		return 0, 0
 	}
 	first, last := v.granuleRange(b.seg, b.base, size)
+	if first == last {
+		switch g := &b.seg.granules[first]; {
+		case !g.mapped:
+			return 1, 0
+		case g.inIdle:
+			return 0, 1
+		}
+		return 0, 0
+	}
 	for i := first; i <= last; i++ {
 		if g := &b.seg.granules[i]; !g.mapped {
 			unmapped++
@@ -329,6 +339,13 @@ func (p *Pool) commit(b *block, size uint64, spill bool) error {
 	seg := b.seg
 	first, last := v.granuleRange(seg, b.base, size)
 	need, idleHere := v.shortOf(b, size)
+	if need == 0 && idleHere == 0 {
+		// The common case: every granule under the block is mapped and in
+		// use, so there is nothing to find, take or map (nor to ask the
+		// ledger, whose lock costs more than the rest).
+		p.useGranules(seg, b.base, size, true)
+		return nil
+	}
 	headroom := p.ledger.Headroom() >> v.shift
 	if spill && p.hostBytes < p.opt.HostLimit {
 		headroom += (p.opt.HostLimit - p.hostBytes) >> v.shift
@@ -495,6 +512,16 @@ func (p *Pool) unmapGranule(g *granule) error {
 func (p *Pool) useGranules(seg *segment, base, size uint64, add bool) {
 	v := p.virt
 	first, last := v.granuleRange(seg, base, size)
+	if first == last {
+		// Most blocks lie on one granule: all their bytes are its.
+		g := &seg.granules[first]
+		if add {
+			g.used += size
+		} else if g.used -= size; g.used == 0 {
+			p.granuleUnused(g)
+		}
+		return
+	}
 	for i := first; i <= last; i++ {
 		g := &seg.granules[i]
 		lo, hi := max(base, g.va), min(base+size, g.va+v.gran)
