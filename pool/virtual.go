@@ -514,31 +514,32 @@ func (p *Pool) useGranules(seg *segment, base, size uint64, add bool) {
 	first, last := v.granuleRange(seg, base, size)
 	if first == last {
 		// Most blocks lie on one granule: all their bytes are its.
-		g := &seg.granules[first]
-		if add {
-			g.used += size
-		} else if g.used -= size; g.used == 0 {
-			p.granuleUnused(g)
-		}
+		p.useGranule(&seg.granules[first], size, add)
 		return
 	}
 	for i := first; i <= last; i++ {
 		g := &seg.granules[i]
 		lo, hi := max(base, g.va), min(base+size, g.va+v.gran)
-		if add {
-			if g.used == 0 {
-				v.inUse++
-				v.inUsePeak = max(v.inUsePeak, v.inUse)
-			}
-			g.used += hi - lo
-			g.hot = v.epoch
-			continue
-		}
-		g.used -= hi - lo
+		p.useGranule(g, hi-lo, add)
+	}
+}
+
+// useGranule adds (or removes) n used bytes to granule g, stamps it hot when
+// a block is handed out on it, and counts the granules holding used bytes.
+func (p *Pool) useGranule(g *granule, n uint64, add bool) {
+	v := p.virt
+	if add {
 		if g.used == 0 {
-			v.inUse--
-			p.granuleUnused(g)
+			v.inUse++
+			v.inUsePeak = max(v.inUsePeak, v.inUse)
 		}
+		g.used += n
+		g.hot = v.epoch
+		return
+	}
+	if g.used -= n; g.used == 0 {
+		v.inUse--
+		p.granuleUnused(g)
 	}
 }
 
