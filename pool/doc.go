@@ -321,7 +321,7 @@
 // 26 GB, spill when allocated, as without migration); replayed under the shim
 // at 1/64 scale (tests/tracetest), touches of spilled memory fall from 74.1%
 // to 5.8%. Where nothing repeats it costs: on the random-churn trace it moves
-// 243 MB per synchronization, and on the training trace, whose three steps
+// 352 MB per synchronization, and on the training trace, whose three steps
 // each need tens of GB of activations, 4.4 GB.
 //
 // Cost: handing out or freeing a block visits the ceil(size/granule)+1
@@ -344,7 +344,7 @@
 // Placement cannot do much better: BenchmarkStitchFloor replays the traces
 // on a model freer than any allocator over CUDA's mappings (frees complete
 // at once, any granule's free tail and any other's free head may begin and
-// end a block, mapped at any number of addresses), and it still holds 1.072
+// end a block, mapped at any number of addresses), and it still holds 1.074
 // times the live bytes at random churn's peak. Going lower would take
 // moving live bytes: copying two partly used granules whose used bytes do
 // not overlap into one, mapped at both addresses, which the pool does not
@@ -405,10 +405,10 @@
 // allocator that never moves live blocks can do better than the fifty-percent
 // rule (Knuth): under random churn in equilibrium there are about half as many
 // holes as live blocks, so random churn of uniform sizes costs about 25% when
-// nothing limits growth (peak reserved ÷ peak live 1.25 on the random-churn
+// nothing limits growth (peak reserved ÷ peak live 1.24 on the random-churn
 // reference trace), while the model traces, whose sizes repeat, stay within 4%.
 // Under a quota the pool searches harder before growing: the random-churn trace
-// runs under a quota of 1.10 × its peak live bytes with 0.8% of its requests
+// runs under a quota of 1.10 × its peak live bytes with 0.69% of its requests
 // refused, and under 1.20 × with one refusal in 50,259 requests; the model
 // traces run under 1.02 × without a refusal (BenchmarkTrace reports both
 // figures). Address-ordered best fit over whole classes, medium segments of 8

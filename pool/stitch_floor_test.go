@@ -25,8 +25,15 @@ import (
 // modelGranule is a physical granule of the model: its free byte ranges, in
 // address order, merged.
 type modelGranule struct {
+	id   int // creation order: ties go to the newest, so replays repeat
 	free [][2]uint64
 	used uint64
+}
+
+// newer reports whether a was created after b; nil (a granule yet to be
+// made) loses every tie.
+func newer(a, b *modelGranule) bool {
+	return a != nil && (b == nil || a.id > b.id)
 }
 
 // piece is the part of a granule a block uses.
@@ -56,7 +63,7 @@ func (m *stitchModel) granule() *modelGranule {
 	}
 	m.held += granule
 	m.peakHeld = max(m.peakHeld, m.held)
-	return &modelGranule{free: [][2]uint64{{0, granule}}}
+	return &modelGranule{id: int(m.held / granule), free: [][2]uint64{{0, granule}}}
 }
 
 func (m *stitchModel) take(g *modelGranule, lo, hi uint64) piece {
@@ -132,7 +139,8 @@ func (m *stitchModel) place(size uint64) []piece {
 	if size <= granule {
 		for g := range m.partial {
 			for _, f := range g.free {
-				if n := f[1] - f[0]; n >= size && n-size < inLeft {
+				n := f[1] - f[0]
+				if n >= size && (n-size < inLeft || n-size == inLeft && (g.id > inG.id || g == inG && f[0] < inRange[0])) {
 					inG, inRange, inLeft = g, f, n-size
 				}
 			}
@@ -169,7 +177,8 @@ func (m *stitchModel) place(size uint64) []piece {
 			case h != nil:
 				left = freeHead(h) - r
 			}
-			if left < stitchLeft {
+			tie := left == stitchLeft && (newer(t, bestTail) || t == bestTail && newer(h, bestHead))
+			if left < stitchLeft || tie {
 				bestTail, bestHead, stitchLeft = t, h, left
 			}
 		}
