@@ -149,6 +149,34 @@ SPILLWAY_REAL(cudaError_t, thread_exchange_stream_capture_mode,
 SPILLWAY_REAL(CUresult, cu_stream_query, cuStreamQuery, (CUstream hStream))
 SPILLWAY_REAL(CUresult, cu_stream_is_capturing, cuStreamIsCapturing,
               (CUstream hStream, int *captureStatus))
+/* The graph a stream's capture builds: a block freed in it is the graph's. */
+SPILLWAY_REAL(cudaError_t, stream_get_capture_info, cudaStreamGetCaptureInfo,
+              (cudaStream_t stream, int *captureStatus_out, unsigned long long *id_out,
+               cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out,
+               size_t *numDependencies_out))
+SPILLWAY_REAL(CUresult, cu_stream_get_capture_info, cuStreamGetCaptureInfo_v2,
+              (CUstream hStream, int *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out,
+               const CUgraphNode **dependencies_out, size_t *numDependencies_out))
+/* CUDA graphs: a block freed during a capture stays the graph's until the
+ * graph and every executable graph instantiated from it are destroyed. Frees
+ * are checked for a capture only once one has begun. */
+SPILLWAY_INTERPOSED(cudaError_t, stream_begin_capture, cudaStreamBeginCapture,
+                    (cudaStream_t stream, enum cudaStreamCaptureMode mode))
+SPILLWAY_INTERPOSED(CUresult, cu_stream_begin_capture, cuStreamBeginCapture_v2,
+                    (CUstream hStream, CUstreamCaptureMode mode))
+SPILLWAY_INTERPOSED(CUresult, cu_stream_begin_capture_ptsz, cuStreamBeginCapture_v2_ptsz,
+                    (CUstream hStream, CUstreamCaptureMode mode))
+SPILLWAY_INTERPOSED(cudaError_t, graph_instantiate, cudaGraphInstantiate,
+                    (cudaGraphExec_t * pGraphExec, cudaGraph_t graph, unsigned long long flags))
+SPILLWAY_INTERPOSED(cudaError_t, graph_instantiate_with_flags, cudaGraphInstantiateWithFlags,
+                    (cudaGraphExec_t * pGraphExec, cudaGraph_t graph, unsigned long long flags))
+SPILLWAY_INTERPOSED(cudaError_t, graph_exec_destroy, cudaGraphExecDestroy,
+                    (cudaGraphExec_t graphExec))
+SPILLWAY_INTERPOSED(cudaError_t, graph_destroy, cudaGraphDestroy, (cudaGraph_t graph))
+SPILLWAY_INTERPOSED(CUresult, cu_graph_instantiate_with_flags, cuGraphInstantiateWithFlags,
+                    (CUgraphExec * phGraphExec, CUgraph hGraph, unsigned long long flags))
+SPILLWAY_INTERPOSED(CUresult, cu_graph_exec_destroy, cuGraphExecDestroy, (CUgraphExec hGraphExec))
+SPILLWAY_INTERPOSED(CUresult, cu_graph_destroy, cuGraphDestroy, (CUgraph hGraph))
 /* Contexts the application creates (and pycuda's usage counts): what is
  * allocated in one is counted, passed through, and given back with it. */
 SPILLWAY_INTERPOSED(CUresult, cu_ctx_create, cuCtxCreate_v2,
@@ -271,6 +299,13 @@ SPILLWAY_ENTRY(vmm_retained, (uint64_t handle))
 SPILLWAY_ENTRY(vmm_released, (uint64_t handle))
 SPILLWAY_ENTRY(vmm_mapped, (uint64_t ptr, uint64_t size, uint64_t handle))
 SPILLWAY_ENTRY(vmm_unmapped, (uint64_t ptr, uint64_t size))
+/* CUDA graphs' events, after the real call succeeded: a capture began
+ * (from then on frees are checked for one); exec was instantiated from
+ * graph; exec, or graph, was destroyed. */
+SPILLWAY_ENTRY(capture_begun, (void))
+SPILLWAY_ENTRY(graph_instantiated, (uint64_t exec, uint64_t graph))
+SPILLWAY_ENTRY(graph_exec_destroyed, (uint64_t exec))
+SPILLWAY_ENTRY(graph_destroyed, (uint64_t graph))
 
 #undef SPILLWAY_REAL
 #undef SPILLWAY_INTERPOSED

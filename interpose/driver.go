@@ -128,6 +128,12 @@ static struct drv_out drv_stream_is_capturing(const struct spillway_real *r, CUc
 	IN_CONTEXT(r->cu_stream_is_capturing ? r->cu_stream_is_capturing((CUstream)(uintptr_t)s, &status) : CUDA_ERROR_NOT_FOUND);
 	return (struct drv_out){(uint64_t)status, 0, rc};
 }
+static struct drv_out drv_stream_capture_graph(const struct spillway_real *r, CUcontext ctx, uint64_t s) {
+	int status = 0;
+	CUgraph graph = NULL;
+	IN_CONTEXT(r->cu_stream_get_capture_info ? r->cu_stream_get_capture_info((CUstream)(uintptr_t)s, &status, NULL, &graph, NULL, NULL) : CUDA_ERROR_NOT_FOUND);
+	return (struct drv_out){(uint64_t)status, (uint64_t)(uintptr_t)graph, rc};
+}
 static CUresult drv_stream_destroy(const struct spillway_real *r, CUcontext ctx, uint64_t s) {
 	IN_CONTEXT(r->cu_stream_destroy ? r->cu_stream_destroy((CUstream)(uintptr_t)s) : CUDA_ERROR_NOT_FOUND);
 	return rc;
@@ -403,6 +409,13 @@ func (d *Driver) StreamQuery(s Stream) Error {
 func (d *Driver) StreamIsCapturing(s Stream) (CaptureStatus, Error) {
 	o := C.drv_stream_is_capturing(d.t, d.ctx, C.uint64_t(s))
 	return CaptureStatus(o.v), fromDriver(o.rc)
+}
+
+// StreamCaptureGraph calls cuStreamGetCaptureInfo_v2: the stream's capture
+// status and, while it captures, the graph being built.
+func (d *Driver) StreamCaptureGraph(s Stream) (CaptureStatus, uint64, Error) {
+	o := C.drv_stream_capture_graph(d.t, d.ctx, C.uint64_t(s))
+	return CaptureStatus(o.v), uint64(o.w), fromDriver(o.rc)
 }
 
 func (d *Driver) StreamDestroy(s Stream) Error {

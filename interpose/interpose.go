@@ -240,6 +240,12 @@ static struct out call_stream_is_capturing(const struct spillway_real *r, int de
 	GUARDED(r->stream_is_capturing((cudaStream_t)(uintptr_t)stream, &status));
 	return (struct out){(uint64_t)status, 0, rc};
 }
+static struct out call_stream_capture_graph(const struct spillway_real *r, int device, uint64_t stream) {
+	int status = 0;
+	cudaGraph_t graph = NULL;
+	GUARDED(r->stream_get_capture_info((cudaStream_t)(uintptr_t)stream, &status, NULL, &graph, NULL, NULL));
+	return (struct out){(uint64_t)status, (uint64_t)(uintptr_t)graph, rc};
+}
 static struct out call_thread_exchange_stream_capture_mode(const struct spillway_real *r, int device, int mode) {
 	GUARDED(r->thread_exchange_stream_capture_mode(&mode));
 	return (struct out){(uint64_t)mode, 0, rc};
@@ -636,6 +642,16 @@ func (r *Runtime) StreamIsCapturing(s Stream) (CaptureStatus, Error) {
 	}
 	o := C.call_stream_is_capturing(r.t, r.device, C.uint64_t(s))
 	return CaptureStatus(o.v), Error(o.rc)
+}
+
+// StreamCaptureGraph calls cudaStreamGetCaptureInfo: the stream's capture
+// status and, while it captures, the graph being built.
+func (r *Runtime) StreamCaptureGraph(s Stream) (CaptureStatus, uint64, Error) {
+	if r.t.stream_get_capture_info == nil {
+		return CaptureNone, 0, ErrorSymbolNotFound
+	}
+	o := C.call_stream_capture_graph(r.t, r.device, C.uint64_t(s))
+	return CaptureStatus(o.v), uint64(o.w), Error(o.rc)
 }
 
 // ThreadExchangeStreamCaptureMode calls cudaThreadExchangeStreamCaptureMode:

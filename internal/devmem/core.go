@@ -216,3 +216,16 @@ func (c *Core) refused(kind allocKind, size uint64, device int, used, quota uint
 		"suppressed": suppressed,
 	}).Warn(refusalMessage(kind, size, device, used, quota))
 }
+
+// CaptureBegun says a stream capture has begun: from now on a block freed
+// with cudaFreeAsync during a capture is kept for the graph.
+func (c *Core) CaptureBegun() { c.mem.graphs.begun.Store(true) }
+
+// GraphInstantiated records an executable graph instantiated from graph.
+func (c *Core) GraphInstantiated(exec, graph uint64) { c.mem.graphInstantiated(exec, graph) }
+
+// GraphExecDestroyed forgets a destroyed executable graph.
+func (c *Core) GraphExecDestroyed(exec uint64) { c.mem.graphGone(exec, true) }
+
+// GraphDestroyed forgets a destroyed graph.
+func (c *Core) GraphDestroyed(graph uint64) { c.mem.graphGone(graph, false) }

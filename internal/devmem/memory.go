@@ -53,6 +53,7 @@ type realRuntime interface {
 	StreamDestroy(s interpose.Stream) interpose.Error
 	StreamQuery(s interpose.Stream) interpose.Error
 	StreamIsCapturing(s interpose.Stream) (interpose.CaptureStatus, interpose.Error)
+	StreamCaptureGraph(s interpose.Stream) (interpose.CaptureStatus, uint64, interpose.Error)
 	EventCreate(flags uint32) (interpose.Event, interpose.Error)
 	EventRecord(e interpose.Event, s interpose.Stream) interpose.Error
 	EventQuery(e interpose.Event) interpose.Error
@@ -110,6 +111,7 @@ type memory struct {
 	live    atomic.Pointer[[]*device] // the devices in use, by ordinal
 	index   *addrIndex                // the device of every address the core holds: the free path's lookup
 	streams streamSet                 // the application's streams known valid
+	graphs  graphHolds                // blocks freed into CUDA graphs
 	ledgers map[int]*deviceLedger     // by ordinal, for the life of the process; m.mu guards it
 	// One limiter per kind of warning, so that one kind never hides another.
 	spillWarn, hostLimitWarn, releaseWarn, backingWarn, earlyWarn limiter
@@ -463,6 +465,9 @@ func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) int
 		}
 	}
 	if d.pool != nil {
+		if async && m.heldByGraph(d, p, s) {
+			return interpose.Success
+		}
 		var err error
 		if async {
 			err = d.pool.FreeAsync(uint64(p), stream(s))

@@ -132,6 +132,18 @@ func (f *fakeRuntime) StreamQuery(s interpose.Stream) interpose.Error {
 	_, rc := f.StreamIsCapturing(s)
 	return rc
 }
+
+// StreamCaptureGraph: a capturing stream builds the graph numbered like
+// the stream, plus 0x9000.
+func (f *fakeRuntime) StreamCaptureGraph(s interpose.Stream) (interpose.CaptureStatus, uint64, interpose.Error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.capturing[s] {
+		return interpose.CaptureActive, 0x9000 + uint64(s), interpose.Success
+	}
+	return interpose.CaptureNone, 0, interpose.Success
+}
+
 func (f *fakeRuntime) StreamIsCapturing(s interpose.Stream) (interpose.CaptureStatus, interpose.Error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -347,3 +347,31 @@ func spillway_core_vmm_unmapped(ptr, size C.uint64_t) (rc C.int32_t) {
 	running().VMMUnmapped(interpose.DevicePtr(ptr), uint64(size))
 	return C.CUDA_SUCCESS
 }
+
+//export spillway_core_graph_instantiated
+func spillway_core_graph_instantiated(exec, graph C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaGraphInstantiate")
+	running().GraphInstantiated(uint64(exec), uint64(graph))
+	return C.CUDA_SUCCESS
+}
+
+//export spillway_core_graph_exec_destroyed
+func spillway_core_graph_exec_destroyed(exec C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaGraphExecDestroy")
+	running().GraphExecDestroyed(uint64(exec))
+	return C.CUDA_SUCCESS
+}
+
+//export spillway_core_graph_destroyed
+func spillway_core_graph_destroyed(graph C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaGraphDestroy")
+	running().GraphDestroyed(uint64(graph))
+	return C.CUDA_SUCCESS
+}
+
+//export spillway_core_capture_begun
+func spillway_core_capture_begun() (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaStreamBeginCapture")
+	running().CaptureBegun()
+	return C.CUDA_SUCCESS
+}

@@ -343,6 +343,10 @@ static struct {
 } ledger[LEDGER_SIZE];
 static int ledger_len;
 
+/* Set by the first capture; read by load_core after it sets READY, so that
+ * the core hears of a capture whichever of the two comes first. */
+static atomic_int captures_begun;
+
 static void atfork_child(void)
 {
     /* The child has one thread and a Go runtime that believes it has many. */
@@ -483,6 +487,12 @@ static void load_core(void)
     atomic_store(&state, ok ? READY : FAILED);
     pthread_cond_broadcast(&ledger_ready);
     pthread_mutex_unlock(&ledger_lock);
+    /* A capture begun while the core started (see capture_begun). */
+    if (ok && atomic_load(&captures_begun)) {
+        depth++;
+        core.capture_begun();
+        depth--;
+    }
 }
 
 /* How long a thread waits for the core to start, with a quota, before failing closed. */
@@ -1112,6 +1122,158 @@ EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
         return rc;
     }
     return real_stream_destroy(stream);
+}
+
+/*
+ * CUDA graphs: the core keeps a block freed during a stream capture until the
+ * graph and every executable graph instantiated from it are destroyed. It is
+ * told after the real call succeeded, once it runs (before, it freed nothing
+ * into a graph), never from inside its own calls nor twice for one call (the
+ * runtime's call reaches the driver's, which stays quiet inside it).
+ */
+static int graph_events(void)
+{
+    return depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY;
+}
+
+static void capture_begun(void)
+{
+    atomic_store(&captures_begun, 1);
+    if (graph_events()) {
+        depth++;
+        core.capture_begun();
+        depth--;
+    }
+}
+
+EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
+{
+    REAL(real_begin, stream_begin_capture);
+    depth++;
+    cudaError_t rc = real_begin(stream, mode);
+    depth--;
+    if (rc == cudaSuccess)
+        capture_begun();
+    return rc;
+}
+
+EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
+{
+    REAL(real_begin, cu_stream_begin_capture);
+    depth++;
+    CUresult rc = real_begin(hStream, mode);
+    depth--;
+    if (rc == CUDA_SUCCESS)
+        capture_begun();
+    return rc;
+}
+
+EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
+{
+    REAL(real_begin, cu_stream_begin_capture_ptsz);
+    depth++;
+    CUresult rc = real_begin(hStream, mode);
+    depth--;
+    if (rc == CUDA_SUCCESS)
+        capture_begun();
+    return rc;
+}
+
+static void graph_instantiated(void *exec, void *graph)
+{
+    depth++;
+    core.graph_instantiated((uint64_t)(uintptr_t)exec, (uint64_t)(uintptr_t)graph);
+    depth--;
+}
+
+EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                        unsigned long long flags)
+{
+    REAL(real_instantiate, graph_instantiate);
+    depth++;
+    cudaError_t rc = real_instantiate(pGraphExec, graph, flags);
+    depth--;
+    if (rc == cudaSuccess && graph_events())
+        graph_instantiated(*pGraphExec, graph);
+    return rc;
+}
+
+EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
+                                                 unsigned long long flags)
+{
+    REAL(real_instantiate, graph_instantiate_with_flags);
+    depth++;
+    cudaError_t rc = real_instantiate(pGraphExec, graph, flags);
+    depth--;
+    if (rc == cudaSuccess && graph_events())
+        graph_instantiated(*pGraphExec, graph);
+    return rc;
+}
+
+EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
+                                            unsigned long long flags)
+{
+    REAL(real_instantiate, cu_graph_instantiate_with_flags);
+    depth++;
+    CUresult rc = real_instantiate(phGraphExec, hGraph, flags);
+    depth--;
+    if (rc == CUDA_SUCCESS && graph_events())
+        graph_instantiated(*phGraphExec, hGraph);
+    return rc;
+}
+
+static void graph_gone(int exec, void *handle)
+{
+    depth++;
+    if (exec)
+        core.graph_exec_destroyed((uint64_t)(uintptr_t)handle);
+    else
+        core.graph_destroyed((uint64_t)(uintptr_t)handle);
+    depth--;
+}
+
+EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
+{
+    REAL(real_destroy, graph_exec_destroy);
+    depth++;
+    cudaError_t rc = real_destroy(graphExec);
+    depth--;
+    if (rc == cudaSuccess && graph_events())
+        graph_gone(1, graphExec);
+    return rc;
+}
+
+EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
+{
+    REAL(real_destroy, graph_destroy);
+    depth++;
+    cudaError_t rc = real_destroy(graph);
+    depth--;
+    if (rc == cudaSuccess && graph_events())
+        graph_gone(0, graph);
+    return rc;
+}
+
+EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
+{
+    REAL(real_destroy, cu_graph_exec_destroy);
+    depth++;
+    CUresult rc = real_destroy(hGraphExec);
+    depth--;
+    if (rc == CUDA_SUCCESS && graph_events())
+        graph_gone(1, hGraphExec);
+    return rc;
+}
+
+EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
+{
+    REAL(real_destroy, cu_graph_destroy);
+    depth++;
+    CUresult rc = real_destroy(hGraph);
+    depth--;
+    if (rc == CUDA_SUCCESS && graph_events())
+        graph_gone(0, hGraph);
+    return rc;
 }
 
 /* ---- the driver's memory API ---- */
