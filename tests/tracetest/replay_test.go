@@ -164,9 +164,9 @@ func TestTraceReplayQwenOversubscribed(t *testing.T) {
 
 			perStep, _ := bpf.PerStep(sum.MovedBytes, sum.Steps)
 			byCount, byBytes, _ := sum.Accesses.Fractions()
-			t.Logf("%s: %d steps, %d bytes moved (spilled %d, promoted %d): %.0f bytes per step (x%d at full scale: %.0f); "+
+			t.Logf("%s: %d steps, %d bytes moved (spilled %d, of which demoted %d; promoted %d): %.0f bytes per step (x%d at full scale: %.0f); "+
 				"spilled accesses %d of %d (%.1f%%), %d of %d bytes (%.1f%%); device peak %d of quota %d",
-				c.name, sum.Steps, sum.MovedBytes, sum.SpillBytes, sum.PromoteBytes, perStep, replayScale, perStep*replayScale,
+				c.name, sum.Steps, sum.MovedBytes, sum.SpillBytes, rep.DemotedTotal, sum.PromoteBytes, perStep, replayScale, perStep*replayScale,
 				sum.Accesses.Spilled, sum.Accesses.Total, byCount*100, sum.Accesses.SpilledBytes, sum.Accesses.Bytes, byBytes*100,
 				stats.Devices[0].DeviceBytesPeak, quota)
 		})
