@@ -166,6 +166,12 @@ SPILLWAY_INTERPOSED(CUresult, cu_stream_begin_capture, cuStreamBeginCapture_v2,
                     (CUstream hStream, CUstreamCaptureMode mode))
 SPILLWAY_INTERPOSED(CUresult, cu_stream_begin_capture_ptsz, cuStreamBeginCapture_v2_ptsz,
                     (CUstream hStream, CUstreamCaptureMode mode))
+SPILLWAY_INTERPOSED(cudaError_t, stream_end_capture, cudaStreamEndCapture,
+                    (cudaStream_t stream, cudaGraph_t *pGraph))
+SPILLWAY_INTERPOSED(CUresult, cu_stream_end_capture, cuStreamEndCapture,
+                    (CUstream hStream, CUgraph *phGraph))
+SPILLWAY_INTERPOSED(CUresult, cu_stream_end_capture_ptsz, cuStreamEndCapture_ptsz,
+                    (CUstream hStream, CUgraph *phGraph))
 SPILLWAY_INTERPOSED(cudaError_t, graph_instantiate, cudaGraphInstantiate,
                     (cudaGraphExec_t * pGraphExec, cudaGraph_t graph, unsigned long long flags))
 SPILLWAY_INTERPOSED(cudaError_t, graph_instantiate_with_flags, cudaGraphInstantiateWithFlags,

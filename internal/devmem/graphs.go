@@ -14,7 +14,7 @@ import (
 // must not be handed out again until the graph and every executable graph
 // instantiated from it are destroyed; it is then freed as by cudaFree (it
 // becomes reusable at the next synchronization, after launches in flight).
-// A capture that fails leaves its blocks held to the end.
+// A capture that fails destroys its graph: the front reports it as such.
 type graphHolds struct {
 	// begun is set once a capture has begun in the process: only then are
 	// frees checked for one (a query of the stream per cudaFreeAsync).

@@ -1179,6 +1179,66 @@ EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMo
     return rc;
 }
 
+/*
+ * A capture that fails (invalidated, unjoined) destroys the graph it built:
+ * what was freed into it is freed. The graph is asked for before the real
+ * call, once a capture has begun.
+ */
+static CUgraph capture_graph(CUstream stream)
+{
+    if (!atomic_load(&captures_begun) || !graph_events())
+        return NULL;
+    __typeof__(real.cu_stream_get_capture_info) info =
+        (__typeof__(real.cu_stream_get_capture_info))resolve(R_cu_stream_get_capture_info);
+    int status = 0;
+    CUgraph graph = NULL;
+    if (!info || info(stream, &status, NULL, &graph, NULL, NULL) != CUDA_SUCCESS || status == 0)
+        return NULL;
+    return graph;
+}
+
+static void graph_gone(int exec, void *handle);
+
+static void capture_ended(int ok, CUgraph building)
+{
+    if (!ok && building && graph_events())
+        graph_gone(0, building);
+}
+
+EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
+{
+    REAL(real_end, stream_end_capture);
+    CUgraph building = capture_graph((CUstream)stream);
+    depth++;
+    cudaError_t rc = real_end(stream, pGraph);
+    depth--;
+    capture_ended(rc == cudaSuccess, building);
+    return rc;
+}
+
+EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
+{
+    REAL(real_end, cu_stream_end_capture);
+    CUgraph building = capture_graph(hStream);
+    depth++;
+    CUresult rc = real_end(hStream, phGraph);
+    depth--;
+    capture_ended(rc == CUDA_SUCCESS, building);
+    return rc;
+}
+
+EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
+{
+    REAL(real_end, cu_stream_end_capture_ptsz);
+    /* The per-thread default stream, as the driver's other names call it. */
+    CUgraph building = capture_graph(hStream ? hStream : CU_STREAM_PER_THREAD);
+    depth++;
+    CUresult rc = real_end(hStream, phGraph);
+    depth--;
+    capture_ended(rc == CUDA_SUCCESS, building);
+    return rc;
+}
+
 static void graph_instantiated(void *exec, void *graph)
 {
     depth++;

@@ -88,4 +88,23 @@ func TestGraphKeepsCapturedFrees(t *testing.T) {
 			}
 		})
 	}
+	// A capture that fails destroys its graph: what was freed into it is
+	// free again.
+	t.Run("invalidated", func(t *testing.T) {
+		env, _ := withStats(t, []string{limit(64 * miB), "SIMCUDA_CONTEXT_BYTES=0"})
+		res := harness.Run(t, harness.Shimmed(t, env, prog, "invalidated"))
+		out := harness.ParseOutput(res.Stdout)
+		if res.ExitCode != 0 || out.Count("PASS") != 1 {
+			t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.ExitCode, res.Stdout, res.Stderr)
+		}
+		if end := out.Num(t, "end", 0, 1); end != 901 { // cudaErrorStreamCaptureInvalidated
+			t.Errorf("cudaStreamEndCapture returned %d, want 901 (invalidated)", end)
+		}
+		if out.Num(t, "reused", 0, 1) != 1 {
+			t.Errorf("the block freed in the failed capture was not free again")
+		}
+		if r := harness.ReportFor(t, res.Stderr, 0); r.Live != 0 {
+			t.Errorf("report %+v: want nothing live at the end", r)
+		}
+	})
 }

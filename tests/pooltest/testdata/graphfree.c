@@ -6,6 +6,10 @@
  * "driver" (cuStreamBeginCapture_v2, cuMemAllocAsync, ...; the graph is
  * destroyed before its executable graph).
  *
+ *   graphfree invalidated: the capture allocates and frees a block, then
+ *   synchronizes its stream, which invalidates it; cudaStreamEndCapture
+ *   fails, and the block is free again. Prints "end RC" and "reused 0|1".
+ *
  * A capture on a non-blocking stream allocates a block, sets it to 0xAA and
  * frees it; after it, a block of the same size allocated on the same stream
  * is set to 0x55; the graph is launched twice; the second block must still
@@ -46,8 +50,9 @@ static int holds(void *p, unsigned char want)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2 || (strcmp(argv[1], "runtime") && strcmp(argv[1], "driver"))) {
-		fprintf(stderr, "usage: graphfree runtime|driver\n");
+	if (argc != 2 || (strcmp(argv[1], "runtime") && strcmp(argv[1], "driver") &&
+			  strcmp(argv[1], "invalidated"))) {
+		fprintf(stderr, "usage: graphfree runtime|driver|invalidated\n");
 		return 2;
 	}
 	int driver = strcmp(argv[1], "driver") == 0;
@@ -57,6 +62,25 @@ int main(int argc, char **argv)
 	void *in_graph = NULL, *after = NULL, *again = NULL;
 	cudaGraph_t graph;
 	cudaGraphExec_t exec;
+	if (strcmp(argv[1], "invalidated") == 0) {
+		EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
+		EXPECT(cudaMallocAsync(&in_graph, SIZE, s), cudaSuccess);
+		EXPECT(cudaFreeAsync(in_graph, s), cudaSuccess);
+		if (cudaStreamSynchronize(s) == cudaSuccess) {
+			fprintf(stderr, "cudaStreamSynchronize succeeded on a capturing stream\n");
+			return 1;
+		}
+		printf("end %d\n", (int)cudaStreamEndCapture(s, &graph));
+		(void)cudaGetLastError();
+		EXPECT(cudaDeviceSynchronize(), cudaSuccess);
+		EXPECT(cudaMallocAsync(&again, SIZE, s), cudaSuccess);
+		printf("reused %d\n", again == in_graph);
+		EXPECT(cudaFreeAsync(again, s), cudaSuccess);
+		EXPECT(cudaStreamDestroy(s), cudaSuccess);
+		EXPECT(cudaDeviceSynchronize(), cudaSuccess);
+		printf("PASS\n");
+		return 0;
+	}
 	if (driver) {
 		CUdeviceptr p;
 		EXPECT(cuStreamBeginCapture_v2((CUstream)s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
