@@ -197,7 +197,8 @@
 // move runs with the lock released, its device bytes counted beforehand so
 // the quota holds while it runs; a block freed during its own move is
 // released when the move returns.
-// Promoted bytes count against the quota; pinned memory is never promoted.
+// Promoted bytes count against the quota; a pinned block is never promoted
+// (host granules of virtual memory move under Migration, below).
 // A failed promotion ends the pass. One that failed with ErrNotMoved,
 // ErrOutOfMemory or ErrStreamCapture moved nothing: the block stays first in line. After any
 // other failure (a failed wait for the move, typically) the block may be on
