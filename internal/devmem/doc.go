@@ -7,8 +7,8 @@
 // (ledger.go), the memory counted outside the pools: created contexts and
 // the application's virtual-memory calls (outside.go, vmm.go), the address
 // index that finds a pointer's device (addrindex.go), the stream-capture
-// handling of its own calls (capture.go), and the figures file for
-// spillway stat (stat.go).
+// handling of its own calls (capture.go), the blocks freed into CUDA graphs
+// (graphs.go), and the figures file for spillway stat (stat.go).
 //
 // It must never use cgo (the C boundary, its types and its ABI checks are
 // package main's; pointers from the front are passed on to interpose
