@@ -142,14 +142,11 @@ SPILLWAY_REAL(CUresult, cu_mem_prefetch_async, cuMemPrefetchAsync,
               (CUdeviceptr devPtr, size_t count, CUdevice dstDevice, CUstream hStream))
 /* Checking the application's streams, and stream capture (enums as int). */
 SPILLWAY_REAL(cudaError_t, stream_query, cudaStreamQuery, (cudaStream_t stream))
-SPILLWAY_REAL(cudaError_t, stream_is_capturing, cudaStreamIsCapturing,
-              (cudaStream_t stream, int *status))
 SPILLWAY_REAL(cudaError_t, thread_exchange_stream_capture_mode,
               cudaThreadExchangeStreamCaptureMode, (int *mode))
 SPILLWAY_REAL(CUresult, cu_stream_query, cuStreamQuery, (CUstream hStream))
-SPILLWAY_REAL(CUresult, cu_stream_is_capturing, cuStreamIsCapturing,
-              (CUstream hStream, int *captureStatus))
-/* The graph a stream's capture builds: a block freed in it is the graph's. */
+/* A stream's capture status and the graph it builds (a block freed in it is
+ * the graph's). */
 SPILLWAY_REAL(cudaError_t, stream_get_capture_info, cudaStreamGetCaptureInfo,
               (cudaStream_t stream, int *captureStatus_out, unsigned long long *id_out,
                cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out,

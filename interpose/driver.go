@@ -123,11 +123,6 @@ static CUresult drv_stream_query(const struct spillway_real *r, CUcontext ctx, u
 	IN_CONTEXT(r->cu_stream_query ? r->cu_stream_query((CUstream)(uintptr_t)s) : CUDA_ERROR_NOT_FOUND);
 	return rc;
 }
-static struct drv_out drv_stream_is_capturing(const struct spillway_real *r, CUcontext ctx, uint64_t s) {
-	int status = 0;
-	IN_CONTEXT(r->cu_stream_is_capturing ? r->cu_stream_is_capturing((CUstream)(uintptr_t)s, &status) : CUDA_ERROR_NOT_FOUND);
-	return (struct drv_out){(uint64_t)status, 0, rc};
-}
 static struct drv_out drv_stream_capture_graph(const struct spillway_real *r, CUcontext ctx, uint64_t s) {
 	int status = 0;
 	CUgraph graph = NULL;
@@ -405,15 +400,9 @@ func (d *Driver) StreamQuery(s Stream) Error {
 	return fromDriver(C.drv_stream_query(d.t, d.ctx, C.uint64_t(s)))
 }
 
-// StreamIsCapturing calls cuStreamIsCapturing.
-func (d *Driver) StreamIsCapturing(s Stream) (CaptureStatus, Error) {
-	o := C.drv_stream_is_capturing(d.t, d.ctx, C.uint64_t(s))
-	return CaptureStatus(o.v), fromDriver(o.rc)
-}
-
-// StreamCaptureGraph calls cuStreamGetCaptureInfo_v2: the stream's capture
+// StreamCapture calls cuStreamGetCaptureInfo_v2: the stream's capture
 // status and, while it captures, the graph being built.
-func (d *Driver) StreamCaptureGraph(s Stream) (CaptureStatus, uint64, Error) {
+func (d *Driver) StreamCapture(s Stream) (CaptureStatus, uint64, Error) {
 	o := C.drv_stream_capture_graph(d.t, d.ctx, C.uint64_t(s))
 	return CaptureStatus(o.v), uint64(o.w), fromDriver(o.rc)
 }

@@ -235,11 +235,6 @@ static cudaError_t call_stream_query(const struct spillway_real *r, int device, 
 	GUARDED(r->stream_query((cudaStream_t)(uintptr_t)stream));
 	return rc;
 }
-static struct out call_stream_is_capturing(const struct spillway_real *r, int device, uint64_t stream) {
-	int status = 0;
-	GUARDED(r->stream_is_capturing((cudaStream_t)(uintptr_t)stream, &status));
-	return (struct out){(uint64_t)status, 0, rc};
-}
 static struct out call_stream_capture_graph(const struct spillway_real *r, int device, uint64_t stream) {
 	int status = 0;
 	cudaGraph_t graph = NULL;
@@ -635,18 +630,9 @@ func (r *Runtime) StreamQuery(s Stream) Error {
 	return Error(C.call_stream_query(r.t, r.device, C.uint64_t(s)))
 }
 
-// StreamIsCapturing calls cudaStreamIsCapturing.
-func (r *Runtime) StreamIsCapturing(s Stream) (CaptureStatus, Error) {
-	if r.t.stream_is_capturing == nil {
-		return CaptureNone, ErrorSymbolNotFound
-	}
-	o := C.call_stream_is_capturing(r.t, r.device, C.uint64_t(s))
-	return CaptureStatus(o.v), Error(o.rc)
-}
-
-// StreamCaptureGraph calls cudaStreamGetCaptureInfo: the stream's capture
+// StreamCapture calls cudaStreamGetCaptureInfo: the stream's capture
 // status and, while it captures, the graph being built.
-func (r *Runtime) StreamCaptureGraph(s Stream) (CaptureStatus, uint64, Error) {
+func (r *Runtime) StreamCapture(s Stream) (CaptureStatus, uint64, Error) {
 	if r.t.stream_get_capture_info == nil {
 		return CaptureNone, 0, ErrorSymbolNotFound
 	}

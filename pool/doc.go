@@ -318,8 +318,9 @@
 // a granule's copy (2 MiB) and three mapping calls; Stats.DemotedTotal and
 // PromotedTotal count the bytes. Measured on the Qwen2.5-32B inference trace
 // at 60% of its peak live bytes (BenchmarkSpillVirtual, moved-B/sync): 3.5 MB
-// moved per synchronization on average over 513 (the weights that do not fit,
-// 26 GB, spill when allocated, as without migration); replayed under the shim
+// moved per synchronization on average over 513 (the weights that do not fit
+// spill when allocated, as without migration: 41% of the peak live bytes at
+// the peak, BenchmarkSpillVirtual's peak-spilled/live); replayed under the shim
 // at 1/64 scale (tests/tracetest), touches of spilled memory fall from 16.2%
 // to 9.2% (by bytes, from 46.1% to 26.2%), for 73,584 bytes moved per step.
 // Where nothing repeats it costs: on the random-churn trace it moves

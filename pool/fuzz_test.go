@@ -41,81 +41,119 @@ func FuzzPool(f *testing.F) {
 		}
 		fake := pooltest.New(0)
 		h := newHarness(t, fake, opt)
-		var ptrs, freed []uint64
-		next := func() byte {
-			if len(data) == 0 {
-				return 0
-			}
-			b := data[0]
-			data = data[1:]
-			return b
-		}
-		size := func() uint64 {
-			v := uint64(next())<<8 | uint64(next())
-			// The low 4 bits scale the rest: sizes from 1 byte to 64 MiB.
-			return 1 + (v>>4)<<(v&15)
-		}
-		stream := func() pool.Stream { return pool.Stream(1 + next()%3) }
-		pick := func() int { return int(next()) % len(ptrs) }
-		for len(data) > 0 {
-			switch op := next() % 8; {
-			case op <= 2:
-				var p uint64
-				var err error
-				if op == 2 {
-					p, err = h.allocAsync(size(), stream())
-				} else {
-					p, err = h.alloc(size())
-				}
-				if err != nil && !errors.Is(err, pool.ErrOutOfMemory) {
-					t.Fatalf("allocation failed with %v", err)
-				}
-				if p != 0 {
-					ptrs = append(ptrs, p)
-				}
-			case op <= 4 && len(ptrs) > 0:
-				i := pick()
-				var err error
-				if op == 3 {
-					err = h.free(ptrs[i])
-				} else {
-					err = h.freeAsync(ptrs[i], stream())
-				}
-				if err != nil {
-					t.Fatalf("free of a live block: %v", err)
-				}
-				freed = append(freed, ptrs[i])
-				ptrs[i] = ptrs[len(ptrs)-1]
-				ptrs = ptrs[:len(ptrs)-1]
-			case op == 5:
-				h.appSync()
-			case op == 6:
-				fake.Complete(stream())
-			case op == 7:
-				switch next() % 4 {
-				case 0:
-					if len(freed) > 0 {
-						p := freed[len(freed)-1]
-						if _, live := h.live[p]; !live {
-							if err := h.p.Free(p); err == nil {
-								t.Fatalf("double free of %#x succeeded", p)
-							}
+		d := &fuzzOps{t: t, h: h, fake: fake, data: data, afterOp: h.check}
+		d.misc = func(sel byte) {
+			switch sel % 4 {
+			case 0:
+				if len(d.freed) > 0 {
+					p := d.freed[len(d.freed)-1]
+					if _, live := h.live[p]; !live {
+						if err := h.p.Free(p); err == nil {
+							t.Fatalf("double free of %#x succeeded", p)
 						}
 					}
-				case 1:
-					if err := h.p.Free(0x1000); !errors.Is(err, pool.ErrNotOwned) {
-						t.Fatalf("foreign free: %v", err)
-					}
-				case 2:
-					h.p.ForgetStream(stream())
-				case 3:
-					if _, err := h.p.Promote(); err != nil {
-						t.Fatalf("Promote: %v", err)
-					}
+				}
+			case 1:
+				if err := h.p.Free(0x1000); !errors.Is(err, pool.ErrNotOwned) {
+					t.Fatalf("foreign free: %v", err)
+				}
+			case 2:
+				h.p.ForgetStream(d.stream())
+			case 3:
+				if _, err := h.p.Promote(); err != nil {
+					t.Fatalf("Promote: %v", err)
 				}
 			}
-			h.check()
 		}
+		d.run()
 		h.close()
 	})
+}
+
+// fuzzOps decodes the operation sequence the fuzzers run on a harness, one
+// byte at a time: allocations (cudaMalloc, cudaMallocAsync) with sizes from
+// 1 byte to 64 MiB, frees of a live block (cudaFree, cudaFreeAsync), an
+// announced synchronization, the completion of a stream's work, and misc,
+// whose byte each fuzzer reads its own way. The hooks let a fuzzer check
+// more; afterOp runs after every operation.
+type fuzzOps struct {
+	t           *testing.T
+	h           *harness
+	fake        *pooltest.Fake
+	data        []byte
+	ptrs, freed []uint64
+
+	allocated, released func(p uint64) // nil: nothing more
+	synced              func()         // nil: nothing more
+	misc                func(sel byte)
+	afterOp             func()
+}
+
+func (d *fuzzOps) next() byte {
+	if len(d.data) == 0 {
+		return 0
+	}
+	b := d.data[0]
+	d.data = d.data[1:]
+	return b
+}
+
+// size scales the high 12 bits of two bytes by the low 4.
+func (d *fuzzOps) size() uint64 {
+	v := uint64(d.next())<<8 | uint64(d.next())
+	return 1 + (v>>4)<<(v&15)
+}
+
+func (d *fuzzOps) stream() pool.Stream { return pool.Stream(1 + d.next()%3) }
+
+func (d *fuzzOps) run() {
+	t, h := d.t, d.h
+	for len(d.data) > 0 {
+		switch op := d.next() % 8; {
+		case op <= 2:
+			var p uint64
+			var err error
+			if op == 2 {
+				p, err = h.allocAsync(d.size(), d.stream())
+			} else {
+				p, err = h.alloc(d.size())
+			}
+			if err != nil && !errors.Is(err, pool.ErrOutOfMemory) {
+				t.Fatalf("allocation failed with %v", err)
+			}
+			if p != 0 {
+				d.ptrs = append(d.ptrs, p)
+				if d.allocated != nil {
+					d.allocated(p)
+				}
+			}
+		case op <= 4 && len(d.ptrs) > 0:
+			i := int(d.next()) % len(d.ptrs)
+			var err error
+			if op == 3 {
+				err = h.free(d.ptrs[i])
+			} else {
+				err = h.freeAsync(d.ptrs[i], d.stream())
+			}
+			if err != nil {
+				t.Fatalf("free of a live block: %v", err)
+			}
+			if d.released != nil {
+				d.released(d.ptrs[i])
+			}
+			d.freed = append(d.freed, d.ptrs[i])
+			d.ptrs[i] = d.ptrs[len(d.ptrs)-1]
+			d.ptrs = d.ptrs[:len(d.ptrs)-1]
+		case op == 5:
+			h.appSync()
+			if d.synced != nil {
+				d.synced()
+			}
+		case op == 6:
+			d.fake.Complete(d.stream())
+		case op == 7:
+			d.misc(d.next())
+		}
+		d.afterOp()
+	}
 }

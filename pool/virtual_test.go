@@ -266,82 +266,38 @@ func FuzzPoolVirtual(f *testing.F) {
 		opt.Migrate = cfg&0x80 != 0 && opt.Oversubscribe
 		fake := pooltest.NewVirtual(0)
 		h := newVirtualHarness(t, fake, opt)
-		var ptrs []uint64
-		stamped := map[uint64]bool{} // blocks whose first word holds their address
-		checkStamps := func() {
-			for p := range stamped {
-				if v, err := fake.Read(p); err != nil || v != p {
-					t.Fatalf("block %#x holds %#x (%v) after a synchronization", p, v, err)
+		d := &fuzzOps{t: t, h: h, fake: fake.Fake, data: data, afterOp: h.checkPhysical}
+		d.misc = func(sel byte) {
+			switch sel % 3 {
+			case 0:
+				h.p.ForgetStream(d.stream())
+			case 1:
+				if _, err := h.p.Promote(); err != nil {
+					t.Fatalf("Promote: %v", err)
+				}
+			case 2:
+				if err := h.p.Free(0x1000); !errors.Is(err, pool.ErrNotOwned) {
+					t.Fatalf("foreign free: %v", err)
 				}
 			}
 		}
-		next := func() byte {
-			if len(data) == 0 {
-				return 0
+		if opt.Migrate {
+			stamped := map[uint64]bool{} // blocks whose first word holds their address
+			d.allocated = func(p uint64) {
+				if fake.Write(p, p) == nil {
+					stamped[p] = true
+				}
 			}
-			b := data[0]
-			data = data[1:]
-			return b
-		}
-		size := func() uint64 {
-			v := uint64(next())<<8 | uint64(next())
-			return 1 + (v>>4)<<(v&15)
-		}
-		stream := func() pool.Stream { return pool.Stream(1 + next()%3) }
-		for len(data) > 0 {
-			switch op := next() % 8; {
-			case op <= 2:
-				var p uint64
-				var err error
-				if op == 2 {
-					p, err = h.allocAsync(size(), stream())
-				} else {
-					p, err = h.alloc(size())
-				}
-				if err != nil && !errors.Is(err, pool.ErrOutOfMemory) {
-					t.Fatalf("allocation failed with %v", err)
-				}
-				if p != 0 {
-					ptrs = append(ptrs, p)
-					if opt.Migrate && fake.Write(p, p) == nil {
-						stamped[p] = true
-					}
-				}
-			case op <= 4 && len(ptrs) > 0:
-				i := int(next()) % len(ptrs)
-				var err error
-				if op == 3 {
-					err = h.free(ptrs[i])
-				} else {
-					err = h.freeAsync(ptrs[i], stream())
-				}
-				if err != nil {
-					t.Fatalf("free of a live block: %v", err)
-				}
-				delete(stamped, ptrs[i])
-				ptrs[i] = ptrs[len(ptrs)-1]
-				ptrs = ptrs[:len(ptrs)-1]
-			case op == 5:
-				h.appSync()
-				checkStamps()
-			case op == 6:
-				fake.Complete(stream())
-			case op == 7:
-				switch next() % 3 {
-				case 0:
-					h.p.ForgetStream(stream())
-				case 1:
-					if _, err := h.p.Promote(); err != nil {
-						t.Fatalf("Promote: %v", err)
-					}
-				case 2:
-					if err := h.p.Free(0x1000); !errors.Is(err, pool.ErrNotOwned) {
-						t.Fatalf("foreign free: %v", err)
+			d.released = func(p uint64) { delete(stamped, p) }
+			d.synced = func() {
+				for p := range stamped {
+					if v, err := fake.Read(p); err != nil || v != p {
+						t.Fatalf("block %#x holds %#x (%v) after a synchronization", p, v, err)
 					}
 				}
 			}
-			h.checkPhysical()
 		}
+		d.run()
 		h.closeVirtual()
 	})
 }

@@ -230,10 +230,10 @@ func (b *backing) settleAll() {
 // capturing reports whether stream s (0: the legacy stream, which a
 // capture in global mode on any blocking stream forbids too) is capturing
 // a graph, when synchronizing or recording on it is not allowed. It asks
-// cudaStreamIsCapturing, which is allowed during capture; a runtime
+// cudaStreamGetCaptureInfo, which is allowed during capture; a runtime
 // without it captures nothing the shim could see.
 func (b *backing) capturing(s interpose.Stream) bool {
-	status, rc := b.rt.StreamIsCapturing(s)
+	status, _, rc := b.rt.StreamCapture(s)
 	switch {
 	case rc == interpose.Success:
 		return status != interpose.CaptureNone

@@ -36,7 +36,7 @@ func (m *memory) heldByGraph(d *device, p interpose.DevicePtr, s interpose.Strea
 	if !m.graphs.begun.Load() || real == 0 {
 		return false // the legacy stream never captures
 	}
-	status, graph, rc := m.rt.StreamCaptureGraph(real)
+	status, graph, rc := m.rt.StreamCapture(real)
 	if rc != interpose.Success || status != interpose.CaptureActive || graph == 0 {
 		return false
 	}

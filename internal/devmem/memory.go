@@ -52,8 +52,8 @@ type realRuntime interface {
 	StreamSynchronize(s interpose.Stream) interpose.Error
 	StreamDestroy(s interpose.Stream) interpose.Error
 	StreamQuery(s interpose.Stream) interpose.Error
-	StreamIsCapturing(s interpose.Stream) (interpose.CaptureStatus, interpose.Error)
-	StreamCaptureGraph(s interpose.Stream) (interpose.CaptureStatus, uint64, interpose.Error)
+	// StreamCapture: the stream's capture status and the graph it builds.
+	StreamCapture(s interpose.Stream) (status interpose.CaptureStatus, graph uint64, rc interpose.Error)
 	EventCreate(flags uint32) (interpose.Event, interpose.Error)
 	EventRecord(e interpose.Event, s interpose.Stream) interpose.Error
 	EventQuery(e interpose.Event) interpose.Error
@@ -688,13 +688,13 @@ func (ss *streamSet) forget(s interpose.Stream) {
 // checkStream answers cudaErrorInvalidResourceHandle for a stream that is
 // not valid (never created, or destroyed), as cudaMallocAsync and
 // cudaFreeAsync do. The default streams are always valid. The check asks
-// cudaStreamIsCapturing, which a capturing stream allows, or else
+// cudaStreamGetCaptureInfo, which a capturing stream allows, or else
 // cudaStreamQuery; a runtime with neither is trusted.
 func (m *memory) checkStream(d *device, s interpose.Stream) interpose.Error {
 	if s == 0 || s == interpose.StreamLegacy || s == interpose.StreamPerThread || s&perThreadBit != 0 || m.streams.has(s) {
 		return interpose.Success
 	}
-	_, rc := d.back.rt.StreamIsCapturing(s)
+	_, _, rc := d.back.rt.StreamCapture(s)
 	if rc == interpose.ErrorSymbolNotFound {
 		rc = d.back.rt.StreamQuery(s)
 	}

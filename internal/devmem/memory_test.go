@@ -30,7 +30,7 @@ type fakeRuntime struct {
 	invalid   map[interpose.Stream]bool // streams never created or destroyed
 	capturing map[interpose.Stream]bool // streams capturing a graph
 	recorded  map[interpose.Stream]int  // events recorded, by stream
-	queried   map[interpose.Stream]int  // cudaStreamIsCapturing calls, by stream
+	queried   map[interpose.Stream]int  // cudaStreamGetCaptureInfo calls, by stream
 }
 
 type fakeAlloc struct {
@@ -129,32 +129,23 @@ func (f *fakeRuntime) StreamDestroy(s interpose.Stream) interpose.Error {
 	return interpose.Success
 }
 func (f *fakeRuntime) StreamQuery(s interpose.Stream) interpose.Error {
-	_, rc := f.StreamIsCapturing(s)
+	_, _, rc := f.StreamCapture(s)
 	return rc
 }
 
-// StreamCaptureGraph: a capturing stream builds the graph numbered like
-// the stream, plus 0x9000.
-func (f *fakeRuntime) StreamCaptureGraph(s interpose.Stream) (interpose.CaptureStatus, uint64, interpose.Error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.capturing[s] {
-		return interpose.CaptureActive, 0x9000 + uint64(s), interpose.Success
-	}
-	return interpose.CaptureNone, 0, interpose.Success
-}
-
-func (f *fakeRuntime) StreamIsCapturing(s interpose.Stream) (interpose.CaptureStatus, interpose.Error) {
+// StreamCapture: a capturing stream builds the graph numbered like the
+// stream, plus 0x9000.
+func (f *fakeRuntime) StreamCapture(s interpose.Stream) (interpose.CaptureStatus, uint64, interpose.Error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.queried[s]++
 	if f.invalid[s] {
-		return interpose.CaptureNone, interpose.ErrorInvalidResourceHandle
+		return interpose.CaptureNone, 0, interpose.ErrorInvalidResourceHandle
 	}
 	if f.capturing[s] {
-		return interpose.CaptureActive, interpose.Success
+		return interpose.CaptureActive, 0x9000 + uint64(s), interpose.Success
 	}
-	return interpose.CaptureNone, interpose.Success
+	return interpose.CaptureNone, 0, interpose.Success
 }
 func (f *fakeRuntime) EventCreate(uint32) (interpose.Event, interpose.Error) {
 	f.mu.Lock()

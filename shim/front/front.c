@@ -1128,15 +1128,42 @@ EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
  * CUDA graphs: the core keeps a block freed during a stream capture until the
  * graph and every executable graph instantiated from it are destroyed. It is
  * told after the real call succeeded, once it runs (before, it freed nothing
- * into a graph), never from inside its own calls nor twice for one call (the
- * runtime's call reaches the driver's, which stays quiet inside it).
+ * into a graph), never from inside its own calls nor twice for one call: the
+ * real call runs quiet (CALL_QUIET), so the runtime's graph calls, which
+ * reach the driver's, are reported once, by the runtime's wrapper.
  */
+#define CALL_QUIET(rc, call)                                                                   \
+    do {                                                                                       \
+        depth++;                                                                               \
+        rc = (call);                                                                           \
+        depth--;                                                                               \
+    } while (0)
+
 static int graph_events(void)
 {
     return depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY;
 }
 
-static void capture_begun(void)
+/* Tells the core that a graph or an executable graph is gone. */
+static void tell_gone(spillway_core_graph_destroyed_fn event, const void *handle)
+{
+    if (graph_events()) {
+        depth++;
+        event((uint64_t)(uintptr_t)handle);
+        depth--;
+    }
+}
+
+static void tell_instantiated(const void *exec, const void *graph)
+{
+    if (graph_events()) {
+        depth++;
+        core.graph_instantiated((uint64_t)(uintptr_t)exec, (uint64_t)(uintptr_t)graph);
+        depth--;
+    }
+}
+
+static void tell_capture_begun(void)
 {
     atomic_store(&captures_begun, 1);
     if (graph_events()) {
@@ -1149,33 +1176,30 @@ static void capture_begun(void)
 EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
 {
     REAL(real_begin, stream_begin_capture);
-    depth++;
-    cudaError_t rc = real_begin(stream, mode);
-    depth--;
+    cudaError_t rc;
+    CALL_QUIET(rc, real_begin(stream, mode));
     if (rc == cudaSuccess)
-        capture_begun();
+        tell_capture_begun();
     return rc;
 }
 
 EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
     REAL(real_begin, cu_stream_begin_capture);
-    depth++;
-    CUresult rc = real_begin(hStream, mode);
-    depth--;
+    CUresult rc;
+    CALL_QUIET(rc, real_begin(hStream, mode));
     if (rc == CUDA_SUCCESS)
-        capture_begun();
+        tell_capture_begun();
     return rc;
 }
 
 EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
     REAL(real_begin, cu_stream_begin_capture_ptsz);
-    depth++;
-    CUresult rc = real_begin(hStream, mode);
-    depth--;
+    CUresult rc;
+    CALL_QUIET(rc, real_begin(hStream, mode));
     if (rc == CUDA_SUCCESS)
-        capture_begun();
+        tell_capture_begun();
     return rc;
 }
 
@@ -1197,22 +1221,14 @@ static CUgraph capture_graph(CUstream stream)
     return graph;
 }
 
-static void graph_gone(int exec, void *handle);
-
-static void capture_ended(int ok, CUgraph building)
-{
-    if (!ok && building && graph_events())
-        graph_gone(0, building);
-}
-
 EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
 {
     REAL(real_end, stream_end_capture);
     CUgraph building = capture_graph((CUstream)stream);
-    depth++;
-    cudaError_t rc = real_end(stream, pGraph);
-    depth--;
-    capture_ended(rc == cudaSuccess, building);
+    cudaError_t rc;
+    CALL_QUIET(rc, real_end(stream, pGraph));
+    if (rc != cudaSuccess && building)
+        tell_gone(core.graph_destroyed, building);
     return rc;
 }
 
@@ -1220,10 +1236,10 @@ EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
     REAL(real_end, cu_stream_end_capture);
     CUgraph building = capture_graph(hStream);
-    depth++;
-    CUresult rc = real_end(hStream, phGraph);
-    depth--;
-    capture_ended(rc == CUDA_SUCCESS, building);
+    CUresult rc;
+    CALL_QUIET(rc, real_end(hStream, phGraph));
+    if (rc != CUDA_SUCCESS && building)
+        tell_gone(core.graph_destroyed, building);
     return rc;
 }
 
@@ -1232,29 +1248,21 @@ EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
     REAL(real_end, cu_stream_end_capture_ptsz);
     /* The per-thread default stream, as the driver's other names call it. */
     CUgraph building = capture_graph(hStream ? hStream : CU_STREAM_PER_THREAD);
-    depth++;
-    CUresult rc = real_end(hStream, phGraph);
-    depth--;
-    capture_ended(rc == CUDA_SUCCESS, building);
+    CUresult rc;
+    CALL_QUIET(rc, real_end(hStream, phGraph));
+    if (rc != CUDA_SUCCESS && building)
+        tell_gone(core.graph_destroyed, building);
     return rc;
-}
-
-static void graph_instantiated(void *exec, void *graph)
-{
-    depth++;
-    core.graph_instantiated((uint64_t)(uintptr_t)exec, (uint64_t)(uintptr_t)graph);
-    depth--;
 }
 
 EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
                                         unsigned long long flags)
 {
     REAL(real_instantiate, graph_instantiate);
-    depth++;
-    cudaError_t rc = real_instantiate(pGraphExec, graph, flags);
-    depth--;
-    if (rc == cudaSuccess && graph_events())
-        graph_instantiated(*pGraphExec, graph);
+    cudaError_t rc;
+    CALL_QUIET(rc, real_instantiate(pGraphExec, graph, flags));
+    if (rc == cudaSuccess)
+        tell_instantiated(*pGraphExec, graph);
     return rc;
 }
 
@@ -1262,11 +1270,10 @@ EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cu
                                                  unsigned long long flags)
 {
     REAL(real_instantiate, graph_instantiate_with_flags);
-    depth++;
-    cudaError_t rc = real_instantiate(pGraphExec, graph, flags);
-    depth--;
-    if (rc == cudaSuccess && graph_events())
-        graph_instantiated(*pGraphExec, graph);
+    cudaError_t rc;
+    CALL_QUIET(rc, real_instantiate(pGraphExec, graph, flags));
+    if (rc == cudaSuccess)
+        tell_instantiated(*pGraphExec, graph);
     return rc;
 }
 
@@ -1274,65 +1281,50 @@ EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hG
                                             unsigned long long flags)
 {
     REAL(real_instantiate, cu_graph_instantiate_with_flags);
-    depth++;
-    CUresult rc = real_instantiate(phGraphExec, hGraph, flags);
-    depth--;
-    if (rc == CUDA_SUCCESS && graph_events())
-        graph_instantiated(*phGraphExec, hGraph);
+    CUresult rc;
+    CALL_QUIET(rc, real_instantiate(phGraphExec, hGraph, flags));
+    if (rc == CUDA_SUCCESS)
+        tell_instantiated(*phGraphExec, hGraph);
     return rc;
-}
-
-static void graph_gone(int exec, void *handle)
-{
-    depth++;
-    if (exec)
-        core.graph_exec_destroyed((uint64_t)(uintptr_t)handle);
-    else
-        core.graph_destroyed((uint64_t)(uintptr_t)handle);
-    depth--;
 }
 
 EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
 {
     REAL(real_destroy, graph_exec_destroy);
-    depth++;
-    cudaError_t rc = real_destroy(graphExec);
-    depth--;
-    if (rc == cudaSuccess && graph_events())
-        graph_gone(1, graphExec);
+    cudaError_t rc;
+    CALL_QUIET(rc, real_destroy(graphExec));
+    if (rc == cudaSuccess)
+        tell_gone(core.graph_exec_destroyed, graphExec);
     return rc;
 }
 
 EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 {
     REAL(real_destroy, graph_destroy);
-    depth++;
-    cudaError_t rc = real_destroy(graph);
-    depth--;
-    if (rc == cudaSuccess && graph_events())
-        graph_gone(0, graph);
+    cudaError_t rc;
+    CALL_QUIET(rc, real_destroy(graph));
+    if (rc == cudaSuccess)
+        tell_gone(core.graph_destroyed, graph);
     return rc;
 }
 
 EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
     REAL(real_destroy, cu_graph_exec_destroy);
-    depth++;
-    CUresult rc = real_destroy(hGraphExec);
-    depth--;
-    if (rc == CUDA_SUCCESS && graph_events())
-        graph_gone(1, hGraphExec);
+    CUresult rc;
+    CALL_QUIET(rc, real_destroy(hGraphExec));
+    if (rc == CUDA_SUCCESS)
+        tell_gone(core.graph_exec_destroyed, hGraphExec);
     return rc;
 }
 
 EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
     REAL(real_destroy, cu_graph_destroy);
-    depth++;
-    CUresult rc = real_destroy(hGraph);
-    depth--;
-    if (rc == CUDA_SUCCESS && graph_events())
-        graph_gone(0, hGraph);
+    CUresult rc;
+    CALL_QUIET(rc, real_destroy(hGraph));
+    if (rc == CUDA_SUCCESS)
+        tell_gone(core.graph_destroyed, hGraph);
     return rc;
 }
 

@@ -1072,10 +1072,7 @@ static void case_shared_capacity(void)
 	EXPECT(cudaMalloc(&p, 256 * MiB), cudaSuccess);
 }
 
-static const struct {
-	const char *name;
-	void (*run)(void);
-} cases[] = {
+static const struct test_case cases[] = {
 	{"hold", case_hold},
 	{"shared_capacity", case_shared_capacity},
 	{"capacity", case_capacity},
@@ -1107,18 +1104,5 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s <case>\n", argv[0]);
-		return 2;
-	}
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		if (strcmp(cases[i].name, argv[1]) == 0) {
-			current_case = argv[1];
-			cases[i].run();
-			printf("PASS %s\n", argv[1]);
-			return 0;
-		}
-	}
-	fprintf(stderr, "unknown case %s\n", argv[1]);
-	return 2;
+	return run_case(cases, sizeof(cases) / sizeof(cases[0]), argc, argv);
 }

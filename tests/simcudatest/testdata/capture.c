@@ -607,10 +607,7 @@ static void case_entry_points(void)
 	       cudaErrorInvalidValue);
 }
 
-static const struct {
-	const char *name;
-	void (*run)(void);
-} cases[] = {
+static const struct test_case cases[] = {
 	{"replay", case_replay},           {"forbidden", case_forbidden},
 	{"relaxed", case_relaxed},         {"malloc_async", case_malloc_async},
 	{"status", case_status},           {"driver", case_driver},
@@ -619,18 +616,5 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s <case>\n", argv[0]);
-		return 2;
-	}
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		if (strcmp(cases[i].name, argv[1]) == 0) {
-			current_case = argv[1];
-			cases[i].run();
-			printf("PASS %s\n", argv[1]);
-			return 0;
-		}
-	}
-	fprintf(stderr, "unknown case %s\n", argv[1]);
-	return 2;
+	return run_case(cases, sizeof(cases) / sizeof(cases[0]), argc, argv);
 }

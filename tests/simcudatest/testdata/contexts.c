@@ -237,10 +237,7 @@ static void attributes(void)
 	EXPECT(cuDeviceGetByPCIBusId(&dev, "bus 18"), CUDA_ERROR_INVALID_VALUE);
 }
 
-static const struct {
-	const char *name;
-	void (*run)(void);
-} cases[] = {
+static const struct test_case cases[] = {
 	{"stack", stack},
 	{"per_thread", per_thread},
 	{"ownership", ownership},
@@ -251,18 +248,5 @@ static const struct {
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s <case>\n", argv[0]);
-		return 2;
-	}
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		if (strcmp(cases[i].name, argv[1]) == 0) {
-			current_case = argv[1];
-			cases[i].run();
-			printf("PASS %s\n", argv[1]);
-			return 0;
-		}
-	}
-	fprintf(stderr, "unknown case %s\n", argv[1]);
-	return 2;
+	return run_case(cases, sizeof(cases) / sizeof(cases[0]), argc, argv);
 }

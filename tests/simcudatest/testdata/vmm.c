@@ -797,10 +797,7 @@ static void case_proc_address(void)
 	CHECK(status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT && fn == NULL);
 }
 
-static const struct {
-	const char *name;
-	void (*run)(void);
-} cases[] = {
+static const struct test_case cases[] = {
 	{"granularity", case_granularity},
 	{"round_trip", case_round_trip},
 	{"shared", case_shared},
@@ -825,18 +822,5 @@ int main(int argc, char **argv)
 		share_child(atoi(argv[2]));
 		return 0;
 	}
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s <case>\n", argv[0]);
-		return 2;
-	}
-	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-		if (strcmp(cases[i].name, argv[1]) == 0) {
-			current_case = argv[1];
-			cases[i].run();
-			printf("PASS %s\n", argv[1]);
-			return 0;
-		}
-	}
-	fprintf(stderr, "unknown case %s\n", argv[1]);
-	return 2;
+	return run_case(cases, sizeof(cases) / sizeof(cases[0]), argc, argv);
 }
