@@ -159,7 +159,7 @@ func (p *Pool) Close() error {
 	// Everything is forgotten, a failed release included: the device is
 	// about to be reset, or no longer used.
 	p.ledger.Give(p.devBytes)
-	p.live, p.segs, p.streams, p.spare, p.lastCache = ptrMap{}, nil, nil, nil, nil
+	p.live, p.segs, p.streams, p.spare, p.lastCache = liveMap{}, nil, nil, nil, nil
 	p.caches, p.unreleased = cacheList{}, nil
 	p.devBytes, p.hostBytes, p.segBytes, p.segLive = 0, 0, 0, 0
 	p.idx = [numClasses]index{}

@@ -248,7 +248,7 @@ type Pool struct {
 	closed    bool
 	reserved  bool // the reserve segment exists (or none was asked)
 
-	live    ptrMap
+	live    liveMap
 	idx     [numClasses]index
 	segs    []*segment // sorted by base, for ownership of freed pointers
 	empty   segList

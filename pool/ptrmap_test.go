@@ -50,3 +50,59 @@ func TestPtrMapAgreesWithABuiltInMap(t *testing.T) {
 		t.Fatalf("each visited %d entries, want %d", n, len(ref))
 	}
 }
+
+// TestLiveMapAgreesWithABuiltInMap checks the young and old tables together:
+// blocks freed young, blocks that age into the old table, and addresses
+// handed out again after a free, whose older entry in the ring moves the
+// new block early.
+func TestLiveMapAgreesWithABuiltInMap(t *testing.T) {
+	var m liveMap
+	ref := map[uint64]*block{}
+	rng := rand.New(rand.NewPCG(7, 8))
+	var keys []uint64
+	for i := range 100000 {
+		if len(keys) == 0 || rng.IntN(20) < 11 { // the live set grows slowly
+			// Few distinct addresses: most are handed out again soon after
+			// their free, some while an older ring entry names them.
+			k := uint64(0x7f00_0000_0000) + uint64(rng.IntN(2*youngBlocks))<<granuleShift
+			if _, ok := ref[k]; ok {
+				continue
+			}
+			b := &block{base: k}
+			m.put(k, b)
+			ref[k] = b
+			keys = append(keys, k)
+		} else {
+			// Free mostly the newest blocks (they die young), sometimes any.
+			j := len(keys) - 1 - rng.IntN(min(len(keys), 8))
+			if rng.IntN(4) == 0 {
+				j = rng.IntN(len(keys))
+			}
+			k := keys[j]
+			keys = append(keys[:j], keys[j+1:]...)
+			m.del(k)
+			delete(ref, k)
+		}
+		if m.young.count > youngBlocks {
+			t.Fatalf("step %d: %d young entries, at most %d", i, m.young.count, youngBlocks)
+		}
+		if m.young.count+m.old.count != len(ref) {
+			t.Fatalf("step %d: %d + %d entries, want %d", i, m.young.count, m.old.count, len(ref))
+		}
+		if i%500 == 0 {
+			for k, b := range ref {
+				if got := m.get(k); got != b {
+					t.Fatalf("step %d: get(%#x) = %p, want %p", i, k, got, b)
+				}
+			}
+		}
+	}
+	if m.old.count == 0 {
+		t.Fatal("no block aged into the old table")
+	}
+	n := 0
+	m.each(func(*block) { n++ })
+	if n != len(ref) {
+		t.Fatalf("each visited %d entries, want %d", n, len(ref))
+	}
+}
