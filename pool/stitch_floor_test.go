@@ -1,7 +1,10 @@
 package pool_test
 
 import (
+	"cmp"
 	"fmt"
+	"maps"
+	"slices"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/pool"
@@ -43,6 +46,11 @@ type piece struct {
 }
 
 type stitchModel struct {
+	// repack: at every synchronization, live bytes move to as few
+	// granules as CUDA's mappings allow (see repackLive): the most a pool
+	// could do by moving live bytes where the application waits for the
+	// device.
+	repack         bool
 	partial        map[*modelGranule]bool // granules with used and free bytes
 	spare          []*modelGranule        // granules with no used byte
 	held, peakHeld uint64
@@ -51,8 +59,54 @@ type stitchModel struct {
 	sizes          map[uint32]uint64
 }
 
-func newStitchModel() *stitchModel {
-	return &stitchModel{partial: map[*modelGranule]bool{}, blocks: map[uint32][]piece{}, sizes: map[uint32]uint64{}}
+func newStitchModel(repack bool) *stitchModel {
+	return &stitchModel{repack: repack, partial: map[*modelGranule]bool{}, blocks: map[uint32][]piece{}, sizes: map[uint32]uint64{}}
+}
+
+// repackLive moves the live bytes to as few granules as hold them without
+// changing an address. A block's address fixes where in a granule each of
+// its bytes lies, so moving can only gather onto one granule pieces of
+// different granules that lie at disjoint offsets (the granule then mapped
+// at each of their addresses). Gathering intervals into the fewest groups
+// of disjoint ones is interval partitioning: by increasing start, each
+// piece joins the group whose last piece ended first, if it ended by the
+// piece's start; this needs as many groups as the most pieces covering one
+// offset, the minimum.
+func (m *stitchModel) repackLive() {
+	ids := slices.Sorted(maps.Keys(m.blocks))
+	type partialPiece struct {
+		id     uint32
+		i      int // index among the block's pieces
+		lo, hi uint64
+	}
+	var pieces []partialPiece
+	m.partial, m.spare, m.held = map[*modelGranule]bool{}, nil, 0
+	for _, id := range ids {
+		for i, p := range m.blocks[id] {
+			if p.lo == 0 && p.hi == granule {
+				m.blocks[id][i] = m.take(m.granule(), 0, granule)
+				continue
+			}
+			pieces = append(pieces, partialPiece{id, i, p.lo, p.hi})
+		}
+	}
+	slices.SortStableFunc(pieces, func(a, b partialPiece) int { return cmp.Compare(a.lo, b.lo) })
+	var groups []*modelGranule // each ends where its last piece ends
+	ends := map[*modelGranule]uint64{}
+	for _, p := range pieces {
+		var g *modelGranule
+		for _, c := range groups {
+			if ends[c] <= p.lo && (g == nil || ends[c] < ends[g]) {
+				g = c
+			}
+		}
+		if g == nil {
+			g = m.granule()
+			groups = append(groups, g)
+		}
+		m.blocks[p.id][p.i] = m.take(g, p.lo, p.hi)
+		ends[g] = p.hi
+	}
 }
 
 func (m *stitchModel) granule() *modelGranule {
@@ -225,23 +279,30 @@ func (m *stitchModel) replay(ops []traces.Op) {
 			}
 			m.live -= m.sizes[op.ID]
 			delete(m.blocks, op.ID)
+		case traces.Sync:
+			if m.repack {
+				m.repackLive()
+			}
 		}
 	}
 }
 
 // BenchmarkStitchFloor reports the stitching model's peak reserved ÷ peak
 // live on each reference trace, beside which BenchmarkTraceVirtual's
-// figures can be read.
+// figures can be read, without moving live bytes and (repacked) moving all
+// of them at every synchronization of the trace.
 func BenchmarkStitchFloor(b *testing.B) {
 	for _, ref := range traces.References {
 		ops := loadTrace(b, ref.File)
-		b.Run(ref.File, func(b *testing.B) {
-			var m *stitchModel
-			for range b.N {
-				m = newStitchModel()
-				m.replay(ops)
-			}
-			b.ReportMetric(float64(m.peakHeld)/float64(m.peakLive), "reserved/live")
-		})
+		for _, repack := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/repacked=%t", ref.File, repack), func(b *testing.B) {
+				var m *stitchModel
+				for range b.N {
+					m = newStitchModel(repack)
+					m.replay(ops)
+				}
+				b.ReportMetric(float64(m.peakHeld)/float64(m.peakLive), "reserved/live")
+			})
+		}
 	}
 }
