@@ -103,6 +103,7 @@ type block struct {
 	// freedMoving: freed while moving; the promotion releases it once the
 	// move returns (freedAsync: by FreeAsync, on freeStream).
 	freedMoving, freedAsync bool
+	ringSlot                uint16 // see liveMap.order
 }
 
 type segment struct {
@@ -501,7 +502,7 @@ func (p *Pool) findLive(ptr uint64) (*block, error) {
 
 // retire removes a live block from the pointer map and accounts its free.
 func (p *Pool) retire(b *block) {
-	p.live.del(b.base)
+	p.live.remove(b)
 	p.stats.LiveBytes -= b.used
 	p.stats.LiveBlocks--
 	p.stats.Frees++

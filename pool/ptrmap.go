@@ -127,10 +127,10 @@ func (m *ptrMap) each(f func(*block)) {
 // that a block dying young never pays.
 type liveMap struct {
 	young, old ptrMap
-	// order is a ring of the addresses put into young, oldest at next.
-	// An address may appear twice (freed and handed out again); the
-	// older entry then moves the block early, which is harmless.
-	order [youngBlocks]uint64
+	// order is a ring of the young blocks in hand-out order, oldest at
+	// next; a block leaving young early (freed) leaves a nil behind. A
+	// young block's ringSlot is one more than its index here.
+	order [youngBlocks]*block
 	next  int
 }
 
@@ -145,22 +145,29 @@ func (m *liveMap) get(key uint64) *block {
 	return m.old.get(key)
 }
 
-// put adds key, which must not be in the map.
+// put adds b at key, which must not be in the map.
 func (m *liveMap) put(key uint64, b *block) {
-	if aged := m.order[m.next]; aged != 0 {
-		if a := m.young.del(aged); a != nil {
-			m.old.put(aged, a)
-		}
+	if aged := m.order[m.next]; aged != nil {
+		m.young.del(aged.base)
+		aged.ringSlot = 0
+		m.old.put(aged.base, aged)
 	}
-	m.order[m.next] = key
-	m.next = (m.next + 1) % youngBlocks
+	m.order[m.next] = b
+	m.next++
+	b.ringSlot = uint16(m.next)
+	m.next %= youngBlocks
 	m.young.put(key, b)
 }
 
-func (m *liveMap) del(key uint64) {
-	if m.young.del(key) == nil {
-		m.old.del(key)
+// remove removes b, which is in the map: from the table its ringSlot names.
+func (m *liveMap) remove(b *block) {
+	if b.ringSlot == 0 {
+		m.old.del(b.base)
+		return
 	}
+	m.young.del(b.base)
+	m.order[b.ringSlot-1] = nil
+	b.ringSlot = 0
 }
 
 func (m *liveMap) each(f func(*block)) {

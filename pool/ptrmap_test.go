@@ -52,23 +52,26 @@ func TestPtrMapAgreesWithABuiltInMap(t *testing.T) {
 }
 
 // TestLiveMapAgreesWithABuiltInMap checks the young and old tables together:
-// blocks freed young, blocks that age into the old table, and addresses
-// handed out again after a free, whose older entry in the ring moves the
-// new block early.
+// blocks freed young, blocks that age into the old table, and descriptors
+// and addresses handed out again right after their free, as a stream's
+// cache does.
 func TestLiveMapAgreesWithABuiltInMap(t *testing.T) {
 	var m liveMap
 	ref := map[uint64]*block{}
 	rng := rand.New(rand.NewPCG(7, 8))
 	var keys []uint64
+	var freed []*block // descriptors to hand out again
 	for i := range 100000 {
 		if len(keys) == 0 || rng.IntN(20) < 11 { // the live set grows slowly
-			// Few distinct addresses: most are handed out again soon after
-			// their free, some while an older ring entry names them.
 			k := uint64(0x7f00_0000_0000) + uint64(rng.IntN(2*youngBlocks))<<granuleShift
 			if _, ok := ref[k]; ok {
 				continue
 			}
-			b := &block{base: k}
+			b := &block{}
+			if n := len(freed); n > 0 && rng.IntN(2) == 0 {
+				b, freed = freed[n-1], freed[:n-1]
+			}
+			b.base = k
 			m.put(k, b)
 			ref[k] = b
 			keys = append(keys, k)
@@ -80,14 +83,25 @@ func TestLiveMapAgreesWithABuiltInMap(t *testing.T) {
 			}
 			k := keys[j]
 			keys = append(keys[:j], keys[j+1:]...)
-			m.del(k)
+			m.remove(ref[k])
+			freed = append(freed, ref[k])
 			delete(ref, k)
-		}
-		if m.young.count > youngBlocks {
-			t.Fatalf("step %d: %d young entries, at most %d", i, m.young.count, youngBlocks)
 		}
 		if m.young.count+m.old.count != len(ref) {
 			t.Fatalf("step %d: %d + %d entries, want %d", i, m.young.count, m.old.count, len(ref))
+		}
+		ring := 0
+		for slot, b := range m.order {
+			if b == nil {
+				continue
+			}
+			ring++
+			if m.young.get(b.base) != b || int(b.ringSlot) != slot+1 {
+				t.Fatalf("step %d: ring slot %d holds %#x, which young maps to %p with ring slot %d", i, slot, b.base, m.young.get(b.base), b.ringSlot)
+			}
+		}
+		if ring != m.young.count {
+			t.Fatalf("step %d: %d blocks in the ring, %d in the young table", i, ring, m.young.count)
 		}
 		if i%500 == 0 {
 			for k, b := range ref {
