@@ -393,8 +393,8 @@
 //     neighbours', the head of a free list): with 100,000 live blocks (tens
 //     of MB of metadata) that worst case costs about five times what it
 //     costs with 1,000 (BenchmarkPairRandomVictim, where every block
-//     outlives the young table and so also pays 15 to 20% for passing
-//     through it), while a pair of young blocks costs 0.8 to 1.1 times as
+//     outlives the young table and so also pays 6 to 13% for passing
+//     through it), while a pair of young blocks costs 0.9 to 1.1 times as
 //     much with 100,000 as with 1,000 (BenchmarkPair, random sizes).
 //   - A miss adds O(k) marker queries, k counting only the streams that hold
 //     blocks or a marker now, and, when it synchronizes, O(1) per
