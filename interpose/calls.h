@@ -282,10 +282,10 @@ SPILLWAY_ENTRY(nvml_memory, (int32_t device, uint64_t *total, uint64_t *used))
  * its quota, or refuses them with CUDA_ERROR_OUT_OF_MEMORY (logged, the
  * refuse probe fired; kind: SPILLWAY_TAKE_* in abi.h, which also says
  * whether the answer is the runtime's, with its last error); give returns
- * bytes taken. CUresult otherwise.
+ * bytes taken for the same kind. CUresult otherwise.
  */
 SPILLWAY_ENTRY(take, (int32_t device, uint64_t size, int32_t kind))
-SPILLWAY_ENTRY(give, (int32_t device, uint64_t size))
+SPILLWAY_ENTRY(give, (int32_t device, uint64_t size, int32_t kind))
 /* An allocation of size bytes, taken, made in created context ctx: kept
  * until ctx_forget or ctx_destroyed. */
 SPILLWAY_ENTRY(ctx_record, (uint64_t ctx, int32_t device, uint64_t ptr, uint64_t size))
@@ -296,8 +296,9 @@ SPILLWAY_ENTRY(ctx_forget, (uint64_t ptr, uint64_t *ctx, int32_t *device, uint64
 /* ctx was destroyed: gives back what was recorded in it; *count: how many. */
 SPILLWAY_ENTRY(ctx_destroyed, (uint64_t ctx, uint64_t *count))
 /* The virtual-memory API's events, after the real call succeeded:
- * vmm_created records a handle whose size bytes on device were taken. */
-SPILLWAY_ENTRY(vmm_created, (uint64_t handle, int32_t device, uint64_t size))
+ * vmm_created records a handle whose size bytes were taken on device for
+ * kind (SPILLWAY_TAKE_VMM or SPILLWAY_TAKE_VMM_HOST). */
+SPILLWAY_ENTRY(vmm_created, (uint64_t handle, int32_t device, uint64_t size, int32_t kind))
 SPILLWAY_ENTRY(vmm_retained, (uint64_t handle))
 SPILLWAY_ENTRY(vmm_released, (uint64_t handle))
 SPILLWAY_ENTRY(vmm_mapped, (uint64_t ptr, uint64_t size, uint64_t handle))

@@ -41,6 +41,41 @@ func (p *Pool) spill(size uint64) (uint64, error) {
 	return base, nil
 }
 
+// TakeHost admits size bytes of host memory that the application holds
+// outside the pool on this device's behalf (physical memory it asked on the
+// device, placed on the host because the quota could not hold it) against
+// the host limit the pool's own spills use (Stats.HostOutside counts them).
+// It fails, counting nothing, without Options.Oversubscribe or when the host
+// limit cannot hold them (ErrHostLimit, wrapping ErrOutOfMemory).
+func (p *Pool) TakeHost(size uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return ErrClosed
+	case !p.opt.Oversubscribe:
+		return fmt.Errorf("pool: %d bytes on the host: oversubscription is off: %w", size, ErrOutOfMemory)
+	case p.hostBytes+size > p.opt.HostLimit:
+		return fmt.Errorf("pool: %d bytes on the host with %d of a %d-byte host limit used: %w: %w",
+			size, p.hostBytes, p.opt.HostLimit, ErrHostLimit, ErrOutOfMemory)
+	}
+	p.hostBytes += size
+	p.stats.HostOutside += size
+	return nil
+}
+
+// GiveHost returns size bytes admitted by TakeHost. Close forgets them,
+// so after it nothing is returned.
+func (p *Pool) GiveHost(size uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	p.hostBytes -= size
+	p.stats.HostOutside -= size
+}
+
 // Promote runs a promotion pass (see promote) and returns how many bytes it
 // moved. If a pass is running in another thread, it waits for that one to
 // end and then runs its own. The shim calls it at points of its own where

@@ -69,6 +69,40 @@ func TestHostLimit(t *testing.T) {
 	h.close()
 }
 
+// TestTakeHostSharesTheHostLimit: host memory the application holds
+// outside the pool leaves the pool's spills only the rest of the host limit.
+func TestTakeHostSharesTheHostLimit(t *testing.T) {
+	f := pooltest.New(0)
+	opt := oversubscribed(4*miB, pool.TierManaged)
+	opt.HostLimit = 8 * miB
+	h := newHarness(t, f, opt)
+	if err := h.p.TakeHost(6 * miB); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.p.TakeHost(4 * miB); !errors.Is(err, pool.ErrHostLimit) || !errors.Is(err, pool.ErrOutOfMemory) {
+		t.Fatalf("beyond the host limit: %v, want ErrHostLimit and ErrOutOfMemory", err)
+	}
+	if st := h.p.Stats(); st.HostOutside != 6*miB || st.SpilledBytes != 0 {
+		t.Fatalf("%d bytes held outside the pool, %d spilled; want 6 MiB and none", st.HostOutside, st.SpilledBytes)
+	}
+	h.mustAlloc(4 * miB) // the quota
+	if _, err := h.alloc(4 * miB); !errors.Is(err, pool.ErrHostLimit) {
+		t.Fatalf("a spill beyond the 2 MiB left of the host limit: %v, want ErrHostLimit", err)
+	}
+	h.p.GiveHost(6 * miB)
+	if st := h.p.Stats(); st.HostOutside != 0 {
+		t.Fatalf("%d bytes held outside the pool after GiveHost, want 0", st.HostOutside)
+	}
+	h.mustAlloc(4 * miB) // now spilled by the pool
+	h.close()
+
+	off := newHarness(t, pooltest.New(0), pool.DefaultOptions(4*miB))
+	if err := off.p.TakeHost(miB); !errors.Is(err, pool.ErrOutOfMemory) {
+		t.Fatalf("TakeHost without oversubscription: %v, want ErrOutOfMemory", err)
+	}
+	off.close()
+}
+
 func TestHostReservationFailureIsAnError(t *testing.T) {
 	f := pooltest.New(0)
 	f.HostCapacity = 2 * miB

@@ -47,6 +47,7 @@ type Stats struct {
 	PromotedBytes    uint64 // live bytes promoted back to the device now
 	PromotedTotal    uint64 // bytes ever promoted (managed blocks, and granules moved back by migration)
 	DemotedTotal     uint64 // bytes of live blocks' granules ever moved to the host by migration
+	HostOutside      uint64 // host bytes held outside the pool against the host limit (TakeHost)
 	HostLimit        uint64
 }
 
@@ -72,10 +73,10 @@ func (p *Pool) Stats() Stats {
 func (s Stats) String() string {
 	return fmt.Sprintf("live=%d peak_live=%d reserved=%d peak_reserved=%d quota=%d cached=%d largest_free=%d "+
 		"cache_hits=%d device_reservations=%d pass_through=%d syncs=%d external_syncs=%d segments_released=%d "+
-		"refused=%d spilled=%d spilled_total=%d promoted=%d promoted_total=%d demoted_total=%d "+
+		"refused=%d spilled=%d spilled_total=%d promoted=%d promoted_total=%d demoted_total=%d host_outside=%d "+
 		"backing_errors=%d release_errors=%d capture_skips=%d",
 		s.LiveBytes, s.PeakLiveBytes, s.ReservedBytes, s.PeakReservedBytes, s.Quota, s.CachedBytes, s.LargestFreeBlock,
 		s.CacheHits, s.DeviceReservations, s.PassThrough, s.Syncs, s.ExternalSyncs, s.SegmentsReleased,
-		s.Refused, s.SpilledBytes, s.SpilledTotal, s.PromotedBytes, s.PromotedTotal, s.DemotedTotal,
+		s.Refused, s.SpilledBytes, s.SpilledTotal, s.PromotedBytes, s.PromotedTotal, s.DemotedTotal, s.HostOutside,
 		s.BackingErrors, s.ReleaseErrors, s.CaptureSkips)
 }

@@ -25,12 +25,20 @@ const (
 	TakeRuntime     TakeKind = 2 // a runtime allocation in a created context
 	TakePool        TakeKind = 3 // cuMemAllocFromPoolAsync: the application's own pool
 	TakeRuntimePool TakeKind = 4 // cudaMallocFromPoolAsync
+	// TakeVMMHost: a cuMemCreate the quota refused, to be made host-located
+	// under oversubscription; its bytes count against the host limit.
+	TakeVMMHost TakeKind = 5
+	// TakeQuiet, or'ed into a kind, keeps a refusal out of the log and the
+	// probes: the caller has another way (TakeVMMHost), which reports.
+	TakeQuiet TakeKind = 0x100
 )
 
 func (k TakeKind) String() string {
 	switch k {
 	case TakeVMM:
 		return "cuMemCreate"
+	case TakeVMMHost:
+		return "cuMemCreate (nor could the host limit hold it)"
 	case TakePool, TakeRuntimePool:
 		return "an allocation from an explicit memory pool"
 	}
@@ -40,6 +48,7 @@ func (k TakeKind) String() string {
 // Runtime says whether the answer is the runtime's (a cudaError_t that
 // becomes the thread's last error) rather than a CUresult.
 func (k TakeKind) Runtime() bool {
+	k &^= TakeQuiet
 	return k == TakeRuntime || k == TakeRuntimePool
 }
 
@@ -54,10 +63,19 @@ func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 	if rc != interpose.Success {
 		return rc
 	}
-	// The front cannot say which context a cuMemCreate runs in: the
-	// pool returns only what is known free, without synchronizing.
-	if d.ledger.takeOutside(charge(size), false) {
+	quiet := kind&TakeQuiet != 0
+	kind &^= TakeQuiet
+	if kind == TakeVMMHost {
+		if d.takeHost(size) {
+			return interpose.Success
+		}
+	} else if d.ledger.takeOutside(charge(size), false) {
+		// The front cannot say which context a cuMemCreate runs in: the
+		// pool returns only what is known free, without synchronizing.
 		return interpose.Success
+	}
+	if quiet {
+		return interpose.ErrorMemoryAllocation
 	}
 	used := d.ledger.used()
 	c.mem.probes.Refuse(size, ordinal, used, d.quota)
@@ -70,11 +88,23 @@ func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 	return interpose.ErrorMemoryAllocation
 }
 
-// Give returns bytes taken on device.
-func (c *Core) Give(ordinal int, size uint64) {
+// Give returns bytes taken on device for kind.
+func (c *Core) Give(ordinal int, size uint64, kind TakeKind) {
+	if kind == TakeVMMHost {
+		if d, rc := c.mem.device(ordinal); rc == interpose.Success && d.pool != nil {
+			d.pool.GiveHost(size)
+		}
+		return
+	}
 	if l := c.mem.ledgerAt(ordinal); l != nil {
 		l.giveOutside(charge(size))
 	}
+}
+
+// takeHost admits host memory for a cuMemCreate the quota refused, when
+// the device oversubscribes: against the host limit its pool's spills use.
+func (d *device) takeHost(size uint64) bool {
+	return d.pool != nil && d.pool.TakeHost(size) == nil
 }
 
 // contextLedger is what the application allocated in contexts it created.

@@ -16,7 +16,7 @@ func TestVMMLedger(t *testing.T) {
 	create := func(h uint64) interpose.Error {
 		rc := c.Take(0, granule, TakeVMM)
 		if rc == interpose.Success {
-			c.VMMCreated(h, 0, granule)
+			c.VMMCreated(h, 0, granule, TakeVMM)
 		}
 		return rc
 	}
@@ -55,6 +55,50 @@ func TestVMMLedger(t *testing.T) {
 	}
 }
 
+// TestVMMHostPlacement: under oversubscription, a cuMemCreate the quota
+// refuses (quietly) is admitted within the host limit instead, counted
+// there until CUDA frees it; beyond the host limit it is refused and
+// reported once. Without oversubscription the host admits nothing.
+func TestVMMHostPlacement(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=4MiB", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_HOST_LIMIT=4MiB")
+	c := &Core{mem: m.memory}
+	const granule = 2 << 20
+	for h := uint64(1); h <= 2; h++ {
+		if rc := c.Take(0, granule, TakeVMM|TakeQuiet); rc != interpose.Success {
+			t.Fatalf("device handle %d: %v", h, rc)
+		}
+		c.VMMCreated(h, 0, granule, TakeVMM)
+	}
+	if rc := c.Take(0, granule, TakeVMM|TakeQuiet); rc != interpose.ErrorMemoryAllocation || m.probes.refs != 0 {
+		t.Fatalf("a quiet refusal: %v, %d refuse probes", rc, m.probes.refs)
+	}
+	for h := uint64(3); h <= 4; h++ {
+		if rc := c.Take(0, granule, TakeVMMHost); rc != interpose.Success {
+			t.Fatalf("host handle %d: %v", h, rc)
+		}
+		c.VMMCreated(h, 0, granule, TakeVMMHost)
+	}
+	hostHeld := func() uint64 { return m.existing(0).pool.Stats().HostOutside }
+	if rc := c.Take(0, granule, TakeVMMHost); rc != interpose.ErrorMemoryAllocation || m.probes.refs != 1 || hostHeld() != 2*granule {
+		t.Fatalf("beyond the host limit: %v, %d refuse probes, %d bytes on the host", rc, m.probes.refs, hostHeld())
+	}
+	c.VMMMapped(0x100000000, granule, 3)
+	c.VMMReleased(3)
+	c.VMMReleased(4)
+	if got := hostHeld(); got != granule {
+		t.Errorf("one host handle freed, one still mapped: %d bytes on the host, want %d", got, granule)
+	}
+	c.VMMUnmapped(0x100000000, granule)
+	if got, used := hostHeld(), m.existing(0).ledger.used(); got != 0 || used != 2*granule {
+		t.Errorf("host handles freed: %d bytes on the host, %d used on the device; want 0 and the device handles' %d", got, used, 2*granule)
+	}
+
+	off := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=4MiB")
+	if rc := (&Core{mem: off.memory}).Take(0, granule, TakeVMMHost); rc != interpose.ErrorMemoryAllocation {
+		t.Fatalf("host placement without oversubscription: %v", rc)
+	}
+}
+
 // TestContextLedger: allocations recorded in a created context are given
 // back when the context is destroyed; another context's stay.
 func TestContextLedger(t *testing.T) {
@@ -69,7 +113,7 @@ func TestContextLedger(t *testing.T) {
 	if b, ok := c.CtxForget(0x1000); !ok || b.Ctx != 1 || b.Size != 2<<20 {
 		t.Fatalf("forget: %+v %v", b, ok)
 	}
-	c.Give(0, 2<<20)
+	c.Give(0, 2<<20, TakeContext)
 	if n := c.CtxDestroyed(1); n != 1 {
 		t.Errorf("destroying context 1 gave back %d allocations, want 1", n)
 	}
@@ -89,7 +133,7 @@ func TestLedgerOutlivesReset(t *testing.T) {
 	if rc := c.Take(0, 8<<20, TakeVMM); rc != interpose.Success {
 		t.Fatal(rc)
 	}
-	c.VMMCreated(1, 0, 8<<20)
+	c.VMMCreated(1, 0, 8<<20, TakeVMM)
 	if _, rc := m.malloc(request{size: 4 << 20, kind: kindManaged}); rc != interpose.Success {
 		t.Fatal(rc)
 	}
@@ -120,7 +164,7 @@ func TestGiveWhileResetDropsTheDevice(t *testing.T) {
 	if rc := m.deviceReset(0); rc != interpose.Success || m.existing(0) != nil {
 		t.Fatalf("reset: %v", rc)
 	}
-	c.Give(0, 8<<20) // a created context's block, freed now
+	c.Give(0, 8<<20, TakeContext) // a created context's block, freed now
 	if _, rc := m.malloc(request{size: 16 << 20}); rc != interpose.Success {
 		t.Fatalf("the whole quota after the context's memory was given back: %v, used %d", rc, m.existing(0).ledger.used())
 	}
@@ -136,6 +180,7 @@ func TestTakeKindNames(t *testing.T) {
 	}{
 		{TakeContext, "an allocation in a created context", false},
 		{TakeVMM, "cuMemCreate", false},
+		{TakeVMMHost, "cuMemCreate (nor could the host limit hold it)", false},
 		{TakeRuntime, "an allocation in a created context", true},
 		{TakePool, "an allocation from an explicit memory pool", false},
 		{TakeRuntimePool, "an allocation from an explicit memory pool", true},

@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/spillway-gpu/spillway/interpose"
+	"github.com/spillway-gpu/spillway/pool"
 )
 
 // vmmLedger counts the application's virtual-memory calls by physical
@@ -11,9 +12,12 @@ import (
 // released (every cuMemCreate and cuMemRetainAllocationHandle matched by
 // a cuMemRelease) and its last mapping unmapped, in either order; the
 // bytes, taken at cuMemCreate, are given back then. Mapping a handle
-// twice charges nothing more. Handles the ledger does not know (imported
-// from another process, host-located memory) are ignored: they hold no
-// device memory of this process.
+// twice charges nothing more. A handle the front placed on the host for
+// oversubscription (TakeVMMHost) gives its bytes back to the host limit of
+// the pool that admitted them instead (a pool closed by a reset forgets
+// them). Handles the ledger does not know (imported from another
+// process, host-located memory the application asked for) are ignored:
+// they hold no memory this process is charged for.
 type vmmLedger struct {
 	mu       sync.Mutex
 	handles  map[uint64]*physical
@@ -22,9 +26,10 @@ type vmmLedger struct {
 
 type physical struct {
 	size   uint64
-	ledger *deviceLedger
-	refs   int // cuMemCreate and cuMemRetainAllocationHandle, less cuMemRelease
-	maps   int // live mappings
+	ledger *deviceLedger // device memory: the quota's
+	host   *pool.Pool    // host memory for oversubscription: this pool's host limit
+	refs   int           // cuMemCreate and cuMemRetainAllocationHandle, less cuMemRelease
+	maps   int           // live mappings
 }
 
 type mapping struct {
@@ -32,10 +37,17 @@ type mapping struct {
 	handle uint64
 }
 
-// VMMCreated records a handle whose size bytes on device were taken.
-func (c *Core) VMMCreated(handle uint64, ordinal int, size uint64) {
-	ledger := c.mem.ledgerAt(ordinal)
-	if ledger == nil {
+// VMMCreated records a handle whose size bytes were taken on device for
+// kind (TakeVMM, or TakeVMMHost for one placed on the host).
+func (c *Core) VMMCreated(handle uint64, ordinal int, size uint64, kind TakeKind) {
+	h := &physical{size: size, refs: 1}
+	if kind == TakeVMMHost {
+		d, rc := c.mem.device(ordinal)
+		if rc != interpose.Success || d.pool == nil {
+			return
+		}
+		h.host = d.pool
+	} else if h.ledger = c.mem.ledgerAt(ordinal); h.ledger == nil {
 		return
 	}
 	v := &c.vmm
@@ -45,7 +57,7 @@ func (c *Core) VMMCreated(handle uint64, ordinal int, size uint64) {
 		v.handles = map[uint64]*physical{}
 		v.mappings = map[interpose.DevicePtr]mapping{}
 	}
-	v.handles[handle] = &physical{size: size, ledger: ledger, refs: 1}
+	v.handles[handle] = h
 }
 
 func (c *Core) VMMRetained(handle uint64) {
@@ -99,7 +111,11 @@ func (c *Core) VMMUnmapped(p interpose.DevicePtr, size uint64) {
 // freeIfGone gives back a handle's bytes once CUDA has freed them; v.mu is held.
 func (v *vmmLedger) freeIfGone(handle uint64, h *physical) {
 	if h.refs == 0 && h.maps == 0 {
-		h.ledger.giveOutside(charge(h.size))
+		if h.host != nil {
+			h.host.GiveHost(h.size)
+		} else {
+			h.ledger.giveOutside(charge(h.size))
+		}
 		delete(v.handles, handle)
 	}
 }

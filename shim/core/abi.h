@@ -30,7 +30,7 @@
  * The front asks the core for its version before anything else, and passes
  * its own to spillway_core_init, so each side refuses the other's.
  */
-#define SPILLWAY_CORE_ABI 5
+#define SPILLWAY_CORE_ABI 6
 
 /* spillway_core_take's kinds: what the bytes are for. */
 #define SPILLWAY_TAKE_CONTEXT 0 /* an allocation in a context the application created */
@@ -42,6 +42,12 @@
  * (a CUresult) and the runtime's (a cudaError_t and its last error). */
 #define SPILLWAY_TAKE_POOL 3
 #define SPILLWAY_TAKE_RUNTIME_POOL 4
+/* A cuMemCreate the quota refused, made host-located instead when the
+ * device oversubscribes: bytes of the host limit, not of the quota. */
+#define SPILLWAY_TAKE_VMM_HOST 5
+/* Or'ed into a kind: a refusal is not reported (no log line, no probe),
+ * as the caller has another way, which reports. */
+#define SPILLWAY_TAKE_QUIET 0x100
 
 /*
  * Entry points, looked up by the front with dlsym: spillway_core_<name> has

@@ -269,6 +269,8 @@ var (
 	_ = [1]struct{}{}[devmem.TakeRuntime-C.SPILLWAY_TAKE_RUNTIME]
 	_ = [1]struct{}{}[devmem.TakePool-C.SPILLWAY_TAKE_POOL]
 	_ = [1]struct{}{}[devmem.TakeRuntimePool-C.SPILLWAY_TAKE_RUNTIME_POOL]
+	_ = [1]struct{}{}[devmem.TakeVMMHost-C.SPILLWAY_TAKE_VMM_HOST]
+	_ = [1]struct{}{}[devmem.TakeQuiet-C.SPILLWAY_TAKE_QUIET]
 )
 
 //export spillway_core_take
@@ -282,9 +284,9 @@ func spillway_core_take(device C.int32_t, size C.uint64_t, kind C.int32_t) (rc C
 }
 
 //export spillway_core_give
-func spillway_core_give(device C.int32_t, size C.uint64_t) (rc C.int32_t) {
+func spillway_core_give(device C.int32_t, size C.uint64_t, kind C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "give")
-	running().Give(int(device), uint64(size))
+	running().Give(int(device), uint64(size), devmem.TakeKind(kind))
 	return C.CUDA_SUCCESS
 }
 
@@ -314,9 +316,9 @@ func spillway_core_ctx_destroyed(ctx C.uint64_t, count *C.uint64_t) (rc C.int32_
 }
 
 //export spillway_core_vmm_created
-func spillway_core_vmm_created(handle C.uint64_t, device C.int32_t, size C.uint64_t) (rc C.int32_t) {
+func spillway_core_vmm_created(handle C.uint64_t, device C.int32_t, size C.uint64_t, kind C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemCreate")
-	running().VMMCreated(uint64(handle), int(device), uint64(size))
+	running().VMMCreated(uint64(handle), int(device), uint64(size), devmem.TakeKind(kind))
 	return C.CUDA_SUCCESS
 }
 

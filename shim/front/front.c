@@ -783,7 +783,7 @@ static cudaError_t runtime_context_take(int32_t device, uint64_t size)
 static void context_took(CUresult rc, CUcontext ctx, int32_t device, CUdeviceptr p, uint64_t size)
 {
     if (rc != CUDA_SUCCESS) {
-        core.give(device, size);
+        core.give(device, size, SPILLWAY_TAKE_CONTEXT);
         return;
     }
     core.ctx_record((uint64_t)(uintptr_t)ctx, device, (uint64_t)p, size);
@@ -807,7 +807,7 @@ static int context_owns(uint64_t p, struct context_block *b)
 static void context_freed(int rc, uint64_t p, const struct context_block *b)
 {
     if (rc == 0) {
-        core.give(b->device, b->size);
+        core.give(b->device, b->size, SPILLWAY_TAKE_CONTEXT);
         atomic_fetch_sub(&context_blocks, 1);
     } else {
         core.ctx_record(b->ctx, b->device, p, b->size);
@@ -2027,12 +2027,30 @@ EXPORT CUresult cuCtxDetach(CUcontext ctx)
 /* ---- the virtual-memory API ---- */
 
 /*
+ * Whether a cuMemCreate the quota refused may be placed on the host
+ * instead: nothing in prop asks what host-located memory may not give (a
+ * shareable handle, compression, GPUDirect RDMA, a special usage).
+ */
+static int host_placeable(const CUmemAllocationProp *prop)
+{
+    return prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_NONE &&
+           prop->allocFlags.compressionType == CU_MEM_ALLOCATION_COMP_NONE &&
+           prop->allocFlags.gpuDirectRDMACapable == 0 && prop->allocFlags.usage == 0;
+}
+
+/*
  * cuMemCreate's device-located physical memory is taken from the quota
  * before the real call (refused with CUDA_ERROR_OUT_OF_MEMORY when it does
  * not fit); the core follows each handle's releases and mappings and gives
- * the bytes back when CUDA frees them. Host-located memory, and calls while
- * the core is not running, pass through uncounted; the others reach the
- * core only once it runs and never load it.
+ * the bytes back when CUDA frees them. When the quota refuses a placeable
+ * request (quietly: the host may take it) and the device oversubscribes
+ * (SPILLWAY_TAKE_VMM_HOST is admitted within the host limit, or refused and
+ * reported), it is made host-located on NUMA node 0, as the pool's own
+ * spilled granules are: the application maps it and sets the device's
+ * access as it would for device memory. Host-located memory the
+ * application asks for, and calls while the core is not running, pass
+ * through uncounted; the others reach the core only once it runs and never
+ * load it.
  */
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                             const CUmemAllocationProp *prop, unsigned long long flags)
@@ -2050,13 +2068,25 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return real_create(handle, size, prop, flags); /* CUDA's own answer */
     int32_t device = prop->location.id;
     depth++;
-    CUresult rc = (CUresult)core.take(device, size, SPILLWAY_TAKE_VMM);
+    int32_t kind = SPILLWAY_TAKE_VMM;
+    int placeable = host_placeable(prop);
+    CUmemAllocationProp placed = *prop;
+    CUresult rc = (CUresult)core.take(device, size, placeable ? kind | SPILLWAY_TAKE_QUIET : kind);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && placeable &&
+        core.take(device, size, SPILLWAY_TAKE_VMM_HOST) == CUDA_SUCCESS) {
+        kind = SPILLWAY_TAKE_VMM_HOST;
+        placed.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+        placed.location.id = 0;
+        rc = CUDA_SUCCESS;
+    }
     if (rc == CUDA_SUCCESS) {
-        rc = real_create(handle, size, prop, flags);
+        rc = real_create(handle, size, &placed, flags);
         if (rc == CUDA_SUCCESS)
-            core.vmm_created(*handle, device, size);
+            core.vmm_created(*handle, device, size, kind);
         else
-            core.give(device, size);
+            core.give(device, size, kind);
+        if (rc != CUDA_SUCCESS && kind == SPILLWAY_TAKE_VMM_HOST)
+            rc = CUDA_ERROR_OUT_OF_MEMORY; /* the quota's answer: the host could not help */
     }
     depth--;
     return rc;

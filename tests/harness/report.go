@@ -33,6 +33,7 @@ type Report struct {
 	Promoted              uint64
 	PromotedTotal         uint64
 	DemotedTotal          uint64
+	HostOutside           uint64
 	BackingErrors         uint64
 	ReleaseErrors         uint64
 	CaptureSkips          uint64
@@ -46,7 +47,7 @@ func (r *Report) fields() map[string]*uint64 {
 		"device_reservations": &r.DeviceReservations, "pass_through": &r.PassThrough, "syncs": &r.Syncs,
 		"external_syncs": &r.ExternalSyncs, "segments_released": &r.SegmentsReleased, "refused": &r.Refused,
 		"spilled": &r.Spilled, "spilled_total": &r.SpilledTotal, "promoted": &r.Promoted,
-		"promoted_total": &r.PromotedTotal, "demoted_total": &r.DemotedTotal, "backing_errors": &r.BackingErrors, "release_errors": &r.ReleaseErrors,
+		"promoted_total": &r.PromotedTotal, "demoted_total": &r.DemotedTotal, "host_outside": &r.HostOutside, "backing_errors": &r.BackingErrors, "release_errors": &r.ReleaseErrors,
 		"capture_skips": &r.CaptureSkips, "deferred_release_errors": &r.DeferredReleaseErrors,
 	}
 }

@@ -65,10 +65,16 @@ func runScript(t *testing.T, quota uint64, ops ...string) (harness.Output, vmmTr
 
 func runScriptOf(t *testing.T, prog string, quota uint64, ops ...string) (harness.Output, vmmTruth) {
 	t.Helper()
+	return runScriptWith(t, prog, quota, nil, ops...)
+}
+
+// runScriptWith is runScriptOf with more variables set.
+func runScriptWith(t *testing.T, prog string, quota uint64, vars []string, ops ...string) (harness.Output, vmmTruth) {
+	t.Helper()
 	stats := filepath.Join(t.TempDir(), "stats.json")
 	// The pool keeps fixed segments, so that simcuda's VMM figures are the
 	// application's handles alone.
-	env := []string{"SPILLWAY_MEMORY_LIMIT=" + sizeArg(quota), "SIMCUDA_STATS_FILE=" + stats, "SPILLWAY_VMM=0"}
+	env := append([]string{"SPILLWAY_MEMORY_LIMIT=" + sizeArg(quota), "SIMCUDA_STATS_FILE=" + stats, "SPILLWAY_VMM=0"}, vars...)
 	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, ops...))
 	truth := readTruth(t, stats)
 	if truth.DeviceBytesPeak > quota {

@@ -13,7 +13,7 @@ import (
 // reportKeys are the fields of a SPILLWAY_REPORT line, in order.
 var reportKeys = []string{"live", "peak_live", "reserved", "peak_reserved", "quota", "cached", "largest_free",
 	"cache_hits", "device_reservations", "pass_through", "syncs", "external_syncs", "segments_released",
-	"refused", "spilled", "spilled_total", "promoted", "promoted_total", "demoted_total", "backing_errors", "release_errors", "capture_skips", "deferred_release_errors"}
+	"refused", "spilled", "spilled_total", "promoted", "promoted_total", "demoted_total", "host_outside", "backing_errors", "release_errors", "capture_skips", "deferred_release_errors"}
 
 // reportOf parses the SPILLWAY_REPORT line of a device from a run's log output.
 func reportOf(t testing.TB, log string, device int) map[string]uint64 {

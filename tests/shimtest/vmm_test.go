@@ -29,6 +29,41 @@ func TestExpandableSegmentsQuota(t *testing.T) {
 	}
 }
 
+// TestExpandableSegmentsOversubscribed: with oversubscription, granules the
+// quota refuses are created on the host instead, within the host limit, and
+// behave as device memory to the program (mapped, accessed, copied to and
+// from); a request the host cannot serve (an exportable handle) is refused
+// as before, and released host granules give the host limit back.
+func TestExpandableSegmentsOversubscribed(t *testing.T) {
+	const deviceLocated, hostLocated = 1, 3 // CU_MEM_LOCATION_TYPE_DEVICE, _HOST_NUMA
+	out, truth := runScriptWith(t, ctxvmm(t, false), 16<<20, []string{"SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_HOST_LIMIT=16MiB"},
+		"r", "1G", "g", "12", "h", "0", "h", "7", "h", "8", "h", "11", "w", "x", "2M", "i",
+		"g", "20", "w", "s", "20", "g", "16", "h", "7", "w", "s", "16")
+	checkSteps(t, out, []step{{"g", 0, cuSuccess}, {"w", 0, cuSuccess}, {"x", 0, cuOutOfMemory},
+		{"g", 1, cuOutOfMemory}, {"w", 1, cuSuccess}, {"s", 0, cuSuccess}, {"g", 2, cuSuccess}, {"w", 2, cuSuccess}, {"s", 1, cuSuccess}})
+	for i, want := range []uint64{deviceLocated, deviceLocated, hostLocated, hostLocated, deviceLocated} {
+		if where := out.Num(t, "h", i, 2); where != want {
+			t.Errorf("granule query #%d: location type %d, want %d", i, where, want)
+		}
+	}
+	for i := 1; i <= 2; i++ { // the second time after everything was released
+		if mapped := out.Num(t, "g", i, 2); mapped != 16 {
+			t.Errorf("growth #%d reached %d granules, want 16: 8 on the device (16 MiB quota), 8 on the host (16 MiB host limit)", i, mapped)
+		}
+	}
+	for i := range 3 {
+		if wrong := out.Num(t, "w", i, 2); wrong != 0 {
+			t.Errorf("copy #%d read %d bytes wrong", i, wrong)
+		}
+	}
+	if free := out.Num(t, "i", 0, 2); free != 0 {
+		t.Errorf("cuMemGetInfo_v2 with host granules: free %d, want 0 (host memory is not the device's)", free)
+	}
+	if truth.VMMPhysicalBytes != 0 {
+		t.Errorf("simcuda holds %d bytes of physical memory at exit, want 0", truth.VMMPhysicalBytes)
+	}
+}
+
 // TestSleepModeQuota: shaped like vLLM's sleep mode. Weights in granules
 // beside the pool's memory; sleeping unmaps and releases every granule,
 // which gives the quota back; waking creates and maps them again.

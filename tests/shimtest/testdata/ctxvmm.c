@@ -24,6 +24,10 @@
  *   g N      grows: cuMemCreate and map 2 MiB granules at the end of the
  *            range until N are mapped or one is refused -> "g RC MAPPED"
  *   s N      shrinks: unmaps and releases the last N granules -> "s RC MAPPED"
+ *   w        writes a pattern over the grown granules and reads it back
+ *                                             -> "w RC WRONG" (bytes read wrong)
+ *   h N      where the Nth grown granule's memory lives -> "h RC LOCATION_TYPE"
+ *   x SIZE   cuMemCreate on device 0 exportable as a file descriptor -> "x RC H"
  *   P        cuMemPoolCreate on device 0 (one pool, used by a and Q) -> "P RC"
  *   a SIZE   cuMemAllocFromPoolAsync from it on the legacy stream -> "a RC SLOT"
  *   z SLOT   cuMemFreeAsync on the legacy stream, then cuStreamSynchronize -> "z RC"
@@ -247,6 +251,42 @@ int main(int argc, char **argv)
             printf("s %d %d\n", rc, ngrown);
             i++;
             break;
+        case 'w': {
+            size_t n = (size_t)ngrown * GRANULE, wrong = 0;
+            unsigned char *out = malloc(n), *in = malloc(n);
+            if (!out || !in) {
+                fprintf(stderr, "ctxvmm: no memory for %zu bytes\n", n);
+                return 2;
+            }
+            for (size_t k = 0; k < n; k++)
+                out[k] = (unsigned char)(k * 131 + k / GRANULE);
+            rc = cuMemcpyHtoD_v2(range, out, n);
+            if (rc == CUDA_SUCCESS)
+                rc = cuMemcpyDtoH_v2(in, range, n);
+            for (size_t k = 0; rc == CUDA_SUCCESS && k < n; k++)
+                wrong += in[k] != out[k];
+            printf("w %d %zu\n", rc, wrong);
+            free(out);
+            free(in);
+            break;
+        }
+        case 'h': {
+            CUmemAllocationProp prop;
+            memset(&prop, 0, sizeof prop);
+            rc = cuMemGetAllocationPropertiesFromHandle(&prop, grown[atoi(a)]);
+            printf("h %d %d\n", rc, (int)prop.location.type);
+            i++;
+            break;
+        }
+        case 'x': {
+            CUmemAllocationProp prop = device_prop();
+            prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+            rc = cuMemCreate(&handles[nhandles], size_arg(a), &prop, 0);
+            printf("x %d %d\n", rc, nhandles);
+            nhandles += rc == CUDA_SUCCESS;
+            i++;
+            break;
+        }
         case 'P': {
             CUmemPoolProps props;
             memset(&props, 0, sizeof(props));
