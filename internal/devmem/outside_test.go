@@ -83,12 +83,19 @@ func TestVMMHostPlacement(t *testing.T) {
 		t.Fatalf("beyond the host limit: %v, %d refuse probes, %d bytes on the host", rc, m.probes.refs, hostHeld())
 	}
 	c.VMMMapped(0x100000000, granule, 3)
+	c.VMMMapped(0x100200000, granule, 1) // a device handle: not spilled
+	if m.probes.spills != 1 {
+		t.Errorf("%d spill probes for one mapping of a host handle, want 1", m.probes.spills)
+	}
 	c.VMMReleased(3)
 	c.VMMReleased(4)
 	if got := hostHeld(); got != granule {
 		t.Errorf("one host handle freed, one still mapped: %d bytes on the host, want %d", got, granule)
 	}
-	c.VMMUnmapped(0x100000000, granule)
+	c.VMMUnmapped(0x100000000, 2*granule)
+	if m.probes.frees != 1 {
+		t.Errorf("%d free probes after unmapping a host handle and a device one, want 1", m.probes.frees)
+	}
 	if got, used := hostHeld(), m.existing(0).ledger.used(); got != 0 || used != 2*granule {
 		t.Errorf("host handles freed: %d bytes on the host, %d used on the device; want 0 and the device handles' %d", got, used, 2*granule)
 	}

@@ -25,11 +25,12 @@ type vmmLedger struct {
 }
 
 type physical struct {
-	size   uint64
-	ledger *deviceLedger // device memory: the quota's
-	host   *pool.Pool    // host memory for oversubscription: this pool's host limit
-	refs   int           // cuMemCreate and cuMemRetainAllocationHandle, less cuMemRelease
-	maps   int           // live mappings
+	size    uint64
+	ordinal int
+	ledger  *deviceLedger // device memory: the quota's
+	host    *pool.Pool    // host memory for oversubscription: this pool's host limit
+	refs    int           // cuMemCreate and cuMemRetainAllocationHandle, less cuMemRelease
+	maps    int           // live mappings
 }
 
 type mapping struct {
@@ -40,7 +41,7 @@ type mapping struct {
 // VMMCreated records a handle whose size bytes were taken on device for
 // kind (TakeVMM, or TakeVMMHost for one placed on the host).
 func (c *Core) VMMCreated(handle uint64, ordinal int, size uint64, kind TakeKind) {
-	h := &physical{size: size, refs: 1}
+	h := &physical{size: size, ordinal: ordinal, refs: 1}
 	if kind == TakeVMMHost {
 		d, rc := c.mem.device(ordinal)
 		if rc != interpose.Success || d.pool == nil {
@@ -86,6 +87,11 @@ func (c *Core) VMMMapped(p interpose.DevicePtr, size, handle uint64) {
 	if h := v.handles[handle]; h != nil {
 		h.maps++
 		v.mappings[p] = mapping{size: size, handle: handle}
+		if h.host != nil {
+			// A tracing session learns spilled ranges from spills: this one
+			// is spilled memory wherever it is mapped.
+			c.mem.probes.Spill(p, size, h.ordinal, interpose.TierHostPinned)
+		}
 	}
 }
 
@@ -102,6 +108,9 @@ func (c *Core) VMMUnmapped(p interpose.DevicePtr, size uint64) {
 		}
 		delete(v.mappings, start)
 		if h := v.handles[m.handle]; h != nil {
+			if h.host != nil {
+				c.mem.probes.Free(start, m.size, h.ordinal, interpose.TierHostPinned)
+			}
 			h.maps--
 			v.freeIfGone(m.handle, h)
 		}

@@ -377,3 +377,39 @@ func scrape(t *testing.T, url string) string {
 	}
 	return string(body)
 }
+
+// TestTraceVMMOnHost: physical memory a program asks through cuMemCreate
+// beyond the quota, placed on the host under oversubscription, is spilled
+// memory to a tracing session: each mapping of it is a spill (and its unmap
+// a free), and the program's copies over it are spilled accesses. The
+// program is the shim tests' scripted driver client: it grows a reserved
+// range by 12 granules under an 8-granule quota, copies over all of them
+// and back, then releases them.
+func TestTraceVMMOnHost(t *testing.T) {
+	harness.RequireBPF(t)
+	spillway := harness.Bin(t, "spillway")
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"../shimtest/testdata/ctxvmm.c"}, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}})
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	cmd := harness.Command(t, spillway, "trace", "--summary-json", summary, "--",
+		prog, "r", "1G", "g", "12", "w", "s", "12")
+	harness.SetEnv(cmd, "SPILLWAY_MEMORY_LIMIT=16MiB", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_VMM=0", "SPILLWAY_REPORT=1")
+	res := harness.Run(t, cmd)
+	if res.ExitCode != 0 || !strings.Contains(res.Stdout, "g 0 12") || !strings.Contains(res.Stdout, "w 0 0") {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	sum := readSummary(t, summary)
+	rep := reportLine(t, res.Stderr)
+	const granule = 2 << 20
+	if sum.Pool.Spills != 4 || sum.SpillBytes != 4*granule || rep["spilled_total"] != 0 {
+		t.Errorf("spills %d of %d bytes (report: %d spilled by the pool); want the 4 granules on the host, 8 MiB, and none",
+			sum.Pool.Spills, sum.SpillBytes, rep["spilled_total"])
+	}
+	if sum.Pool.Frees < 4 {
+		t.Errorf("%d frees, want at least the 4 host granules' unmaps", sum.Pool.Frees)
+	}
+	// One copy to the range and one back: each ends on a host granule.
+	if sum.Accesses.Spilled != 2 || sum.Accesses.Total != 2 {
+		t.Errorf("accesses: %+v, want both copies spilled", sum.Accesses)
+	}
+}
