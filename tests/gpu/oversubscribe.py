@@ -438,8 +438,9 @@ def run(torch, args):
     say("== Spillway GPU check: oversubscription to host memory ==")
     alloc_conf = os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "")
     if "expandable_segments:true" in alloc_conf.replace(" ", "").lower():
-        # Expandable segments map memory with the driver's cuMemCreate, which
-        # the shim does not interpose: the check would measure nothing.
+        # Expandable segments map memory with the driver's cuMemCreate: the
+        # placement and release steps below know only the runtime's
+        # allocations.
         say(f"FAIL  setup: PYTORCH_CUDA_ALLOC_CONF={alloc_conf!r} enables expandable segments; unset it")
         return 1
     caching = os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "") != "1"
