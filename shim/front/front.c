@@ -2038,6 +2038,20 @@ static int host_placeable(const CUmemAllocationProp *prop)
            prop->allocFlags.gpuDirectRDMACapable == 0 && prop->allocFlags.usage == 0;
 }
 
+/* The real cuMemCreate of memory whose bytes were taken on device for
+ * kind: the core records the handle, or the bytes are given back. */
+static CUresult create_taken(__typeof__(real.cu_mem_create) real_create, CUmemGenericAllocationHandle *handle,
+                             size_t size, const CUmemAllocationProp *prop, unsigned long long flags,
+                             int32_t device, int32_t kind)
+{
+    CUresult rc = real_create(handle, size, prop, flags);
+    if (rc == CUDA_SUCCESS)
+        core.vmm_created(*handle, device, size, kind);
+    else
+        core.give(device, size, kind);
+    return rc;
+}
+
 /*
  * cuMemCreate's device-located physical memory is taken from the quota
  * before the real call (refused with CUDA_ERROR_OUT_OF_MEMORY when it does
@@ -2068,25 +2082,23 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return real_create(handle, size, prop, flags); /* CUDA's own answer */
     int32_t device = prop->location.id;
     depth++;
-    int32_t kind = SPILLWAY_TAKE_VMM;
     int placeable = host_placeable(prop);
-    CUmemAllocationProp placed = *prop;
-    CUresult rc = (CUresult)core.take(device, size, placeable ? kind | SPILLWAY_TAKE_QUIET : kind);
-    if (rc == CUDA_ERROR_OUT_OF_MEMORY && placeable &&
-        core.take(device, size, SPILLWAY_TAKE_VMM_HOST) == CUDA_SUCCESS) {
-        kind = SPILLWAY_TAKE_VMM_HOST;
-        placed.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-        placed.location.id = 0;
-        rc = CUDA_SUCCESS;
-    }
+    CUresult rc = (CUresult)core.take(device, size, placeable ? SPILLWAY_TAKE_VMM | SPILLWAY_TAKE_QUIET : SPILLWAY_TAKE_VMM);
     if (rc == CUDA_SUCCESS) {
-        rc = real_create(handle, size, &placed, flags);
-        if (rc == CUDA_SUCCESS)
-            core.vmm_created(*handle, device, size, kind);
-        else
-            core.give(device, size, kind);
-        if (rc != CUDA_SUCCESS && kind == SPILLWAY_TAKE_VMM_HOST)
-            rc = CUDA_ERROR_OUT_OF_MEMORY; /* the quota's answer: the host could not help */
+        rc = create_taken(real_create, handle, size, prop, flags, device, SPILLWAY_TAKE_VMM);
+    } else if (rc == CUDA_ERROR_OUT_OF_MEMORY && placeable &&
+               core.take(device, size, SPILLWAY_TAKE_VMM_HOST) == CUDA_SUCCESS) {
+        CUmemAllocationProp host = *prop;
+        host.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+        host.location.id = 0;
+        rc = create_taken(real_create, handle, size, &host, flags, device, SPILLWAY_TAKE_VMM_HOST);
+        /* Where the driver cannot place it on the host, the quota answers
+         * again, and reports a refusal (or has room by now). */
+        if (rc != CUDA_SUCCESS) {
+            rc = (CUresult)core.take(device, size, SPILLWAY_TAKE_VMM);
+            if (rc == CUDA_SUCCESS)
+                rc = create_taken(real_create, handle, size, prop, flags, device, SPILLWAY_TAKE_VMM);
+        }
     }
     depth--;
     return rc;

@@ -64,6 +64,22 @@ func TestExpandableSegmentsOversubscribed(t *testing.T) {
 	}
 }
 
+// TestVMMHostPlacementFails: where the driver cannot create a refused
+// cuMemCreate on the host, the quota's refusal stands and the host limit
+// gets its bytes back: a later growth still reaches the host limit.
+func TestVMMHostPlacementFails(t *testing.T) {
+	// The 9th cuMemCreate is the first placed on the host.
+	out, _ := runScriptWith(t, ctxvmm(t, false), 16<<20,
+		[]string{"SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_HOST_LIMIT=16MiB", "SIMCUDA_FAIL=cuMemCreate:9"},
+		"r", "1G", "g", "9", "g", "16", "s", "16")
+	checkSteps(t, out, []step{{"g", 0, cuOutOfMemory}, {"g", 1, cuSuccess}, {"s", 0, cuSuccess}})
+	for i, want := range []uint64{8, 16} {
+		if mapped := out.Num(t, "g", i, 2); mapped != want {
+			t.Errorf("growth #%d reached %d granules, want %d", i, mapped, want)
+		}
+	}
+}
+
 // TestSleepModeQuota: shaped like vLLM's sleep mode. Weights in granules
 // beside the pool's memory; sleeping unmaps and releases every granule,
 // which gives the quota back; waking creates and maps them again.
