@@ -213,7 +213,10 @@
 // FailureObserver; Promote, called on demand, returns it. A spilled block
 // freed by FreeAsync is released with its stream (HostBacking.ReleaseHost
 // gets the stream), so the Backing can free it once the work queued on that
-// stream completes instead of waiting for the device.
+// stream completes instead of waiting for the device. Host memory held
+// outside the pool on its device's behalf (the application's own physical
+// memory placed on the host because the quota could not hold it) shares
+// Options.HostLimit through TakeHost and GiveHost.
 //
 // # Virtual memory
 //
