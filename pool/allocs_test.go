@@ -28,25 +28,7 @@ func TestPairsAllocateNothing(t *testing.T) {
 				var ring [pairWindow]uint64
 				i := 0
 				pair := func() {
-					j := i % pairWindow
-					size := uint64(4*kiB) << (i % 5)
-					var err error
-					if ring[j] != 0 {
-						if stream {
-							err = p.FreeAsync(ring[j], s)
-						} else {
-							err = p.Free(ring[j])
-						}
-						if err != nil {
-							t.Fatal(err)
-						}
-					}
-					if stream {
-						ring[j], err = p.AllocAsync(size, s)
-					} else {
-						ring[j], err = p.Alloc(size)
-					}
-					if err != nil {
+					if err := pairAt(p, ring[:], i%pairWindow, uint64(4*kiB)<<(i%5), stream, s); err != nil {
 						t.Fatal(err)
 					}
 					if i++; i%pairWindow == 0 {

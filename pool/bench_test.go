@@ -61,6 +61,29 @@ func BenchmarkPairRandomVictim(b *testing.B) {
 
 const pairWindow = 64
 
+// pairAt makes one pair at slot j of ring: it frees the block there, if
+// any, and allocates size bytes in its place, with the stream-ordered calls
+// on s when stream is set.
+func pairAt(p *pool.Pool, ring []uint64, j int, size uint64, stream bool, s pool.Stream) error {
+	var err error
+	switch {
+	case ring[j] == 0:
+	case stream:
+		err = p.FreeAsync(ring[j], s)
+	default:
+		err = p.Free(ring[j])
+	}
+	if err != nil {
+		return err
+	}
+	if stream {
+		ring[j], err = p.AllocAsync(size, s)
+	} else {
+		ring[j], err = p.Alloc(size)
+	}
+	return err
+}
+
 func benchPair(b *testing.B, newPool func(*testing.B) (*pool.Pool, *pooltest.Fake), random, stream bool, live int, randomVictim bool) {
 	p, f := newPool(b)
 	rng := rand.New(rand.NewPCG(uint64(live), 1))
@@ -110,23 +133,7 @@ func benchPair(b *testing.B, newPool func(*testing.B) (*pool.Pool, *pooltest.Fak
 		if randomVictim {
 			j = victims[i%n]
 		}
-		var err error
-		if ring[j] != 0 {
-			if stream {
-				err = p.FreeAsync(ring[j], s)
-			} else {
-				err = p.Free(ring[j])
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
-		if stream {
-			ring[j], err = p.AllocAsync(sizes[i%n], s)
-		} else {
-			ring[j], err = p.Alloc(sizes[i%n])
-		}
-		if err != nil {
+		if err := pairAt(p, ring, j, sizes[i%n], stream, s); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -64,14 +64,17 @@ func (p *Pool) TakeHost(size uint64) error {
 	return nil
 }
 
-// GiveHost returns size bytes admitted by TakeHost. Close forgets them,
-// so after it nothing is returned.
+// GiveHost returns size bytes admitted by TakeHost, never more than are
+// held: a caller that outlived the pool it took them from (Close forgets
+// them) may give them to the pool made after it. After Close nothing is
+// returned.
 func (p *Pool) GiveHost(size uint64) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
 		return
 	}
+	size = min(size, p.stats.HostOutside)
 	p.hostBytes -= size
 	p.stats.HostOutside -= size
 }

@@ -38,6 +38,20 @@ func stamp(t *testing.T, f *pooltest.VirtualFake, blocks map[uint64]uint64) map[
 	return want
 }
 
+// oldStampedBlocks allocates three blocks of two granules, stamps them,
+// and ends their synchronization interval: blocks a later interval did not
+// hand out on, the coldest. It returns them by address, and their stamps.
+func oldStampedBlocks(t *testing.T, h *harness, f *pooltest.VirtualFake) (old, want map[uint64]uint64) {
+	t.Helper()
+	old = map[uint64]uint64{}
+	for range 3 {
+		old[h.mustAlloc(2*granule)] = 2 * granule
+	}
+	want = stamp(t, f, old)
+	h.appSync()
+	return old, want
+}
+
 func checkStamps(t *testing.T, f *pooltest.VirtualFake, want map[uint64]uint64, when string) {
 	t.Helper()
 	for va, v := range want {
@@ -56,12 +70,7 @@ func checkStamps(t *testing.T, f *pooltest.VirtualFake, want map[uint64]uint64, 
 // ranges are the host granules at every step.
 func TestMigrateMakesRoomForShortLivedBlocks(t *testing.T) {
 	h, f, obs := migrateHarness(t)
-	old := map[uint64]uint64{}
-	for range 3 {
-		old[h.mustAlloc(2*granule)] = 2 * granule
-	}
-	want := stamp(t, f, old)
-	h.appSync()
+	old, want := oldStampedBlocks(t, h, f)
 	if st := h.p.Stats(); st.DemotedTotal != 0 || st.PromotedTotal != 0 {
 		t.Fatalf("moved with room to spare: %v", st)
 	}
@@ -160,12 +169,7 @@ func TestMigrateNotWhileFreesWait(t *testing.T) {
 // granule made for it is released, and the next synchronization tries again.
 func TestMigrateFailedMove(t *testing.T) {
 	h, f, obs := migrateHarness(t)
-	old := map[uint64]uint64{}
-	for range 3 {
-		old[h.mustAlloc(2*granule)] = 2 * granule
-	}
-	want := stamp(t, f, old)
-	h.appSync()
+	_, want := oldStampedBlocks(t, h, f)
 	f.FailMove = func(uint64) error { return errors.New("injected copy failure") }
 	h.mustFree(h.mustAlloc(4 * granule))
 	before := h.p.Stats()

@@ -69,6 +69,9 @@ func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 		if d.takeHost(size) {
 			return interpose.Success
 		}
+		if !c.mem.cfg.Oversubscribe {
+			kind = TakeVMM // the host was never an option: the quota refused it
+		}
 	} else if d.ledger.takeOutside(charge(size), false) {
 		// The front cannot say which context a cuMemCreate runs in: the
 		// pool returns only what is known free, without synchronizing.
@@ -91,7 +94,7 @@ func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 // Give returns bytes taken on device for kind.
 func (c *Core) Give(ordinal int, size uint64, kind TakeKind) {
 	if kind == TakeVMMHost {
-		if d, rc := c.mem.device(ordinal); rc == interpose.Success && d.pool != nil {
+		if d := c.mem.existing(ordinal); d != nil && d.pool != nil {
 			d.pool.GiveHost(size)
 		}
 		return

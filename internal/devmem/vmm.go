@@ -43,8 +43,8 @@ type mapping struct {
 func (c *Core) VMMCreated(handle uint64, ordinal int, size uint64, kind TakeKind) {
 	h := &physical{size: size, ordinal: ordinal, refs: 1}
 	if kind == TakeVMMHost {
-		d, rc := c.mem.device(ordinal)
-		if rc != interpose.Success || d.pool == nil {
+		d := c.mem.existing(ordinal)
+		if d == nil || d.pool == nil {
 			return
 		}
 		h.host = d.pool

@@ -939,73 +939,77 @@ SIM_API CUresult cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 	return rc;
 }
 
-SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+static CUresult set_attribute(struct CUmemPoolHandle_st *p, CUmemPool_attribute attr, void *value)
 {
-	ENTER(ENTER_INIT);
-	if (value == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&sim.lock);
-	struct CUmemPoolHandle_st *p = pool_lookup(pool);
-	CUresult rc = p != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-	switch (rc == CUDA_SUCCESS ? (int)attr : 0) {
-	case 0:
-		break;
+	switch (attr) {
 	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
 	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
 	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
 		/* The reuse policies are always on here: only enabling is honoured. */
-		rc = *(int *)value != 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
-		break;
+		return *(int *)value != 0 ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
 	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
 		p->release_threshold = *(cuuint64_t *)value;
-		break;
+		return CUDA_SUCCESS;
 	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
 	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
 		/* CUDA only lets the high-water marks be reset, by setting 0. */
-		if (*(cuuint64_t *)value == 0)
-			p->bytes_high = p->bytes;
-		else
-			rc = CUDA_ERROR_INVALID_VALUE;
-		break;
+		if (*(cuuint64_t *)value != 0)
+			return CUDA_ERROR_INVALID_VALUE;
+		p->bytes_high = p->bytes;
+		return CUDA_SUCCESS;
 	default:
-		rc = CUDA_ERROR_INVALID_VALUE;
+		return CUDA_ERROR_INVALID_VALUE;
 	}
+}
+
+static CUresult get_attribute(struct CUmemPoolHandle_st *p, CUmemPool_attribute attr, void *value)
+{
+	switch (attr) {
+	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
+	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
+		*(int *)value = 1;
+		return CUDA_SUCCESS;
+	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+		*(cuuint64_t *)value = p->release_threshold;
+		return CUDA_SUCCESS;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+		*(cuuint64_t *)value = p->bytes;
+		return CUDA_SUCCESS;
+	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+		*(cuuint64_t *)value = p->bytes_high;
+		return CUDA_SUCCESS;
+	default:
+		return CUDA_ERROR_INVALID_VALUE;
+	}
+}
+
+/* Runs op on the attribute of pool with sim.lock held; an unknown pool or
+ * a NULL value is CUDA_ERROR_INVALID_VALUE. */
+static CUresult pool_attribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value,
+			       CUresult (*op)(struct CUmemPoolHandle_st *, CUmemPool_attribute, void *))
+{
+	if (value == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	struct CUmemPoolHandle_st *p = pool_lookup(pool);
+	CUresult rc = p != NULL ? op(p, attr, value) : CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_unlock(&sim.lock);
 	return rc;
+}
+
+SIM_API CUresult cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+	ENTER(ENTER_INIT);
+	return pool_attribute(pool, attr, value, set_attribute);
 }
 
 SIM_API CUresult cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
 	ENTER(ENTER_INIT);
-	if (value == NULL)
-		return CUDA_ERROR_INVALID_VALUE;
-	pthread_mutex_lock(&sim.lock);
-	struct CUmemPoolHandle_st *p = pool_lookup(pool);
-	CUresult rc = p != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-	switch (rc == CUDA_SUCCESS ? (int)attr : 0) {
-	case 0:
-		break;
-	case CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES:
-	case CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC:
-	case CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES:
-		*(int *)value = 1;
-		break;
-	case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-		*(cuuint64_t *)value = p->release_threshold;
-		break;
-	case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-	case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
-		*(cuuint64_t *)value = p->bytes;
-		break;
-	case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-	case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-		*(cuuint64_t *)value = p->bytes_high;
-		break;
-	default:
-		rc = CUDA_ERROR_INVALID_VALUE;
-	}
-	pthread_mutex_unlock(&sim.lock);
-	return rc;
+	return pool_attribute(pool, attr, value, get_attribute);
 }
 
 SIM_API CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)

@@ -32,6 +32,9 @@ static const char *current_case;
 		}                                                                             \
 	} while (0)
 
+/* A CUDA call that must succeed (CUDA_SUCCESS and cudaSuccess are 0). */
+#define OK(call) EXPECT(call, 0)
+
 struct test_case {
 	const char *name;
 	void (*run)(void);

@@ -1,9 +1,10 @@
 /*
  * mempools.c - checks simcuda's explicit memory pools (cuMemPoolCreate,
  * cuMemAllocFromPoolAsync, the pool attributes, cuMemPoolDestroy) and their
- * runtime wrappers on a 64 MiB device. Prints "PASS mempools" and exits 0,
- * or names the failed check and exits 1. Device usage is read exactly with
- * cuMemGetInfo (total - free): the program runs alone on its device.
+ * runtime wrappers on a 64 MiB device: its one case, "mempools", prints
+ * "PASS mempools" and exits 0, or names the failed check and exits 1.
+ * Device usage is read exactly with cuMemGetInfo (total - free): the
+ * program runs alone on its device.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -13,20 +14,9 @@
 #include <spillway/cuda.h>
 #include <spillway/cuda_runtime.h>
 
+#include "check.h"
+
 #define MiB ((size_t)1 << 20)
-
-#define EXPECT(call, want)                                                                  \
-	do {                                                                                \
-		int got_ = (int)(call);                                                     \
-		if (got_ != (int)(want)) {                                                  \
-			fprintf(stderr, "%s:%d: %s returned %d, want %d\n", __FILE__, __LINE__, \
-				#call, got_, (int)(want));                                  \
-			exit(1);                                                            \
-		}                                                                           \
-	} while (0)
-
-#define OK(call) EXPECT(call, 0)
-#define CHECK(cond) EXPECT(!!(cond), 1)
 
 static size_t used(void)
 {
@@ -185,7 +175,7 @@ static void runtime_pools(void)
 	OK(cudaStreamDestroy(s));
 }
 
-int main(void)
+static void mempools(void)
 {
 	CUcontext ctx;
 	OK(cuInit(0));
@@ -194,6 +184,10 @@ int main(void)
 	driver_pools();
 	proc_addresses();
 	runtime_pools();
-	printf("PASS mempools\n");
-	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct test_case cases[] = {{"mempools", mempools}};
+	return run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -21,8 +21,6 @@
 #define MiB ((size_t)1 << 20)
 #define GRANULE (2 * MiB)
 
-#define OK(call) EXPECT(call, CUDA_SUCCESS)
-
 /* Bytes in use on the current device: this process's (and in case share its child's). */
 static size_t used(void)
 {
