@@ -11,19 +11,27 @@ import (
 	"github.com/spillway-gpu/spillway/tests/traces"
 )
 
-// The stitching model: how little physical memory a placement that never
-// moves a live block could hold on a trace, with 2 MiB granules. It is
-// freer than any allocator over CUDA's virtual memory can be: every free
-// is complete at once (no pending or stream-owned bytes), every granule may
-// be mapped at any number of addresses, and a block may take any granule's
-// free tail as its first bytes and any other granule's free head as its
-// last (a block is contiguous in addresses only, and an address range maps
-// whole granules, so only its first and last granules may be shared). What
-// it cannot do is what the mapping rules forbid: use a free range inside a
-// granule for anything but a block that fits in it. Its choice is greedy
-// (each request where it leaves the fewest free bytes in partly used
-// granules), so its peak reserved ÷ peak live is not a proven bound, but it
-// shows how far placement alone, freer than the pool's, gets on a trace.
+// Two models of placement over 2 MiB granules, to read the pool's peak
+// reserved ÷ peak live against: how little physical memory a placement that
+// never moves a live block could hold on a trace. Both are freer than the
+// pool: every free is complete at once (no pending or stream-owned bytes),
+// and each request searches every granule or free range, where the pool
+// looks at a few blocks. Their choices are greedy (a request takes the
+// fewest granules with no used byte, then leaves the fewest bytes free in
+// partly used ones), so neither figure is a proven bound, but each shows how
+// far placement alone gets under its mapping rule.
+//
+// The stitching model (stitchModel) may map a granule at any number of
+// addresses: a block may take any granule's free tail as its first bytes
+// and any other granule's free head as its last (a block is contiguous in
+// addresses only, and an address range maps whole granules, so only its
+// first and last granules may be shared). What it cannot do is what the
+// mapping rules forbid: use a free range inside a granule for anything but a
+// block that fits in it.
+//
+// The one-address model (addressModel) maps each granule at one address, as
+// the pool does: a block is a free range of address space, and only the
+// granules under it that hold no used byte need memory.
 
 // modelGranule is a physical granule of the model: its free byte ranges, in
 // address order, merged.
@@ -182,10 +190,11 @@ func freeHead(g *modelGranule) uint64 {
 	return 0
 }
 
-// place puts size bytes where they leave the fewest bytes free in granules
-// that also hold used bytes: inside one free range (best fit), or as a free
-// tail, whole spare or new granules, and a free head (or the head of a new
-// granule, whose rest is then left over).
+// place puts size bytes where they take the fewest granules with no used
+// byte, then leave the fewest bytes free in granules that also hold used
+// bytes: inside one free range (best fit), or as a free tail, whole spare or
+// new granules, and a free head (or the head of a new granule, whose rest is
+// then left over).
 func (m *stitchModel) place(size uint64) []piece {
 	var inG *modelGranule
 	var inRange [2]uint64
@@ -211,7 +220,7 @@ func (m *stitchModel) place(size uint64) []piece {
 		}
 	}
 	var bestTail, bestHead *modelGranule
-	stitchLeft := ^uint64(0)
+	stitchNew, stitchLeft := ^uint64(0), ^uint64(0)
 	for _, t := range tails {
 		x := uint64(0)
 		if t != nil {
@@ -222,22 +231,23 @@ func (m *stitchModel) place(size uint64) []piece {
 		}
 		r := (size - x) % granule
 		for _, h := range heads {
-			left := uint64(0)
+			made, left := (size-x)/granule, uint64(0)
 			switch {
 			case h == nil && r > 0:
-				left = granule - r
+				made, left = made+1, granule-r
 			case h != nil && (h == t || freeHead(h) < r):
 				continue
 			case h != nil:
 				left = freeHead(h) - r
 			}
-			tie := left == stitchLeft && (newer(t, bestTail) || t == bestTail && newer(h, bestHead))
-			if left < stitchLeft || tie {
-				bestTail, bestHead, stitchLeft = t, h, left
+			better := made < stitchNew || made == stitchNew && left < stitchLeft
+			tie := made == stitchNew && left == stitchLeft && (newer(t, bestTail) || t == bestTail && newer(h, bestHead))
+			if better || tie {
+				bestTail, bestHead, stitchNew, stitchLeft = t, h, made, left
 			}
 		}
 	}
-	if inG != nil && inLeft <= stitchLeft {
+	if inG != nil && (stitchNew > 0 || inLeft <= stitchLeft) {
 		lo := inRange[0]
 		if lo == 0 && inRange[1] != granule {
 			lo = inRange[1] - size // against the used bytes after it
@@ -287,10 +297,112 @@ func (m *stitchModel) replay(ops []traces.Op) {
 	}
 }
 
-// BenchmarkStitchFloor reports the stitching model's peak reserved ÷ peak
-// live on each reference trace, beside which BenchmarkTraceVirtual's
-// figures can be read, without moving live bytes and (repacked) moving all
-// of them at every synchronization of the trace.
+// addressModel is the one-address model: free address ranges (sorted,
+// merged; the address space is unbounded) and the used bytes of each
+// granule, by index, that holds any.
+type addressModel struct {
+	free           [][2]uint64
+	used           map[uint64]uint64
+	held, peakHeld uint64
+	live, peakLive uint64
+	blocks         map[uint32][2]uint64
+}
+
+func newAddressModel() *addressModel {
+	return &addressModel{free: [][2]uint64{{0, 1 << 50}}, used: map[uint64]uint64{}, blocks: map[uint32][2]uint64{}}
+}
+
+// unused counts the granules under [lo, hi) that hold no used byte.
+func (m *addressModel) unused(lo, hi uint64) uint64 {
+	n := uint64(0)
+	for g := lo / granule; g <= (hi-1)/granule; g++ {
+		if m.used[g] == 0 {
+			n++
+		}
+	}
+	return n
+}
+
+// use adds (or, with take false, removes) [lo, hi) to the used bytes of the
+// granules under it; a granule holds memory while it holds a used byte.
+func (m *addressModel) use(lo, hi uint64, take bool) {
+	for g := lo / granule; g <= (hi-1)/granule; g++ {
+		n := min(hi, (g+1)*granule) - max(lo, g*granule)
+		switch {
+		case take && m.used[g] == 0:
+			m.held += granule
+			m.peakHeld = max(m.peakHeld, m.held)
+			m.used[g] = n
+		case take:
+			m.used[g] += n
+		case m.used[g] == n:
+			m.held -= granule
+			delete(m.used, g)
+		default:
+			m.used[g] -= n
+		}
+	}
+}
+
+// place takes size bytes at the start of the free range where they need
+// the fewest unused granules, then of the smallest such range, then of the
+// lowest.
+func (m *addressModel) place(size uint64) [2]uint64 {
+	best, bestNew := -1, ^uint64(0)
+	for i, f := range m.free {
+		if f[1]-f[0] < size {
+			continue
+		}
+		n := m.unused(f[0], f[0]+size)
+		if n < bestNew || n == bestNew && f[1]-f[0] < m.free[best][1]-m.free[best][0] {
+			best, bestNew = i, n
+		}
+	}
+	f := m.free[best]
+	if f[1]-f[0] == size {
+		m.free = slices.Delete(m.free, best, best+1)
+	} else {
+		m.free[best][0] += size
+	}
+	m.use(f[0], f[0]+size, true)
+	return [2]uint64{f[0], f[0] + size}
+}
+
+func (m *addressModel) give(r [2]uint64) {
+	m.use(r[0], r[1], false)
+	i, _ := slices.BinarySearchFunc(m.free, r[0], func(f [2]uint64, lo uint64) int { return cmp.Compare(f[0], lo) })
+	m.free = slices.Insert(m.free, i, r)
+	if i+1 < len(m.free) && m.free[i][1] == m.free[i+1][0] {
+		m.free[i][1] = m.free[i+1][1]
+		m.free = slices.Delete(m.free, i+1, i+2)
+	}
+	if i > 0 && m.free[i-1][1] == m.free[i][0] {
+		m.free[i-1][1] = m.free[i][1]
+		m.free = slices.Delete(m.free, i, i+1)
+	}
+}
+
+func (m *addressModel) replay(ops []traces.Op) {
+	for _, op := range ops {
+		switch op.Kind {
+		case traces.Alloc, traces.AllocAsync:
+			size := (op.Size + pool.Alignment - 1) &^ (pool.Alignment - 1)
+			m.blocks[op.ID] = m.place(size)
+			m.live += size
+			m.peakLive = max(m.peakLive, m.live)
+		case traces.Free, traces.FreeAsync:
+			r := m.blocks[op.ID]
+			m.give(r)
+			m.live -= r[1] - r[0]
+			delete(m.blocks, op.ID)
+		}
+	}
+}
+
+// BenchmarkStitchFloor reports the models' peak reserved ÷ peak live on each
+// reference trace, beside which BenchmarkTraceVirtual's figures can be read:
+// the stitching model without moving live bytes and (repacked) moving all of
+// them at every synchronization of the trace, and the one-address model.
 func BenchmarkStitchFloor(b *testing.B) {
 	for _, ref := range traces.References {
 		ops := loadTrace(b, ref.File)
@@ -304,5 +416,13 @@ func BenchmarkStitchFloor(b *testing.B) {
 				b.ReportMetric(float64(m.peakHeld)/float64(m.peakLive), "reserved/live")
 			})
 		}
+		b.Run(ref.File+"/one-address", func(b *testing.B) {
+			var m *addressModel
+			for range b.N {
+				m = newAddressModel()
+				m.replay(ops)
+			}
+			b.ReportMetric(float64(m.peakHeld)/float64(m.peakLive), "reserved/live")
+		})
 	}
 }
