@@ -255,7 +255,14 @@
 // from free and idle ones. Otherwise (what counts as a miss in this design)
 // completed markers are polled and, when the pending bytes could serve the
 // request, the pool synchronizes, as it does before growing; then the best
-// cached block, the static reserve, or a new arena. If the quota cannot give
+// cached block, the static reserve, or a new arena. A cached block chosen by
+// its class's index that lies on unmapped granules gives way to the free
+// block of any class needing fewer, the fewest among 4 per class, smallest
+// first: the free bytes of partly used granules serve any class, and each
+// granule not mapped is memory not held, or not taken from under another
+// free range, and a driver call not made. A host granule (below) counts as an
+// unmapped one, so a block on device granules alone is preferred to one on
+// either. If the quota cannot give
 // the granules the pool synchronizes for everything freed, then places the
 // block in the free block of any class where it needs the fewest granules
 // (a scan of every free block: the free parts of partly used granules serve
@@ -329,44 +336,53 @@
 // spill when allocated, as without migration: 41% of the peak live bytes at
 // the peak, BenchmarkSpillVirtual's peak-spilled/live); replayed under the shim
 // at 1/64 scale (tests/tracetest), touches of spilled memory fall from 16.2%
-// to 9.2% (by bytes, from 46.1% to 26.2%), for 73,584 bytes moved per step.
+// to 9.4% (by bytes, from 46.1% to 26.9%), for 65,408 bytes moved per step.
 // Where nothing repeats it costs: on the random-churn trace it moves
-// 352 MB per synchronization, and on the training trace, whose three steps
+// 291 MB per synchronization, and on the training trace, whose three steps
 // each need tens of GB of activations, 4.4 GB.
 //
 // Cost: handing out or freeing a block visits the ceil(size/granule)+1
-// granules it touches, O(1) for a block up to a granule, plus one
-// VirtualBacking.Map per granule mapped and one Unmap per idle granule taken
-// from elsewhere (a driver call each, microseconds on a device:
-// BenchmarkTraceVirtual reports maps per allocation: 0.06 on the inference
-// trace, 0.09 on random churn, 6.6 on the training trace, whose allocations
-// touch 11.7 granules on average). Fragmentation: the only
+// granules it touches, O(1) for a block up to a granule, plus, when the
+// block its index finds lies on unmapped granules, up to 12 more free blocks
+// (4 per class) and their granules, and one VirtualBacking.Map per granule
+// mapped and one Unmap per idle granule taken from elsewhere (a driver call
+// each, microseconds on a device: BenchmarkTraceVirtual reports maps per
+// allocation: 0.06 on the inference trace, 0.05 on random churn, 5.2 on the
+// training trace, whose allocations touch 11.7 granules on average; without
+// the look at other free blocks 0.06, 0.09 and 6.6). On the inference trace
+// that look costs 100 to 200 ns per allocation in the simulator and saves
+// nothing: its small requests find their class's arena unmapped and take
+// free bytes of the medium class's granules, each time. Fragmentation: the only
 // physical memory not live is idle and free granules (within the release
 // threshold), pending and stream-owned blocks, and the free parts of granules
 // that also hold used bytes: less than two granules per free range between
 // used blocks, and less than the range itself. Measured (peak reserved ÷ peak
 // live, unbounded quota, BenchmarkTraceVirtual, fixed segments in brackets):
-// Qwen2.5-32B inference 1.001 (1.004), training steps 1.003 (1.033), random
-// churn 1.168 (1.240). At random churn's peak (1,196 MiB held for 1,019 MiB
-// live) 152 MiB are the free parts of granules that also hold used bytes and
-// 23 MiB pending or stream-owned blocks: its free ranges average about a
-// granule, so removing whole free granules from under them reclaims little.
-// Placement cannot do much better: BenchmarkStitchFloor replays the traces
-// on a model freer than any allocator over CUDA's mappings (frees complete
-// at once, any granule's free tail and any other's free head may begin and
-// end a block, mapped at any number of addresses), and it still holds 1.074
-// times the live bytes at random churn's peak. Moving live bytes does not
-// get lower either: an address fixes where in its granule each byte lies,
-// so moving can only gather onto one granule, mapped at each of their
-// addresses, bytes of partly used granules that lie at disjoint offsets;
-// the same model, gathering them into the fewest granules possible at every
-// synchronization of the trace (where moving is safe), peaks at 1.078: it
-// falls to about 1.03 at each synchronization and the 1,000 operations
-// between two climb back. The pool does not move live bytes to save
-// memory. Under a quota the pressure path scans every free block for the
-// placement needing the fewest new granules: random churn under 1.10 × its
-// peak live bytes refuses 0.64% of its requests (fixed segments 0.69%), and
-// under 1.05 × 2.48% (2.40%).
+// Qwen2.5-32B inference 1.001 (1.004), training steps 1.000 (1.033), random
+// churn 1.146 (1.240; 1.168 without the look at other classes' free
+// blocks). At random churn's peak (1,174 MiB held for 1,022 MiB live) 135
+// MiB are the free parts of granules that also hold used bytes and 16 MiB
+// pending or stream-owned blocks: its free ranges average about a granule,
+// so removing whole free granules from under them reclaims little.
+// BenchmarkStitchFloor replays the traces on two models of placement freer
+// than the pool (frees complete at once; each request searches every
+// granule or free range for the fewest granules with no used byte, then the
+// least left free beside used bytes). With each granule mapped at one
+// address, as in the pool, random churn peaks at 1.105. Mapped at any
+// number of addresses, any granule's free tail and any other's free head
+// beginning and ending a block (GMLake's stitching taken to its limit), it
+// peaks at 1.058: a granule mapped at several addresses, not a better
+// search, is what getting near 1.05 would take. Moving live bytes does not get lower: an address fixes
+// where in its granule each byte lies, so moving can only gather onto one
+// granule, mapped at each of their addresses, bytes of partly used granules
+// that lie at disjoint offsets; the stitching model gathering them into the
+// fewest granules possible at every synchronization of the trace (where
+// moving is safe) peaks at 1.064: the 1,000 operations between two
+// synchronizations turn the live set over. The pool does not move live
+// bytes to save memory. Under a quota the pressure path scans every free
+// block for the placement needing the fewest new granules: random churn
+// under 1.10 × its peak live bytes refuses 0.40% of its requests (fixed
+// segments 0.69%), and under 1.05 × 1.98% (2.40%).
 //
 // # Failures
 //
@@ -383,7 +399,9 @@
 // With n free blocks, s segments and k streams:
 //
 //   - Alloc served from the cache, Free, FreeAsync: O(1): at most 8 + 1 index
-//     probes per searched index (at most 2), constant-time splitting and
+//     probes per searched index (at most 2), with virtual memory at most 12
+//     more free blocks visited when the block found would map granules,
+//     constant-time splitting and
 //     merging, and an expected O(1) hash table operation. They allocate on the
 //     Go heap only as the pool's metadata grows (a slab of 256 descriptors, the
 //     hash table doubling, a stream's cache), never in a steady state, so a run

@@ -134,6 +134,30 @@ func (x *index) find(size, maxSlack uint64, scan int) *block {
 	return b
 }
 
+// scan visits up to n blocks, from the smallest class that may hold size
+// bytes upwards, and calls f with those of at least size bytes until it
+// returns false.
+func (x *index) scan(size uint64, n int, f func(*block) bool) {
+	first, sl := classOfUnits(size >> granuleShift)
+	for rows := x.flMap & (^uint64(0) << first); rows != 0; rows &= rows - 1 {
+		fl := bits.TrailingZeros64(rows)
+		m := x.slMap[fl]
+		if fl == first {
+			m &= ^uint32(0) << sl
+		}
+		for ; m != 0; m &= m - 1 {
+			for b := x.heads[fl][bits.TrailingZeros32(m)]; b != nil; b = b.nextFree {
+				if b.size >= size && !f(b) {
+					return
+				}
+				if n--; n == 0 {
+					return
+				}
+			}
+		}
+	}
+}
+
 // largest returns the size of the largest block in the index. It scans only
 // the highest non-empty class.
 func (x *index) largest() uint64 {

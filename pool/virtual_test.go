@@ -138,6 +138,33 @@ func TestVirtualStitching(t *testing.T) {
 	}
 }
 
+// TestVirtualPreferMapped: a request whose own class would map a granule
+// takes free bytes of a granule already mapped, in another class's arena.
+func TestVirtualPreferMapped(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	h := newVirtualHarness(t, f, virtualOptions(64*miB))
+	small := h.mustAlloc(256 << 10) // its granule keeps 1.75 MiB free
+	h.mustAlloc(3 * miB)            // the medium arena: its second granule keeps 1 MiB free
+	// The medium arena's free block would map a third granule under 1.5 MiB.
+	medium := h.mustAlloc(1536 << 10)
+	if small/granule != medium/granule {
+		t.Fatalf("1.5 MiB at %#x, 256 KiB at %#x: want both on one granule", medium, small)
+	}
+	if got := f.PhysicalBytes(); got != 3*granule {
+		t.Fatalf("%d physical bytes, want 3 granules", got)
+	}
+	// No free block lies on fewer unmapped granules than the class's own.
+	other := h.mustAlloc(1536 << 10)
+	if other/granule == small/granule {
+		t.Fatalf("a second 1.5 MiB at %#x, on the granule of the first", other)
+	}
+	if got := f.PhysicalBytes(); got != 4*granule {
+		t.Fatalf("%d physical bytes, want 4 granules", got)
+	}
+	h.checkPhysical()
+	h.closeVirtual()
+}
+
 // TestVirtualPendingGranules: a granule freed by Free stays mapped until a
 // synchronization, and a granule freed on a stream until the stream's work is
 // known complete, even when the quota needs it elsewhere.
@@ -187,10 +214,11 @@ func TestVirtualReleaseThreshold(t *testing.T) {
 	for _, p := range ptrs {
 		h.mustFree(p)
 	}
-	// The MiB lies in the small class's arena, the 15 MiB in eight granules
-	// of the medium class's.
-	if got := f.PhysicalBytes(); got != 9*granule {
-		t.Fatalf("%d physical bytes before the synchronization, want 9 granules", got)
+	// 16 MiB in eight granules: the first 3 MiB block follows the MiB on
+	// its granule, in the small class's arena, rather than map two new ones
+	// in the medium class's.
+	if got := f.PhysicalBytes(); got != 8*granule {
+		t.Fatalf("%d physical bytes before the synchronization, want 8 granules", got)
 	}
 	h.appSync()
 	h.checkPhysical()
@@ -424,10 +452,38 @@ func TestVirtualPageSpill(t *testing.T) {
 	h.closeVirtual()
 }
 
-// TestVirtualArenas: under quota pressure, a request of another class is
-// served by the free parts of granules that still hold live blocks; one
-// refused, which tried a second arena of its class, leaves no address range
-// behind.
+// TestVirtualDeviceBeforeHost: a request the index would place on a host
+// granule takes a free block on a device granule instead, where one lies
+// among those it looks at.
+func TestVirtualDeviceBeforeHost(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	opt := virtualOptions(8 * miB)
+	opt.Oversubscribe = true
+	h := newVirtualHarness(t, f, opt)
+	var onDevice []uint64
+	for range 8 {
+		onDevice = append(onDevice, h.mustAlloc(1*miB))
+	}
+	spilled := h.mustAlloc(1 * miB)
+	h.mustAlloc(1 * miB)
+	if f.HostBytes() != granule {
+		t.Fatalf("%d host bytes, want the two spilled MiB on one granule", f.HostBytes())
+	}
+	// Freed last, the host MiB heads its class's free list.
+	h.mustFree(onDevice[2])
+	h.mustFree(spilled)
+	h.appSync()
+	if got := h.mustAlloc(1 * miB); got != onDevice[2] {
+		t.Fatalf("1 MiB at %#x, want the free MiB on the device at %#x, not the one on the host at %#x", got, onDevice[2], spilled)
+	}
+	h.checkPhysical()
+	h.closeVirtual()
+}
+
+// TestVirtualArenas: a request of another class is served by the free parts
+// of granules that still hold live blocks rather than new granules; one
+// refused under quota pressure, which tried a second arena of its class,
+// leaves no address range behind.
 func TestVirtualArenas(t *testing.T) {
 	f := pooltest.NewVirtual(0)
 	h := newVirtualHarness(t, f, virtualOptions(8*miB))
@@ -442,9 +498,10 @@ func TestVirtualArenas(t *testing.T) {
 	}
 	h.appSync()
 	ranges := f.AddressRanges()
-	for _, want := range []uint64{small[1], small[5]} {
-		if got := h.mustAlloc(1*miB + 512); got != want {
-			t.Fatalf("a medium request under pressure at %#x, want the free range at %#x", got, want)
+	holes := map[uint64]bool{small[1]: true, small[5]: true}
+	for range holes {
+		if got := h.mustAlloc(1*miB + 512); !holes[got] {
+			t.Fatalf("a medium request at %#x, want one of the free ranges at %#x and %#x", got, small[1], small[5])
 		}
 	}
 	if vc := f.VirtualCounts(); vc.Creates != 4 {
