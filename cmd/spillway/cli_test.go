@@ -146,7 +146,8 @@ func testReport() *statReport {
 		Index: 0, Name: "Sim GPU", UUID: "GPU-1", TotalBytes: 16 << 30, UsedBytes: 13 << 20,
 		Processes: []statProcess{
 			{PID: 7, Command: "python3", Updated: &upd, NVMLUsedBytes: &nv,
-				Spillway: &stat.Device{Limited: true, Quota: 64 << 20, Used: 12 << 20, Cached: 4 << 20, Spilled: 1536 << 10, Refused: 3}},
+				Spillway: &stat.Device{Limited: true, Quota: 64 << 20, Used: 12 << 20, Cached: 4 << 20, Spilled: 1536 << 10, Refused: 3,
+					HostOutside: 512 << 10}},
 			{PID: 9, Command: "other", NVMLUsedBytes: &nv},
 		},
 	}}}
@@ -158,7 +159,7 @@ func TestStatTable(t *testing.T) {
 	for _, want := range []string{
 		"GPU 0  Sim GPU  GPU-1  13MiB used of 16GiB\n",
 		"PID  COMMAND  QUOTA   USED  CACHED  SPILLED  REFUSED   NVML",
-		"7  python3  64MiB  12MiB    4MiB   1.5MiB        3  12MiB",
+		"7  python3  64MiB  12MiB    4MiB     2MiB        3  12MiB",
 		"9    other      -      -       -        -        -  12MiB",
 	} {
 		if !strings.Contains(b.String(), want) {
@@ -175,6 +176,7 @@ func TestStatMetricsText(t *testing.T) {
 		`spillway_gpu_memory_total_bytes{gpu="0",UUID="GPU-1",modelName="Sim GPU"} 17179869184` + "\n",
 		`spillway_process_quota_bytes{gpu="0",UUID="GPU-1",modelName="Sim GPU",pid="7",command="python3"} 67108864` + "\n",
 		`spillway_process_nvml_used_bytes{gpu="0",UUID="GPU-1",modelName="Sim GPU",pid="9",command="other"} 12582912` + "\n",
+		`spillway_process_host_outside_bytes{gpu="0",UUID="GPU-1",modelName="Sim GPU",pid="7",command="python3"} 524288` + "\n",
 		"# TYPE spillway_process_refusals_total counter\n",
 		`spillway_process_refusals_total{gpu="0",UUID="GPU-1",modelName="Sim GPU",pid="7",command="python3"} 3` + "\n",
 	} {

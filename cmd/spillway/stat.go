@@ -383,7 +383,9 @@ func writeStatTable(w io.Writer, r *statReport) {
 					quota = config.FormatBytes(s.Quota)
 				}
 				used, cached = config.FormatBytes(s.Used), config.FormatBytes(s.Cached)
-				spilled, refused = config.FormatBytes(s.Spilled), strconv.FormatUint(s.Refused, 10)
+				// Host memory now, whoever placed it there: the pool or
+				// the program's own cuMemCreate.
+				spilled, refused = config.FormatBytes(s.Spilled+s.HostOutside), strconv.FormatUint(s.Refused, 10)
 			}
 			nv := "-"
 			if p.NVMLUsedBytes != nil {
@@ -472,6 +474,8 @@ func writeStatMetrics(w io.Writer, r *statReport) {
 			proc: spill(func(s *stat.Device) uint64 { return s.Live })},
 		{name: "spillway_process_spilled_bytes", kind: "gauge", help: "Memory served from the host now.",
 			proc: spill(func(s *stat.Device) uint64 { return s.Spilled })},
+		{name: "spillway_process_host_outside_bytes", kind: "gauge", help: "The program's own physical memory (cuMemCreate) placed on the host now.",
+			proc: spill(func(s *stat.Device) uint64 { return s.HostOutside })},
 		{name: "spillway_process_spilled_bytes_total", kind: "counter", help: "Memory ever served from the host.",
 			proc: spill(func(s *stat.Device) uint64 { return s.SpilledTotal })},
 		{name: "spillway_process_promoted_bytes_total", kind: "counter", help: "Spilled memory ever moved back to the device.",

@@ -82,6 +82,9 @@ func TestVMMHostPlacement(t *testing.T) {
 	if rc := c.Take(0, granule, TakeVMMHost); rc != interpose.ErrorMemoryAllocation || m.probes.refs != 1 || hostHeld() != 2*granule {
 		t.Fatalf("beyond the host limit: %v, %d refuse probes, %d bytes on the host", rc, m.probes.refs, hostHeld())
 	}
+	if figs := m.figures(); len(figs) != 1 || figs[0].HostOutside != 2*granule || figs[0].Used != 2*granule {
+		t.Errorf("published figures %+v, want the two host handles' bytes on the host and the device ones' used", figs)
+	}
 	c.VMMMapped(0x100000000, granule, 3)
 	c.VMMMapped(0x100200000, granule, 1) // a device handle: not spilled
 	if m.probes.spills != 1 {

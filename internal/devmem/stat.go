@@ -106,7 +106,7 @@ func (m *memory) figures() []stat.Device {
 			s := d.pool.Stats()
 			f.Reserved, f.Cached, f.Live, f.PeakReserved = s.ReservedBytes, s.CachedBytes, s.LiveBytes, s.PeakReservedBytes
 			f.Spilled, f.SpilledTotal, f.Promoted, f.PromotedTotal = s.SpilledBytes, s.SpilledTotal, s.PromotedBytes, s.PromotedTotal
-			f.Refused, f.BackingErrors, f.HostLimit = s.Refused, s.BackingErrors, s.HostLimit
+			f.Refused, f.BackingErrors, f.HostLimit, f.HostOutside = s.Refused, s.BackingErrors, s.HostLimit, s.HostOutside
 		}
 		devs = append(devs, f)
 	}

@@ -39,9 +39,9 @@ const MaxDevices = 64
 
 const (
 	magic       = "SPLWSTAT"
-	version     = 1
+	version     = 2 // 2: HostOutside
 	headerSize  = 128
-	deviceWords = 16
+	deviceWords = 17
 	deviceSize  = deviceWords * 8
 	fileSize    = headerSize + MaxDevices*deviceSize
 
@@ -74,6 +74,10 @@ type Device struct {
 	BackingErrors uint64 `json:"backing_errors"`
 	PeakReserved  uint64 `json:"peak_reserved_bytes"`
 	HostLimit     uint64 `json:"host_limit_bytes"` // 0 without oversubscription
+	// HostOutside is the program's own physical memory (cuMemCreate) placed
+	// on the host because the quota could not hold it: host memory beside
+	// Spilled, under the same HostLimit.
+	HostOutside uint64 `json:"host_outside_bytes"`
 	// PCI is where the device sits, as CUDA told the process: what names
 	// the same GPU in NVML whatever ordinal the process gave it
 	// (CUDA_VISIBLE_DEVICES). Nil when the process could not learn it.
@@ -117,13 +121,13 @@ func (d *Device) words() [deviceWords]uint64 {
 	}
 	return [deviceWords]uint64{uint64(d.Ordinal), flags, d.Quota, d.Used, d.Reserved, d.Cached, d.Live,
 		d.Spilled, d.SpilledTotal, d.Promoted, d.PromotedTotal, d.Refused, d.BackingErrors, d.PeakReserved, d.HostLimit,
-		d.PCI.word()}
+		d.PCI.word(), d.HostOutside}
 }
 
 func deviceFrom(w [deviceWords]uint64) Device {
 	return Device{Ordinal: int(w[0]), Limited: w[1]&1 != 0, Quota: w[2], Used: w[3], Reserved: w[4], Cached: w[5],
 		Live: w[6], Spilled: w[7], SpilledTotal: w[8], Promoted: w[9], PromotedTotal: w[10], Refused: w[11],
-		BackingErrors: w[12], PeakReserved: w[13], HostLimit: w[14], PCI: pciFrom(w[15])}
+		BackingErrors: w[12], PeakReserved: w[13], HostLimit: w[14], PCI: pciFrom(w[15]), HostOutside: w[16]}
 }
 
 // Process is one file's contents.
@@ -236,6 +240,9 @@ func Read(path string) (Process, error) {
 	for range 100 {
 		n, err := f.ReadAt(buf, 0)
 		if err != nil && n < fileSize {
+			if err := otherVersion(path, buf[:n]); err != nil {
+				return Process{}, err
+			}
 			return Process{}, fmt.Errorf("%s: %d bytes, want %d: not a stat file", path, n, fileSize)
 		}
 		if _, err := f.ReadAt(seq[:], offSeq); err != nil {
@@ -250,10 +257,25 @@ func Read(path string) (Process, error) {
 	return Process{}, fmt.Errorf("%s: still being written after 100 tries", path)
 }
 
+// otherVersion returns an error naming the version of head, the start of a
+// stat file written by another version of Spillway (whose layout may differ
+// in size), or nil.
+func otherVersion(path string, head []byte) error {
+	if len(head) < offVersion+4 || string(head[:len(magic)]) != magic {
+		return nil
+	}
+	if v := binary.LittleEndian.Uint32(head[offVersion:]); v != version {
+		return fmt.Errorf("%s: a version %d stat file, written by another version of Spillway; this one reads version %d", path, v, version)
+	}
+	return nil
+}
+
 func parse(path string, buf []byte) (Process, error) {
 	le := binary.LittleEndian
-	if string(buf[:len(magic)]) != magic || le.Uint32(buf[offVersion:]) != version ||
-		le.Uint32(buf[offSlots:]) != MaxDevices {
+	if err := otherVersion(path, buf); err != nil {
+		return Process{}, err
+	}
+	if string(buf[:len(magic)]) != magic || le.Uint32(buf[offSlots:]) != MaxDevices {
 		return Process{}, fmt.Errorf("%s: not a version %d stat file", path, version)
 	}
 	p := Process{

@@ -1,6 +1,7 @@
 package stat
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"os"
@@ -31,7 +32,8 @@ func TestPublishRead(t *testing.T) {
 	devs := []Device{
 		{Ordinal: 0, Limited: true, Quota: 8 << 20, Used: 6 << 20, Reserved: 4 << 20, Cached: 1 << 20, Live: 5 << 20,
 			Spilled: 2 << 20, SpilledTotal: 3 << 20, Promoted: 512, PromotedTotal: 1024, Refused: 7, BackingErrors: 2,
-			PeakReserved: 4 << 20, HostLimit: 8 << 20, PCI: &PCILocation{Domain: 0x10002, Bus: 0xc1, Device: 0x1f}},
+			PeakReserved: 4 << 20, HostLimit: 8 << 20, PCI: &PCILocation{Domain: 0x10002, Bus: 0xc1, Device: 0x1f},
+			HostOutside: 2 << 20},
 		{Ordinal: 3, Quota: 1 << 30, Used: 12},
 	}
 	now := time.Unix(1700000000, 5)
@@ -137,6 +139,20 @@ func TestReadRejectsOtherFiles(t *testing.T) {
 	os.WriteFile(bad, []byte("short"), 0o600)
 	if _, err := Read(bad); err == nil {
 		t.Error("short file accepted")
+	}
+	// Version 1 had 16 words a device: a smaller file, named for what it is.
+	old := make([]byte, headerSize+MaxDevices*16*8)
+	copy(old, magic)
+	binary.LittleEndian.PutUint32(old[offVersion:], 1)
+	os.WriteFile(bad, old, 0o600)
+	if _, err := Read(bad); err == nil || !strings.Contains(err.Error(), "a version 1 stat file") {
+		t.Errorf("version 1 file: %v, want it named", err)
+	}
+	full := make([]byte, fileSize)
+	copy(full, old)
+	os.WriteFile(bad, full, 0o600)
+	if _, err := Read(bad); err == nil || !strings.Contains(err.Error(), "a version 1 stat file") {
+		t.Errorf("version 1 file of this version's size: %v, want it named", err)
 	}
 	if procs, errs := ReadDir(filepath.Join(dir, "absent")); procs != nil || errs != nil {
 		t.Errorf("missing directory: %v, %v", procs, errs)

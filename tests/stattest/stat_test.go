@@ -121,16 +121,17 @@ type statDevice struct {
 		Command  string    `json:"command"`
 		Updated  time.Time `json:"updated"`
 		Spillway *struct {
-			Ordinal  int     `json:"ordinal"`
-			Limited  bool    `json:"limited"`
-			Quota    uint64  `json:"quota_bytes"`
-			Used     uint64  `json:"used_bytes"`
-			Reserved uint64  `json:"reserved_bytes"`
-			Cached   uint64  `json:"cached_bytes"`
-			Live     uint64  `json:"live_bytes"`
-			Spilled  uint64  `json:"spilled_bytes"`
-			Refused  uint64  `json:"refusals"`
-			PCIBusID *string `json:"pci_bus_id"`
+			Ordinal     int     `json:"ordinal"`
+			Limited     bool    `json:"limited"`
+			Quota       uint64  `json:"quota_bytes"`
+			Used        uint64  `json:"used_bytes"`
+			Reserved    uint64  `json:"reserved_bytes"`
+			Cached      uint64  `json:"cached_bytes"`
+			Live        uint64  `json:"live_bytes"`
+			Spilled     uint64  `json:"spilled_bytes"`
+			HostOutside uint64  `json:"host_outside_bytes"`
+			Refused     uint64  `json:"refusals"`
+			PCIBusID    *string `json:"pci_bus_id"`
 		} `json:"spillway"`
 		NVMLUsed  *uint64 `json:"nvml_used_bytes"`
 		MatchedBy string  `json:"matched_by"`
@@ -178,11 +179,44 @@ func statAfter(t *testing.T, e env, hs ...*holder) statJSON {
 	}
 }
 
+// compileHold builds testdata/hold.c.
+func compileHold(t *testing.T) string {
+	return harness.Compile(t, harness.CBuild{Sources: []string{"testdata/hold.c"}, Cudart: true, ProjectHeaders: true,
+		Flags: []string{"-lcuda"}})
+}
+
+// A process whose own cuMemCreate went to the host (oversubscription, the
+// quota full): the JSON gives those bytes as host_outside_bytes, as its
+// report does, and the table counts them as spilled.
+func TestStatHostOutside(t *testing.T) {
+	bin := compileHold(t)
+	e := newEnv(t)
+	const granule = 2 * mib
+	h := startHolderEnv(t, e, bin, []string{"SPILLWAY_MEMORY_LIMIT=8MiB", "SPILLWAY_OVERSUBSCRIBE=1"},
+		"0", "0", fmt.Sprintf("v%d", 2*granule), fmt.Sprintf("v%d", 2*granule), fmt.Sprintf("v%d", granule))
+	s := statAfter(t, e, h)
+	table := runStat(t, e)
+	report, _ := h.finish(t, 0)
+	if report.HostOutside != granule || report.Spilled != 0 {
+		t.Fatalf("report: %d bytes outside the pool on the host, %d spilled; want %d and 0", report.HostOutside, report.Spilled, granule)
+	}
+	if len(s.Devices) == 0 || len(s.Devices[0].Processes) != 1 || s.Devices[0].Processes[0].Spillway == nil {
+		t.Fatalf("stat: %+v, want the holder on GPU 0", s.Devices)
+	}
+	if sp := s.Devices[0].Processes[0].Spillway; sp.HostOutside != report.HostOutside || sp.Used != 8*mib || sp.Spilled != 0 {
+		t.Errorf("published %+v; want host_outside_bytes %d and the quota used", sp, report.HostOutside)
+	}
+	row := regexp.MustCompile(fmt.Sprintf(`(?m)^\s*%d\s+hold\s+8MiB\s+8MiB\s+\S+\s+2MiB\s`, h.cmd.Process.Pid))
+	if !row.MatchString(tableSection(table.Stdout, 0)) {
+		t.Errorf("table: want 2MiB spilled for pid %d in:\n%s", h.cmd.Process.Pid, table.Stdout)
+	}
+}
+
 // Two processes under different quotas on two devices: the table and the
 // JSON give each process's own figures, as its exit report states them,
 // and NVML's, as simcuda counts them.
 func TestStatTwoProcesses(t *testing.T) {
-	bin := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/hold.c"}, Cudart: true, ProjectHeaders: true})
+	bin := compileHold(t)
 	e := newEnv(t)
 	// a: 64MiB quota on device 0, holds 8MiB + 2MiB after freeing 4MiB (cached).
 	a := startHolder(t, e, bin, "64MiB", "0", "1", strconv.Itoa(4*mib), strconv.Itoa(8*mib), strconv.Itoa(2*mib))
@@ -280,7 +314,7 @@ func tableSection(table string, gpu int) string {
 // the GPU it really uses: b sees physical device 1 as its device 0, and
 // a uses device 0 unrenumbered; each is listed alone under its own GPU.
 func TestStatVisibleDevices(t *testing.T) {
-	bin := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/hold.c"}, Cudart: true, ProjectHeaders: true})
+	bin := compileHold(t)
 	e := newEnv(t)
 	a := startHolder(t, e, bin, "64MiB", "0", "1", strconv.Itoa(4*mib), strconv.Itoa(8*mib), strconv.Itoa(2*mib))
 	b := startHolderEnv(t, e, bin, []string{"SPILLWAY_MEMORY_LIMIT=32MiB", "CUDA_VISIBLE_DEVICES=1"},
@@ -359,7 +393,7 @@ func human(n uint64) string {
 
 // A process killed with SIGKILL leaves its file behind; stat ignores it.
 func TestStatIgnoresKilled(t *testing.T) {
-	bin := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/hold.c"}, Cudart: true, ProjectHeaders: true})
+	bin := compileHold(t)
 	e := newEnv(t)
 	h := startHolder(t, e, bin, "64MiB", "0", "0", strconv.Itoa(4*mib))
 	statAfter(t, e, h)
@@ -386,7 +420,7 @@ func TestStatWithoutNVML(t *testing.T) {
 
 // --metrics-addr serves the same figures for Prometheus.
 func TestStatMetrics(t *testing.T) {
-	bin := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/hold.c"}, Cudart: true, ProjectHeaders: true})
+	bin := compileHold(t)
 	e := newEnv(t)
 	h := startHolder(t, e, bin, "64MiB", "0", "0", strconv.Itoa(4*mib))
 	statAfter(t, e, h)
