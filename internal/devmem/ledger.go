@@ -42,6 +42,60 @@ type deviceLedger struct {
 	// reclaim gives bytes back to the ledger when a request does not fit;
 	// nil while the device has no pool.
 	reclaim atomic.Pointer[reclaimers]
+	host    hostAccount
+}
+
+// hostAccount is the host memory the program's own cuMemCreate holds on
+// this device's behalf (TakeVMMHost): admitted against the host limit of
+// the device's pool, the limit its spills use, and carried from a pool a
+// reset closes to the pool made after it, since the handles outlive the
+// reset. It has a lock of its own, taken before the pool's (the pool takes
+// the ledger's mu under its own).
+type hostAccount struct {
+	mu    sync.Mutex
+	bytes uint64
+	pool  *pool.Pool // the pool admitting them; nil while the device has none
+}
+
+// take admits size bytes against the host limit of the current pool.
+func (h *hostAccount) take(size uint64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.pool == nil || h.pool.TakeHost(size) != nil {
+		return false
+	}
+	h.bytes += size
+	return true
+}
+
+// give returns size bytes admitted by take, to whichever pool holds them now.
+func (h *hostAccount) give(size uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	size = min(size, h.bytes)
+	h.bytes -= size
+	if h.pool != nil {
+		h.pool.GiveHost(size)
+	}
+}
+
+// attach makes p the pool that admits host bytes, counting in it those
+// still held; detach leaves the account without one (before a reset
+// closes it).
+func (h *hostAccount) attach(p *pool.Pool) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.pool = p
+	if h.bytes == 0 {
+		return nil
+	}
+	return p.TakeHost(h.bytes)
+}
+
+func (h *hostAccount) detach() {
+	h.mu.Lock()
+	h.pool = nil
+	h.mu.Unlock()
 }
 
 // reclaimers are how a device's pool and backing give bytes back.

@@ -269,6 +269,11 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 		m.log.Errorf("%v; every CUDA allocation on device %d will fail with cudaErrorInitializationError until it is fixed", d.err, ordinal)
 	}
 	d.pool = p
+	if p != nil {
+		if err := d.ledger.host.attach(p); err != nil {
+			m.log.Warnf("device %d: host memory of the program's cuMemCreate made before a reset: %v", ordinal, err)
+		}
+	}
 	m.log.Debugf("device %d: quota %d bytes (configured: %v), pool %v", ordinal, d.quota, d.limited, m.cfg.Pool)
 	return d, interpose.Success
 }
@@ -576,6 +581,7 @@ func (m *memory) deviceReset(ordinal int) interpose.Error {
 	if d := m.existing(ordinal); d != nil {
 		m.devices[ordinal].Store(nil)
 		m.refreshLive()
+		d.ledger.host.detach()
 		if d.pool != nil {
 			if err := d.pool.Close(); err != nil {
 				m.log.Debugf("closing the pool of device %d before cudaDeviceReset: %v", ordinal, err)

@@ -66,7 +66,7 @@ func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 	quiet := kind&TakeQuiet != 0
 	kind &^= TakeQuiet
 	if kind == TakeVMMHost {
-		if d.takeHost(size) {
+		if d.ledger.host.take(size) {
 			return interpose.Success
 		}
 		if !c.mem.cfg.Oversubscribe {
@@ -93,21 +93,14 @@ func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 
 // Give returns bytes taken on device for kind.
 func (c *Core) Give(ordinal int, size uint64, kind TakeKind) {
-	if kind == TakeVMMHost {
-		if d := c.mem.existing(ordinal); d != nil && d.pool != nil {
-			d.pool.GiveHost(size)
-		}
-		return
-	}
-	if l := c.mem.ledgerAt(ordinal); l != nil {
+	l := c.mem.ledgerAt(ordinal)
+	switch {
+	case l == nil:
+	case kind == TakeVMMHost:
+		l.host.give(size)
+	default:
 		l.giveOutside(charge(size))
 	}
-}
-
-// takeHost admits host memory for a cuMemCreate the quota refused, when
-// the device oversubscribes: against the host limit its pool's spills use.
-func (d *device) takeHost(size uint64) bool {
-	return d.pool != nil && d.pool.TakeHost(size) == nil
 }
 
 // contextLedger is what the application allocated in contexts it created.

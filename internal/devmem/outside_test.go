@@ -163,6 +163,49 @@ func TestLedgerOutlivesReset(t *testing.T) {
 	}
 }
 
+// TestHostHandlesOutliveReset: handles placed on the host outlive a reset
+// and stay counted against the host limit of the pool built after it,
+// which gets their bytes back when they are freed, also when that happens
+// while the reset has left the device without a pool.
+func TestHostHandlesOutliveReset(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=4MiB", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_HOST_LIMIT=6MiB")
+	c := &Core{mem: m.memory}
+	const granule = 2 << 20
+	if rc := c.Take(0, 2*granule, TakeVMM); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	c.VMMCreated(1, 0, 2*granule, TakeVMM)
+	for h := uint64(2); h <= 4; h++ {
+		if rc := c.Take(0, granule, TakeVMMHost); rc != interpose.Success {
+			t.Fatalf("host handle %d: %v", h, rc)
+		}
+		c.VMMCreated(h, 0, granule, TakeVMMHost)
+	}
+	if rc := m.deviceReset(0); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	c.VMMReleased(2) // freed while the device has no pool
+	hostHeld := func() uint64 { return m.existing(0).pool.Stats().HostOutside }
+	// The next take builds the device again: two handles' bytes are on its
+	// host limit, so only one more granule fits.
+	if rc := c.Take(0, granule, TakeVMMHost); rc != interpose.Success || hostHeld() != 3*granule {
+		t.Fatalf("a host granule beside the two that outlived the reset: %v, %d bytes on the host", rc, hostHeld())
+	}
+	c.VMMCreated(5, 0, granule, TakeVMMHost)
+	if rc := c.Take(0, granule, TakeVMMHost|TakeQuiet); rc != interpose.ErrorMemoryAllocation {
+		t.Fatalf("beyond the host limit after the reset: %v", rc)
+	}
+	for _, h := range []uint64{3, 4, 5} {
+		c.VMMReleased(h)
+	}
+	if got := hostHeld(); got != 0 {
+		t.Errorf("every host handle released: %d bytes on the host", got)
+	}
+	if rc := c.Take(0, 3*granule, TakeVMMHost); rc != interpose.Success {
+		t.Errorf("the whole host limit after the handles went: %v", rc)
+	}
+}
+
 // TestGiveWhileResetDropsTheDevice: bytes taken outside the pool and given
 // back between a reset and the device's next use reach its ledger.
 func TestGiveWhileResetDropsTheDevice(t *testing.T) {

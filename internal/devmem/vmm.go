@@ -4,7 +4,6 @@ import (
 	"sync"
 
 	"github.com/spillway-gpu/spillway/interpose"
-	"github.com/spillway-gpu/spillway/pool"
 )
 
 // vmmLedger counts the application's virtual-memory calls by physical
@@ -13,9 +12,9 @@ import (
 // a cuMemRelease) and its last mapping unmapped, in either order; the
 // bytes, taken at cuMemCreate, are given back then. Mapping a handle
 // twice charges nothing more. A handle the front placed on the host for
-// oversubscription (TakeVMMHost) gives its bytes back to the host limit of
-// the pool that admitted them instead (a pool closed by a reset forgets
-// them). Handles the ledger does not know (imported from another
+// oversubscription (TakeVMMHost) gives its bytes back to the device's host
+// account instead (hostAccount, which carries them across a reset). Handles
+// the ledger does not know (imported from another
 // process, host-located memory the application asked for) are ignored:
 // they hold no memory this process is charged for.
 type vmmLedger struct {
@@ -27,8 +26,8 @@ type vmmLedger struct {
 type physical struct {
 	size    uint64
 	ordinal int
-	ledger  *deviceLedger // device memory: the quota's
-	host    *pool.Pool    // host memory for oversubscription: this pool's host limit
+	ledger  *deviceLedger // the device's: its quota, or its host account
+	onHost  bool          // host memory for oversubscription (TakeVMMHost)
 	refs    int           // cuMemCreate and cuMemRetainAllocationHandle, less cuMemRelease
 	maps    int           // live mappings
 }
@@ -41,14 +40,8 @@ type mapping struct {
 // VMMCreated records a handle whose size bytes were taken on device for
 // kind (TakeVMM, or TakeVMMHost for one placed on the host).
 func (c *Core) VMMCreated(handle uint64, ordinal int, size uint64, kind TakeKind) {
-	h := &physical{size: size, ordinal: ordinal, refs: 1}
-	if kind == TakeVMMHost {
-		d := c.mem.existing(ordinal)
-		if d == nil || d.pool == nil {
-			return
-		}
-		h.host = d.pool
-	} else if h.ledger = c.mem.ledgerAt(ordinal); h.ledger == nil {
+	h := &physical{size: size, ordinal: ordinal, refs: 1, onHost: kind == TakeVMMHost}
+	if h.ledger = c.mem.ledgerAt(ordinal); h.ledger == nil {
 		return
 	}
 	v := &c.vmm
@@ -87,7 +80,7 @@ func (c *Core) VMMMapped(p interpose.DevicePtr, size, handle uint64) {
 	if h := v.handles[handle]; h != nil {
 		h.maps++
 		v.mappings[p] = mapping{size: size, handle: handle}
-		if h.host != nil {
+		if h.onHost {
 			// A tracing session learns spilled ranges from spills: this one
 			// is spilled memory wherever it is mapped.
 			c.mem.probes.Spill(p, size, h.ordinal, interpose.TierHostPinned)
@@ -108,7 +101,7 @@ func (c *Core) VMMUnmapped(p interpose.DevicePtr, size uint64) {
 		}
 		delete(v.mappings, start)
 		if h := v.handles[m.handle]; h != nil {
-			if h.host != nil {
+			if h.onHost {
 				c.mem.probes.Free(start, m.size, h.ordinal, interpose.TierHostPinned)
 			}
 			h.maps--
@@ -120,8 +113,8 @@ func (c *Core) VMMUnmapped(p interpose.DevicePtr, size uint64) {
 // freeIfGone gives back a handle's bytes once CUDA has freed them; v.mu is held.
 func (v *vmmLedger) freeIfGone(handle uint64, h *physical) {
 	if h.refs == 0 && h.maps == 0 {
-		if h.host != nil {
-			h.host.GiveHost(h.size)
+		if h.onHost {
+			h.ledger.host.give(h.size)
 		} else {
 			h.ledger.giveOutside(charge(h.size))
 		}
