@@ -62,13 +62,11 @@ type stitchModel struct {
 	partial        map[*modelGranule]bool // granules with used and free bytes
 	spare          []*modelGranule        // granules with no used byte
 	held, peakHeld uint64
-	live, peakLive uint64
 	blocks         map[uint32][]piece
-	sizes          map[uint32]uint64
 }
 
 func newStitchModel(repack bool) *stitchModel {
-	return &stitchModel{repack: repack, partial: map[*modelGranule]bool{}, blocks: map[uint32][]piece{}, sizes: map[uint32]uint64{}}
+	return &stitchModel{repack: repack, partial: map[*modelGranule]bool{}, blocks: map[uint32][]piece{}}
 }
 
 // repackLive moves the live bytes to as few granules as hold them without
@@ -274,28 +272,22 @@ func (m *stitchModel) place(size uint64) []piece {
 	return ps
 }
 
-func (m *stitchModel) replay(ops []traces.Op) {
-	for _, op := range ops {
-		switch op.Kind {
-		case traces.Alloc, traces.AllocAsync:
-			size := (op.Size + pool.Alignment - 1) &^ (pool.Alignment - 1)
-			m.blocks[op.ID] = m.place(size)
-			m.sizes[op.ID] = size
-			m.live += size
-			m.peakLive = max(m.peakLive, m.live)
-		case traces.Free, traces.FreeAsync:
-			for _, p := range m.blocks[op.ID] {
-				m.give(p)
-			}
-			m.live -= m.sizes[op.ID]
-			delete(m.blocks, op.ID)
-		case traces.Sync:
-			if m.repack {
-				m.repackLive()
-			}
-		}
+func (m *stitchModel) alloc(id uint32, size uint64) { m.blocks[id] = m.place(size) }
+
+func (m *stitchModel) release(id uint32) {
+	for _, p := range m.blocks[id] {
+		m.give(p)
+	}
+	delete(m.blocks, id)
+}
+
+func (m *stitchModel) sync() {
+	if m.repack {
+		m.repackLive()
 	}
 }
+
+func (m *stitchModel) peakReserved() uint64 { return m.peakHeld }
 
 // addressModel is the one-address model: free address ranges (sorted,
 // merged; the address space is unbounded) and the used bytes of each
@@ -304,7 +296,6 @@ type addressModel struct {
 	free           [][2]uint64
 	used           map[uint64]uint64
 	held, peakHeld uint64
-	live, peakLive uint64
 	blocks         map[uint32][2]uint64
 }
 
@@ -382,21 +373,45 @@ func (m *addressModel) give(r [2]uint64) {
 	}
 }
 
-func (m *addressModel) replay(ops []traces.Op) {
+func (m *addressModel) alloc(id uint32, size uint64) { m.blocks[id] = m.place(size) }
+
+func (m *addressModel) release(id uint32) {
+	m.give(m.blocks[id])
+	delete(m.blocks, id)
+}
+
+func (m *addressModel) sync() {}
+
+func (m *addressModel) peakReserved() uint64 { return m.peakHeld }
+
+// placementModel is a model of placement that replayModel drives.
+type placementModel interface {
+	alloc(id uint32, size uint64) // a request, rounded to Alignment
+	release(id uint32)
+	sync()
+	peakReserved() uint64
+}
+
+// replayModel replays ops on m and returns its peak reserved ÷ peak live.
+func replayModel(m placementModel, ops []traces.Op) float64 {
+	var live, peakLive uint64
+	sizes := map[uint32]uint64{}
 	for _, op := range ops {
 		switch op.Kind {
 		case traces.Alloc, traces.AllocAsync:
 			size := (op.Size + pool.Alignment - 1) &^ (pool.Alignment - 1)
-			m.blocks[op.ID] = m.place(size)
-			m.live += size
-			m.peakLive = max(m.peakLive, m.live)
+			m.alloc(op.ID, size)
+			sizes[op.ID] = size
+			live += size
+			peakLive = max(peakLive, live)
 		case traces.Free, traces.FreeAsync:
-			r := m.blocks[op.ID]
-			m.give(r)
-			m.live -= r[1] - r[0]
-			delete(m.blocks, op.ID)
+			m.release(op.ID)
+			live -= sizes[op.ID]
+		case traces.Sync:
+			m.sync()
 		}
 	}
+	return float64(m.peakReserved()) / float64(peakLive)
 }
 
 // BenchmarkStitchFloor reports the models' peak reserved ÷ peak live on each
@@ -408,21 +423,19 @@ func BenchmarkStitchFloor(b *testing.B) {
 		ops := loadTrace(b, ref.File)
 		for _, repack := range []bool{false, true} {
 			b.Run(fmt.Sprintf("%s/repacked=%t", ref.File, repack), func(b *testing.B) {
-				var m *stitchModel
+				var ratio float64
 				for range b.N {
-					m = newStitchModel(repack)
-					m.replay(ops)
+					ratio = replayModel(newStitchModel(repack), ops)
 				}
-				b.ReportMetric(float64(m.peakHeld)/float64(m.peakLive), "reserved/live")
+				b.ReportMetric(ratio, "reserved/live")
 			})
 		}
 		b.Run(ref.File+"/one-address", func(b *testing.B) {
-			var m *addressModel
+			var ratio float64
 			for range b.N {
-				m = newAddressModel()
-				m.replay(ops)
+				ratio = replayModel(newAddressModel(), ops)
 			}
-			b.ReportMetric(float64(m.peakHeld)/float64(m.peakLive), "reserved/live")
+			b.ReportMetric(ratio, "reserved/live")
 		})
 	}
 }
