@@ -256,27 +256,26 @@
 // completed markers are polled and, when the pending bytes could serve the
 // request, the pool synchronizes, as it does before growing; then the best
 // cached block, the static reserve, or a new arena. A cached block chosen by
-// its class's index that lies on unmapped granules gives way to the free
-// block of any class needing fewer, the fewest among 4 per class, smallest
-// first: the free bytes of partly used granules serve any class, and each
-// granule not mapped is memory not held, or not taken from under another
-// free range, and a driver call not made. A host granule (below) counts as an
-// unmapped one, so a block on device granules alone is preferred to one on
-// either. If the quota cannot give
-// the granules the pool synchronizes for everything freed, then places the
-// block in the free block of any class where it needs the fewest granules
-// (a scan of every free block: the free parts of partly used granules serve
-// requests of any class), else in an arena of its own, rounded up to the
+// its class's index that lies on unmapped granules gives way to the free block
+// of any class needing fewer, the fewest among 4 per class, smallest first:
+// the free bytes of partly used granules serve any class, and each granule not
+// mapped is memory not held, or not taken from under another free range, and a
+// driver call not made. A host granule (below) counts as an unmapped one, so a
+// block on device granules alone is preferred to one on either. If the quota
+// cannot give the granules the pool synchronizes for everything freed, then
+// places the block in the free block of any class where it needs the fewest
+// granules (a scan of every free block: the free parts of partly used granules
+// serve requests of any class), else in an arena of its own, rounded up to the
 // granularity, where it needs ceil(size/granule) granules, then spills or
 // refuses: a request is refused only when no free block can be given its
 // granules and the quota minus the granules holding used bytes cannot hold
-// ceil(size/granule) granules. Free granules, then idle ones oldest first, go back to the device
-// while the cached memory (physical memory not live) exceeds
-// Options.ReleaseThreshold, and when promotion needs room. Options.Reserve
-// remains a fixed segment, which every class uses first. Arenas hold only
-// address space: one emptied while its class has another is freed, the rest
-// by Close, with every granule. Stats.Segments counts arenas, and
-// Stats.LargestFreeBlock free address space, which is not a bound on what
+// ceil(size/granule) granules. Free granules, then idle ones oldest first, go
+// back to the device while the cached memory (physical memory not live)
+// exceeds Options.ReleaseThreshold, and when promotion needs room.
+// Options.Reserve remains a fixed segment, which every class uses first.
+// Arenas hold only address space: one emptied while its class has another is
+// freed, the rest by Close, with every granule. Stats.Segments counts arenas,
+// and Stats.LargestFreeBlock free address space, which is not a bound on what
 // can be served; Stats.Granules counts the physical granules held.
 //
 // With Options.Oversubscribe, spilling is page-granular: when the quota
@@ -342,47 +341,46 @@
 // each need tens of GB of activations, 4.4 GB.
 //
 // Cost: handing out or freeing a block visits the ceil(size/granule)+1
-// granules it touches, O(1) for a block up to a granule, plus, when the
-// block its index finds lies on unmapped granules, up to 12 more free blocks
-// (4 per class) and their granules, and one VirtualBacking.Map per granule
-// mapped and one Unmap per idle granule taken from elsewhere (a driver call
-// each, microseconds on a device: BenchmarkTraceVirtual reports maps per
-// allocation: 0.06 on the inference trace, 0.05 on random churn, 5.2 on the
-// training trace, whose allocations touch 11.7 granules on average; without
-// the look at other free blocks 0.06, 0.09 and 6.6). On the inference trace
-// that look costs 100 to 200 ns per allocation in the simulator and saves
-// nothing: its small requests find their class's arena unmapped and take
-// free bytes of the medium class's granules, each time. Fragmentation: the only
-// physical memory not live is idle and free granules (within the release
-// threshold), pending and stream-owned blocks, and the free parts of granules
-// that also hold used bytes: less than two granules per free range between
-// used blocks, and less than the range itself. Measured (peak reserved ÷ peak
-// live, unbounded quota, BenchmarkTraceVirtual, fixed segments in brackets):
-// Qwen2.5-32B inference 1.001 (1.004), training steps 1.000 (1.033), random
-// churn 1.146 (1.240; 1.168 without the look at other classes' free
-// blocks). At random churn's peak (1,174 MiB held for 1,022 MiB live) 135
-// MiB are the free parts of granules that also hold used bytes and 16 MiB
-// pending or stream-owned blocks: its free ranges average about a granule,
-// so removing whole free granules from under them reclaims little.
-// BenchmarkStitchFloor replays the traces on two models of placement freer
-// than the pool (frees complete at once; each request searches every
-// granule or free range for the fewest granules with no used byte, then the
-// least left free beside used bytes). With each granule mapped at one
-// address, as in the pool, random churn peaks at 1.105. Mapped at any
-// number of addresses, any granule's free tail and any other's free head
-// beginning and ending a block (GMLake's stitching taken to its limit), it
-// peaks at 1.058: a granule mapped at several addresses, not a better
-// search, is what getting near 1.05 would take. Moving live bytes does not get lower: an address fixes
-// where in its granule each byte lies, so moving can only gather onto one
-// granule, mapped at each of their addresses, bytes of partly used granules
-// that lie at disjoint offsets; the stitching model gathering them into the
-// fewest granules possible at every synchronization of the trace (where
-// moving is safe) peaks at 1.064: the 1,000 operations between two
-// synchronizations turn the live set over. The pool does not move live
-// bytes to save memory. Under a quota the pressure path scans every free
-// block for the placement needing the fewest new granules: random churn
-// under 1.10 × its peak live bytes refuses 0.40% of its requests (fixed
-// segments 0.69%), and under 1.05 × 1.98% (2.40%).
+// granules it touches, O(1) for a block up to a granule, plus, when the block
+// its index finds lies on unmapped granules, up to 12 more free blocks (4 per
+// class) and their granules, and one VirtualBacking.Map per granule mapped and
+// one Unmap per idle granule taken from elsewhere (a driver call each,
+// microseconds on a device: BenchmarkTraceVirtual reports maps per allocation:
+// 0.06 on the inference trace, 0.05 on random churn, 5.2 on the training
+// trace, whose allocations touch 11.7 granules on average; without the look at
+// other free blocks 0.06, 0.09 and 6.6). On the inference trace that look
+// costs 100 to 200 ns per allocation in the simulator and saves nothing: its
+// small requests find their class's arena unmapped and take free bytes of the
+// medium class's granules, each time. Fragmentation: the only physical memory
+// not live is idle and free granules (within the release threshold), pending
+// and stream-owned blocks, and the free parts of granules that also hold used
+// bytes: less than two granules per free range between used blocks, and less
+// than the range itself. Measured (peak reserved ÷ peak live, unbounded quota,
+// BenchmarkTraceVirtual, fixed segments in brackets): Qwen2.5-32B inference
+// 1.001 (1.004), training steps 1.000 (1.033), random churn 1.146 (1.240;
+// 1.168 without the look at other classes' free blocks). At random churn's
+// peak (1,174 MiB held for 1,022 MiB live) 135 MiB are the free parts of
+// granules that also hold used bytes and 16 MiB pending or stream-owned
+// blocks: its free ranges average about a granule, so removing whole free
+// granules from under them reclaims little. BenchmarkStitchFloor replays the
+// traces on two models of placement freer than the pool (frees complete at
+// once; each request searches every granule or free range for the fewest
+// granules with no used byte, then the least left free beside used bytes).
+// With each granule mapped at one address, as in the pool, random churn peaks
+// at 1.105. Mapped at any number of addresses, any granule's free tail and any
+// other's free head beginning and ending a block (GMLake's stitching taken to
+// its limit), it peaks at 1.058: a granule mapped at several addresses, not a
+// better search, is what getting near 1.05 would take. Moving live bytes does
+// not get lower: an address fixes where in its granule each byte lies, so
+// moving can only gather onto one granule, mapped at each of their addresses,
+// bytes of partly used granules that lie at disjoint offsets; the stitching
+// model gathering them into the fewest granules possible at every
+// synchronization of the trace (where moving is safe) peaks at 1.064: the
+// 1,000 operations between two synchronizations turn the live set over. The
+// pool does not move live bytes to save memory. Under a quota the pressure
+// path scans every free block for the placement needing the fewest new
+// granules: random churn under 1.10 × its peak live bytes refuses 0.40% of its
+// requests (fixed segments 0.69%), and under 1.05 × 1.98% (2.40%).
 //
 // # Failures
 //
