@@ -146,11 +146,15 @@ SPILLWAY_REAL(cudaError_t, thread_exchange_stream_capture_mode,
               cudaThreadExchangeStreamCaptureMode, (int *mode))
 SPILLWAY_REAL(CUresult, cu_stream_query, cuStreamQuery, (CUstream hStream))
 /* A stream's capture status and the graph it builds (a block freed in it is
- * the graph's). */
+ * the graph's). CUDA 12's form takes six arguments; CUDA 13's inserts
+ * edgeData_out before numDependencies_out. Declared with seven and called
+ * with NULL for every output but status and graph, it reads only NULLs in
+ * either: a six-argument callee never looks at the seventh (x86-64 passes
+ * it on the stack). */
 SPILLWAY_REAL(cudaError_t, stream_get_capture_info, cudaStreamGetCaptureInfo,
               (cudaStream_t stream, int *captureStatus_out, unsigned long long *id_out,
                cudaGraph_t *graph_out, const cudaGraphNode_t **dependencies_out,
-               size_t *numDependencies_out))
+               const void **edgeData_out, size_t *numDependencies_out))
 SPILLWAY_REAL(CUresult, cu_stream_get_capture_info, cuStreamGetCaptureInfo_v2,
               (CUstream hStream, int *captureStatus_out, cuuint64_t *id_out, CUgraph *graph_out,
                const CUgraphNode **dependencies_out, size_t *numDependencies_out))

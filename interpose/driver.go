@@ -245,7 +245,7 @@ static CUresult vmm_unmap(const struct spillway_real *r, CUcontext ctx, uint64_t
 	IN_CONTEXT(r->cu_mem_unmap((CUdeviceptr)va, (size_t)size));
 	return rc;
 }
-// vmm_copy copies size bytes between two mapped ranges and waits for the
+// copy_and_wait copies size bytes between two mapped ranges and waits for the
 // copy: a device-to-device cuMemcpy may return before it completes.
 static CUresult copy_and_wait(const struct spillway_real *r, uint64_t dst, uint64_t src, uint64_t size) {
 	CUresult rc = r->cu_memcpy_dtod((CUdeviceptr)dst, (CUdeviceptr)src, (size_t)size);

@@ -238,7 +238,7 @@ static cudaError_t call_stream_query(const struct spillway_real *r, int device, 
 static struct out call_stream_capture_graph(const struct spillway_real *r, int device, uint64_t stream) {
 	int status = 0;
 	cudaGraph_t graph = NULL;
-	GUARDED(r->stream_get_capture_info((cudaStream_t)(uintptr_t)stream, &status, NULL, &graph, NULL, NULL));
+	GUARDED(r->stream_get_capture_info((cudaStream_t)(uintptr_t)stream, &status, NULL, &graph, NULL, NULL, NULL));
 	return (struct out){(uint64_t)status, (uint64_t)(uintptr_t)graph, rc};
 }
 static struct out call_thread_exchange_stream_capture_mode(const struct spillway_real *r, int device, int mode) {

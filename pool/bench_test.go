@@ -204,7 +204,7 @@ func (t replayTarget) Sync() error {
 
 // loadTrace loads a reference trace and appends frees of what it leaves
 // live, so it can be replayed again and again.
-func loadTrace(b *testing.B, file string) []traces.Op {
+func loadTrace(b testing.TB, file string) []traces.Op {
 	ops, err := traces.Load(filepath.Join("..", "tests", "traces", file))
 	if err != nil {
 		b.Fatal(err)

@@ -34,7 +34,8 @@ func (p *Pool) SyncEnd(t SyncTicket) error {
 	p.stats.ExternalSyncs++
 	p.synced(t.cut)
 	p.promoteQuietly()
-	if p.migration != nil {
+	// The promotion pass may have released the lock, and Close begun.
+	if p.migration != nil && !p.closed {
 		p.migrate()
 	}
 	return nil

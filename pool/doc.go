@@ -335,7 +335,9 @@
 // spill when allocated, as without migration: 41% of the peak live bytes at
 // the peak, BenchmarkSpillVirtual's peak-spilled/live); replayed under the shim
 // at 1/64 scale (tests/tracetest), touches of spilled memory fall from 16.2%
-// to 9.4% (by bytes, from 46.1% to 26.9%), for 65,408 bytes moved per step.
+// to 9.4% (by bytes, from 46.1% to 26.9%), for 65,408 bytes moved per step
+// (granules stay 2 MiB at that scale, so this is not 1/64 of the figure
+// above).
 // Where nothing repeats it costs: on the random-churn trace it moves
 // 291 MB per synchronization, and on the training trace, whose three steps
 // each need tens of GB of activations, 4.4 GB.

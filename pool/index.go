@@ -174,16 +174,3 @@ func (x *index) largest() uint64 {
 	}
 	return max
 }
-
-// each calls f with every block of the index.
-func (x *index) each(f func(*block)) {
-	for fl := range flCount {
-		if row := x.heads[fl]; row != nil {
-			for sl := range slCount {
-				for b := row[sl]; b != nil; b = b.nextFree {
-					f(b)
-				}
-			}
-		}
-	}
-}

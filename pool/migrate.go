@@ -26,35 +26,36 @@ type GranuleMover interface {
 // migration is the state of Options.Migrate.
 type migration struct {
 	mover GranuleMover
-	// order lists the host granules (virtualMemory.spilled) in the order
-	// they were spilled; an entry whose granule went back to the host or to
-	// the device since (its spill number differs) is skipped, and dropped
-	// when the list is compacted.
-	order []spill
+	// order lists the host granules in the order they were spilled; an
+	// entry whose granule went back to the host or to the device since (its
+	// spill number differs) is skipped, and dropped when the list is
+	// compacted.
+	order []spillEntry
 }
 
-// spill is a Spill reported for the granule at va, the n-th.
-type spill struct{ va, n uint64 }
+// spillEntry is the n-th Spill, reported for granule g.
+type spillEntry struct {
+	g *granule
+	n uint64
+}
 
 // current reports whether s is the granule's Spill still in force.
-func (s spill) current(v *virtualMemory) bool {
-	n, ok := v.spilled[s.va]
-	return ok && n == s.n
-}
+func (s spillEntry) current() bool { return s.g.spillN == s.n }
 
-// spilledGranule reports the host granule at va to the Observer.
-func (p *Pool) spilledGranule(va uint64) {
+// spilledGranule reports the host granule g to the Observer.
+func (p *Pool) spilledGranule(g *granule) {
 	v := p.virt
 	v.spills++
-	v.spilled[va] = v.spills
+	v.spilledNow++
+	g.spillN = v.spills
 	if m := p.migration; m != nil {
-		if len(m.order) > 2*len(v.spilled)+64 {
-			m.order = slices.DeleteFunc(m.order, func(s spill) bool { return !s.current(v) })
+		if len(m.order) > 2*v.spilledNow+64 {
+			m.order = slices.DeleteFunc(m.order, func(s spillEntry) bool { return !s.current() })
 		}
-		m.order = append(m.order, spill{va, v.spills})
+		m.order = append(m.order, spillEntry{g, v.spills})
 	}
 	if p.obs != nil {
-		p.obs.Spill(va, v.gran, TierPinned)
+		p.obs.Spill(g.va, v.gran, TierPinned)
 	}
 }
 
@@ -87,12 +88,12 @@ func (p *Pool) migrate() {
 	}
 	var hot, cold []*granule
 	for _, s := range p.migration.order {
-		if s.current(v) {
-			if g := p.granuleAt(s.va); g.hot == epoch {
-				hot = append(hot, g)
-			} else {
-				cold = append(cold, g)
-			}
+		switch {
+		case !s.current():
+		case s.g.hot == epoch:
+			hot = append(hot, s.g)
+		default:
+			cold = append(cold, s.g)
 		}
 	}
 	var err error
@@ -110,12 +111,6 @@ func (p *Pool) migrate() {
 	}
 }
 
-// granuleAt returns the granule of an arena at address va.
-func (p *Pool) granuleAt(va uint64) *granule {
-	seg := p.segmentOf(va)
-	return &seg.granules[(va-seg.base)>>p.virt.shift]
-}
-
 // deviceRoom is how many granules of device memory the pool can map without
 // unmapping a used one: free and idle granules, and the ledger's headroom.
 func (p *Pool) deviceRoom() int {
@@ -127,7 +122,6 @@ func (p *Pool) deviceRoom() int {
 // coldest first (ties: lowest address), never one that is hot in the
 // interval that just ended, and stops early at the host limit.
 func (p *Pool) demote(n int, epoch uint64) error {
-	v := p.virt
 	var cands []*granule
 	for _, seg := range p.segs {
 		for i := range seg.granules {
@@ -140,10 +134,9 @@ func (p *Pool) demote(n int, epoch uint64) error {
 		return cmp.Or(cmp.Compare(a.hot, b.hot), cmp.Compare(a.va, b.va))
 	})
 	for _, g := range cands[:min(n, len(cands))] {
-		if p.hostBytes+v.gran > p.opt.HostLimit {
-			return nil
-		}
-		if err := p.demoteGranule(g); err != nil {
+		if err := p.demoteGranule(g); errors.Is(err, errNoPhysical) {
+			return nil // the host limit is reached
+		} else if err != nil {
 			return err
 		}
 	}
@@ -167,7 +160,7 @@ func (p *Pool) demoteGranule(g *granule) error {
 	v.free = append(v.free, g.handle)
 	g.handle, g.host = h, true
 	p.stats.DemotedTotal += v.gran
-	p.spilledGranule(g.va)
+	p.spilledGranule(g)
 	return nil
 }
 
@@ -194,7 +187,8 @@ func (p *Pool) promoteGranules(granules []*granule, keep int) error {
 		host := g.handle
 		g.handle, g.host = h, false
 		p.releaseHostGranule(host)
-		delete(v.spilled, g.va)
+		g.spillN = 0
+		v.spilledNow--
 		p.stats.PromotedTotal += v.gran
 		if p.obs != nil {
 			p.obs.Promote(g.va, v.gran, TierPinned)

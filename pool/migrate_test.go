@@ -212,3 +212,33 @@ func TestMigrateOptions(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestMigrateHotHostGranules: a host granule handed out on in the interval
+// just ended is hot: it is promoted, making room by demoting the coldest
+// device granule, never a hot one. A host granule that only cold device
+// granules could make room for stays on the host while every device granule
+// is hot.
+func TestMigrateHotHostGranules(t *testing.T) {
+	h, f, obs := migrateHarness(t)
+	a := h.mustAlloc(4 * granule)
+	h.mustAlloc(4 * granule) // the device is full
+	c := h.mustAlloc(granule)
+	if !f.HostGranules()[c] {
+		t.Fatalf("%#x on the device with the quota full", c)
+	}
+	h.appSync()
+	if vc := f.VirtualCounts(); vc.Moves != 0 || !f.HostGranules()[c] {
+		t.Fatalf("%d moves with every device granule hot (host granules %v), want none", vc.Moves, f.HostGranules())
+	}
+
+	// The next interval hands out e, on the host: it is hot, the device
+	// granules now cold; the coldest (lowest address) makes room for it.
+	e := h.mustAlloc(granule)
+	h.appSync()
+	obs.check(t, f, "after the moves")
+	host := f.HostGranules()
+	if vc := f.VirtualCounts(); vc.Moves != 2 || host[e] || !host[c] || !host[a] {
+		t.Fatalf("%d moves, host granules %v; want 2: e %#x promoted, a's first granule %#x demoted, c %#x left", vc.Moves, host, e, a, c)
+	}
+	h.closeVirtual()
+}

@@ -518,7 +518,7 @@ func (p *Pool) retire(b *block) {
 // the memory is still held, so the block stays live and a retried free
 // releases it.
 func (p *Pool) revive(b *block) {
-	p.live.put(b.base, b)
+	p.live.put(b)
 	p.stats.LiveBytes += b.used
 	p.stats.LiveBlocks++
 	p.stats.Frees--
@@ -730,7 +730,7 @@ func (p *Pool) hand(b *block, size uint64, src Source) uint64 {
 	}
 	b.state = stateLive
 	b.used = size
-	p.live.put(b.base, b)
+	p.live.put(b)
 	p.segLive += b.size
 	p.stats.LiveBytes += size
 	p.stats.LiveBlocks++

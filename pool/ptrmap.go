@@ -61,22 +61,20 @@ func (m *ptrMap) put(key uint64, b *block) {
 }
 
 // del removes key, shifting back the entries of its probe run so lookups
-// never need tombstones, and returns the removed entry's block (nil if key
-// was not there).
-func (m *ptrMap) del(key uint64) *block {
+// never need tombstones.
+func (m *ptrMap) del(key uint64) {
 	if m.count == 0 {
-		return nil
+		return
 	}
 	slots := m.slots
 	mask := len(slots) - 1
 	i := m.home(key)
 	for slots[i].key != key {
 		if slots[i].key == 0 {
-			return nil
+			return
 		}
 		i = (i + 1) & mask
 	}
-	removed := slots[i].b
 	m.count--
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
 		s := slots[j]
@@ -91,7 +89,6 @@ func (m *ptrMap) del(key uint64) *block {
 		}
 	}
 	slots[i] = ptrSlot{}
-	return removed
 }
 
 func (m *ptrMap) resize(n int) {
@@ -145,8 +142,8 @@ func (m *liveMap) get(key uint64) *block {
 	return m.old.get(key)
 }
 
-// put adds b at key, which must not be in the map.
-func (m *liveMap) put(key uint64, b *block) {
+// put adds b, which must not be in the map, at its address.
+func (m *liveMap) put(b *block) {
 	if aged := m.order[m.next]; aged != nil {
 		m.young.del(aged.base)
 		aged.ringSlot = 0
@@ -156,7 +153,7 @@ func (m *liveMap) put(key uint64, b *block) {
 	m.next++
 	b.ringSlot = uint16(m.next)
 	m.next %= youngBlocks
-	m.young.put(key, b)
+	m.young.put(b.base, b)
 }
 
 // remove removes b, which is in the map: from the table its ringSlot names.

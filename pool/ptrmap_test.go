@@ -72,7 +72,7 @@ func TestLiveMapAgreesWithABuiltInMap(t *testing.T) {
 				b, freed = freed[n-1], freed[:n-1]
 			}
 			b.base = k
-			m.put(k, b)
+			m.put(b)
 			ref[k] = b
 			keys = append(keys, k)
 		} else {

@@ -439,3 +439,17 @@ func BenchmarkStitchFloor(b *testing.B) {
 		})
 	}
 }
+
+// TestPlacementModels replays the training trace (small enough for every
+// run) on each model: a model that held less than the live bytes, or
+// placed a block on bytes in use (take panics), would be wrong.
+func TestPlacementModels(t *testing.T) {
+	ops := loadTrace(t, "training-step.trace.gz")
+	for name, m := range map[string]placementModel{
+		"stitching": newStitchModel(false), "stitching, repacked": newStitchModel(true), "one-address": newAddressModel(),
+	} {
+		if ratio := replayModel(m, ops); ratio < 1 {
+			t.Errorf("%s model: peak reserved ÷ peak live %.3f, below 1", name, ratio)
+		}
+	}
+}

@@ -40,7 +40,7 @@ func (p *Pool) passThrough(size uint64, async bool, s Stream) (uint64, error) {
 }
 
 func (p *Pool) addLive(b *block, src Source) {
-	p.live.put(b.base, b)
+	p.live.put(b)
 	p.stats.LiveBytes += b.used
 	p.stats.LiveBlocks++
 	p.stats.PeakLiveBytes = max(p.stats.PeakLiveBytes, p.stats.LiveBytes)

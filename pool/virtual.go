@@ -56,13 +56,16 @@ var errNoPhysical = errors.New("no physical granule available")
 
 // granule is one granularity-sized piece of an arena's address range.
 type granule struct {
-	va       uint64
-	used     uint64 // bytes of blocks on it that are not free (live, pending, stream-owned)
-	handle   uint64 // physical memory mapped here, when mapped
-	mapped   bool
-	host     bool   // the memory mapped here is host-located (spilled)
-	newHost  bool   // host memory mapped by the placement in progress, not yet reported
-	hot      uint64 // the last interval (virtualMemory.epoch) a block was handed out on it
+	va      uint64
+	used    uint64 // bytes of blocks on it that are not free (live, pending, stream-owned)
+	handle  uint64 // physical memory mapped here, when mapped
+	mapped  bool
+	host    bool   // the memory mapped here is host-located (spilled)
+	newHost bool   // host memory mapped by the placement in progress, not yet reported
+	hot     uint64 // the last interval (virtualMemory.epoch) a block was handed out on it
+	// spillN is the number of the Spill reported for this host granule
+	// (virtualMemory.spills) while no Free or Promote has ended it; else 0.
+	spillN   uint64
 	inIdle   bool
 	prevIdle *granule
 	nextIdle *granule
@@ -116,11 +119,10 @@ type virtualMemory struct {
 	// a granule a block is handed out on is stamped with it (granule.hot).
 	epoch  uint64
 	arenas [numClasses]int
-	// spilled are the host granules reported to the Observer by Spill and
-	// not yet by Free or Promote, by address, each with the number of its
-	// Spill (spills counts them).
-	spilled map[uint64]uint64
-	spills  uint64
+	// spills numbers the Spills reported (granule.spillN), and spilledNow
+	// counts the granules whose Spill is in force.
+	spills     uint64
+	spilledNow int
 }
 
 func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
@@ -132,7 +134,7 @@ func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
 	for 1<<shift < g {
 		shift++
 	}
-	return &virtualMemory{back: back, gran: g, shift: shift, spilled: map[uint64]uint64{}}, nil
+	return &virtualMemory{back: back, gran: g, shift: shift}, nil
 }
 
 // allocateVirtual serves a pooled request of size aligned bytes with virtual
@@ -201,8 +203,11 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 // that maps fewer (preferDeviceMapped).
 func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (*block, Source, error) {
 	b := p.fromCache(size, class, c, ownClass)
-	if b != nil && !p.needsNewGranules(b, size) {
-		return p.preferDeviceMapped(b, size), SourceCache, nil
+	if b != nil {
+		unmapped, idle, host := p.virt.shortOf(b, size)
+		if !p.needsNew(unmapped, idle) {
+			return p.preferDeviceMapped(b, size, unmapped+host), SourceCache, nil
+		}
 	}
 	if p.pollMarkers() {
 		b = p.fromCache(size, class, c, ownClass)
@@ -214,7 +219,8 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (*block, Sou
 		b = p.fromCache(size, class, c, ownClass)
 	}
 	if b != nil {
-		return p.preferDeviceMapped(b, size), SourceCache, nil
+		unmapped, _, host := p.virt.shortOf(b, size)
+		return p.preferDeviceMapped(b, size, unmapped+host), SourceCache, nil
 	}
 	if p.opt.Reserve > 0 {
 		// A static reserve (a fixed segment) serves every class first.
@@ -233,40 +239,50 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (*block, Sou
 // keep a placement O(1).
 const placementScan = 4
 
-// preferDeviceMapped returns b, the cached block chosen to serve size bytes, or,
-// when the first size bytes of b lie on unmapped or host granules, the free
-// block of any class that lies on fewer (placementCost), the fewest among
-// placementScan visited in each class, smallest first. The free bytes of
-// partly used granules serve any class, and each granule not mapped is
-// physical memory the pool need not hold, or take from under another free
-// range, and a driver call it does not make. (A class with no arena yet
-// still reserves one: trying the other classes' free blocks first was
-// measured worse, 1.156 on random churn, since the class's requests then
-// miss its empty index every time.)
-func (p *Pool) preferDeviceMapped(b *block, size uint64) *block {
-	v := p.virt
-	fewest := v.placementCost(b, size, math.MaxInt)
-	for k := 0; k < numClasses && fewest > 0; k++ {
+// preferDeviceMapped returns b, the cached block chosen to serve size bytes,
+// or, when the first size bytes of b lie on cost granules that are not
+// device memory already mapped (unmapped ones, which need memory, and host
+// ones, on which a block is spilled from its first access), the free block
+// of any class that lies on fewer, the fewest among placementScan visited in
+// each class, smallest first. The free bytes of partly used granules serve
+// any class, and each granule not mapped is physical memory the pool need
+// not hold, or take from under another free range, and a driver call it
+// does not make. (A class with no arena yet still reserves one: trying the
+// other classes' free blocks first was measured worse, 1.156 on random
+// churn, since the class's requests then miss its empty index every time.
+// Counting a host granule as more than any number of unmapped ones kept as
+// many accesses on the device on the Qwen2.5-32B trace at 60% of its peak,
+// tests/tracetest, and spilled more of random churn, BenchmarkSpillVirtual:
+// 0.633 of its peak live bytes at the peak against 0.607, new host granules
+// being made where free bytes of those already made would have done.)
+func (p *Pool) preferDeviceMapped(b *block, size uint64, cost int) *block {
+	for k := 0; k < numClasses && cost > 0; k++ {
 		p.idx[k].scan(size, placementScan, func(c *block) bool {
 			if c == b || c.seg.granules == nil {
 				return true // the reserve, a fixed segment, was tried first
 			}
-			if n := v.placementCost(c, size, fewest); n < fewest {
-				b, fewest = c, n
+			if unmapped, _, host := p.virt.shortOf(c, size); unmapped+host < cost {
+				b, cost = c, unmapped+host
 			}
-			return fewest > 0
+			return cost > 0
 		})
 	}
 	return b
 }
 
 // needsNewGranules reports whether handing out the first size bytes of b
-// would create physical memory: more of its granules are unmapped than there
-// are free granules and idle ones elsewhere.
+// would create physical memory.
 func (p *Pool) needsNewGranules(b *block, size uint64) bool {
+	unmapped, idle, _ := p.virt.shortOf(b, size)
+	return p.needsNew(unmapped, idle)
+}
+
+// needsNew reports whether mapping unmapped granules, with idle more under
+// the same block, would create physical memory: there are fewer free
+// granules and idle ones elsewhere.
+func (p *Pool) needsNew(unmapped, idle int) bool {
 	v := p.virt
-	unmapped, idleHere := v.shortOf(b, size)
-	return unmapped > len(v.free)+v.idle.n-idleHere
+	return unmapped > len(v.free)+v.idle.n-idle
 }
 
 // growVirtual reserves an arena for class large enough for size bytes (of
@@ -337,53 +353,25 @@ func (v *virtualMemory) granuleRange(seg *segment, base, size uint64) (first, la
 }
 
 // shortOf returns how many granules under the first size bytes of b are not
-// mapped and how many are idle, for a free block of an arena; a stream-owned
-// block's memory is mapped and used, and the reserve is a fixed segment.
-func (v *virtualMemory) shortOf(b *block, size uint64) (unmapped, idle int) {
+// mapped, how many are idle and how many are mapped to host memory, for a
+// free block of an arena; a stream-owned block's memory is mapped and used,
+// and the reserve is a fixed segment.
+func (v *virtualMemory) shortOf(b *block, size uint64) (unmapped, idle, host int) {
 	if b.state != stateFree || b.seg.granules == nil {
-		return 0, 0
+		return 0, 0, 0
 	}
 	first, last := v.granuleRange(b.seg, b.base, size)
-	if first == last {
-		switch g := &b.seg.granules[first]; {
-		case !g.mapped:
-			return 1, 0
-		case g.inIdle:
-			return 0, 1
-		}
-		return 0, 0
-	}
 	for i := first; i <= last; i++ {
-		if g := &b.seg.granules[i]; !g.mapped {
+		switch g := &b.seg.granules[i]; {
+		case !g.mapped:
 			unmapped++
-		} else if g.inIdle {
+		case g.inIdle:
 			idle++
+		case g.host:
+			host++
 		}
 	}
-	return unmapped, idle
-}
-
-// placementCost counts the granules under the first size bytes of b, for a
-// free block of an arena (0 for any other), that are not device memory
-// already mapped: unmapped ones, which need memory, and host ones, on which
-// a block is spilled from its first access. It stops counting at limit.
-// (Counting a host granule as more than any number of unmapped ones kept as
-// many accesses on the device on the Qwen2.5-32B trace at 60% of its peak,
-// tests/tracetest, and spilled more of random churn, BenchmarkSpillVirtual:
-// 0.633 of its peak live bytes at the peak against 0.607, new host granules
-// being made where free bytes of those already made would have done.)
-func (v *virtualMemory) placementCost(b *block, size uint64, limit int) int {
-	if b.state != stateFree || b.seg.granules == nil {
-		return 0
-	}
-	first, last := v.granuleRange(b.seg, b.base, size)
-	n := 0
-	for i := first; i <= last && n < limit; i++ {
-		if g := &b.seg.granules[i]; !g.mapped || g.host {
-			n++
-		}
-	}
-	return n
+	return unmapped, idle, host
 }
 
 // commit maps physical memory under the first size bytes of b, which is about
@@ -397,7 +385,7 @@ func (p *Pool) commit(b *block, size uint64, spill bool) error {
 	v := p.virt
 	seg := b.seg
 	first, last := v.granuleRange(seg, b.base, size)
-	need, idleHere := v.shortOf(b, size)
+	need, idleHere, _ := v.shortOf(b, size)
 	if need == 0 && idleHere == 0 {
 		// The common case: every granule under the block is mapped and in
 		// use, so there is nothing to find, take or map (nor to ask the
@@ -457,7 +445,7 @@ func (p *Pool) reportSpill(seg *segment, first, last uint64) {
 	for i := first; i <= last; i++ {
 		if g := &seg.granules[i]; g.newHost {
 			g.newHost = false
-			p.spilledGranule(g.va)
+			p.spilledGranule(g)
 		}
 	}
 }
@@ -625,10 +613,11 @@ func (p *Pool) granuleUnused(g *granule) {
 // Spill, has gone back to the host.
 func (p *Pool) reportHostFree(g *granule) {
 	v := p.virt
-	if _, ok := v.spilled[g.va]; !ok {
+	if g.spillN == 0 {
 		return
 	}
-	delete(v.spilled, g.va)
+	g.spillN = 0
+	v.spilledNow--
 	if p.obs != nil {
 		p.obs.Free(g.va, v.gran, TierPinned)
 	}
@@ -717,7 +706,7 @@ func (p *Pool) closeVirtual() []error {
 	}
 	p.segs = slices.DeleteFunc(p.segs, func(s *segment) bool { return s.granules != nil })
 	v.free, v.idle, v.granule, v.arenas, v.inUse, v.inUsePeak = nil, idleList{}, 0, [numClasses]int{}, 0, 0
-	clear(v.spilled)
+	v.spilledNow = 0
 	return errs
 }
 
@@ -725,18 +714,20 @@ func (p *Pool) closeVirtual() []error {
 // bytes lie on the fewest unmapped granules (then the smallest, then the
 // lowest), or nil if none is large enough: under quota pressure, the free
 // parts of partly used granules are used before new granules are needed.
+// (preferDeviceMapped is the same search, bounded, off the pressure path.)
 func (p *Pool) fewestGranules(size uint64) *block {
 	var best *block
 	bestN := 0
 	for k := range numClasses {
-		p.idx[k].each(func(b *block) {
-			if b.size < size || b.seg.granules == nil {
-				return
+		p.idx[k].scan(size, math.MaxInt, func(b *block) bool {
+			if b.seg.granules == nil {
+				return true
 			}
-			n, _ := p.virt.shortOf(b, size)
+			n, _, _ := p.virt.shortOf(b, size)
 			if best == nil || n < bestN || n == bestN && (b.size < best.size || b.size == best.size && b.base < best.base) {
 				best, bestN = b, n
 			}
+			return true
 		})
 	}
 	return best

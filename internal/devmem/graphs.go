@@ -25,6 +25,7 @@ type graphHolds struct {
 }
 
 type graphHold struct {
+	d      *device // whose pool the blocks are of
 	blocks []interpose.DevicePtr
 	refs   int // the graph while it exists, and each executable graph
 }
@@ -33,7 +34,7 @@ type graphHold struct {
 // graph s is capturing, and reports whether it did: only while s captures.
 func (m *memory) heldByGraph(d *device, p interpose.DevicePtr, s interpose.Stream) bool {
 	real := asyncStream(pool.Stream(s))
-	if !m.graphs.begun.Load() || real == 0 {
+	if !m.graphs.begun.Load() || real == 0 || real == interpose.StreamLegacy {
 		return false // the legacy stream never captures
 	}
 	status, graph, rc := m.rt.StreamCapture(real)
@@ -51,7 +52,7 @@ func (m *memory) heldByGraph(d *device, p interpose.DevicePtr, s interpose.Strea
 	}
 	h := g.graphs[graph]
 	if h == nil {
-		h = &graphHold{refs: 1}
+		h = &graphHold{d: d, refs: 1}
 		g.graphs[graph] = h
 	}
 	h.blocks = append(h.blocks, p)
@@ -93,6 +94,22 @@ func (m *memory) graphGone(handle uint64, exec bool) {
 	for _, p := range blocks {
 		if rc := m.free(p, 0, false); rc != interpose.Success {
 			m.log.Warnf("freeing %#x, held for a CUDA graph until it was destroyed: %v", uint64(p), rc)
+		}
+	}
+}
+
+// forgetDevice drops the holds for d's pool, which a reset closes: its
+// blocks are gone with it, and a graph handle the driver gives again later
+// must not free addresses a new pool hands out.
+func (m *memory) forgetDevice(d *device) {
+	g := &m.graphs
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, table := range []map[uint64]*graphHold{g.graphs, g.execs} {
+		for handle, h := range table {
+			if h.d == d {
+				delete(table, handle)
+			}
 		}
 	}
 }

@@ -52,3 +52,33 @@ func TestGraphHolds(t *testing.T) {
 		}
 	}
 }
+
+// TestGraphHoldsEndAtReset: a reset frees what a graph held with the pool
+// it closes; destroying the graph afterwards frees nothing of the next pool.
+func TestGraphHoldsEndAtReset(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB")
+	const s = interpose.Stream(0x7000)
+	const graph = 0x9000 + uint64(s) // the fake's graph for s
+	m.graphs.begun.Store(true)
+	b, _ := m.malloc(request{size: 4096, kind: kindAsync, stream: s})
+	rt.capturing[s] = true
+	if rc := m.free(b, s, true); rc != interpose.Success || len(m.graphs.graphs) != 1 {
+		t.Fatalf("a free during a capture: %v, holds %v", rc, m.graphs.graphs)
+	}
+	delete(rt.capturing, s)
+	if rc := m.deviceReset(0); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if len(m.graphs.graphs) != 0 {
+		t.Fatalf("holds left after the reset: %v", m.graphs.graphs)
+	}
+	p, rc := m.malloc(request{size: 4096})
+	if rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	m.graphGone(graph, false)
+	if live := m.existing(0).pool.Stats().LiveBytes; live != 4096 {
+		t.Fatalf("after destroying the graph held before the reset: %d bytes live, want %#x's 4096", live, uint64(p))
+	}
+}

@@ -45,6 +45,16 @@ type deviceLedger struct {
 	host    hostAccount
 }
 
+// giveTaken returns size bytes taken outside the pool: to the host account
+// for a handle placed on the host, else to the quota.
+func (l *deviceLedger) giveTaken(size uint64, onHost bool) {
+	if onHost {
+		l.host.give(size)
+	} else {
+		l.giveOutside(charge(size))
+	}
+}
+
 // hostAccount is the host memory the program's own cuMemCreate holds on
 // this device's behalf (TakeVMMHost): admitted against the host limit of
 // the device's pool, the limit its spills use, and carried from a pool a
@@ -190,14 +200,18 @@ func (l *deviceLedger) hold(n uint64) {
 	l.mu.Unlock()
 }
 
-// reclaimFrom makes back and p (nil when the device has no pool) what the
-// ledger reclaims from, from now on.
-func (l *deviceLedger) reclaimFrom(back *backing, p *pool.Pool) {
+// usePool makes back and p (nil when the device has no pool) what the
+// ledger reclaims from, from now on, and p what admits the host account's
+// bytes; it fails if p cannot hold those the account carries over a reset.
+func (l *deviceLedger) usePool(back *backing, p *pool.Pool) error {
 	r := &reclaimers{inflight: back.makeRoom, cache: func(bool) uint64 { return 0 }}
-	if p != nil {
-		r.cache = p.ReleaseCached
+	if p == nil {
+		l.reclaim.Store(r)
+		return nil
 	}
+	r.cache = p.ReleaseCached
 	l.reclaim.Store(r)
+	return l.host.attach(p)
 }
 
 // takeOutside admits n bytes outside the pool. If the quota cannot hold
@@ -253,9 +267,10 @@ func (l *deviceLedger) removeBlock(p interpose.DevicePtr) (extBlock, bool) {
 
 // primaryReset gives back what the reset of the primary context freed
 // outside the pool (the pool gives its own back when it is closed), and
-// forgets the pool's reclaimers.
+// forgets the pool: its reclaimers, and the host account's admitting pool.
 func (l *deviceLedger) primaryReset() {
 	l.reclaim.Store(nil)
+	l.host.detach()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for p, e := range l.blocks {

@@ -253,12 +253,15 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 		back = vb
 	}
 	opt.VirtualMemory = vb != nil
-	opt.Migrate = m.cfg.Migrate && m.cfg.Oversubscribe && vb != nil
-	if m.cfg.Migrate && m.cfg.Oversubscribe && m.cfg.VMM && m.cfg.Pool && vb == nil {
+	migrate := m.cfg.Migrate && m.cfg.Oversubscribe
+	opt.Migrate = migrate && vb != nil
+	if migrate && m.cfg.VMM && m.cfg.Pool && vb == nil {
 		m.log.Warnf("device %d: %s has no effect: the pool uses fixed segments (%s=debug says why)", ordinal, config.EnvMigrate, config.EnvLogLevel)
 	}
 	p, err := pool.New(back, opt)
-	d.ledger.reclaimFrom(d.back, p)
+	if herr := d.ledger.usePool(d.back, p); herr != nil {
+		m.log.Warnf("device %d: host memory of the program's cuMemCreate made before a reset: %v", ordinal, herr)
+	}
 	if err != nil {
 		d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
 		if m.cfg.PoolReserve > d.quota {
@@ -269,11 +272,6 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 		m.log.Errorf("%v; every CUDA allocation on device %d will fail with cudaErrorInitializationError until it is fixed", d.err, ordinal)
 	}
 	d.pool = p
-	if p != nil {
-		if err := d.ledger.host.attach(p); err != nil {
-			m.log.Warnf("device %d: host memory of the program's cuMemCreate made before a reset: %v", ordinal, err)
-		}
-	}
 	m.log.Debugf("device %d: quota %d bytes (configured: %v), pool %v", ordinal, d.quota, d.limited, m.cfg.Pool)
 	return d, interpose.Success
 }
@@ -581,7 +579,7 @@ func (m *memory) deviceReset(ordinal int) interpose.Error {
 	if d := m.existing(ordinal); d != nil {
 		m.devices[ordinal].Store(nil)
 		m.refreshLive()
-		d.ledger.host.detach()
+		m.forgetDevice(d)
 		if d.pool != nil {
 			if err := d.pool.Close(); err != nil {
 				m.log.Debugf("closing the pool of device %d before cudaDeviceReset: %v", ordinal, err)

@@ -93,13 +93,8 @@ func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 
 // Give returns bytes taken on device for kind.
 func (c *Core) Give(ordinal int, size uint64, kind TakeKind) {
-	l := c.mem.ledgerAt(ordinal)
-	switch {
-	case l == nil:
-	case kind == TakeVMMHost:
-		l.host.give(size)
-	default:
-		l.giveOutside(charge(size))
+	if l := c.mem.ledgerAt(ordinal); l != nil {
+		l.giveTaken(size, kind == TakeVMMHost)
 	}
 }
 

@@ -179,7 +179,7 @@ func (v *virtualBacking) MoveGranule(va, size, from, to uint64) error {
 	err := v.Map(uint64(staging), size, to)
 	if err == nil {
 		if rc := v.vmm.Copy(staging, interpose.DevicePtr(va), size); rc != interpose.Success {
-			err = cudaErr(where+": cuMemcpyDtoD", rc)
+			err = cudaErr("cuMemcpyDtoD", rc)
 		}
 		if uerr := v.Unmap(uint64(staging), size); uerr != nil {
 			// to may still be mapped there: it cannot be mapped at va.
@@ -187,7 +187,7 @@ func (v *virtualBacking) MoveGranule(va, size, from, to uint64) error {
 		}
 	}
 	if rc := v.vmm.AddressFree(staging, size); rc != interpose.Success && err == nil {
-		err = cudaErr(where+": cuMemAddressFree of the staging range", rc)
+		err = cudaErr("cuMemAddressFree of the staging range", rc)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", where, err)

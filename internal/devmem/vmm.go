@@ -113,11 +113,7 @@ func (c *Core) VMMUnmapped(p interpose.DevicePtr, size uint64) {
 // freeIfGone gives back a handle's bytes once CUDA has freed them; v.mu is held.
 func (v *vmmLedger) freeIfGone(handle uint64, h *physical) {
 	if h.refs == 0 && h.maps == 0 {
-		if h.onHost {
-			h.ledger.host.give(h.size)
-		} else {
-			h.ledger.giveOutside(charge(h.size))
-		}
+		h.ledger.giveTaken(h.size, h.onHost)
 		delete(v.handles, handle)
 	}
 }

@@ -330,6 +330,13 @@ static struct {
 static __thread int depth __attribute__((tls_model("initial-exec")));
 static __thread int loading_thread __attribute__((tls_model("initial-exec")));
 
+/* Whether the core hears of this call: it runs, and the call is not one of
+ * its own (or of the real runtime's, below an interposed call). */
+static int core_listens(void)
+{
+    return depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY;
+}
+
 /*
  * The ledger: allocations passed through while the core was starting, handed
  * to the core when it is ready so that they count against the quota.
@@ -487,7 +494,7 @@ static void load_core(void)
     atomic_store(&state, ok ? READY : FAILED);
     pthread_cond_broadcast(&ledger_ready);
     pthread_mutex_unlock(&ledger_lock);
-    /* A capture begun while the core started (see capture_begun). */
+    /* A capture begun while the core started (see tell_capture_begun). */
     if (ok && atomic_load(&captures_begun)) {
         depth++;
         core.capture_begun();
@@ -616,7 +623,7 @@ static int identity_key_ok;
 
 static void retire_identity(void *id)
 {
-    if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY) {
+    if (core_listens()) {
         depth++;
         core.stream_destroy((uint64_t)(uintptr_t)id);
         depth--;
@@ -1099,7 +1106,7 @@ EXPORT cudaError_t cudaDeviceSynchronize(void)
 {
     REAL(real_device_synchronize, device_synchronize);
     cudaError_t rc;
-    if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY) {
+    if (core_listens()) {
         depth++;
         int32_t device;
         if ((rc = current_device(&device)) == cudaSuccess)
@@ -1114,8 +1121,7 @@ EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
 {
     REAL(real_stream_destroy, stream_destroy);
     cudaError_t rc;
-    if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY &&
-        stream != cudaStreamPerThread && stream != cudaStreamLegacy && stream != NULL) {
+    if (core_listens() && stream != cudaStreamPerThread && stream != cudaStreamLegacy && stream != NULL) {
         depth++;
         rc = core.stream_destroy((uint64_t)(uintptr_t)stream);
         depth--;
@@ -1126,11 +1132,11 @@ EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
 
 /*
  * CUDA graphs: the core keeps a block freed during a stream capture until the
- * graph and every executable graph instantiated from it are destroyed. It is
- * told after the real call succeeded, once it runs (before, it freed nothing
+ * graph and every executable graph instantiated from it are destroyed. It
+ * hears of a graph call once the real call has run (before, nothing was freed
  * into a graph), never from inside its own calls nor twice for one call: the
- * real call runs quiet (CALL_QUIET), so the runtime's graph calls, which
- * reach the driver's, are reported once, by the runtime's wrapper.
+ * real call runs quiet (CALL_QUIET), so the runtime's graph calls, which reach
+ * the driver's, are reported once, by the runtime's wrapper.
  */
 #define CALL_QUIET(rc, call)                                                                   \
     do {                                                                                       \
@@ -1139,24 +1145,22 @@ EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
         depth--;                                                                               \
     } while (0)
 
-static int graph_events(void)
+/* Tells the core that a graph (exec: an executable graph) is gone. */
+static void tell_gone(const void *handle, int exec)
 {
-    return depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY;
-}
-
-/* Tells the core that a graph or an executable graph is gone. */
-static void tell_gone(spillway_core_graph_destroyed_fn event, const void *handle)
-{
-    if (graph_events()) {
+    if (core_listens()) {
         depth++;
-        event((uint64_t)(uintptr_t)handle);
+        if (exec)
+            core.graph_exec_destroyed((uint64_t)(uintptr_t)handle);
+        else
+            core.graph_destroyed((uint64_t)(uintptr_t)handle);
         depth--;
     }
 }
 
 static void tell_instantiated(const void *exec, const void *graph)
 {
-    if (graph_events()) {
+    if (core_listens()) {
         depth++;
         core.graph_instantiated((uint64_t)(uintptr_t)exec, (uint64_t)(uintptr_t)graph);
         depth--;
@@ -1166,42 +1170,50 @@ static void tell_instantiated(const void *exec, const void *graph)
 static void tell_capture_begun(void)
 {
     atomic_store(&captures_begun, 1);
-    if (graph_events()) {
+    if (core_listens()) {
         depth++;
         core.capture_begun();
         depth--;
     }
 }
 
-EXPORT cudaError_t cudaStreamBeginCapture(cudaStream_t stream, enum cudaStreamCaptureMode mode)
-{
-    REAL(real_begin, stream_begin_capture);
-    cudaError_t rc;
-    CALL_QUIET(rc, real_begin(stream, mode));
-    if (rc == cudaSuccess)
-        tell_capture_begun();
-    return rc;
-}
+/* A graph call the core hears of when it succeeds (both APIs' success is 0). */
+_Static_assert(cudaSuccess == 0 && CUDA_SUCCESS == 0, "one code for success");
+#define GRAPH_CALL(ret, name, field, params, args, tell)                                       \
+    EXPORT ret name params                                                                     \
+    {                                                                                          \
+        REAL(real_call, field);                                                                \
+        ret rc;                                                                                \
+        CALL_QUIET(rc, real_call args);                                                        \
+        if (rc == 0)                                                                           \
+            tell;                                                                              \
+        return rc;                                                                             \
+    }
 
-EXPORT CUresult cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
-{
-    REAL(real_begin, cu_stream_begin_capture);
-    CUresult rc;
-    CALL_QUIET(rc, real_begin(hStream, mode));
-    if (rc == CUDA_SUCCESS)
-        tell_capture_begun();
-    return rc;
-}
-
-EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
-{
-    REAL(real_begin, cu_stream_begin_capture_ptsz);
-    CUresult rc;
-    CALL_QUIET(rc, real_begin(hStream, mode));
-    if (rc == CUDA_SUCCESS)
-        tell_capture_begun();
-    return rc;
-}
+GRAPH_CALL(cudaError_t, cudaStreamBeginCapture, stream_begin_capture,
+           (cudaStream_t stream, enum cudaStreamCaptureMode mode), (stream, mode),
+           tell_capture_begun())
+GRAPH_CALL(CUresult, cuStreamBeginCapture_v2, cu_stream_begin_capture,
+           (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode), tell_capture_begun())
+GRAPH_CALL(CUresult, cuStreamBeginCapture_v2_ptsz, cu_stream_begin_capture_ptsz,
+           (CUstream hStream, CUstreamCaptureMode mode), (hStream, mode), tell_capture_begun())
+GRAPH_CALL(cudaError_t, cudaGraphInstantiate, graph_instantiate,
+           (cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags),
+           (pGraphExec, graph, flags), tell_instantiated(*pGraphExec, graph))
+GRAPH_CALL(cudaError_t, cudaGraphInstantiateWithFlags, graph_instantiate_with_flags,
+           (cudaGraphExec_t *pGraphExec, cudaGraph_t graph, unsigned long long flags),
+           (pGraphExec, graph, flags), tell_instantiated(*pGraphExec, graph))
+GRAPH_CALL(CUresult, cuGraphInstantiateWithFlags, cu_graph_instantiate_with_flags,
+           (CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags),
+           (phGraphExec, hGraph, flags), tell_instantiated(*phGraphExec, hGraph))
+GRAPH_CALL(cudaError_t, cudaGraphExecDestroy, graph_exec_destroy, (cudaGraphExec_t graphExec),
+           (graphExec), tell_gone(graphExec, 1))
+GRAPH_CALL(cudaError_t, cudaGraphDestroy, graph_destroy, (cudaGraph_t graph), (graph),
+           tell_gone(graph, 0))
+GRAPH_CALL(CUresult, cuGraphExecDestroy, cu_graph_exec_destroy, (CUgraphExec hGraphExec),
+           (hGraphExec), tell_gone(hGraphExec, 1))
+GRAPH_CALL(CUresult, cuGraphDestroy, cu_graph_destroy, (CUgraph hGraph), (hGraph),
+           tell_gone(hGraph, 0))
 
 /*
  * A capture that fails (invalidated, unjoined) destroys the graph it built:
@@ -1210,7 +1222,7 @@ EXPORT CUresult cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMo
  */
 static CUgraph capture_graph(CUstream stream)
 {
-    if (!atomic_load(&captures_begun) || !graph_events())
+    if (!atomic_load(&captures_begun) || !core_listens())
         return NULL;
     __typeof__(real.cu_stream_get_capture_info) info =
         (__typeof__(real.cu_stream_get_capture_info))resolve(R_cu_stream_get_capture_info);
@@ -1221,112 +1233,28 @@ static CUgraph capture_graph(CUstream stream)
     return graph;
 }
 
-EXPORT cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t *pGraph)
-{
-    REAL(real_end, stream_end_capture);
-    CUgraph building = capture_graph((CUstream)stream);
-    cudaError_t rc;
-    CALL_QUIET(rc, real_end(stream, pGraph));
-    if (rc != cudaSuccess && building)
-        tell_gone(core.graph_destroyed, building);
-    return rc;
-}
+/* An end of capture; the core hears of the graph the capture built when the
+ * call fails (the runtime's cudaStreamEndCapture reaches the driver's quiet). */
+#define END_CAPTURE(ret, name, field, params, args, stream)                                    \
+    EXPORT ret name params                                                                     \
+    {                                                                                          \
+        REAL(real_end, field);                                                                 \
+        CUgraph building = capture_graph(stream);                                              \
+        ret rc;                                                                                \
+        CALL_QUIET(rc, real_end args);                                                         \
+        if (rc != 0 && building)                                                               \
+            tell_gone(building, 0);                                                            \
+        return rc;                                                                             \
+    }
 
-EXPORT CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
-{
-    REAL(real_end, cu_stream_end_capture);
-    CUgraph building = capture_graph(hStream);
-    CUresult rc;
-    CALL_QUIET(rc, real_end(hStream, phGraph));
-    if (rc != CUDA_SUCCESS && building)
-        tell_gone(core.graph_destroyed, building);
-    return rc;
-}
-
-EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
-{
-    REAL(real_end, cu_stream_end_capture_ptsz);
-    /* The per-thread default stream, as the driver's other names call it. */
-    CUgraph building = capture_graph(hStream ? hStream : CU_STREAM_PER_THREAD);
-    CUresult rc;
-    CALL_QUIET(rc, real_end(hStream, phGraph));
-    if (rc != CUDA_SUCCESS && building)
-        tell_gone(core.graph_destroyed, building);
-    return rc;
-}
-
-EXPORT cudaError_t cudaGraphInstantiate(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
-                                        unsigned long long flags)
-{
-    REAL(real_instantiate, graph_instantiate);
-    cudaError_t rc;
-    CALL_QUIET(rc, real_instantiate(pGraphExec, graph, flags));
-    if (rc == cudaSuccess)
-        tell_instantiated(*pGraphExec, graph);
-    return rc;
-}
-
-EXPORT cudaError_t cudaGraphInstantiateWithFlags(cudaGraphExec_t *pGraphExec, cudaGraph_t graph,
-                                                 unsigned long long flags)
-{
-    REAL(real_instantiate, graph_instantiate_with_flags);
-    cudaError_t rc;
-    CALL_QUIET(rc, real_instantiate(pGraphExec, graph, flags));
-    if (rc == cudaSuccess)
-        tell_instantiated(*pGraphExec, graph);
-    return rc;
-}
-
-EXPORT CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph,
-                                            unsigned long long flags)
-{
-    REAL(real_instantiate, cu_graph_instantiate_with_flags);
-    CUresult rc;
-    CALL_QUIET(rc, real_instantiate(phGraphExec, hGraph, flags));
-    if (rc == CUDA_SUCCESS)
-        tell_instantiated(*phGraphExec, hGraph);
-    return rc;
-}
-
-EXPORT cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec)
-{
-    REAL(real_destroy, graph_exec_destroy);
-    cudaError_t rc;
-    CALL_QUIET(rc, real_destroy(graphExec));
-    if (rc == cudaSuccess)
-        tell_gone(core.graph_exec_destroyed, graphExec);
-    return rc;
-}
-
-EXPORT cudaError_t cudaGraphDestroy(cudaGraph_t graph)
-{
-    REAL(real_destroy, graph_destroy);
-    cudaError_t rc;
-    CALL_QUIET(rc, real_destroy(graph));
-    if (rc == cudaSuccess)
-        tell_gone(core.graph_destroyed, graph);
-    return rc;
-}
-
-EXPORT CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
-{
-    REAL(real_destroy, cu_graph_exec_destroy);
-    CUresult rc;
-    CALL_QUIET(rc, real_destroy(hGraphExec));
-    if (rc == CUDA_SUCCESS)
-        tell_gone(core.graph_exec_destroyed, hGraphExec);
-    return rc;
-}
-
-EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
-{
-    REAL(real_destroy, cu_graph_destroy);
-    CUresult rc;
-    CALL_QUIET(rc, real_destroy(hGraph));
-    if (rc == CUDA_SUCCESS)
-        tell_gone(core.graph_destroyed, hGraph);
-    return rc;
-}
+END_CAPTURE(cudaError_t, cudaStreamEndCapture, stream_end_capture,
+            (cudaStream_t stream, cudaGraph_t *pGraph), (stream, pGraph), (CUstream)stream)
+END_CAPTURE(CUresult, cuStreamEndCapture, cu_stream_end_capture, (CUstream hStream, CUgraph *phGraph),
+            (hStream, phGraph), hStream)
+/* The per-thread default stream, as the driver's other names call it. */
+END_CAPTURE(CUresult, cuStreamEndCapture_ptsz, cu_stream_end_capture_ptsz,
+            (CUstream hStream, CUgraph *phGraph), (hStream, phGraph),
+            hStream ? hStream : CU_STREAM_PER_THREAD)
 
 /* ---- the driver's memory API ---- */
 
@@ -1688,7 +1616,7 @@ EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     REAL(real_reset, cu_primary_ctx_reset);
     CUresult rc;
-    if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY) {
+    if (core_listens()) {
         /* The core resets the runtime's current device: make it dev for the call. */
         int32_t current;
         if (current_device(&current) != cudaSuccess || real.set_device == NULL ||
@@ -1709,8 +1637,7 @@ EXPORT CUresult cuCtxSynchronize(void)
     REAL(real_synchronize, cu_ctx_synchronize);
     CUresult rc;
     int32_t device;
-    if (depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY &&
-        context_device(&device) == CUDA_SUCCESS) {
+    if (core_listens() && context_device(&device) == CUDA_SUCCESS) {
         depth++;
         rc = (CUresult)core.cu_device_synchronize(device);
         depth--;
@@ -2107,8 +2034,7 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 /* Whether a virtual-memory call that succeeded is the core's to hear of. */
 static int vmm_heard(CUresult rc)
 {
-    return rc == CUDA_SUCCESS && depth == 0 &&
-           atomic_load_explicit(&state, memory_order_acquire) == READY;
+    return rc == CUDA_SUCCESS && core_listens();
 }
 
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)

@@ -143,8 +143,10 @@ func TestTraceReplayQwenOversubscribed(t *testing.T) {
 				t.Fatalf("nothing spilled (replayer: %d blocks, report: %d bytes): the quota does not bite",
 					did["spilled_blocks"], rep.SpilledTotal)
 			}
-			if c.migrate && (rep.DemotedTotal == 0 || rep.PromotedTotal > rep.DemotedTotal) {
-				t.Errorf("migration: demoted_total %d, promoted_total %d; want some demoted, and at most as much promoted",
+			// Migration promotes the demoted granules and also those that
+			// spilled when allocated, so it may promote more than it demoted.
+			if c.migrate && (rep.DemotedTotal == 0 || rep.PromotedTotal == 0) {
+				t.Errorf("migration: demoted_total %d, promoted_total %d; want some demoted, and some promoted back",
 					rep.DemotedTotal, rep.PromotedTotal)
 			}
 			if spill == "pinned" {

@@ -124,8 +124,15 @@ int main(int argc, char **argv)
 	EXPECT(cudaStreamCreate(&other), cudaSuccess);
 	EXPECT(cudaStreamCreateWithFlags(&s, stream_flags), cudaSuccess);
 
-	/* Blocks freed on another stream: reusable elsewhere only after a marker. */
+	/* Live blocks first, so that the cached and pending blocks below are
+	 * new memory, not these blocks' again. */
 	void *cached[4], *pending[4], *live[LIVE_MAX];
+	int nlive = (int)((quota - 12 * MiB) / MiB);
+	for (int i = 0; i < nlive; i++) {
+		EXPECT(cudaMalloc(&live[i], MiB), cudaSuccess);
+		EXPECT(cudaMemset(live[i], i & 0xff, MiB), cudaSuccess);
+	}
+	/* Blocks freed on another stream: reusable elsewhere only after a marker. */
 	for (int i = 0; i < 4; i++) {
 		EXPECT(cudaMallocAsync(&cached[i], MiB, other), cudaSuccess);
 		EXPECT(cudaMemsetAsync(cached[i], 0x11, MiB, other), cudaSuccess);
@@ -137,12 +144,7 @@ int main(int argc, char **argv)
 		EXPECT(cudaMalloc(&pending[i], MiB), cudaSuccess);
 	for (int i = 0; i < 4; i++)
 		EXPECT(cudaFree(pending[i]), cudaSuccess);
-	/* Live blocks: everything but 4 MiB of the quota is now held. */
-	int nlive = (int)((quota - 12 * MiB) / MiB);
-	for (int i = 0; i < nlive; i++) {
-		EXPECT(cudaMalloc(&live[i], MiB), cudaSuccess);
-		EXPECT(cudaMemset(live[i], i & 0xff, MiB), cudaSuccess);
-	}
+	/* Everything but 4 MiB of the quota is now held: live, cached or pending. */
 
 	pthread_t threads[CHURNERS_MAX];
 	for (int i = 0; i < churners; i++)

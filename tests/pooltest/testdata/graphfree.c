@@ -8,7 +8,8 @@
  *
  *   graphfree invalidated: the capture allocates and frees a block, then
  *   synchronizes its stream, which invalidates it; cudaStreamEndCapture
- *   fails, and the block is free again. Prints "end RC" and "reused 0|1".
+ *   fails, and the block is free again. Prints "end RC", "reused 0|1" and
+ *   "PASS invalidated".
  *
  * A capture on a non-blocking stream allocates a block, sets it to 0xAA and
  * frees it; after it, a block of the same size allocated on the same stream
@@ -16,7 +17,11 @@
  * hold 0x55. Once both graphs are destroyed and the device synchronized, the
  * graph's block is free again. Prints "same_address 0|1" (whether the second
  * block got the graph's address), "intact 0|1", "reused 0|1" (whether an
- * allocation after the destruction got the graph's address back) and "PASS".
+ * allocation after the destruction got the graph's address back) and "PASS
+ * runtime" or "PASS driver".
+ *
+ * The checks are tests/simcudatest's (check.h): a failed one names the case,
+ * the place and the call, and exits 1; a bad command line exits 2.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -26,102 +31,116 @@
 #include <spillway/cuda.h>
 #include <spillway/cuda_runtime.h>
 
-#define SIZE ((size_t)1 << 20)
+#include "../../simcudatest/testdata/check.h"
 
-#define EXPECT(call, want)                                                                  \
-	do {                                                                                \
-		int got_ = (int)(call);                                                     \
-		if (got_ != (int)(want)) {                                                  \
-			fprintf(stderr, "%s:%d: %s returned %d, want %d\n", __FILE__, __LINE__, \
-				#call, got_, (int)(want));                                  \
-			exit(1);                                                            \
-		}                                                                           \
-	} while (0)
+#define SIZE ((size_t)1 << 20)
 
 static int holds(void *p, unsigned char want)
 {
 	static unsigned char host[SIZE];
-	EXPECT(cudaMemcpy(host, p, SIZE, cudaMemcpyDeviceToHost), cudaSuccess);
+	OK(cudaMemcpy(host, p, SIZE, cudaMemcpyDeviceToHost));
 	for (size_t i = 0; i < SIZE; i++)
 		if (host[i] != want)
 			return 0;
 	return 1;
 }
 
-int main(int argc, char **argv)
+static cudaStream_t nonblocking_stream(void)
 {
-	if (argc != 2 || (strcmp(argv[1], "runtime") && strcmp(argv[1], "driver") &&
-			  strcmp(argv[1], "invalidated"))) {
-		fprintf(stderr, "usage: graphfree runtime|driver|invalidated\n");
-		return 2;
-	}
-	int driver = strcmp(argv[1], "driver") == 0;
-	EXPECT(cudaSetDevice(0), cudaSuccess);
 	cudaStream_t s;
-	EXPECT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+	OK(cudaSetDevice(0));
+	OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+	return s;
+}
+
+/* A capture that fails destroys its graph: the block freed in it is free
+ * again. */
+static void invalidated(void)
+{
+	cudaStream_t s = nonblocking_stream();
+	void *in_graph = NULL, *again = NULL;
+	cudaGraph_t graph;
+	OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+	OK(cudaMallocAsync(&in_graph, SIZE, s));
+	OK(cudaFreeAsync(in_graph, s));
+	/* Synchronizing a capturing stream fails and invalidates the capture. */
+	CHECK(cudaStreamSynchronize(s) != cudaSuccess);
+	printf("end %d\n", (int)cudaStreamEndCapture(s, &graph));
+	(void)cudaGetLastError();
+	OK(cudaDeviceSynchronize());
+	OK(cudaMallocAsync(&again, SIZE, s));
+	printf("reused %d\n", again == in_graph);
+	OK(cudaFreeAsync(again, s));
+	OK(cudaStreamDestroy(s));
+	OK(cudaDeviceSynchronize());
+}
+
+/* The graph's block, captured through the runtime or the driver. */
+static void graph_keeps_block(int driver)
+{
+	cudaStream_t s = nonblocking_stream();
 	void *in_graph = NULL, *after = NULL, *again = NULL;
 	cudaGraph_t graph;
 	cudaGraphExec_t exec;
-	if (strcmp(argv[1], "invalidated") == 0) {
-		EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
-		EXPECT(cudaMallocAsync(&in_graph, SIZE, s), cudaSuccess);
-		EXPECT(cudaFreeAsync(in_graph, s), cudaSuccess);
-		if (cudaStreamSynchronize(s) == cudaSuccess) {
-			fprintf(stderr, "cudaStreamSynchronize succeeded on a capturing stream\n");
-			return 1;
-		}
-		printf("end %d\n", (int)cudaStreamEndCapture(s, &graph));
-		(void)cudaGetLastError();
-		EXPECT(cudaDeviceSynchronize(), cudaSuccess);
-		EXPECT(cudaMallocAsync(&again, SIZE, s), cudaSuccess);
-		printf("reused %d\n", again == in_graph);
-		EXPECT(cudaFreeAsync(again, s), cudaSuccess);
-		EXPECT(cudaStreamDestroy(s), cudaSuccess);
-		EXPECT(cudaDeviceSynchronize(), cudaSuccess);
-		printf("PASS\n");
-		return 0;
-	}
 	if (driver) {
 		CUdeviceptr p;
-		EXPECT(cuStreamBeginCapture_v2((CUstream)s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
-		EXPECT(cuMemAllocAsync(&p, SIZE, (CUstream)s), CUDA_SUCCESS);
-		EXPECT(cuMemsetD8Async(p, 0xAA, SIZE, (CUstream)s), CUDA_SUCCESS);
-		EXPECT(cuMemFreeAsync(p, (CUstream)s), CUDA_SUCCESS);
-		EXPECT(cuStreamEndCapture((CUstream)s, (CUgraph *)&graph), CUDA_SUCCESS);
-		EXPECT(cuGraphInstantiateWithFlags((CUgraphExec *)&exec, (CUgraph)graph, 0), CUDA_SUCCESS);
+		OK(cuStreamBeginCapture_v2((CUstream)s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+		OK(cuMemAllocAsync(&p, SIZE, (CUstream)s));
+		OK(cuMemsetD8Async(p, 0xAA, SIZE, (CUstream)s));
+		OK(cuMemFreeAsync(p, (CUstream)s));
+		OK(cuStreamEndCapture((CUstream)s, (CUgraph *)&graph));
+		OK(cuGraphInstantiateWithFlags((CUgraphExec *)&exec, (CUgraph)graph, 0));
 		in_graph = (void *)(uintptr_t)p;
 	} else {
-		EXPECT(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal), cudaSuccess);
-		EXPECT(cudaMallocAsync(&in_graph, SIZE, s), cudaSuccess);
-		EXPECT(cudaMemsetAsync(in_graph, 0xAA, SIZE, s), cudaSuccess);
-		EXPECT(cudaFreeAsync(in_graph, s), cudaSuccess);
-		EXPECT(cudaStreamEndCapture(s, &graph), cudaSuccess);
-		EXPECT(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+		OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+		OK(cudaMallocAsync(&in_graph, SIZE, s));
+		OK(cudaMemsetAsync(in_graph, 0xAA, SIZE, s));
+		OK(cudaFreeAsync(in_graph, s));
+		OK(cudaStreamEndCapture(s, &graph));
+		OK(cudaGraphInstantiate(&exec, graph, 0));
 	}
 
-	EXPECT(cudaMallocAsync(&after, SIZE, s), cudaSuccess);
-	EXPECT(cudaMemsetAsync(after, 0x55, SIZE, s), cudaSuccess);
-	EXPECT(cudaStreamSynchronize(s), cudaSuccess);
+	OK(cudaMallocAsync(&after, SIZE, s));
+	OK(cudaMemsetAsync(after, 0x55, SIZE, s));
+	OK(cudaStreamSynchronize(s));
 	for (int i = 0; i < 2; i++)
-		EXPECT(cudaGraphLaunch(exec, s), cudaSuccess);
-	EXPECT(cudaStreamSynchronize(s), cudaSuccess);
+		OK(cudaGraphLaunch(exec, s));
+	OK(cudaStreamSynchronize(s));
 	printf("same_address %d\n", after == in_graph);
 	printf("intact %d\n", holds(after, 0x55));
 
 	if (driver) {
-		EXPECT(cuGraphDestroy((CUgraph)graph), CUDA_SUCCESS);
-		EXPECT(cuGraphExecDestroy((CUgraphExec)exec), CUDA_SUCCESS);
+		OK(cuGraphDestroy((CUgraph)graph));
+		OK(cuGraphExecDestroy((CUgraphExec)exec));
 	} else {
-		EXPECT(cudaGraphExecDestroy(exec), cudaSuccess);
-		EXPECT(cudaGraphDestroy(graph), cudaSuccess);
+		OK(cudaGraphExecDestroy(exec));
+		OK(cudaGraphDestroy(graph));
 	}
-	EXPECT(cudaDeviceSynchronize(), cudaSuccess);
-	EXPECT(cudaMallocAsync(&again, SIZE, s), cudaSuccess);
+	OK(cudaDeviceSynchronize());
+	OK(cudaMallocAsync(&again, SIZE, s));
 	printf("reused %d\n", again == in_graph);
-	EXPECT(cudaFreeAsync(again, s), cudaSuccess);
-	EXPECT(cudaFreeAsync(after, s), cudaSuccess);
-	EXPECT(cudaStreamDestroy(s), cudaSuccess);
-	EXPECT(cudaDeviceSynchronize(), cudaSuccess);
-	printf("PASS\n");
-	return 0;
+	OK(cudaFreeAsync(again, s));
+	OK(cudaFreeAsync(after, s));
+	OK(cudaStreamDestroy(s));
+	OK(cudaDeviceSynchronize());
+}
+
+static void runtime(void)
+{
+	graph_keeps_block(0);
+}
+
+static void driver(void)
+{
+	graph_keeps_block(1);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct test_case cases[] = {
+		{"runtime", runtime},
+		{"driver", driver},
+		{"invalidated", invalidated},
+	};
+	return run_case(cases, sizeof cases / sizeof cases[0], argc, argv);
 }

@@ -109,11 +109,13 @@ static int spilled_touch(const struct block *b, uint64_t n)
 	return on_host((char *)b->ptr) || on_host((char *)b->ptr + n - 1);
 }
 
-static void touch(struct block *b)
+/* touch sets b's first touch_bytes bytes, counting the access, and returns
+ * whether it was spilled (0 when there is nothing to touch). */
+static int touch(struct block *b)
 {
 	uint64_t n = b->size < touch_bytes ? b->size : touch_bytes;
 	if (n == 0)
-		return;
+		return 0;
 	int spilled = spilled_touch(b, n);
 	CHECK(cudaMemsetAsync(b->ptr, (int)(count.steps & 0xff), n, b->stream));
 	count.accesses++;
@@ -122,6 +124,7 @@ static void touch(struct block *b)
 		count.spilled_accesses++;
 		count.spilled_access_bytes += n;
 	}
+	return spilled;
 }
 
 static void allocate(uint64_t id, uint64_t size, int async, uint64_t stream)
@@ -135,10 +138,8 @@ static void allocate(uint64_t id, uint64_t size, int async, uint64_t stream)
 		CHECK(cudaMallocAsync(&b->ptr, size, b->stream));
 	else
 		CHECK(cudaMalloc(&b->ptr, size));
-	uint64_t n = size < touch_bytes ? size : touch_bytes;
-	count.spilled_blocks += n > 0 && spilled_touch(b, n);
 	b->live = 1;
-	touch(b);
+	count.spilled_blocks += touch(b);
 }
 
 static void release(uint64_t id, int async, uint64_t stream)
