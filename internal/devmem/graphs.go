@@ -12,8 +12,9 @@ import (
 // gives such memory to the graph being captured: every launch of an
 // executable graph made from it reuses the block's address, so the block
 // must not be handed out again until the graph and every executable graph
-// instantiated from it are destroyed; it is then freed as by cudaFree (it
-// becomes reusable at the next synchronization, after launches in flight).
+// instantiated from it (through the calls the front interposes: README,
+// Limits) are destroyed; it is then freed as by cudaFree (it becomes
+// reusable at the next synchronization, after launches in flight).
 // A capture that fails destroys its graph: the front reports it as such.
 type graphHolds struct {
 	// begun is set once a capture has begun in the process: only then are
