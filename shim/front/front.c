@@ -511,6 +511,7 @@ enum route {
     ROUTE_EARLY,  /* the core is starting: pass through and keep a ledger */
     ROUTE_REFUSE, /* no core (failed, or still starting) and a quota is configured */
     ROUTE_CONTEXT, /* counted by the core, passed through: a context the application created */
+    ROUTE_FAILED,  /* answered already: the device of a call for the core could not be found */
 };
 
 static enum route slow_route(int s)
@@ -821,46 +822,75 @@ static void context_freed(int rc, uint64_t p, const struct context_block *b)
     }
 }
 
+/*
+ * The route of a runtime allocation of size bytes into devPtr, given r, the
+ * route() taken before depth was raised: this runs after, so that the
+ * runtime's own driver calls while it finds the device pass through. The
+ * core's route needs the current device (sets *device; where it cannot be
+ * found, that error is the answer, *rc, and ROUTE_FAILED); in a context the
+ * application created it is ROUTE_CONTEXT (sets *ctx); a null devPtr, and
+ * zero bytes in a created context, get CUDA's own answer (which also sets
+ * the thread's last error).
+ */
+static enum route runtime_alloc_route(enum route r, void **devPtr, uint64_t size,
+                                      int32_t *device, CUcontext *ctx, cudaError_t *rc)
+{
+    if (r != ROUTE_CORE)
+        return r;
+    if ((*rc = current_device(device)) != cudaSuccess)
+        return ROUTE_FAILED;
+    if (!devPtr)
+        return ROUTE_REAL;
+    if ((*ctx = current_created()) != NULL)
+        return size > 0 ? ROUTE_CONTEXT : ROUTE_REAL;
+    return ROUTE_CORE;
+}
+
+/*
+ * The route of a free of p, given r, the route() taken before depth was
+ * raised: the core's, also where p was allocated on the early route and
+ * the core has adopted the ledger since; ROUTE_CONTEXT for an allocation
+ * of a created context (fills *b, for context_freed after the real free);
+ * the real function's otherwise.
+ */
+static enum route free_route(enum route r, uint64_t p, struct context_block *b)
+{
+    if (r == ROUTE_EARLY && !early_forget((void *)(uintptr_t)p))
+        r = ROUTE_CORE;
+    if (r != ROUTE_CORE)
+        return ROUTE_REAL;
+    return context_owns(p, b) ? ROUTE_CONTEXT : ROUTE_CORE;
+}
+
 /* ---- the interposed functions ---- */
 
 EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 {
     REAL(real_malloc, malloc);
-    cudaError_t rc;
+    cudaError_t rc = cudaSuccess;
+    int32_t device = 0;
+    uint64_t p = 0;
+    CUcontext ctx = NULL;
     enum route r = route();
     depth++;
-    switch (r) {
-    case ROUTE_CORE: {
-        int32_t device;
-        uint64_t p = 0;
-        if ((rc = current_device(&device)) != cudaSuccess)
-            break;
-        if (!devPtr) { /* CUDA's own answer, which also sets the last error */
-            rc = real_malloc(devPtr, size);
-            break;
-        }
-        CUcontext ctx = current_created();
-        if (ctx) {
-            if (size > 0 && (rc = runtime_context_take(device, size)) == cudaSuccess) {
-                rc = real_malloc(devPtr, size);
-                context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, size);
-            } else if (size == 0) {
-                rc = real_malloc(devPtr, size);
-            }
-            break;
-        }
-        rc = core.malloc(device, size, &p);
-        if (rc == cudaSuccess)
+    switch (runtime_alloc_route(r, devPtr, size, &device, &ctx, &rc)) {
+    case ROUTE_CORE:
+        if ((rc = core.malloc(device, size, &p)) == cudaSuccess)
             *devPtr = (void *)(uintptr_t)p;
         break;
-    }
-    case ROUTE_EARLY: {
-        rc = real_malloc(devPtr, size);
-        rc = early_alloc(rc, devPtr ? *devPtr : NULL, size);
+    case ROUTE_CONTEXT:
+        if ((rc = runtime_context_take(device, size)) == cudaSuccess) {
+            rc = real_malloc(devPtr, size);
+            context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, size);
+        }
         break;
-    }
+    case ROUTE_EARLY:
+        rc = early_alloc(real_malloc(devPtr, size), devPtr ? *devPtr : NULL, size);
+        break;
     case ROUTE_REFUSE:
         rc = cudaErrorInitializationError;
+        break;
+    case ROUTE_FAILED:
         break;
     default:
         rc = real_malloc(devPtr, size);
@@ -872,41 +902,30 @@ EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
 EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int flags)
 {
     REAL(real_malloc_managed, malloc_managed);
-    cudaError_t rc;
+    cudaError_t rc = cudaSuccess;
+    int32_t device = 0;
+    uint64_t p = 0;
+    CUcontext ctx = NULL;
     enum route r = route();
     depth++;
-    switch (r) {
-    case ROUTE_CORE: {
-        int32_t device;
-        uint64_t p = 0;
-        if ((rc = current_device(&device)) != cudaSuccess)
-            break;
-        if (!devPtr) {
-            rc = real_malloc_managed(devPtr, size, flags);
-            break;
-        }
-        CUcontext ctx = current_created();
-        if (ctx) {
-            if (size > 0 && (rc = runtime_context_take(device, size)) == cudaSuccess) {
-                rc = real_malloc_managed(devPtr, size, flags);
-                context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, size);
-            } else if (size == 0) {
-                rc = real_malloc_managed(devPtr, size, flags);
-            }
-            break;
-        }
-        rc = core.malloc_managed(device, size, flags, &p);
-        if (rc == cudaSuccess)
+    switch (runtime_alloc_route(r, devPtr, size, &device, &ctx, &rc)) {
+    case ROUTE_CORE:
+        if ((rc = core.malloc_managed(device, size, flags, &p)) == cudaSuccess)
             *devPtr = (void *)(uintptr_t)p;
         break;
-    }
-    case ROUTE_EARLY: {
-        rc = real_malloc_managed(devPtr, size, flags);
-        rc = early_alloc(rc, devPtr ? *devPtr : NULL, size);
+    case ROUTE_CONTEXT:
+        if ((rc = runtime_context_take(device, size)) == cudaSuccess) {
+            rc = real_malloc_managed(devPtr, size, flags);
+            context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, size);
+        }
         break;
-    }
+    case ROUTE_EARLY:
+        rc = early_alloc(real_malloc_managed(devPtr, size, flags), devPtr ? *devPtr : NULL, size);
+        break;
     case ROUTE_REFUSE:
         rc = cudaErrorInitializationError;
+        break;
+    case ROUTE_FAILED:
         break;
     default:
         rc = real_malloc_managed(devPtr, size, flags);
@@ -918,46 +937,39 @@ EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int fl
 EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, size_t height)
 {
     REAL(real_malloc_pitch, malloc_pitch);
-    cudaError_t rc;
+    cudaError_t rc = cudaSuccess;
+    int32_t device = 0;
+    uint64_t p = 0, pt = 0;
+    CUcontext ctx = NULL;
+    /* A created context's allocation is taken at the widest pitch CUDA may choose; zero
+     * (CUDA's own answer) where that overflows. */
+    uint64_t bound = width == 0 || height > UINT64_MAX / pitch_bound(width)
+                         ? 0
+                         : pitch_bound(width) * height;
     enum route r = route();
     depth++;
-    switch (r) {
-    case ROUTE_CORE: {
-        int32_t device;
-        uint64_t p = 0, pt = 0;
-        if ((rc = current_device(&device)) != cudaSuccess)
-            break;
-        if (!devPtr || !pitch) {
-            rc = real_malloc_pitch(devPtr, pitch, width, height);
-            break;
-        }
-        CUcontext ctx = current_created();
-        if (ctx) {
-            uint64_t bound = pitch_bound(width);
-            if (width == 0 || height == 0 || height > UINT64_MAX / bound) {
-                rc = real_malloc_pitch(devPtr, pitch, width, height);
-            } else if ((rc = runtime_context_take(device, bound * height)) == cudaSuccess) {
-                rc = real_malloc_pitch(devPtr, pitch, width, height);
-                context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr,
-                             bound * height);
-            }
-            break;
-        }
-        rc = core.malloc_pitch(device, width, height, &p, &pt);
-        if (rc == cudaSuccess) {
+    switch (runtime_alloc_route(r, pitch ? devPtr : NULL, bound, &device, &ctx, &rc)) {
+    case ROUTE_CORE:
+        if ((rc = core.malloc_pitch(device, width, height, &p, &pt)) == cudaSuccess) {
             *devPtr = (void *)(uintptr_t)p;
             *pitch = (size_t)pt;
         }
         break;
-    }
-    case ROUTE_EARLY: {
+    case ROUTE_CONTEXT:
+        if ((rc = runtime_context_take(device, bound)) == cudaSuccess) {
+            rc = real_malloc_pitch(devPtr, pitch, width, height);
+            context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, bound);
+        }
+        break;
+    case ROUTE_EARLY:
         rc = real_malloc_pitch(devPtr, pitch, width, height);
         rc = early_alloc(rc, devPtr ? *devPtr : NULL,
                          rc == cudaSuccess ? (uint64_t)*pitch * height : 0);
         break;
-    }
     case ROUTE_REFUSE:
         rc = cudaErrorInitializationError;
+        break;
+    case ROUTE_FAILED:
         break;
     default:
         rc = real_malloc_pitch(devPtr, pitch, width, height);
@@ -969,41 +981,30 @@ EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
 EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stream)
 {
     REAL(real_malloc_async, malloc_async);
-    cudaError_t rc;
+    cudaError_t rc = cudaSuccess;
+    int32_t device = 0;
+    uint64_t p = 0;
+    CUcontext ctx = NULL;
     enum route r = route();
     depth++;
-    switch (r) {
-    case ROUTE_CORE: {
-        int32_t device;
-        uint64_t p = 0;
-        if ((rc = current_device(&device)) != cudaSuccess)
-            break;
-        if (!devPtr) {
-            rc = real_malloc_async(devPtr, size, stream);
-            break;
-        }
-        CUcontext ctx = current_created();
-        if (ctx) {
-            if (size > 0 && (rc = runtime_context_take(device, size)) == cudaSuccess) {
-                rc = real_malloc_async(devPtr, size, stream);
-                context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, size);
-            } else if (size == 0) {
-                rc = real_malloc_async(devPtr, size, stream);
-            }
-            break;
-        }
-        rc = core.malloc_async(device, size, stream_id(stream), &p);
-        if (rc == cudaSuccess)
+    switch (runtime_alloc_route(r, devPtr, size, &device, &ctx, &rc)) {
+    case ROUTE_CORE:
+        if ((rc = core.malloc_async(device, size, stream_id(stream), &p)) == cudaSuccess)
             *devPtr = (void *)(uintptr_t)p;
         break;
-    }
-    case ROUTE_EARLY: {
-        rc = real_malloc_async(devPtr, size, stream);
-        rc = early_alloc(rc, devPtr ? *devPtr : NULL, size);
+    case ROUTE_CONTEXT:
+        if ((rc = runtime_context_take(device, size)) == cudaSuccess) {
+            rc = real_malloc_async(devPtr, size, stream);
+            context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, size);
+        }
         break;
-    }
+    case ROUTE_EARLY:
+        rc = early_alloc(real_malloc_async(devPtr, size, stream), devPtr ? *devPtr : NULL, size);
+        break;
     case ROUTE_REFUSE:
         rc = cudaErrorInitializationError;
+        break;
+    case ROUTE_FAILED:
         break;
     default:
         rc = real_malloc_async(devPtr, size, stream);
@@ -1016,19 +1017,14 @@ EXPORT cudaError_t cudaFree(void *devPtr)
 {
     REAL(real_free, free);
     cudaError_t rc;
+    uint64_t p = (uint64_t)(uintptr_t)devPtr;
+    struct context_block b;
     enum route r = route();
     depth++;
-    if (r == ROUTE_EARLY && !early_forget(devPtr))
-        r = ROUTE_CORE;
-    struct context_block b;
-    if (r == ROUTE_CORE && context_owns((uint64_t)(uintptr_t)devPtr, &b)) {
-        rc = real_free(devPtr);
-        context_freed(rc, (uint64_t)(uintptr_t)devPtr, &b);
-    } else if (r == ROUTE_CORE) {
-        rc = core.free((uint64_t)(uintptr_t)devPtr);
-    } else {
-        rc = real_free(devPtr);
-    }
+    enum route fr = free_route(r, p, &b);
+    rc = fr == ROUTE_CORE ? (cudaError_t)core.free(p) : real_free(devPtr);
+    if (fr == ROUTE_CONTEXT)
+        context_freed(rc, p, &b);
     depth--;
     return rc;
 }
@@ -1037,19 +1033,15 @@ EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
 {
     REAL(real_free_async, free_async);
     cudaError_t rc;
+    uint64_t p = (uint64_t)(uintptr_t)devPtr;
+    struct context_block b;
     enum route r = route();
     depth++;
-    if (r == ROUTE_EARLY && !early_forget(devPtr))
-        r = ROUTE_CORE;
-    struct context_block b;
-    if (r == ROUTE_CORE && context_owns((uint64_t)(uintptr_t)devPtr, &b)) {
-        rc = real_free_async(devPtr, stream);
-        context_freed(rc, (uint64_t)(uintptr_t)devPtr, &b);
-    } else if (r == ROUTE_CORE) {
-        rc = core.free_async((uint64_t)(uintptr_t)devPtr, stream_id(stream));
-    } else {
-        rc = real_free_async(devPtr, stream);
-    }
+    enum route fr = free_route(r, p, &b);
+    rc = fr == ROUTE_CORE ? (cudaError_t)core.free_async(p, stream_id(stream))
+                          : real_free_async(devPtr, stream);
+    if (fr == ROUTE_CONTEXT)
+        context_freed(rc, p, &b);
     depth--;
     return rc;
 }
@@ -1490,18 +1482,15 @@ static CUresult mem_free_async(CUdeviceptr dptr, CUstream stream, int per_thread
     if (!real_free)
         return missing_real(per_thread ? R_cu_mem_free_async_ptsz : R_cu_mem_free_async);
     CUresult rc;
+    struct context_block b;
     enum route r = route();
     depth++;
-    if (r == ROUTE_EARLY && !early_forget((void *)(uintptr_t)dptr))
-        r = ROUTE_CORE;
-    struct context_block b;
-    if (r == ROUTE_CORE && context_owns((uint64_t)dptr, &b)) {
-        rc = real_free(dptr, stream);
+    enum route fr = free_route(r, (uint64_t)dptr, &b);
+    rc = fr == ROUTE_CORE
+             ? (CUresult)core.cu_free_async((uint64_t)dptr, driver_stream(stream, per_thread))
+             : real_free(dptr, stream);
+    if (fr == ROUTE_CONTEXT)
         context_freed(rc, (uint64_t)dptr, &b);
-    } else if (r == ROUTE_CORE)
-        rc = (CUresult)core.cu_free_async((uint64_t)dptr, driver_stream(stream, per_thread));
-    else
-        rc = real_free(dptr, stream);
     depth--;
     return rc;
 }
@@ -1650,18 +1639,13 @@ EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
 {
     REAL(real_free, cu_mem_free);
     CUresult rc;
+    struct context_block b;
     enum route r = route();
     depth++;
-    if (r == ROUTE_EARLY && !early_forget((void *)(uintptr_t)dptr))
-        r = ROUTE_CORE;
-    struct context_block b;
-    if (r == ROUTE_CORE && context_owns((uint64_t)dptr, &b)) {
-        rc = real_free(dptr);
+    enum route fr = free_route(r, (uint64_t)dptr, &b);
+    rc = fr == ROUTE_CORE ? (CUresult)core.cu_free((uint64_t)dptr) : real_free(dptr);
+    if (fr == ROUTE_CONTEXT)
         context_freed(rc, (uint64_t)dptr, &b);
-    } else if (r == ROUTE_CORE)
-        rc = (CUresult)core.cu_free((uint64_t)dptr);
-    else
-        rc = real_free(dptr);
     depth--;
     return rc;
 }

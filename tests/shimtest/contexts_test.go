@@ -144,6 +144,28 @@ func TestRuntimeInCreatedContext(t *testing.T) {
 	})
 }
 
+// TestRuntimeKindsInCreatedContext: cudaMallocPitch, cudaMallocManaged and
+// cudaMallocAsync in a created context are counted like cudaMalloc (a
+// pitched allocation at the widest pitch CUDA may choose: 8,000-byte rows
+// at 8,192 bytes), refused past the quota with the runtime's error, given
+// back by cudaFree and with the context.
+func TestRuntimeKindsInCreatedContext(t *testing.T) {
+	out, _ := runScriptOf(t, ctxvmm(t, true), 64<<20,
+		"C", "W", "8000", "4096", "V", "24M", "Y", "16M", "e", "I", // slots 0 and 1: 56 MiB
+		"F", "0", "Y", "16M", "X", "0", "R", "64M") // slot 2, then the whole quota
+	checkSteps(t, out, []step{
+		{"C", 0, cuSuccess}, {"W", 0, 0}, {"V", 0, 0}, {"Y", 0, harness.ErrMemoryAllocation},
+		{"e", 0, harness.ErrMemoryAllocation}, {"I", 0, 0}, {"F", 0, 0}, {"Y", 1, 0},
+		{"X", 0, cuSuccess}, {"R", 0, 0},
+	})
+	if pitch := out.Num(t, "W", 0, 3); pitch < 8000 || pitch > 8192 {
+		t.Errorf("cudaMallocPitch: pitch %d for 8,000-byte rows, want 8,000 to 8,192", pitch)
+	}
+	if free := out.Num(t, "I", 0, 2); free != 8<<20 {
+		t.Errorf("cudaMemGetInfo: %d bytes free, want 8 MiB (32 MiB pitched, 24 MiB managed, of 64 MiB)", free)
+	}
+}
+
 // TestExplicitPoolQuota: allocations from a memory pool the application
 // created (cuMemAllocFromPoolAsync, cudaMallocFromPoolAsync) are counted
 // against the device's quota and passed through, refused past it, and given

@@ -33,6 +33,9 @@
  *   z SLOT   cuMemFreeAsync on the legacy stream, then cuStreamSynchronize -> "z RC"
  * Built with WITH_RUNTIME, also the runtime's calls:
  *   R SIZE   cudaMalloc                       -> "R RC SLOT" (slots shared with m)
+ *   V SIZE   cudaMallocManaged                -> "V RC SLOT"
+ *   W W H    cudaMallocPitch                  -> "W RC SLOT PITCH"
+ *   Y SIZE   cudaMallocAsync on stream 0      -> "Y RC SLOT"
  *   F SLOT   cudaFree                         -> "F RC"
  *   e        cudaGetLastError                 -> "e RC"
  *   Q SIZE   cudaMallocFromPoolAsync from P's pool on stream 0 -> "Q RC SLOT"
@@ -338,6 +341,34 @@ int main(int argc, char **argv)
             cudaError_t err = cudaMalloc(&p, size_arg(a));
             slot[nslots] = (CUdeviceptr)p;
             printf("R %d %d\n", err, nslots);
+            nslots += err == cudaSuccess;
+            i++;
+            break;
+        }
+        case 'V': {
+            void *p = NULL;
+            cudaError_t err = cudaMallocManaged(&p, size_arg(a), cudaMemAttachGlobal);
+            slot[nslots] = (CUdeviceptr)p;
+            printf("V %d %d\n", err, nslots);
+            nslots += err == cudaSuccess;
+            i++;
+            break;
+        }
+        case 'W': {
+            void *p = NULL;
+            size_t pitch = 0;
+            cudaError_t err = cudaMallocPitch(&p, &pitch, size_arg(a), size_arg(b));
+            slot[nslots] = (CUdeviceptr)p;
+            printf("W %d %d %zu\n", err, nslots, pitch);
+            nslots += err == cudaSuccess;
+            i += 2;
+            break;
+        }
+        case 'Y': {
+            void *p = NULL;
+            cudaError_t err = cudaMallocAsync(&p, size_arg(a), 0);
+            slot[nslots] = (CUdeviceptr)p;
+            printf("Y %d %d\n", err, nslots);
             nslots += err == cudaSuccess;
             i++;
             break;
