@@ -124,6 +124,7 @@ func benchPair(b *testing.B, newPool func(*testing.B) (*pool.Pool, *pooltest.Fak
 		ring = make([]uint64, pairWindow)
 	}
 	syncs := f.Counts().Syncs
+	maps := p.Stats().GranuleMaps
 	b.ResetTimer()
 	for i := range b.N {
 		if i%pairWindow == 0 {
@@ -146,6 +147,7 @@ func benchPair(b *testing.B, newPool func(*testing.B) (*pool.Pool, *pooltest.Fak
 		b.Fatalf("%d live blocks at the end, want %d", got, want)
 	}
 	b.ReportMetric(float64(f.Counts().Syncs-syncs)/float64(b.N), "syncs/pair")
+	b.ReportMetric(float64(p.Stats().GranuleMaps-maps)/float64(b.N), "maps/pair")
 }
 
 // replayTarget replays a trace on a pool over the fake device. Streams retire
