@@ -460,7 +460,9 @@ static int open_core(void)
         dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL); /* kept, as the runtime keeps it */
     for (size_t i = 0; i < sizeof real_names / sizeof real_names[0]; i++)
         resolve((int)i); /* optional ones may stay NULL; the core checks */
+    depth++; /* the core's own calls into CUDA reach the real functions */
     int32_t rc = core.init(SPILLWAY_CORE_ABI, &real, &probes);
+    depth--;
     if (rc != 0) {
         log_line("the core %s refused to start (error %d)", path, rc);
         return -1;
@@ -487,9 +489,13 @@ static void load_core(void)
     if (ok)
         atexit(report_at_exit);
     pthread_mutex_lock(&ledger_lock);
+    /* Adopting asks CUDA about each block: with depth raised, as in any call
+     * into the core, so that those calls never wait for this lock. */
+    depth++;
     if (ok)
         for (int i = 0; i < ledger_len; i++)
             core.adopt(ledger[i].ptr, ledger[i].size, ledger[i].device);
+    depth--;
     ledger_len = 0;
     atomic_store(&state, ok ? READY : FAILED);
     pthread_cond_broadcast(&ledger_ready);
@@ -665,11 +671,16 @@ static cudaError_t current_device(int32_t *device)
     return rc;
 }
 
-/* Records an allocation passed through on the early route; undoes it if it cannot be recorded. */
-static cudaError_t early_alloc(cudaError_t rc, void *ptr, uint64_t size)
+/*
+ * Records an allocation passed through on the early route, rc the real
+ * call's answer and *devPtr, read only after a success, its block; undoes
+ * it if it cannot be recorded.
+ */
+static cudaError_t early_alloc(cudaError_t rc, void *const *devPtr, uint64_t size)
 {
     if (rc != cudaSuccess)
         return rc;
+    void *ptr = *devPtr;
     int32_t device = 0;
     if (current_device(&device) != cudaSuccess || early_record(ptr, size, device) != cudaSuccess) {
         __typeof__(real.free) release = (__typeof__(real.free))resolve(R_free);
@@ -885,7 +896,7 @@ EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
         }
         break;
     case ROUTE_EARLY:
-        rc = early_alloc(real_malloc(devPtr, size), devPtr ? *devPtr : NULL, size);
+        rc = early_alloc(real_malloc(devPtr, size), devPtr, size);
         break;
     case ROUTE_REFUSE:
         rc = cudaErrorInitializationError;
@@ -920,7 +931,7 @@ EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int fl
         }
         break;
     case ROUTE_EARLY:
-        rc = early_alloc(real_malloc_managed(devPtr, size, flags), devPtr ? *devPtr : NULL, size);
+        rc = early_alloc(real_malloc_managed(devPtr, size, flags), devPtr, size);
         break;
     case ROUTE_REFUSE:
         rc = cudaErrorInitializationError;
@@ -963,8 +974,7 @@ EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
         break;
     case ROUTE_EARLY:
         rc = real_malloc_pitch(devPtr, pitch, width, height);
-        rc = early_alloc(rc, devPtr ? *devPtr : NULL,
-                         rc == cudaSuccess ? (uint64_t)*pitch * height : 0);
+        rc = early_alloc(rc, devPtr, rc == cudaSuccess ? (uint64_t)*pitch * height : 0);
         break;
     case ROUTE_REFUSE:
         rc = cudaErrorInitializationError;
@@ -999,7 +1009,7 @@ EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stre
         }
         break;
     case ROUTE_EARLY:
-        rc = early_alloc(real_malloc_async(devPtr, size, stream), devPtr ? *devPtr : NULL, size);
+        rc = early_alloc(real_malloc_async(devPtr, size, stream), devPtr, size);
         break;
     case ROUTE_REFUSE:
         rc = cudaErrorInitializationError;

@@ -312,6 +312,42 @@ func TestConstructorCallsCUDA(t *testing.T) {
 	}
 }
 
+// TestConstructorBlockFreed: the block a constructor allocated (the first
+// interposed call, which loads the core) is known by its address, so
+// freeing it gives its bytes back and the whole quota fits again.
+func TestConstructorBlockFreed(t *testing.T) {
+	lib := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctorlib.c"}, Shared: true,
+		Cudart: true, ProjectHeaders: true})
+	prog := cudaops(t, "-Wl,--no-as-needed", lib, "-Wl,-rpath,"+filepath.Dir(lib))
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, prog, "c", "m", "1M"))
+	if out.Code(t, "ctor", 0) != 0 || out.Code(t, "c", 0) != 0 {
+		t.Fatalf("cudaMalloc in a constructor, then cudaFree of its block: %v", out)
+	}
+	if out.Code(t, "m", 0) != 0 {
+		t.Errorf("the constructor's block, freed, still holds quota: %v", out)
+	}
+}
+
+// TestEarlyBlockAdopted: an allocation made on the thread loading the core
+// (a constructor run by the core's load) passes through, is kept in the
+// front's early ledger and counted once the core starts; freeing it by its
+// address gives its bytes back.
+func TestEarlyBlockAdopted(t *testing.T) {
+	core := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/eagercore.c"}, Shared: true,
+		Cudart: true, ProjectHeaders: true,
+		Flags: []string{"-Wl,--no-as-needed", filepath.Join(harness.LibDir(t), "libspillway-core.so"),
+			"-Wl,-rpath," + harness.LibDir(t)}})
+	env := []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_CORE=" + core}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, cudaops(t), "m", "768K", "e", "m", "1M"))
+	if out.Code(t, "eager", 0) != 0 || out.Code(t, "e", 0) != 0 {
+		t.Fatalf("cudaMalloc while the core loads, then cudaFree of its block: %v", out)
+	}
+	// 512 KiB held by the early block: 768 KiB more does not fit; freed, 1 MiB does.
+	if out.Code(t, "m", 0) != harness.ErrMemoryAllocation || out.Code(t, "m", 1) != 0 {
+		t.Errorf("the early block was not counted, or not given back when freed: %v", out)
+	}
+}
+
 func userLib(t testing.TB) string {
 	return harness.Compile(t, harness.CBuild{Sources: []string{"testdata/user.c"}, Shared: true,
 		Cudart: true, ProjectHeaders: true})

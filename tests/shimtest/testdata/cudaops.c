@@ -19,14 +19,20 @@
  *   s            cudaDeviceSynchronize -> "s RC"
  *   R N SIZE     N cudaMalloc of SIZE each, freed again: "R OK REFUSED"
  *   L            whether the Go core is mapped -> "L 0|1"
+ *   c            cudaFree of ctor_block, the block ctorlib's constructor allocated -> "c RC"
+ *   e            cudaFree of the block at EAGER_BLOCK (eagercore's) -> "e RC"
  *   T            the number of threads in the process -> "T N"
  * SIZE takes K, M, G suffixes (binary).
  */
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <spillway/cuda_runtime.h>
+
+/* Defined when the program is linked with ctorlib. */
+extern void *ctor_block __attribute__((weak));
 
 #define SLOTS 1024
 static void *slot[SLOTS];
@@ -143,6 +149,19 @@ int main(int argc, char **argv)
             printf("R %d %d\n", ok, refused);
         } else if (!strcmp(op, "T")) {
             printf("T %d\n", threads());
+        } else if (!strcmp(op, "c")) {
+            if (!&ctor_block) {
+                fprintf(stderr, "cudaops: not linked with ctorlib\n");
+                return 2;
+            }
+            printf("c %d\n", cudaFree(ctor_block));
+        } else if (!strcmp(op, "e")) {
+            const char *addr = getenv("EAGER_BLOCK");
+            if (!addr) {
+                fprintf(stderr, "cudaops: no EAGER_BLOCK (the core is not eagercore)\n");
+                return 2;
+            }
+            printf("e %d\n", cudaFree((void *)(uintptr_t)strtoull(addr, NULL, 16)));
         } else if (!strcmp(op, "L")) {
             printf("L %d\n", core_loaded());
         } else {
