@@ -80,7 +80,6 @@ struct mapping {
 	struct alloc view; /* base and size as mapped; what pointer queries report */
 	struct reservation *res;
 	struct handle *handle;
-	size_t offset; /* into the handle */
 	unsigned char access[SIMCUDA_MAX_DEVICES]; /* CUmemAccess_flags per device */
 	unsigned char host_access;                 /* for host-located memory: the CPU's */
 	struct mapping *next;
@@ -153,24 +152,35 @@ static int range_has_mapping(const struct reservation *r, uintptr_t addr, size_t
 }
 
 /*
- * Whether [addr, addr+len) is exactly a run of whole, adjacent mappings of one
- * reservation (what cuMemUnmap and cuMemSetAccess accept); sets *res.
+ * Whether [addr, addr+len) is exactly a run of whole, adjacent mappings (what
+ * cuMemUnmap and cuMemSetAccess accept). The run may cross from one
+ * reservation into the next when they are adjacent, as NVIDIA's samples that
+ * grow a range by reserving right after it do.
  */
-static int whole_mappings(uintptr_t addr, size_t len, struct reservation **res)
+static int whole_mappings(uintptr_t addr, size_t len)
 {
-	struct reservation *r = reservation_find(addr);
+	struct reservation *r = NULL;
 
-	if (r == NULL || len == 0 || len > r->size - (addr - r->base))
+	if (len == 0 || addr + len < addr)
 		return 0;
 	for (uintptr_t at = addr; at < addr + len;) {
+		if ((r == NULL || at >= r->base + r->size) && (r = reservation_find(at)) == NULL)
+			return 0;
 		struct mapping *m = mapping_find(r, at);
 		if (m == NULL || m->view.base != at || m->view.size > addr + len - at)
 			return 0;
 		at += m->view.size;
 	}
-	*res = r;
 	return 1;
 }
+
+/*
+ * Visits, as r, each reservation of [addr, addr+len), a range whole_mappings
+ * accepted: the one at addr, then each adjacent one the range continues into.
+ */
+#define EACH_RESERVATION(r, addr, len)                                                     \
+	for (struct reservation *r = reservation_find(addr); r != NULL;                     \
+	     r = r->base + r->size < (addr) + (len) ? reservation_find(r->base + r->size) : NULL)
 
 /* The strongest access any device (or the CPU) has to m. */
 static unsigned int any_access(const struct mapping *m)
@@ -673,8 +683,9 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 			  CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
 	ENTER_VMM();
+	/* "offset: currently must be zero" (the CUDA Driver API reference). */
 	if (flags != 0 || size == 0 || !aligned(ptr, VMM_GRANULE) || !aligned(size, VMM_GRANULE) ||
-	    !aligned(offset, VMM_GRANULE))
+	    offset != 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	struct mapping *m = calloc(1, sizeof(*m));
 	if (m == NULL)
@@ -685,12 +696,11 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 	CUresult rc = CUDA_SUCCESS;
 	/* The range lies in one reservation, is not mapped yet, and the handle holds the bytes. */
 	if (h == NULL || h->refs == 0 || r == NULL || size > r->size - (ptr - r->base) ||
-	    range_has_mapping(r, ptr, size) || offset > h->size || size > h->size - offset)
+	    range_has_mapping(r, ptr, size) || size > h->size)
 		rc = CUDA_ERROR_INVALID_VALUE;
-	else if (map_fixed((void *)ptr, size, PROT_NONE, h->fd, offset) != 0)
+	else if (map_fixed((void *)ptr, size, PROT_NONE, h->fd, 0) != 0)
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
-	else if (map_fixed(r->view + (ptr - r->base), size, PROT_READ | PROT_WRITE, h->fd, offset) !=
-		 0) {
+	else if (map_fixed(r->view + (ptr - r->base), size, PROT_READ | PROT_WRITE, h->fd, 0) != 0) {
 		unmap_to_reserved((void *)ptr, size);
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	}
@@ -709,7 +719,6 @@ SIM_API CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 	m->view.id = ++sim.next_id;
 	m->res = r;
 	m->handle = h;
-	m->offset = offset;
 	m->next = r->maps;
 	r->maps = m;
 	h->nmaps++;
@@ -738,33 +747,37 @@ static int reservation_in_use(const struct reservation *r)
  */
 SIM_API CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-	struct reservation *r;
-
 	ENTER_VMM();
 	pthread_mutex_lock(&sim.lock);
 	/* Looked up again after every wait: another thread may have changed the table. */
 	for (;;) {
-		if (!whole_mappings(ptr, size, &r)) {
+		if (!whole_mappings(ptr, size)) {
 			pthread_mutex_unlock(&sim.lock);
 			return CUDA_ERROR_INVALID_VALUE;
 		}
-		if (!reservation_in_use(r))
+		int busy = 0;
+		EACH_RESERVATION(r, ptr, size)
+			busy = busy || reservation_in_use(r);
+		if (!busy)
 			break;
 		pthread_cond_wait(&sim.progress, &sim.lock);
 	}
-	for (struct mapping **link = &r->maps; *link != NULL;) {
-		struct mapping *m = *link;
-		if (m->view.base < ptr || m->view.base >= ptr + size) {
-			link = &m->next;
-			continue;
+	EACH_RESERVATION(r, ptr, size)
+	{
+		for (struct mapping **link = &r->maps; *link != NULL;) {
+			struct mapping *m = *link;
+			if (m->view.base < ptr || m->view.base >= ptr + size) {
+				link = &m->next;
+				continue;
+			}
+			*link = m->next;
+			unmap_to_reserved((void *)m->view.base, m->view.size);
+			unmap_to_reserved(m->view.backing, m->view.size);
+			mapped_bytes -= m->view.size;
+			m->handle->nmaps--;
+			handle_maybe_free(m->handle);
+			free(m);
 		}
-		*link = m->next;
-		unmap_to_reserved((void *)m->view.base, m->view.size);
-		unmap_to_reserved(m->view.backing, m->view.size);
-		mapped_bytes -= m->view.size;
-		m->handle->nmaps--;
-		handle_maybe_free(m->handle);
-		free(m);
 	}
 	pthread_mutex_unlock(&sim.lock);
 	return CUDA_SUCCESS;
@@ -811,7 +824,6 @@ static int host_prot(unsigned int flags)
 SIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
 				size_t count)
 {
-	struct reservation *r;
 	CUresult rc = CUDA_SUCCESS;
 
 	ENTER_VMM();
@@ -819,19 +831,25 @@ SIM_API CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessD
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim.lock);
 	/* The range must be fully mapped: whole mappings, no gaps. */
-	if (!whole_mappings(ptr, size, &r))
+	if (!whole_mappings(ptr, size))
 		rc = CUDA_ERROR_INVALID_VALUE;
 	for (size_t i = 0; i < count && rc == CUDA_SUCCESS; i++)
-		rc = check_access_desc(&desc[i], r, ptr, size);
+		EACH_RESERVATION(r, ptr, size)
+			if (rc == CUDA_SUCCESS)
+				rc = check_access_desc(&desc[i], r, ptr, size);
 	for (size_t i = 0; i < count && rc == CUDA_SUCCESS; i++) {
-		for (struct mapping *m = r->maps; m != NULL; m = m->next) {
-			if (m->view.base < ptr || m->view.base >= ptr + size)
-				continue;
-			if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
-				m->access[desc[i].location.id] = (unsigned char)desc[i].flags;
-			} else {
-				m->host_access = (unsigned char)desc[i].flags;
-				mprotect((void *)m->view.base, m->view.size, host_prot(desc[i].flags));
+		EACH_RESERVATION(r, ptr, size)
+		{
+			for (struct mapping *m = r->maps; m != NULL; m = m->next) {
+				if (m->view.base < ptr || m->view.base >= ptr + size)
+					continue;
+				if (desc[i].location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+					m->access[desc[i].location.id] = (unsigned char)desc[i].flags;
+				} else {
+					m->host_access = (unsigned char)desc[i].flags;
+					mprotect((void *)m->view.base, m->view.size,
+						 host_prot(desc[i].flags));
+				}
 			}
 		}
 	}

@@ -78,6 +78,8 @@ func TestVMM(t *testing.T) {
 			peak: 4*mebibyte + 4096},
 		{name: "shared", why: "every mapping of one handle shows the same bytes; copies span adjacent mappings",
 			peak: 6 * mebibyte},
+		{name: "adjacent", why: "a run of mappings across adjacent reservations takes access and is unmapped in one call each",
+			peak: 4 * mebibyte},
 		{name: "release_before_unmap", why: "released memory lives until its last mapping goes; retained handles keep it",
 			peak: 4 * mebibyte},
 		{name: "count_once", why: "physical memory counts once however often it is mapped",

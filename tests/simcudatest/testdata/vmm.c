@@ -244,17 +244,18 @@ static void case_shared(void)
 	init_device(0);
 	CUdeviceptr a = reserve(4 * MiB), b = reserve(2 * MiB);
 	CUmemGenericAllocationHandle h = create(4 * MiB), other = create(2 * MiB);
-	/* The second granule of h at b, all of h at a. */
+	/* All of h at a, its first granule at b: CUDA maps from offset 0 only. */
 	map_rw(a, 4 * MiB, h);
-	OK(cuMemMap(b, 2 * MiB, 2 * MiB, h, 0));
+	EXPECT(cuMemMap(b, 2 * MiB, 2 * MiB, h, 0), CUDA_ERROR_INVALID_VALUE);
+	OK(cuMemMap(b, 2 * MiB, 0, h, 0));
 	allow(b, 2 * MiB, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 	CHECK(used() == 6 * MiB);
-	round_trip(a + 2 * MiB, 2 * MiB, 3);
+	round_trip(a, 2 * MiB, 3);
 	check_pattern(b, 2 * MiB, 3); /* written through a, read through b */
 	OK(cuMemsetD8_v2(b + 10, 0xee, 1));
 	OK(cuCtxSynchronize());
 	unsigned char c = 0;
-	OK(cuMemcpyDtoH_v2(&c, a + 2 * MiB + 10, 1));
+	OK(cuMemcpyDtoH_v2(&c, a + 10, 1));
 	CHECK(c == 0xee);
 
 	/* A copy across two adjacent mappings of different handles. */
@@ -362,7 +363,8 @@ static void case_errors(void)
 	EXPECT(cuMemMap(p + 4096, 2 * MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
 	EXPECT(cuMemMap(p, MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE);
 	EXPECT(cuMemMap(p, 2 * MiB, MiB, h, 0), CUDA_ERROR_INVALID_VALUE);
-	EXPECT(cuMemMap(p, 4 * MiB, 2 * MiB, h, 0), CUDA_ERROR_INVALID_VALUE); /* past the handle */
+	EXPECT(cuMemMap(p, 2 * MiB, 2 * MiB, h, 0), CUDA_ERROR_INVALID_VALUE); /* offset not 0 */
+	EXPECT(cuMemMap(p, 6 * MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* past the handle */
 	EXPECT(cuMemMap(p + 6 * MiB, 4 * MiB, 0, h, 0), CUDA_ERROR_INVALID_VALUE); /* past the range */
 	EXPECT(cuMemMap(p, 2 * MiB, 0, h + 1000, 0), CUDA_ERROR_INVALID_VALUE);
 	EXPECT(cuMemMap(p, 2 * MiB, 0, h, 1), CUDA_ERROR_INVALID_VALUE);
@@ -795,10 +797,48 @@ static void case_proc_address(void)
 	CHECK(status == CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT && fn == NULL);
 }
 
+/*
+ * A range grown by reserving right after it, as NVIDIA's VectorMemMap sample
+ * does: access is set and the whole run unmapped across the two reservations
+ * in one call each, and each reservation is freed on its own.
+ */
+static void case_adjacent(void)
+{
+	init_device(0);
+	/* Reserved next to a, above it or below (the hint is honoured where the
+	 * range is free; simcuda's own view of a may lie on one side). */
+	CUdeviceptr a = reserve(2 * MiB), b;
+	OK(cuMemAddressReserve(&b, 2 * MiB, 0, a + 2 * MiB, 0));
+	if (b != a + 2 * MiB) {
+		OK(cuMemAddressFree(b, 2 * MiB));
+		OK(cuMemAddressReserve(&b, 2 * MiB, 0, a - 2 * MiB, 0));
+		CHECK(b == a - 2 * MiB);
+		CUdeviceptr low = b;
+		b = a;
+		a = low;
+	}
+	CUmemGenericAllocationHandle h = create(2 * MiB), other = create(2 * MiB);
+	OK(cuMemMap(a, 2 * MiB, 0, h, 0));
+	OK(cuMemMap(b, 2 * MiB, 0, other, 0));
+	allow(a, 4 * MiB, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
+	round_trip(a, 2 * MiB, 5);
+	round_trip(b, 2 * MiB, 6);
+	EXPECT(cuMemUnmap(a, 3 * MiB), CUDA_ERROR_INVALID_VALUE); /* part of a mapping */
+	OK(cuMemUnmap(a, 4 * MiB));
+	EXPECT(cuMemUnmap(b, 2 * MiB), CUDA_ERROR_INVALID_VALUE); /* already unmapped */
+	OK(cuMemRelease(h));
+	OK(cuMemRelease(other));
+	CHECK(used() == 0);
+	EXPECT(cuMemAddressFree(a, 4 * MiB), CUDA_ERROR_INVALID_VALUE); /* two reservations */
+	OK(cuMemAddressFree(a, 2 * MiB));
+	OK(cuMemAddressFree(b, 2 * MiB));
+}
+
 static const struct test_case cases[] = {
 	{"granularity", case_granularity},
 	{"round_trip", case_round_trip},
 	{"shared", case_shared},
+	{"adjacent", case_adjacent},
 	{"release_before_unmap", case_release_before_unmap},
 	{"count_once", case_count_once},
 	{"errors", case_errors},
