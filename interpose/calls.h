@@ -203,6 +203,10 @@ SPILLWAY_INTERPOSED(CUresult, cu_mem_map, cuMemMap,
                     (CUdeviceptr ptr, size_t size, size_t offset,
                      CUmemGenericAllocationHandle handle, unsigned long long flags))
 SPILLWAY_INTERPOSED(CUresult, cu_mem_unmap, cuMemUnmap, (CUdeviceptr ptr, size_t size))
+/* An import of a handle this process created is one more reference to it. */
+SPILLWAY_INTERPOSED(CUresult, cu_mem_import_from_shareable_handle, cuMemImportFromShareableHandle,
+                    (CUmemGenericAllocationHandle * handle, void *osHandle,
+                     CUmemAllocationHandleType shHandleType))
 /* The runtime's lookup of driver functions, exchanged like cuGetProcAddress's. */
 SPILLWAY_INTERPOSED(cudaError_t, get_driver_entry_point, cudaGetDriverEntryPoint,
                     (const char *symbol, void **funcPtr, unsigned long long flags,

@@ -63,7 +63,11 @@ func (c *Core) NVMLMemory(ordinal int, total, used uint64) (uint64, uint64, inte
 		return total, used, interpose.Success
 	}
 	if limit := c.cfg.LimitFor(ordinal); limit.IsSet() {
-		return min(limit.Resolve(total), total), 0, interpose.Success
+		held := uint64(0) // after a reset, what outlives the pool
+		if l := c.mem.ledgerAt(ordinal); l != nil {
+			held = l.used()
+		}
+		return min(limit.Resolve(total), total), held, interpose.Success
 	}
 	return total, used, interpose.Success
 }

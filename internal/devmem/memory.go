@@ -556,6 +556,11 @@ func (m *memory) memGetInfo(ordinal int) (free, total uint64, rc interpose.Error
 			return free, total, interpose.Success
 		}
 		quota := limit.Resolve(total)
+		// After a reset, the ledger still holds what outlives the pool
+		// (the application's cuMemCreate handles).
+		if l := m.ledgerAt(ordinal); l != nil {
+			return min(l.left(), free), quota, interpose.Success
+		}
 		return min(quota, free), quota, interpose.Success
 	}
 	var cached uint64
@@ -592,7 +597,7 @@ func (m *memory) deviceReset(ordinal int) interpose.Error {
 		d.outside.Unlock()
 		m.index.removeDevice(d)
 	}
-	return m.rt.DeviceReset()
+	return m.on(ordinal).DeviceReset()
 }
 
 // deviceSynchronize tells the pool about the application's synchronization,

@@ -55,6 +55,37 @@ func TestVMMLedger(t *testing.T) {
 	}
 }
 
+// TestVMMUnmapRange: one cuMemUnmap over several mappings forgets them all,
+// those of handles the ledger does not know too, and also past a gap (a
+// mapping made while the core was not listening).
+func TestVMMUnmapRange(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=8MiB")
+	c := &Core{mem: m.memory}
+	const granule = 2 << 20
+	for h := uint64(1); h <= 2; h++ {
+		if rc := c.Take(0, granule, TakeVMM); rc != interpose.Success {
+			t.Fatalf("handle %d: %v", h, rc)
+		}
+		c.VMMCreated(h, 0, granule, TakeVMM)
+	}
+	const at = interpose.DevicePtr(0x100000000)
+	c.VMMMapped(at, granule, 1)
+	c.VMMMapped(at+2*granule, granule, 2)  // after a gap
+	c.VMMMapped(at+3*granule, granule, 77) // a handle the ledger does not know
+	c.VMMMapped(at+4*granule, granule, 1)  // past the range: stays
+	c.VMMReleased(1)
+	c.VMMReleased(2)
+	c.VMMUnmapped(at, 4*granule)
+	used := func() uint64 { return m.existing(0).ledger.used() }
+	if got, n := used(), len(c.vmm.mappings); got != 2<<20 || n != 1 {
+		t.Errorf("after unmapping the range: used %d, want 2 MiB (handle 1 still mapped past it); %d mappings left, want 1", got, n)
+	}
+	c.VMMUnmapped(at+4*granule, granule)
+	if got, n := used(), len(c.vmm.mappings); got != 0 || n != 0 {
+		t.Errorf("after the last unmap: used %d, %d mappings left; want none", got, n)
+	}
+}
+
 // TestVMMHostPlacement: under oversubscription, a cuMemCreate the quota
 // refuses (quietly) is admitted within the host limit instead, counted
 // there until CUDA frees it; beyond the host limit it is refused and

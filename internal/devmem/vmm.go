@@ -73,13 +73,19 @@ func (c *Core) VMMReleased(handle uint64) {
 	}
 }
 
+// VMMMapped records a mapping of handle at [p, p+size): every one, so that
+// an unmap finds the mappings of its range end to end; only those of known
+// handles count.
 func (c *Core) VMMMapped(p interpose.DevicePtr, size, handle uint64) {
 	v := &c.vmm
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	if v.mappings == nil {
+		v.mappings = map[interpose.DevicePtr]mapping{}
+	}
+	v.mappings[p] = mapping{size: size, handle: handle}
 	if h := v.handles[handle]; h != nil {
 		h.maps++
-		v.mappings[p] = mapping{size: size, handle: handle}
 		if h.onHost {
 			// A tracing session learns spilled ranges from spills: this one
 			// is spilled memory wherever it is mapped.
@@ -88,25 +94,45 @@ func (c *Core) VMMMapped(p interpose.DevicePtr, size, handle uint64) {
 	}
 }
 
-// VMMUnmapped forgets the mappings within [p, p+size): cuMemUnmap unmaps
-// whole mappings only.
+// VMMUnmapped forgets the mappings within [p, p+size). cuMemUnmap unmaps
+// whole mappings only, so they lie end to end from p: one look-up each,
+// where a scan of every mapping per call would make unmapping a large range
+// granule by granule quadratic. A gap (a mapping made while the core was
+// not listening) falls back to that scan for the rest of the range.
 func (c *Core) VMMUnmapped(p interpose.DevicePtr, size uint64) {
 	v := &c.vmm
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	end := p + interpose.DevicePtr(size)
-	for start, m := range v.mappings {
-		if start < p || start >= end {
-			continue
+	start := p
+	for start < end {
+		m, ok := v.mappings[start]
+		if !ok {
+			break
 		}
-		delete(v.mappings, start)
-		if h := v.handles[m.handle]; h != nil {
-			if h.onHost {
-				c.mem.probes.Free(start, m.size, h.ordinal, interpose.TierHostPinned)
-			}
-			h.maps--
-			v.freeIfGone(m.handle, h)
+		c.unmapped(start, m)
+		start += interpose.DevicePtr(m.size)
+	}
+	if start >= end {
+		return
+	}
+	for at, m := range v.mappings {
+		if start <= at && at < end {
+			c.unmapped(at, m)
 		}
+	}
+}
+
+// unmapped forgets the mapping m at start; v.mu is held.
+func (c *Core) unmapped(start interpose.DevicePtr, m mapping) {
+	v := &c.vmm
+	delete(v.mappings, start)
+	if h := v.handles[m.handle]; h != nil {
+		if h.onHost {
+			c.mem.probes.Free(start, m.size, h.ordinal, interpose.TierHostPinned)
+		}
+		h.maps--
+		v.freeIfGone(m.handle, h)
 	}
 }
 

@@ -1614,21 +1614,14 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
     REAL(real_reset, cu_primary_ctx_reset);
-    CUresult rc;
-    if (core_listens()) {
-        /* The core resets the runtime's current device: make it dev for the call. */
-        int32_t current;
-        if (current_device(&current) != cudaSuccess || real.set_device == NULL ||
-            (current != dev && real.set_device(dev) != cudaSuccess))
-            return real_reset(dev);
-        depth++;
-        rc = (CUresult)core.cu_device_reset(dev);
-        depth--;
-        if (current != dev)
-            real.set_device(current);
-        return rc;
-    }
-    return real_reset(dev);
+    if (!core_listens())
+        return real_reset(dev);
+    /* The core drops dev's pool and resets dev, through the runtime where the
+     * process has one and through the driver where it has none. */
+    depth++;
+    CUresult rc = (CUresult)core.cu_device_reset(dev);
+    depth--;
+    return rc;
 }
 
 EXPORT CUresult cuCtxSynchronize(void)
@@ -1959,16 +1952,26 @@ static int host_placeable(const CUmemAllocationProp *prop)
            prop->allocFlags.gpuDirectRDMACapable == 0 && prop->allocFlags.usage == 0;
 }
 
+/*
+ * Each virtual-memory call and the core's record of it happen under one
+ * lock, so that the core hears them in the order CUDA did them: a handle or
+ * an address another thread reuses in between (unmapped here, mapped there)
+ * is never recorded out of turn.
+ */
+static pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* The real cuMemCreate of memory whose bytes were taken on device for
  * kind: the core records the handle, or the bytes are given back. */
 static CUresult create_taken(__typeof__(real.cu_mem_create) real_create, CUmemGenericAllocationHandle *handle,
                              size_t size, const CUmemAllocationProp *prop, unsigned long long flags,
                              int32_t device, int32_t kind)
 {
+    pthread_mutex_lock(&vmm_lock);
     CUresult rc = real_create(handle, size, prop, flags);
     if (rc == CUDA_SUCCESS)
         core.vmm_created(*handle, device, size, kind);
-    else
+    pthread_mutex_unlock(&vmm_lock);
+    if (rc != CUDA_SUCCESS)
         core.give(device, size, kind);
     return rc;
 }
@@ -2034,18 +2037,41 @@ static int vmm_heard(CUresult rc)
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     REAL(real_release, cu_mem_release);
+    pthread_mutex_lock(&vmm_lock);
     CUresult rc = real_release(handle);
     if (vmm_heard(rc))
         core.vmm_released(handle);
+    pthread_mutex_unlock(&vmm_lock);
     return rc;
 }
 
 EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
     REAL(real_retain, cu_mem_retain_allocation_handle);
+    pthread_mutex_lock(&vmm_lock);
     CUresult rc = real_retain(handle, addr);
     if (vmm_heard(rc))
         core.vmm_retained(*handle);
+    pthread_mutex_unlock(&vmm_lock);
+    return rc;
+}
+
+/*
+ * An import of a handle this process exported may give back that handle,
+ * one more reference to its memory (which cuMemRelease then ends); one the
+ * core does not know (another process's, or a new handle to the same
+ * memory: CUDA promises neither) is not counted here.
+ */
+EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                               void *osHandle,
+                                               CUmemAllocationHandleType shHandleType)
+{
+    REAL(real_import, cu_mem_import_from_shareable_handle);
+    pthread_mutex_lock(&vmm_lock);
+    CUresult rc = real_import(handle, osHandle, shHandleType);
+    if (vmm_heard(rc))
+        core.vmm_retained(*handle);
+    pthread_mutex_unlock(&vmm_lock);
     return rc;
 }
 
@@ -2053,18 +2079,22 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                          CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     REAL(real_map, cu_mem_map);
+    pthread_mutex_lock(&vmm_lock);
     CUresult rc = real_map(ptr, size, offset, handle, flags);
     if (vmm_heard(rc))
         core.vmm_mapped((uint64_t)ptr, size, handle);
+    pthread_mutex_unlock(&vmm_lock);
     return rc;
 }
 
 EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     REAL(real_unmap, cu_mem_unmap);
+    pthread_mutex_lock(&vmm_lock);
     CUresult rc = real_unmap(ptr, size);
     if (vmm_heard(rc))
         core.vmm_unmapped((uint64_t)ptr, size);
+    pthread_mutex_unlock(&vmm_lock);
     return rc;
 }
 

@@ -88,6 +88,36 @@ func TestNumbaUnderQuota(t *testing.T) {
 	peakWithinQuota(t, stats)
 }
 
+// TestNumbaClose: numba's cuda.close() resets the primary context with
+// cuDevicePrimaryCtxReset, and numba has no runtime: the pool goes with the
+// context, the quota is whole again, and the next context's memory holds
+// data.
+func TestNumbaClose(t *testing.T) {
+	harness.RequirePythonModules(t, "numpy", "numba.cuda")
+	var seen struct {
+		FreeBeforeClose uint64 `json:"free_before_close"`
+		FreeAfterClose  uint64 `json:"free_after_close"`
+		Intact          bool   `json:"intact"`
+		FreeAllocated   uint64 `json:"free_allocated"`
+	}
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	// The pool keeps what is freed cached (a release threshold of the whole
+	// quota), in fixed segments, which are the context's allocations: only
+	// the reset may end them.
+	runLimitedClient(t, "numba_close.py", &seen, "SIMCUDA_DEVICES=4GiB", "SIMCUDA_STATS_FILE="+stats,
+		"NUMBA_CUDA_DRIVER="+filepath.Join(harness.SimcudaDir(t), "libcuda.so.1"), "ALLOC_MIB=40",
+		"SPILLWAY_POOL_RELEASE_THRESHOLD=100%", "SPILLWAY_VMM=0")
+	if seen.FreeBeforeClose != clientQuota-40*clientMiB || seen.FreeAfterClose != clientQuota ||
+		seen.FreeAllocated != clientQuota-40*clientMiB {
+		t.Errorf("free memory %d MiB with 40 MiB allocated, %d MiB after cuda.close(), %d MiB with 40 MiB again; want 24, 64, 24",
+			seen.FreeBeforeClose/clientMiB, seen.FreeAfterClose/clientMiB, seen.FreeAllocated/clientMiB)
+	}
+	if !seen.Intact {
+		t.Error("data copied through an array allocated after cuda.close() came back wrong")
+	}
+	peakWithinQuota(t, stats)
+}
+
 // TestPycudaUnderQuota: pycuda's contexts are contexts of its own (not the
 // primary one): what it allocates in them counts against the quota, beyond
 // which pycuda raises its MemoryError, and is given back when freed or when

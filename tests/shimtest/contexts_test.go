@@ -13,7 +13,7 @@ import (
 // runtime also against the dynamic runtime.
 func ctxvmm(t testing.TB, runtime bool) string {
 	b := harness.CBuild{Sources: []string{"testdata/ctxvmm.c"}, ProjectHeaders: true,
-		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}}
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda", "-lnvidia-ml"}}
 	if runtime {
 		b.Cudart = true
 		b.Flags = append(b.Flags, "-DWITH_RUNTIME")

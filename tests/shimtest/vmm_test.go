@@ -119,6 +119,56 @@ func TestHandleLifetimeQuota(t *testing.T) {
 	})
 }
 
+// TestImportedHandleQuota: importing a handle this process exported is one
+// more reference to its memory: releasing the original leaves the bytes
+// counted until the imported handle is released too.
+func TestImportedHandleQuota(t *testing.T) {
+	out, _ := runScript(t, 8<<20,
+		"x", "8M", "E", "0", "J", "0", "L", "0", "c", "2M", // the memory lives on through h1
+		"L", "1", "c", "8M") // both released: the whole quota fits
+	checkSteps(t, out, []step{
+		{"x", 0, cuSuccess}, {"E", 0, cuSuccess}, {"J", 0, cuSuccess}, {"L", 0, cuSuccess},
+		{"c", 0, cuOutOfMemory}, {"L", 1, cuSuccess}, {"c", 1, cuSuccess},
+	})
+}
+
+// TestMapUnmapRace: two threads mapping and unmapping their own handles at
+// one address leave the count exact: the core hears each call in the order
+// CUDA made it, so once both handles are released the whole quota fits
+// again and cuMemGetInfo says so. (Heard out of order, an unmap forgot the
+// other thread's mapping in most runs of this test.)
+func TestMapUnmapRace(t *testing.T) {
+	out, _ := runScript(t, 8<<20,
+		"r", "2M", "c", "2M", "c", "2M", "q", "0", "1", "20000", "L", "0", "L", "1", "i", "c", "8M")
+	checkSteps(t, out, []step{
+		{"c", 0, cuSuccess}, {"c", 1, cuSuccess}, {"L", 0, cuSuccess}, {"L", 1, cuSuccess},
+		{"i", 0, cuSuccess}, {"c", 2, cuSuccess},
+	})
+	if free := out.Num(t, "i", 0, 2); free != 8<<20 {
+		t.Errorf("cuMemGetInfo: %d bytes free once both handles are gone, want 8 MiB", free)
+	}
+}
+
+// TestResetReportsHandles: the application's cuMemCreate handles outlive a
+// reset of the primary context (which ends the pool and its allocation),
+// and so does what cuMemGetInfo and NVML report of them until they are
+// released.
+func TestResetReportsHandles(t *testing.T) {
+	out, _ := runScript(t, 8<<20, "m", "2M", "c", "6M", "D", "i", "n", "c", "4M", "L", "0", "i", "n")
+	checkSteps(t, out, []step{
+		{"m", 0, cuSuccess}, {"c", 0, cuSuccess}, {"D", 0, cuSuccess}, {"i", 0, cuSuccess}, {"n", 0, 0},
+		{"c", 1, cuOutOfMemory}, {"L", 0, cuSuccess}, {"i", 1, cuSuccess}, {"n", 1, 0},
+	})
+	for k, want := range []uint64{6 << 20, 0} {
+		if free, total := out.Num(t, "i", k, 2), out.Num(t, "i", k, 3); free != 8<<20-want || total != 8<<20 {
+			t.Errorf("cuMemGetInfo #%d after the reset: %d free of %d, want %d of 8 MiB", k, free, total, 8<<20-want)
+		}
+		if total, used := out.Num(t, "n", k, 2), out.Num(t, "n", k, 3); used != want || total != 8<<20 {
+			t.Errorf("NVML #%d after the reset: %d used of %d, want %d of 8 MiB", k, used, total, want)
+		}
+	}
+}
+
 // TestVMMTakesPoolCache: a cuMemCreate that fits only once the pool returns
 // the memory it holds cached (a freed 12 MiB segment the release threshold
 // keeps) succeeds, and simcuda never holds more than the quota. The pool

@@ -389,7 +389,7 @@ func TestTraceVMMOnHost(t *testing.T) {
 	harness.RequireBPF(t)
 	spillway := harness.Bin(t, "spillway")
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"../shimtest/testdata/ctxvmm.c"}, ProjectHeaders: true,
-		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}})
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda", "-lnvidia-ml"}})
 	summary := filepath.Join(t.TempDir(), "summary.json")
 	cmd := harness.Command(t, spillway, "trace", "--summary-json", summary, "--",
 		prog, "r", "1G", "g", "12", "w", "s", "12")

@@ -28,6 +28,12 @@
  *                                             -> "w RC WRONG" (bytes read wrong)
  *   h N      where the Nth grown granule's memory lives -> "h RC LOCATION_TYPE"
  *   x SIZE   cuMemCreate on device 0 exportable as a file descriptor -> "x RC H"
+ *   E H      cuMemExportToShareableHandle of handle H as a descriptor -> "E RC D"
+ *   J D      cuMemImportFromShareableHandle of descriptor D -> "J RC H"
+ *   D        cuDevicePrimaryCtxReset_v2 of device 0, then its primary context again -> "D RC"
+ *   n        NVML's memory of device 0        -> "n RC TOTAL USED"
+ *   q H1 H2 N  two threads, each N times: cuMemMap of its handle (H1, H2) at the
+ *            start of the range, then cuMemUnmap if that succeeded -> "q MAPPED1 MAPPED2"
  *   P        cuMemPoolCreate on device 0 (one pool, used by a and Q) -> "P RC"
  *   a SIZE   cuMemAllocFromPoolAsync from it on the legacy stream -> "a RC SLOT"
  *   z SLOT   cuMemFreeAsync on the legacy stream, then cuStreamSynchronize -> "z RC"
@@ -43,11 +49,14 @@
  *   I        cudaMemGetInfo                   -> "I RC FREE TOTAL"
  * SIZE takes K, M, G suffixes (binary).
  */
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <spillway/cuda.h>
+#include <spillway/nvml.h>
 #ifdef WITH_RUNTIME
 #include <spillway/cuda_runtime.h>
 #endif
@@ -72,6 +81,27 @@ static size_t range_size;
 static CUmemGenericAllocationHandle grown[MAX];
 static int ngrown;
 static CUmemoryPool pool;
+static int fds[MAX];
+static int nfds;
+
+/* One thread of "q": maps its handle at the start of the range and unmaps it, n times. */
+struct racer {
+    CUmemGenericAllocationHandle handle;
+    long n, mapped;
+};
+
+static void *race(void *arg)
+{
+    struct racer *r = arg;
+    if (cuCtxSetCurrent(primary) != CUDA_SUCCESS)
+        return NULL;
+    for (long k = 0; k < r->n; k++)
+        if (cuMemMap(range, GRANULE, 0, r->handle, 0) == CUDA_SUCCESS) {
+            r->mapped++;
+            cuMemUnmap(range, GRANULE);
+        }
+    return NULL;
+}
 
 static size_t size_arg(const char *s)
 {
@@ -288,6 +318,50 @@ int main(int argc, char **argv)
             printf("x %d %d\n", rc, nhandles);
             nhandles += rc == CUDA_SUCCESS;
             i++;
+            break;
+        }
+        case 'D':
+            rc = cuDevicePrimaryCtxReset_v2(dev);
+            if (rc == CUDA_SUCCESS && (rc = cuDevicePrimaryCtxRetain(&primary, dev)) == CUDA_SUCCESS)
+                rc = cuCtxSetCurrent(primary);
+            printf("D %d\n", rc);
+            break;
+        case 'n': {
+            nvmlDevice_t d;
+            nvmlMemory_t m = {0};
+            nvmlReturn_t nrc = nvmlInit_v2();
+            if (nrc == NVML_SUCCESS && (nrc = nvmlDeviceGetHandleByIndex_v2(0, &d)) == NVML_SUCCESS)
+                nrc = nvmlDeviceGetMemoryInfo(d, &m);
+            printf("n %d %llu %llu\n", nrc, m.total, m.used);
+            break;
+        }
+        case 'E': {
+            int fd = -1;
+            rc = cuMemExportToShareableHandle(&fd, handles[atoi(a)],
+                                              CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+            fds[nfds] = fd;
+            printf("E %d %d\n", rc, nfds);
+            nfds += rc == CUDA_SUCCESS;
+            i++;
+            break;
+        }
+        case 'J':
+            rc = cuMemImportFromShareableHandle(&handles[nhandles], (void *)(intptr_t)fds[atoi(a)],
+                                                CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+            printf("J %d %d\n", rc, nhandles);
+            nhandles += rc == CUDA_SUCCESS;
+            i++;
+            break;
+        case 'q': {
+            long n = i + 3 < argc ? atol(argv[i + 3]) : 0;
+            struct racer r[2] = {{handles[atoi(a)], n, 0}, {handles[atoi(b)], n, 0}};
+            pthread_t t[2];
+            for (int k = 0; k < 2; k++)
+                pthread_create(&t[k], NULL, race, &r[k]);
+            for (int k = 0; k < 2; k++)
+                pthread_join(t[k], NULL);
+            printf("q %ld %ld\n", r[0].mapped, r[1].mapped);
+            i += 3;
             break;
         }
         case 'P': {
