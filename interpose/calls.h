@@ -233,6 +233,9 @@ SPILLWAY_REAL(CUresult, cu_mem_address_reserve, cuMemAddressReserve,
 SPILLWAY_REAL(CUresult, cu_mem_address_free, cuMemAddressFree, (CUdeviceptr ptr, size_t size))
 SPILLWAY_REAL(CUresult, cu_mem_set_access, cuMemSetAccess,
               (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))
+/* The pool's granules are granted to every device that can reach them. */
+SPILLWAY_REAL(CUresult, cu_device_can_access_peer, cuDeviceCanAccessPeer,
+              (int *canAccessPeer, CUdevice dev, CUdevice peerDev))
 /* Migration copies a granule's contents before remapping it. */
 SPILLWAY_REAL(CUresult, cu_memcpy_dtod, cuMemcpyDtoD_v2,
               (CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount))

@@ -257,13 +257,34 @@ static CUresult vmm_copy(const struct spillway_real *r, CUcontext ctx, uint64_t 
 	IN_CONTEXT(copy_and_wait(r, dst, src, size));
 	return rc;
 }
-static CUresult vmm_set_access(const struct spillway_real *r, CUcontext ctx, uint64_t va, uint64_t size, int device) {
-	CUmemAccessDesc d;
-	memset(&d, 0, sizeof d);
-	d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-	d.location.id = device;
-	d.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-	IN_CONTEXT(r->cu_mem_set_access((CUdeviceptr)va, (size_t)size, &d, 1));
+// The most devices one grant names: the device and its peers.
+#define VMM_MAX_GRANTS 64
+
+// The devices that may read and write device's memory: itself, then each
+// device cuDeviceCanAccessPeer says can reach it (none where the table
+// lacks it). Returns how many it wrote to out.
+static int vmm_grantees(const struct spillway_real *r, int device, int *out) {
+	int n = 0, count = 0;
+	out[n++] = device;
+	if (!r->cu_device_can_access_peer || !r->cu_device_get_count || r->cu_device_get_count(&count) != CUDA_SUCCESS)
+		return n;
+	for (int d = 0; d < count && n < VMM_MAX_GRANTS; d++) {
+		int can = 0;
+		if (d != device && r->cu_device_can_access_peer(&can, d, device) == CUDA_SUCCESS && can)
+			out[n++] = d;
+	}
+	return n;
+}
+
+static CUresult vmm_set_access(const struct spillway_real *r, CUcontext ctx, uint64_t va, uint64_t size, const int *devices, int n) {
+	CUmemAccessDesc d[VMM_MAX_GRANTS];
+	memset(d, 0, sizeof d);
+	for (int i = 0; i < n; i++) {
+		d[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+		d[i].location.id = devices[i];
+		d[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	}
+	IN_CONTEXT(r->cu_mem_set_access((CUdeviceptr)va, (size_t)size, d, (size_t)n));
 	return rc;
 }
 */
@@ -471,6 +492,11 @@ type VMM struct {
 	t      *C.struct_spillway_real
 	ctx    C.CUcontext
 	device C.int
+	// grantees are the devices every mapping is made readable and
+	// writable by: the device, and its peers, so that copies made in a
+	// peer's context (cudaMemcpyPeer, a cudaMemcpy while it is current)
+	// reach pooled memory as they reach cudaMalloc's.
+	grantees []C.int
 }
 
 // NewVMM returns a VMM over the table of real functions for device, whose
@@ -493,7 +519,9 @@ func NewVMM(table unsafe.Pointer, device int) (*VMM, error) {
 	if o.rc != C.CUDA_SUCCESS {
 		return nil, fmt.Errorf("cuDevicePrimaryCtxRetain of device %d: %w", device, fromDriver(o.rc))
 	}
-	return &VMM{t: t, ctx: o.ctx, device: C.int(device)}, nil
+	var devices [C.VMM_MAX_GRANTS]C.int
+	n := C.vmm_grantees(t, C.int(device), &devices[0])
+	return &VMM{t: t, ctx: o.ctx, device: C.int(device), grantees: append([]C.int(nil), devices[:n]...)}, nil
 }
 
 // Supported asks cuDeviceGetAttribute whether the device has virtual
@@ -550,9 +578,10 @@ func (v *VMM) Copy(dst, src DevicePtr, size uint64) Error {
 	return fromDriver(C.vmm_copy(v.t, v.ctx, C.uint64_t(dst), C.uint64_t(src), C.uint64_t(size)))
 }
 
-// SetAccess calls cuMemSetAccess: the device reads and writes [va, va+size).
+// SetAccess calls cuMemSetAccess: the device and its peers read and write
+// [va, va+size).
 func (v *VMM) SetAccess(va DevicePtr, size uint64) Error {
-	return fromDriver(C.vmm_set_access(v.t, v.ctx, C.uint64_t(va), C.uint64_t(size), v.device))
+	return fromDriver(C.vmm_set_access(v.t, v.ctx, C.uint64_t(va), C.uint64_t(size), &v.grantees[0], C.int(len(v.grantees))))
 }
 
 func cbool(b bool) C.int {

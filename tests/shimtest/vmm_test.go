@@ -169,6 +169,33 @@ func TestResetReportsHandles(t *testing.T) {
 	}
 }
 
+// TestPooledMemoryReachesPeers: the pool's granules are granted to every
+// device that can reach them as a peer, so a copy made while another device
+// is current reaches pooled memory as it reaches cudaMalloc's; where the
+// devices are not peers it fails, the documented limit of virtual memory
+// (SPILLWAY_VMM=0 lifts it).
+func TestPooledMemoryReachesPeers(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/peercopy.c"}, Cudart: true, ProjectHeaders: true})
+	for _, c := range []struct {
+		env  []string
+		code int // the copy's cudaError_t
+	}{
+		{[]string{"SIMCUDA_PEER=1"}, 0},
+		{nil, harness.ErrInvalidValue},
+		{[]string{"SPILLWAY_VMM=0"}, 0},
+	} {
+		env := append([]string{"SIMCUDA_DEVICES=2x1GiB", "SPILLWAY_MEMORY_LIMIT=64MiB"}, c.env...)
+		_, out := harness.RunOK(t, harness.Shimmed(t, env, prog))
+		if out.Code(t, "malloc", 0) != 0 || out.Code(t, "memset", 0) != 0 {
+			t.Fatalf("%v: %v", c.env, out)
+		}
+		if code := out.Code(t, "copy", 0); code != c.code || (code == 0 && out.Num(t, "copy", 0, 2) != 7) {
+			t.Errorf("%v: copy of device 0's memory with device 1 current: %v, want code %d with the byte 7 copied",
+				c.env, out, c.code)
+		}
+	}
+}
+
 // TestVMMTakesPoolCache: a cuMemCreate that fits only once the pool returns
 // the memory it holds cached (a freed 12 MiB segment the release threshold
 // keeps) succeeds, and simcuda never holds more than the quota. The pool

@@ -4,8 +4,8 @@
  * statistics file. Memory lives in memory.c, streams and events in streams.c.
  *
  * Configuration is read once when the library loads: SIMCUDA_DEVICES,
- * SIMCUDA_CONTEXT_BYTES, SIMCUDA_NO_MANAGED, SIMCUDA_FAIL and
- * SIMCUDA_STATS_FILE (see README.md). A malformed value makes cuInit fail
+ * SIMCUDA_CONTEXT_BYTES, SIMCUDA_NO_MANAGED, SIMCUDA_NO_VMM, SIMCUDA_PEER,
+ * SIMCUDA_FAIL and SIMCUDA_STATS_FILE (see README.md). A malformed value makes cuInit fail
  * with CUDA_ERROR_INVALID_VALUE after printing what is wrong.
  */
 #define _GNU_SOURCE
@@ -231,6 +231,14 @@ __attribute__((constructor)) static void load_config(void)
 		else if (strcmp(v, "0") != 0)
 			snprintf(config_error, sizeof(config_error),
 				 "SIMCUDA_NO_VMM=\"%s\": expected 1 or 0", v);
+	}
+	v = getenv("SIMCUDA_PEER");
+	if (v != NULL && v[0] != '\0') {
+		if (strcmp(v, "1") == 0)
+			sim.peer = 1;
+		else if (strcmp(v, "0") != 0)
+			snprintf(config_error, sizeof(config_error),
+				 "SIMCUDA_PEER=\"%s\": expected 1 or 0", v);
 	}
 	v = getenv("SIMCUDA_FAIL");
 	if (v != NULL && v[0] != '\0')
@@ -563,7 +571,11 @@ SIM_API CUresult cuDeviceGetByPCIBusId(CUdevice *dev, const char *pciBusId)
 	return CUDA_ERROR_INVALID_DEVICE;
 }
 
-/* Peer access is not simulated: no device can access another's memory. */
+/*
+ * Whether dev can reach peerDev's memory: never, unless SIMCUDA_PEER=1 makes
+ * the devices peers, which virtual memory's access grants (cuMemSetAccess for
+ * another device) then need. A device is not its own peer.
+ */
 SIM_API CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
 {
 	ENTER(ENTER_INIT);
@@ -571,7 +583,7 @@ SIM_API CUresult cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevic
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!sim_valid_device(dev) || !sim_valid_device(peerDev))
 		return CUDA_ERROR_INVALID_DEVICE;
-	*canAccessPeer = 0;
+	*canAccessPeer = sim.peer && dev != peerDev;
 	return CUDA_SUCCESS;
 }
 

@@ -109,6 +109,7 @@ struct sim {
 	uint64_t context_bytes;
 	int no_managed;
 	int no_vmm; /* SIMCUDA_NO_VMM=1: the virtual memory management API is unsupported */
+	int peer;   /* SIMCUDA_PEER=1: every device can access every other's memory (P2P) */
 	uint64_t clock;     /* logical time for managed eviction order */
 	uint64_t next_id;   /* allocation ids */
 	uint64_t memcpy_bytes[4]; /* indexed by enum copy_class */

@@ -803,8 +803,16 @@ static CUresult check_access_desc(const CUmemAccessDesc *desc, const struct rese
 {
 	if (!valid_access_flags(desc->flags))
 		return CUDA_ERROR_INVALID_VALUE;
-	if (desc->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
-		return sim_valid_device(desc->location.id) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+	if (desc->location.type == CU_MEM_LOCATION_TYPE_DEVICE) {
+		if (!sim_valid_device(desc->location.id))
+			return CUDA_ERROR_INVALID_DEVICE;
+		/* Another device's memory is reachable by a peer only (SIMCUDA_PEER=1). */
+		for (const struct mapping *m = r->maps; m != NULL; m = m->next)
+			if (m->view.base >= ptr && m->view.base < ptr + size && m->handle->device >= 0 &&
+			    m->handle->device != desc->location.id && !sim.peer)
+				return CUDA_ERROR_INVALID_DEVICE;
+		return CUDA_SUCCESS;
+	}
 	if (!host_location(&desc->location))
 		return CUDA_ERROR_INVALID_VALUE;
 	/* The CPU reaches host-located memory only: device memory cannot be mapped for it. */

@@ -456,6 +456,9 @@ static void case_peer_access(void)
 	round_trip(p, sizeof(buf), 1);
 	OK(cuMemGetAccess(&flags, &dev1, p));
 	CHECK(flags == CU_MEM_ACCESS_FLAGS_PROT_NONE);
+	int peer = -1;
+	OK(cuDeviceCanAccessPeer(&peer, 1, 0));
+	CHECK(peer == 1); /* SIMCUDA_PEER=1 */
 
 	OK(cuDevicePrimaryCtxRetain(&ctx1, 1));
 	OK(cuCtxSetCurrent(ctx1));
@@ -471,6 +474,25 @@ static void case_peer_access(void)
 	OK(cuMemSetAccess(p, 2 * MiB, &d, 1));
 	round_trip(p, sizeof(buf), 2);
 	CHECK(used() == 0); /* device 1 holds none of it */
+}
+
+/* Without peers (the default), device 1 cannot be granted device 0's memory. */
+static void case_no_peer(void)
+{
+	CUmemLocation dev1 = {CU_MEM_LOCATION_TYPE_DEVICE, 1};
+	int peer = -1;
+
+	init_device(0);
+	OK(cuDeviceCanAccessPeer(&peer, 1, 0));
+	CHECK(peer == 0);
+	CUmemGenericAllocationHandle h = create(2 * MiB);
+	CUdeviceptr p = reserve(2 * MiB);
+	map_rw(p, 2 * MiB, h);
+	CUmemAccessDesc d = {dev1, CU_MEM_ACCESS_FLAGS_PROT_READ};
+	EXPECT(cuMemSetAccess(p, 2 * MiB, &d, 1), CUDA_ERROR_INVALID_DEVICE);
+	OK(cuMemUnmap(p, 2 * MiB));
+	OK(cuMemRelease(h));
+	OK(cuMemAddressFree(p, 2 * MiB));
 }
 
 /* A host function that blocks its stream until the pipe is written. */
@@ -845,6 +867,7 @@ static const struct test_case cases[] = {
 	{"capacity", case_capacity},
 	{"unmap_waits", case_unmap_waits},
 	{"peer_access", case_peer_access},
+	{"no_peer", case_no_peer},
 	{"host_numa", case_host_numa},
 	{"expandable", case_expandable},
 	{"sleep", case_sleep},
