@@ -104,12 +104,16 @@ static struct drv_out drv_device_count(const struct spillway_real *r) {
 	CUresult rc = r->cu_device_get_count ? r->cu_device_get_count(&n) : CUDA_ERROR_NOT_FOUND;
 	return (struct drv_out){(uint64_t)n, 0, rc};
 }
-static CUresult drv_device_reset(const struct spillway_real *r, CUcontext ctx) {
-	CUdevice dev = 0;
-	IN_CONTEXT(r->cu_ctx_get_device(&dev));
-	if (rc == CUDA_SUCCESS)
-		rc = r->cu_primary_ctx_reset ? r->cu_primary_ctx_reset(dev) : CUDA_ERROR_NOT_FOUND;
-	return rc;
+// Resets device's primary context; device -1: the device of ctx (the
+// calling thread's context when ctx is NULL).
+static CUresult drv_device_reset(const struct spillway_real *r, CUcontext ctx, int device) {
+	CUdevice dev = device;
+	if (device < 0) {
+		IN_CONTEXT(r->cu_ctx_get_device(&dev));
+		if (rc != CUDA_SUCCESS)
+			return rc;
+	}
+	return r->cu_primary_ctx_reset ? r->cu_primary_ctx_reset(dev) : CUDA_ERROR_NOT_FOUND;
 }
 static CUresult drv_synchronize(const struct spillway_real *r, CUcontext ctx) {
 	IN_CONTEXT(r->cu_ctx_synchronize());
@@ -306,7 +310,9 @@ import (
 type Driver struct {
 	t *C.struct_spillway_real
 	// ctx is the context the calls run in; nil: the calling thread's.
-	ctx      C.CUcontext
+	ctx C.CUcontext
+	// device is the device On bound the calls to; -1: none.
+	device   C.int
 	contexts *primaryContexts
 }
 
@@ -328,11 +334,12 @@ func NewDriverRuntime(table unsafe.Pointer) (*Driver, error) {
 	if missing := C.drv_missing(t); missing != nil {
 		return nil, fmt.Errorf("the real %s was not found", C.GoString(missing))
 	}
-	return &Driver{t: t, contexts: &primaryContexts{ctx: map[int]C.CUcontext{}}}, nil
+	return &Driver{t: t, device: -1, contexts: &primaryContexts{ctx: map[int]C.CUcontext{}}}, nil
 }
 
 // On returns a Driver whose calls run in the primary context of device;
-// one that cannot be retained makes every call fail with its error.
+// where it cannot be retained (no such device) they run in the calling
+// thread's context, and DeviceReset answers the driver's error for device.
 func (d *Driver) On(device int) *Driver {
 	d.contexts.mu.Lock()
 	defer d.contexts.mu.Unlock()
@@ -340,12 +347,12 @@ func (d *Driver) On(device int) *Driver {
 	if !ok {
 		o := C.drv_retain(d.t, C.int(device))
 		if o.rc != C.CUDA_SUCCESS {
-			return &Driver{t: d.t, ctx: nil, contexts: d.contexts}
+			return &Driver{t: d.t, ctx: nil, device: C.int(device), contexts: d.contexts}
 		}
 		ctx = o.ctx
 		d.contexts.ctx[device] = ctx
 	}
-	return &Driver{t: d.t, ctx: ctx, contexts: d.contexts}
+	return &Driver{t: d.t, ctx: ctx, device: C.int(device), contexts: d.contexts}
 }
 
 // SetLastError does nothing: without a runtime there is no last error.
@@ -408,7 +415,10 @@ func (d *Driver) GetDeviceCount() (int, Error) {
 	return int(o.v), fromDriver(o.rc)
 }
 
-func (d *Driver) DeviceReset() Error { return fromDriver(C.drv_device_reset(d.t, d.ctx)) }
+// DeviceReset resets the primary context of the device On bound d to (which
+// answers CUDA_ERROR_INVALID_DEVICE for one that does not exist), or of the
+// calling thread's device.
+func (d *Driver) DeviceReset() Error { return fromDriver(C.drv_device_reset(d.t, d.ctx, d.device)) }
 
 func (d *Driver) DeviceSynchronize() Error { return fromDriver(C.drv_synchronize(d.t, d.ctx)) }
 

@@ -154,8 +154,17 @@ func (c *Core) MemGetInfo(device int) (free, total uint64, rc interpose.Error) {
 	return c.mem.memGetInfo(device)
 }
 
-// DeviceReset serves cudaDeviceReset and cuDevicePrimaryCtxReset.
-func (c *Core) DeviceReset(device int) interpose.Error { return c.mem.deviceReset(device) }
+// DeviceReset serves cudaDeviceReset of the current device, device.
+func (c *Core) DeviceReset(device int) interpose.Error {
+	return c.mem.deviceReset(device, c.mem.rt.DeviceReset)
+}
+
+// PrimaryCtxReset serves cuDevicePrimaryCtxReset of device, which need not
+// be current: through the runtime where the process has one, else the
+// driver.
+func (c *Core) PrimaryCtxReset(device int) interpose.Error {
+	return c.mem.deviceReset(device, c.mem.on(device).DeviceReset)
+}
 
 // DeviceSynchronize serves cudaDeviceSynchronize and cuCtxSynchronize.
 func (c *Core) DeviceSynchronize(device int) interpose.Error { return c.mem.deviceSynchronize(device) }

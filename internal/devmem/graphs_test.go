@@ -67,7 +67,7 @@ func TestGraphHoldsEndAtReset(t *testing.T) {
 		t.Fatalf("a free during a capture: %v, holds %v", rc, m.graphs.graphs)
 	}
 	delete(rt.capturing, s)
-	if rc := m.deviceReset(0); rc != interpose.Success {
+	if rc := m.deviceReset(0, m.rt.DeviceReset); rc != interpose.Success {
 		t.Fatal(rc)
 	}
 	if len(m.graphs.graphs) != 0 {

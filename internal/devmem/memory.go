@@ -574,11 +574,11 @@ func (m *memory) memGetInfo(ordinal int) (free, total uint64, rc interpose.Error
 }
 
 // deviceReset drops the device's pool (closing it releases its memory) and
-// resets the device, holding m.mu from before the close to after the real
-// reset: a thread allocating meanwhile waits and then builds a new pool on
-// the reset device, so no pool holds memory the reset destroyed, and
-// nothing of the old device stays charged.
-func (m *memory) deviceReset(ordinal int) interpose.Error {
+// resets the device with reset, holding m.mu from before the close to after
+// the real reset: a thread allocating meanwhile waits and then builds a new
+// pool on the reset device, so no pool holds memory the reset destroyed,
+// and nothing of the old device stays charged.
+func (m *memory) deviceReset(ordinal int, reset func() interpose.Error) interpose.Error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if d := m.existing(ordinal); d != nil {
@@ -597,7 +597,7 @@ func (m *memory) deviceReset(ordinal int) interpose.Error {
 		d.outside.Unlock()
 		m.index.removeDevice(d)
 	}
-	return m.on(ordinal).DeviceReset()
+	return reset()
 }
 
 // deviceSynchronize tells the pool about the application's synchronization,

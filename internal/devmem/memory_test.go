@@ -443,7 +443,7 @@ func TestDeviceReset(t *testing.T) {
 	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=1MiB")
 	m.malloc(request{size: 768 << 10})
 	m.malloc(request{device: 1, size: 768 << 10})
-	if rc := m.deviceReset(0); rc != interpose.Success {
+	if rc := m.deviceReset(0, m.rt.DeviceReset); rc != interpose.Success {
 		t.Fatal(rc)
 	}
 	if free, _, _ := m.memGetInfo(0); free != 1<<20 {
@@ -652,7 +652,7 @@ func TestDeviceResetRacesWithAllocations(t *testing.T) {
 		for rt.count("device")+rt.count("managed") < before+3 {
 			runtime.Gosched()
 		}
-		if rc := m.deviceReset(0); rc != interpose.Success {
+		if rc := m.deviceReset(0, m.rt.DeviceReset); rc != interpose.Success {
 			t.Fatal(rc)
 		}
 	}

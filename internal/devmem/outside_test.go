@@ -178,7 +178,7 @@ func TestLedgerOutlivesReset(t *testing.T) {
 	if _, rc := m.malloc(request{size: 4 << 20, kind: kindManaged}); rc != interpose.Success {
 		t.Fatal(rc)
 	}
-	if rc := m.deviceReset(0); rc != interpose.Success {
+	if rc := m.deviceReset(0, m.rt.DeviceReset); rc != interpose.Success {
 		t.Fatal(rc)
 	}
 	// The reset freed the managed block, not the handle.
@@ -212,7 +212,7 @@ func TestHostHandlesOutliveReset(t *testing.T) {
 		}
 		c.VMMCreated(h, 0, granule, TakeVMMHost)
 	}
-	if rc := m.deviceReset(0); rc != interpose.Success {
+	if rc := m.deviceReset(0, m.rt.DeviceReset); rc != interpose.Success {
 		t.Fatal(rc)
 	}
 	c.VMMReleased(2) // freed while the device has no pool
@@ -245,7 +245,7 @@ func TestGiveWhileResetDropsTheDevice(t *testing.T) {
 	if rc := c.Take(0, 8<<20, TakeContext); rc != interpose.Success {
 		t.Fatal(rc)
 	}
-	if rc := m.deviceReset(0); rc != interpose.Success || m.existing(0) != nil {
+	if rc := m.deviceReset(0, m.rt.DeviceReset); rc != interpose.Success || m.existing(0) != nil {
 		t.Fatalf("reset: %v", rc)
 	}
 	c.Give(0, 8<<20, TakeContext) // a created context's block, freed now

@@ -49,7 +49,6 @@ func (c *Core) VMMCreated(handle uint64, ordinal int, size uint64, kind TakeKind
 	defer v.mu.Unlock()
 	if v.handles == nil {
 		v.handles = map[uint64]*physical{}
-		v.mappings = map[interpose.DevicePtr]mapping{}
 	}
 	v.handles[handle] = h
 }

@@ -239,7 +239,7 @@ func spillway_core_cu_device_total_mem(device C.int32_t, total *C.uint64_t) (rc 
 //export spillway_core_cu_device_reset
 func spillway_core_cu_device_reset(device C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuDevicePrimaryCtxReset")
-	return driverAnswer(running().DeviceReset(int(device)))
+	return driverAnswer(running().PrimaryCtxReset(int(device)))
 }
 
 //export spillway_core_cu_device_synchronize

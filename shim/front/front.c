@@ -354,14 +354,20 @@ static int ledger_len;
  * the core hears of a capture whichever of the two comes first. */
 static atomic_int captures_begun;
 
+/* Locks defined with what they guard, below; a forked child starts them afresh. */
+static pthread_mutex_t created_lock, vmm_lock;
+
 static void atfork_child(void)
 {
-    /* The child has one thread and a Go runtime that believes it has many. */
+    /* The child has one thread and a Go runtime that believes it has many;
+     * a lock another thread held at the fork would stay held for good. */
     int s = atomic_load(&state);
     if (s == LOADING || s == READY)
         atomic_store(&state, PASSTHROUGH);
     pthread_mutex_init(&ledger_lock, NULL);
     pthread_cond_init(&ledger_ready, NULL);
+    pthread_mutex_init(&created_lock, NULL);
+    pthread_mutex_init(&vmm_lock, NULL);
 }
 
 static int quota_configured(void)

@@ -10,8 +10,9 @@ import (
 
 // The driver's CUresult codes the tests expect (cuda.h).
 const (
-	cuSuccess     = 0
-	cuOutOfMemory = 2
+	cuSuccess       = 0
+	cuOutOfMemory   = 2
+	cuInvalidDevice = 101
 )
 
 // drvops builds testdata/drvops.c against the driver and, with runtime set,

@@ -147,6 +147,9 @@ func TestMapUnmapRace(t *testing.T) {
 	if free := out.Num(t, "i", 0, 2); free != 8<<20 {
 		t.Errorf("cuMemGetInfo: %d bytes free once both handles are gone, want 8 MiB", free)
 	}
+	if a, b, busy := out.Num(t, "q", 0, 1), out.Num(t, "q", 0, 2), out.Num(t, "q", 0, 3); a == 0 || b == 0 || busy == 0 {
+		t.Errorf("the threads did not race (maps %d and %d, %d refused for a busy address)", a, b, busy)
+	}
 }
 
 // TestResetReportsHandles: the application's cuMemCreate handles outlive a
@@ -166,6 +169,17 @@ func TestResetReportsHandles(t *testing.T) {
 		if total, used := out.Num(t, "n", k, 2), out.Num(t, "n", k, 3); used != want || total != 8<<20 {
 			t.Errorf("NVML #%d after the reset: %d used of %d, want %d of 8 MiB", k, used, total, want)
 		}
+	}
+}
+
+// TestPrimaryResetOfMissingDevice: a driver-only program that resets a
+// device it does not have gets CUDA's CUDA_ERROR_INVALID_DEVICE, and the
+// device it uses keeps its memory.
+func TestPrimaryResetOfMissingDevice(t *testing.T) {
+	out, _ := runScript(t, 8<<20, "m", "2M", "b", "5", "t", "0", "i")
+	checkSteps(t, out, []step{{"m", 0, cuSuccess}, {"b", 0, cuInvalidDevice}, {"t", 0, cuSuccess}, {"i", 0, cuSuccess}})
+	if free := out.Num(t, "i", 0, 2); free != 6<<20 {
+		t.Errorf("cuMemGetInfo: %d bytes free, want 6 MiB (the 2 MiB block still counted)", free)
 	}
 }
 

@@ -32,8 +32,12 @@
  *   J D      cuMemImportFromShareableHandle of descriptor D -> "J RC H"
  *   D        cuDevicePrimaryCtxReset_v2 of device 0, then its primary context again -> "D RC"
  *   n        NVML's memory of device 0        -> "n RC TOTAL USED"
- *   q H1 H2 N  two threads, each N times: cuMemMap of its handle (H1, H2) at the
- *            start of the range, then cuMemUnmap if that succeeded -> "q MAPPED1 MAPPED2"
+ *   b DEV    cuDevicePrimaryCtxReset_v2 of device DEV only -> "b RC"
+ *   t SLOT   cuMemsetD8_v2 of slot SLOT's first 4 KiB, then cuCtxSynchronize -> "t RC"
+ *   q H1 H2 N  two threads, each N times (and on until they raced): cuMemMap of
+ *            its handle (H1, H2) at the start of the range, then cuMemUnmap if
+ *            that succeeded -> "q MAPPED1 MAPPED2 BUSY" (BUSY: maps refused
+ *            because the other thread held the address)
  *   P        cuMemPoolCreate on device 0 (one pool, used by a and Q) -> "P RC"
  *   a SIZE   cuMemAllocFromPoolAsync from it on the legacy stream -> "a RC SLOT"
  *   z SLOT   cuMemFreeAsync on the legacy stream, then cuStreamSynchronize -> "z RC"
@@ -50,6 +54,7 @@
  * SIZE takes K, M, G suffixes (binary).
  */
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,22 +89,40 @@ static CUmemoryPool pool;
 static int fds[MAX];
 static int nfds;
 
-/* One thread of "q": maps its handle at the start of the range and unmaps it, n times. */
+/*
+ * One thread of "q": maps its handle at the start of the range and unmaps
+ * it, n times, and on until both threads have mapped and one found the
+ * address taken by the other (at most 50 n times), so that a run proves
+ * the two raced.
+ */
 struct racer {
     CUmemGenericAllocationHandle handle;
-    long n, mapped;
+    long n;
+    _Atomic long mapped;
 };
+
+static struct racer racers[2];
+static _Atomic long race_busy; /* maps refused: the other thread held the address */
+
+static int raced(void)
+{
+    return race_busy > 0 && racers[0].mapped > 0 && racers[1].mapped > 0;
+}
 
 static void *race(void *arg)
 {
     struct racer *r = arg;
     if (cuCtxSetCurrent(primary) != CUDA_SUCCESS)
         return NULL;
-    for (long k = 0; k < r->n; k++)
+    for (long k = 0; k < r->n || (k < 50 * r->n && !raced()); k++) {
         if (cuMemMap(range, GRANULE, 0, r->handle, 0) == CUDA_SUCCESS) {
             r->mapped++;
             cuMemUnmap(range, GRANULE);
+        } else {
+            race_busy++;
         }
+        sched_yield();
+    }
     return NULL;
 }
 
@@ -326,6 +349,15 @@ int main(int argc, char **argv)
                 rc = cuCtxSetCurrent(primary);
             printf("D %d\n", rc);
             break;
+        case 'b':
+            printf("b %d\n", cuDevicePrimaryCtxReset_v2(atoi(a)));
+            i++;
+            break;
+        case 't':
+            rc = cuMemsetD8_v2(slot[atoi(a)], 1, 4096);
+            printf("t %d\n", rc == CUDA_SUCCESS ? cuCtxSynchronize() : rc);
+            i++;
+            break;
         case 'n': {
             nvmlDevice_t d;
             nvmlMemory_t m = {0};
@@ -354,13 +386,17 @@ int main(int argc, char **argv)
             break;
         case 'q': {
             long n = i + 3 < argc ? atol(argv[i + 3]) : 0;
-            struct racer r[2] = {{handles[atoi(a)], n, 0}, {handles[atoi(b)], n, 0}};
+            racers[0].handle = handles[atoi(a)];
+            racers[1].handle = handles[atoi(b)];
             pthread_t t[2];
-            for (int k = 0; k < 2; k++)
-                pthread_create(&t[k], NULL, race, &r[k]);
+            for (int k = 0; k < 2; k++) {
+                racers[k].n = n;
+                pthread_create(&t[k], NULL, race, &racers[k]);
+            }
             for (int k = 0; k < 2; k++)
                 pthread_join(t[k], NULL);
-            printf("q %ld %ld\n", r[0].mapped, r[1].mapped);
+            printf("q %ld %ld %ld\n", (long)racers[0].mapped, (long)racers[1].mapped,
+                   (long)race_busy);
             i += 3;
             break;
         }
