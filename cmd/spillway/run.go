@@ -83,6 +83,27 @@ func shimEnvironment(opts launchOptions, inherited []string) environ {
 	return env
 }
 
+// checkSharedObject fails unless path is a regular file that starts as an
+// ELF object does: the dynamic loader ignores anything else in LD_PRELOAD,
+// and the job would run without the shim, and without its quota.
+func checkSharedObject(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return err
+	} else if !fi.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a file", path)
+	}
+	magic := make([]byte, 4)
+	if _, err := io.ReadFull(f, magic); err != nil || string(magic) != "\x7fELF" {
+		return fmt.Errorf("%s is not a shared object (no ELF header)", path)
+	}
+	return nil
+}
+
 // findLib returns the absolute path of the front, checking that the core
 // is beside it (the front loads it from there).
 func findLib(lib string) (string, error) {
@@ -100,8 +121,8 @@ func findLib(lib string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if _, err := os.Stat(lib); err != nil {
-		return "", fmt.Errorf("the shim library: %w (use --lib PATH)", err)
+	if err := checkSharedObject(lib); err != nil {
+		return "", fmt.Errorf("the shim library: %w (use --lib PATH of libspillway.so)", err)
 	}
 	core := filepath.Join(filepath.Dir(lib), "libspillway-core.so")
 	if _, err := os.Stat(core); err != nil && os.Getenv("SPILLWAY_CORE") == "" {
@@ -316,6 +337,11 @@ func parseRunFlags(args []string, environ []string, out io.Writer) (runOptions, 
 	if len(o.argv) == 0 {
 		return o, usageError(fs, "no command given: spillway run [flags] -- CMD ARGS...")
 	}
+	if o.launch.Lib != "" {
+		if _, err := findLib(o.launch.Lib); err != nil {
+			return o, usageError(fs, fmt.Sprintf("invalid --lib=%q: %v", o.launch.Lib, err))
+		}
+	}
 	o.launch.MemoryLimit, o.launch.DeviceLimits, o.launch.LogLevel = limit.l, devices.limits, level.level
 	o.launch.Env = shimFlags.variables(fs)
 	if err := checkCombination(o.launch, environ, shimFlags, limit, devices); err != nil {
@@ -349,10 +375,12 @@ func checkCombination(opts launchOptions, environ []string, flags variableFlags,
 	if t, ok := typed[cerr.Name]; ok {
 		e := *cerr
 		e.Name, e.Value = t[0], t[1]
+		// The pool's example first: the flags' replacement below would make
+		// it "--pool 1", which the command line reads as the program.
+		e.Example = strings.ReplaceAll(e.Example, config.EnvPool+"=1", "--pool=true")
 		for variable, t := range typed {
 			e.Example = strings.ReplaceAll(e.Example, variable+"=", t[0]+" ")
 		}
-		e.Example = strings.ReplaceAll(e.Example, config.EnvPool+"=1", "--pool=true")
 		return &usageErr{e.Error()}
 	}
 	return &usageErr{cerr.Error() + " (in the environment)"}

@@ -251,7 +251,7 @@ func collect(lib nvml.Interface, dirs []string) (*statReport, error) {
 		if ret != nvml.SUCCESS {
 			return nil, fmt.Errorf("NVML device %d: %s", i, nvml.ErrorString(ret))
 		}
-		g := &statGPU{Index: i}
+		g := &statGPU{Index: i, Processes: []statProcess{}} // [] in JSON when none
 		g.Name, _ = dev.GetName()
 		g.UUID, _ = dev.GetUUID()
 		if pci, ret := dev.GetPciInfo(); ret == nvml.SUCCESS && pci.Bus <= 0xff && pci.Device <= 0xff {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -107,5 +108,21 @@ func TestCollectJoinsByPCILocation(t *testing.T) {
 	}
 	if strings.Count(b.String(), "published no PCI location") != 1 {
 		t.Errorf("the match by ordinal is remarked more than once, or for the wrong process:\n%s", b.String())
+	}
+}
+
+// A device without processes lists them as [] in JSON, as every list is,
+// never null (which the README keeps for fields that are unknown).
+func TestCollectEmptyProcessesAreAList(t *testing.T) {
+	r, err := collect(fakeNVML([]uint32{0x18}, nil), []string{filepath.Join(t.TempDir(), "spillway")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := json.Marshal(r.Devices)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out), `"processes":[]`) {
+		t.Errorf("a device without processes: %s, want \"processes\":[]", out)
 	}
 }

@@ -83,6 +83,11 @@ func parseTraceFlags(args []string, out io.Writer) (traceOptions, error) {
 	if len(o.pids) == 0 && len(o.argv) == 0 {
 		return o, usageError(fs, "nothing to trace: give -p PID or -- CMD ARGS")
 	}
+	if o.lib != "" {
+		if _, err := findLib(o.lib); err != nil {
+			return o, usageError(fs, fmt.Sprintf("invalid --lib=%q: %v", o.lib, err))
+		}
+	}
 	return o, nil
 }
 

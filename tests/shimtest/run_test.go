@@ -25,7 +25,9 @@ func TestSpillwayRunCombinations(t *testing.T) {
 		env     []string
 		mention []string
 	}{
-		{[]string{"--pool=false", "--pool-reserve", "1GiB"}, nil, []string{`--pool-reserve="1GiB"`, "needs the pool"}},
+		{[]string{"--pool=false", "--pool-reserve", "1GiB"}, nil, []string{`--pool-reserve="1GiB"`, "needs the pool", "--pool=true"}},
+		{[]string{"--lib", "/tmp"}, nil, []string{`--lib="/tmp"`, "is not a file"}},
+		{[]string{"--lib", "/etc/passwd"}, nil, []string{`--lib="/etc/passwd"`, "not a shared object"}},
 		{[]string{"--memory-limit", "1GiB", "--pool-reserve", "1.5GiB"}, nil, []string{`--pool-reserve="1.5GiB"`, "larger than the quota of every device (1GiB)", "--pool-reserve 512MiB"}},
 		{[]string{"--memory-limit-device", "1=0.5GiB", "--pool-reserve", "1GiB"}, nil, []string{"larger than the quota of device 1 (512MiB)"}},
 		{[]string{"--pool-reserve", "1GiB"}, []string{"SPILLWAY_POOL=0"}, []string{`--pool-reserve="1GiB"`, "needs the pool, but SPILLWAY_POOL=0"}},
