@@ -64,11 +64,20 @@ func usageError(_ *flagSet, msg string) error { return &usageErr{msg} }
 var (
 	wrappedValueRE = regexp.MustCompile(`^invalid (?:boolean )?value ".*" for (?:flag )?-[\w-]+: (invalid --.*)$`)
 	flagNameRE     = regexp.MustCompile(`(for|flag|defined:|argument:) -([\w-]{2,})`)
+	// repeatedValueRE matches a Set error that begins with the value again.
+	repeatedValueRE = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-+([\w-]+): "(.*)": (.*)$`)
 )
 
 func flagMessage(msg string) string {
 	if m := wrappedValueRE.FindStringSubmatch(msg); m != nil {
 		return m[1]
+	}
+	if m := repeatedValueRE.FindStringSubmatch(msg); m != nil && m[1] == m[3] {
+		dashes := "--"
+		if len(m[2]) == 1 {
+			dashes = "-"
+		}
+		return fmt.Sprintf("invalid %s%s=%q: %s", dashes, m[2], m[1], m[4])
 	}
 	msg = strings.Replace(msg, "flag provided but not defined: -", "unknown flag -", 1)
 	msg = flagNameRE.ReplaceAllString(msg, "$1 --$2")

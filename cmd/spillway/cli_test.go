@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -19,6 +20,7 @@ func TestFlagMessage(t *testing.T) {
 		`flag provided but not defined: -nope`:                                                   `unknown flag --nope`,
 		`flag provided but not defined: --nope`:                                                  `unknown flag --nope`,
 		`invalid value "soon" for flag -interval: "soon" is not a duration`:                      `invalid value "soon" for flag --interval: "soon" is not a duration`,
+		`invalid boolean value "0" for -watch: "0": want a duration above zero`:                  `invalid --watch="0": want a duration above zero`,
 		`flag needs an argument: -lib`:                                                           `flag needs an argument: --lib`,
 		`invalid value "x" for flag -p: want a process id`:                                       `invalid value "x" for flag -p: want a process id`,
 	} {
@@ -61,6 +63,13 @@ func TestStatFlags(t *testing.T) {
 	for _, bad := range [][]string{{"--watch", "0"}, {"--watch=soon"}, {"extra"}, {"--json", "--metrics-addr", ":0"}} {
 		if _, err := parseStatFlags(bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+	// An interval that is not above zero is refused as one.
+	for _, bad := range []string{"0", "-1s"} {
+		_, err := parseStatFlags([]string{"--watch", bad}, &bytes.Buffer{})
+		if want := fmt.Sprintf("invalid --watch=%q: want a duration above zero", bad); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--watch %s: %v, want an error containing %q", bad, err, want)
 		}
 	}
 }

@@ -260,7 +260,12 @@ func (d *deviceLimits) Set(v string) error {
 		return fmt.Errorf("invalid --memory-limit-device=%q: want DEVICE=SIZE with DEVICE from 0 to 1023 (valid example: --memory-limit-device 0=8GiB)", v)
 	}
 	l, err := config.ParseLimit("--memory-limit-device", size)
-	if err != nil {
+	if cerr := (*config.Error)(nil); errors.As(err, &cerr) {
+		// The value as typed, and an example of the DEVICE=SIZE form.
+		e := *cerr
+		e.Value, e.Example = v, fmt.Sprintf("--memory-limit-device %d=8GiB", ordinal)
+		return &e
+	} else if err != nil {
 		return err
 	}
 	d.limits[ordinal], d.typed[ordinal] = l, size

@@ -68,7 +68,8 @@ func (w watchFlag) Set(v string) error {
 }
 
 // joinOptionalValue turns "--watch 2s" into "--watch=2s", so that --watch
-// takes a value only when one follows it.
+// takes a value only when one follows it: anything that starts as a number
+// does ("--watch 0" and "--watch -1s" are then refused as intervals).
 func joinOptionalValue(args []string, names ...string) []string {
 	out := make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
@@ -77,16 +78,21 @@ func joinOptionalValue(args []string, names ...string) []string {
 			return append(out, args[i:]...)
 		}
 		name := strings.TrimLeft(a, "-")
-		if strings.HasPrefix(a, "-") && !strings.Contains(a, "=") && contains(names, name) && i+1 < len(args) {
-			if _, err := parseDuration(args[i+1]); err == nil {
-				out = append(out, a+"="+args[i+1])
-				i++
-				continue
-			}
+		if strings.HasPrefix(a, "-") && !strings.Contains(a, "=") && contains(names, name) && i+1 < len(args) &&
+			startsAsNumber(args[i+1]) {
+			out = append(out, a+"="+args[i+1])
+			i++
+			continue
 		}
 		out = append(out, a)
 	}
 	return out
+}
+
+// startsAsNumber reports whether s begins as a number, signed or not.
+func startsAsNumber(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	return s != "" && (s[0] >= '0' && s[0] <= '9' || s[0] == '.')
 }
 
 func contains(list []string, s string) bool {

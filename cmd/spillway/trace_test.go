@@ -24,8 +24,8 @@ func TestParseTraceFlags(t *testing.T) {
 		want string
 	}{
 		{nil, "nothing to trace"},
-		{[]string{"--interval", "0s", "-p", "1"}, `flag --interval: "0s": want a duration above zero`},
-		{[]string{"--duration", "-1s", "-p", "1"}, `flag --duration: "-1s": want a duration above zero`},
+		{[]string{"--interval", "0s", "-p", "1"}, `invalid --interval="0s": want a duration above zero`},
+		{[]string{"--duration", "-1s", "-p", "1"}, `invalid --duration="-1s": want a duration above zero`},
 		{[]string{"--interval", "soon", "-p", "1"}, `"soon" is not a duration`},
 		{[]string{"--ring-buffer", "0", "-p", "1"}, `invalid --ring-buffer="0": want a power of two from 4KiB to 2GiB`},
 		{[]string{"--ring-buffer", "12KiB", "-p", "1"}, "want a power of two"},

@@ -32,6 +32,7 @@ func TestSpillwayRunCombinations(t *testing.T) {
 		{[]string{"--memory-limit-device", "1=0.5GiB", "--pool-reserve", "1GiB"}, nil, []string{"larger than the quota of device 1 (512MiB)"}},
 		{[]string{"--pool-reserve", "1GiB"}, []string{"SPILLWAY_POOL=0"}, []string{`--pool-reserve="1GiB"`, "needs the pool, but SPILLWAY_POOL=0"}},
 		{[]string{"--memory-limit", "8GiBs"}, nil, []string{`--memory-limit="8GiBs"`, "unknown unit"}},
+		{[]string{"--memory-limit-device", "0=0"}, nil, []string{`--memory-limit-device="0=0"`, "--memory-limit-device 0=8GiB"}},
 		{[]string{"--pool=maybe"}, nil, []string{`--pool="maybe"`, "want true or false"}},
 		{[]string{"--vmm=maybe"}, nil, []string{`--vmm="maybe"`, "want true or false"}},
 		{[]string{"--no-such-flag"}, nil, []string{"unknown flag --no-such-flag"}},
