@@ -75,6 +75,15 @@ type Backing interface {
 	DestroyMarker(m Marker)
 }
 
+// IdleStreamBacking is implemented by a Backing that can say, without
+// waiting, whether a stream has run all the work queued on it
+// (cudaStreamQuery). ReleaseCached asks it where it may not synchronize: a
+// stream the application synchronized itself has completed the frees made
+// on it. A stream it cannot query is never idle.
+type IdleStreamBacking interface {
+	StreamIdle(s Stream) (bool, error)
+}
+
 // StreamOrderedBacking is implemented by a Backing that has stream-ordered
 // reservation. It is used only in pass-through mode (Options.Pooling false) so
 // that AllocAsync and FreeAsync keep their stream order without pooling;

@@ -70,10 +70,11 @@ func (p *Pool) ForgetStream(s Stream) {
 // through the Backing (not under stream capture), so that they are
 // released too; a caller that cannot vouch that the Backing's
 // synchronization covers the pool's work (a thread in another CUDA context)
-// passes false. It returns how many device bytes it gave back to the
-// ledger. Whoever shares the pool's Ledger calls it when a request of its
-// own does not fit; it takes the pool's lock, so a Backing, Ledger or
-// Observer method never calls it.
+// passes false; blocks freed on streams the Backing reports idle
+// (IdleStreamBacking) are then released all the same. It returns how many
+// device bytes it gave back to the ledger. Whoever shares the pool's Ledger
+// calls it when a request of its own does not fit; it takes the pool's
+// lock, so a Backing, Ledger or Observer method never calls it.
 func (p *Pool) ReleaseCached(synchronize bool) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -86,6 +87,8 @@ func (p *Pool) ReleaseCached(synchronize bool) uint64 {
 		if err := p.synchronize(); errors.Is(err, ErrClosed) {
 			return p.stats.BytesReleased - before
 		}
+	} else if !synchronize {
+		p.drainIdleStreams()
 	}
 	p.releaseEmptyWhile(func() bool { return true })
 	return p.stats.BytesReleased - before

@@ -92,6 +92,27 @@ func (p *Pool) drain(c *streamCache, cut uint64) uint64 {
 	return made
 }
 
+// drainIdleStreams makes free the blocks freed on streams that have run all
+// the work queued on them, as the Backing says without waiting: what the
+// application's own cudaStreamSynchronize or event wait completed, which
+// the pool does not see.
+func (p *Pool) drainIdleStreams() {
+	ib, ok := p.back.(IdleStreamBacking)
+	if !ok {
+		return
+	}
+	for c := p.caches.head; c != nil; c = c.next {
+		if c.queue.head == nil {
+			continue
+		}
+		if idle, err := ib.StreamIdle(c.stream); err != nil {
+			p.backingFailed(fmt.Errorf("pool: querying stream %#x: %w", uint64(c.stream), err))
+		} else if idle {
+			p.drain(c, p.seq)
+		}
+	}
+}
+
 // dropIfDrained drops a stream cache found with no block and no marker at
 // two reclaims in a row: a stream in use, refilled between reclaims, keeps
 // its cache instead of making a new one at every free.

@@ -286,6 +286,24 @@ func (b *backing) RecordMarker(s pool.Stream) (pool.Marker, error) {
 	return pool.Marker(e), nil
 }
 
+// StreamIdle calls cudaStreamQuery. A per-thread identity names another
+// thread's stream, which this thread cannot query, and a capturing stream
+// has no answer: neither is known idle.
+func (b *backing) StreamIdle(s pool.Stream) (bool, error) {
+	on := interpose.Stream(s)
+	if s&perThreadBit != 0 || b.capturing(on) {
+		return false, nil
+	}
+	switch rc := b.rt.StreamQuery(on); rc {
+	case interpose.Success:
+		return true, nil
+	case interpose.ErrorNotReady:
+		return false, nil
+	default:
+		return false, cudaErr(fmt.Sprintf("cudaStreamQuery of stream %#x on device %d", uint64(s), b.ordinal), rc)
+	}
+}
+
 // MarkerDone calls cudaEventQuery.
 func (b *backing) MarkerDone(m pool.Marker) (bool, error) {
 	switch rc := b.rt.EventQuery(interpose.Event(m)); rc {

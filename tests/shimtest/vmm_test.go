@@ -172,6 +172,21 @@ func TestResetReportsHandles(t *testing.T) {
 	}
 }
 
+// TestStreamFreeServesOutsideRequest: memory freed with cudaFreeAsync on a
+// stream the application then synchronized itself is free for a request
+// outside the pool (here cudaMallocFromPoolAsync): the pool asks the stream
+// whether it is idle rather than keep the memory until a device
+// synchronization. With fixed segments and with virtual memory.
+func TestStreamFreeServesOutsideRequest(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/streamfree.c"}, Cudart: true, ProjectHeaders: true})
+	for _, vmm := range []string{"SPILLWAY_VMM=0", "SPILLWAY_VMM=1"} {
+		_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=64MiB", vmm}, prog))
+		if out.Code(t, "async", 0) != 0 || out.Code(t, "frompool", 0) != 0 {
+			t.Errorf("%s: %v: want both to succeed", vmm, out)
+		}
+	}
+}
+
 // TestPrimaryResetOfMissingDevice: a driver-only program that resets a
 // device it does not have gets CUDA's CUDA_ERROR_INVALID_DEVICE, and the
 // device it uses keeps its memory.
