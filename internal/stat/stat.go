@@ -259,12 +259,18 @@ func Read(path string) (Process, error) {
 
 // otherVersion returns an error naming the version of head, the start of a
 // stat file written by another version of Spillway (whose layout may differ
-// in size), or nil.
+// in size), or nil. A file whose process, named by the file's name, has
+// exited is ErrStale whatever its version: a crash left it behind.
 func otherVersion(path string, head []byte) error {
 	if len(head) < offVersion+4 || string(head[:len(magic)]) != magic {
 		return nil
 	}
 	if v := binary.LittleEndian.Uint32(head[offVersion:]); v != version {
+		if pid, err := strconv.Atoi(strings.TrimSuffix(filepath.Base(path), ".stat")); err == nil {
+			if _, err := StartTime(pid); err != nil {
+				return ErrStale
+			}
+		}
 		return fmt.Errorf("%s: a version %d stat file, written by another version of Spillway; this one reads version %d", path, v, version)
 	}
 	return nil
