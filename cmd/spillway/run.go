@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -401,9 +402,19 @@ func runMain(args []string) int {
 	if err != nil {
 		sigs.stop()
 		fmt.Fprintf(os.Stderr, "spillway run: %v\n", err)
-		return 127
+		return cannotRun(err)
 	}
 	return sigs.wait(cmd)
+}
+
+// cannotRun is the status for a command that could not be started, as a
+// shell gives it: 126 for one found but not executable (a directory, no
+// permission, not a program), 127 otherwise (not found).
+func cannotRun(err error) int {
+	if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.ENOEXEC) || errors.Is(err, syscall.EISDIR) {
+		return 126
+	}
+	return 127
 }
 
 // variableFlag is a flag that sets one SPILLWAY_* variable, validated as

@@ -291,7 +291,7 @@ func (s *session) startCommand(lib string, argv []string) (*exec.Cmd, int, error
 		return nil, 1, err
 	}
 	if startErr != nil {
-		return nil, 127, startErr // as a shell says of a command it cannot run
+		return nil, cannotRun(startErr), startErr // as a shell says of a command it cannot run
 	}
 	// The child is traced already (it was forked by a traced process); this
 	// finds what it has mapped beyond the files attached above. It may have

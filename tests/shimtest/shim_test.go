@@ -695,6 +695,8 @@ func TestSpillwayRun(t *testing.T) {
 		{[]string{"--memory-limit", "8GiBs", "--", "/bin/true"}, 2},
 		{[]string{"--memory-limit-device", "x=1GiB", "--", "/bin/true"}, 2},
 		{[]string{"--", "/nonexistent/program"}, 127},
+		{[]string{"--", "/etc/passwd"}, 126}, // found, not executable
+		{[]string{"--", "/tmp"}, 126},        // a directory
 		{[]string{}, 2},
 	} {
 		res := harness.Run(t, harness.Command(t, spillway, append([]string{"run"}, tc.args...)...))
