@@ -57,11 +57,22 @@ func peakWithinQuota(t *testing.T, stats string) {
 	}
 }
 
+// runNumba runs a numba.cuda script under the 64 MiB quota on a 4 GiB
+// simcuda device, with ALLOC_MIB=40 and env, decodes what it prints into
+// seen, and checks the device never held more than the quota.
+func runNumba(t *testing.T, script string, seen any, env ...string) {
+	t.Helper()
+	harness.RequirePythonModules(t, "numpy", "numba.cuda")
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	runLimitedClient(t, script, seen, append([]string{"SIMCUDA_DEVICES=4GiB", "SIMCUDA_STATS_FILE=" + stats,
+		"NUMBA_CUDA_DRIVER=" + filepath.Join(harness.SimcudaDir(t), "libcuda.so.1"), "ALLOC_MIB=40"}, env...)...)
+	peakWithinQuota(t, stats)
+}
+
 // TestNumbaUnderQuota: numba.cuda sees the quota as the device's memory, and
 // an allocation beyond it raises numba's CudaAPIError with
 // CUDA_ERROR_OUT_OF_MEMORY; freeing makes room again.
 func TestNumbaUnderQuota(t *testing.T) {
-	harness.RequirePythonModules(t, "numpy", "numba.cuda")
 	var seen struct {
 		Total         uint64 `json:"total"`
 		FreeBefore    uint64 `json:"free_before"`
@@ -71,9 +82,7 @@ func TestNumbaUnderQuota(t *testing.T) {
 		SecondError   string `json:"second_error"`
 		Third         string `json:"third"`
 	}
-	stats := filepath.Join(t.TempDir(), "stats.json")
-	runLimitedClient(t, "numba_limited.py", &seen, "SIMCUDA_DEVICES=4GiB", "SIMCUDA_STATS_FILE="+stats,
-		"NUMBA_CUDA_DRIVER="+filepath.Join(harness.SimcudaDir(t), "libcuda.so.1"), "ALLOC_MIB=40")
+	runNumba(t, "numba_limited.py", &seen)
 	if seen.Total != clientQuota || seen.FreeBefore != clientQuota || seen.FreeAllocated != clientQuota-40*clientMiB {
 		t.Errorf("get_memory_info: total %d, free %d -> %d after 40 MiB; want the 64 MiB quota, 64 MiB -> 24 MiB",
 			seen.Total, seen.FreeBefore, seen.FreeAllocated)
@@ -85,7 +94,6 @@ func TestNumbaUnderQuota(t *testing.T) {
 	if seen.Third != "allocated" {
 		t.Errorf("40 MiB after freeing the first array: %s", seen.Third)
 	}
-	peakWithinQuota(t, stats)
 }
 
 // TestNumbaClose: numba's cuda.close() resets the primary context with
@@ -93,20 +101,16 @@ func TestNumbaUnderQuota(t *testing.T) {
 // context, the quota is whole again, and the next context's memory holds
 // data.
 func TestNumbaClose(t *testing.T) {
-	harness.RequirePythonModules(t, "numpy", "numba.cuda")
 	var seen struct {
 		FreeBeforeClose uint64 `json:"free_before_close"`
 		FreeAfterClose  uint64 `json:"free_after_close"`
 		Intact          bool   `json:"intact"`
 		FreeAllocated   uint64 `json:"free_allocated"`
 	}
-	stats := filepath.Join(t.TempDir(), "stats.json")
 	// The pool keeps what is freed cached (a release threshold of the whole
 	// quota), in fixed segments, which are the context's allocations: only
 	// the reset may end them.
-	runLimitedClient(t, "numba_close.py", &seen, "SIMCUDA_DEVICES=4GiB", "SIMCUDA_STATS_FILE="+stats,
-		"NUMBA_CUDA_DRIVER="+filepath.Join(harness.SimcudaDir(t), "libcuda.so.1"), "ALLOC_MIB=40",
-		"SPILLWAY_POOL_RELEASE_THRESHOLD=100%", "SPILLWAY_VMM=0")
+	runNumba(t, "numba_close.py", &seen, "SPILLWAY_POOL_RELEASE_THRESHOLD=100%", "SPILLWAY_VMM=0")
 	if seen.FreeBeforeClose != clientQuota-40*clientMiB || seen.FreeAfterClose != clientQuota ||
 		seen.FreeAllocated != clientQuota-40*clientMiB {
 		t.Errorf("free memory %d MiB with 40 MiB allocated, %d MiB after cuda.close(), %d MiB with 40 MiB again; want 24, 64, 24",
@@ -115,7 +119,6 @@ func TestNumbaClose(t *testing.T) {
 	if !seen.Intact {
 		t.Error("data copied through an array allocated after cuda.close() came back wrong")
 	}
-	peakWithinQuota(t, stats)
 }
 
 // TestPycudaUnderQuota: pycuda's contexts are contexts of its own (not the

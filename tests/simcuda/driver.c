@@ -201,6 +201,18 @@ static void fork_child(void)
 	pthread_mutex_unlock(&calls_lock);
 }
 
+/* Reads the 0/1 switch name into *on; anything else is the configuration error. */
+static void read_switch(const char *name, int *on)
+{
+	const char *v = getenv(name);
+	if (v == NULL || v[0] == '\0' || strcmp(v, "0") == 0)
+		return;
+	if (strcmp(v, "1") == 0)
+		*on = 1;
+	else
+		snprintf(config_error, sizeof(config_error), "%s=\"%s\": expected 1 or 0", name, v);
+}
+
 __attribute__((constructor)) static void load_config(void)
 {
 	char err[768];
@@ -216,30 +228,9 @@ __attribute__((constructor)) static void load_config(void)
 			 "SIMCUDA_CONTEXT_BYTES=\"%s\": expected an integer optionally followed by "
 			 "B, KiB, MiB, GiB or TiB",
 			 v);
-	v = getenv("SIMCUDA_NO_MANAGED");
-	if (v != NULL && v[0] != '\0') {
-		if (strcmp(v, "1") == 0)
-			sim.no_managed = 1;
-		else if (strcmp(v, "0") != 0)
-			snprintf(config_error, sizeof(config_error),
-				 "SIMCUDA_NO_MANAGED=\"%s\": expected 1 or 0", v);
-	}
-	v = getenv("SIMCUDA_NO_VMM");
-	if (v != NULL && v[0] != '\0') {
-		if (strcmp(v, "1") == 0)
-			sim.no_vmm = 1;
-		else if (strcmp(v, "0") != 0)
-			snprintf(config_error, sizeof(config_error),
-				 "SIMCUDA_NO_VMM=\"%s\": expected 1 or 0", v);
-	}
-	v = getenv("SIMCUDA_PEER");
-	if (v != NULL && v[0] != '\0') {
-		if (strcmp(v, "1") == 0)
-			sim.peer = 1;
-		else if (strcmp(v, "0") != 0)
-			snprintf(config_error, sizeof(config_error),
-				 "SIMCUDA_PEER=\"%s\": expected 1 or 0", v);
-	}
+	read_switch("SIMCUDA_NO_MANAGED", &sim.no_managed);
+	read_switch("SIMCUDA_NO_VMM", &sim.no_vmm);
+	read_switch("SIMCUDA_PEER", &sim.peer);
 	v = getenv("SIMCUDA_FAIL");
 	if (v != NULL && v[0] != '\0')
 		parse_faults(v);

@@ -189,6 +189,17 @@ static CUresult shrink(int n)
     return CUDA_SUCCESS;
 }
 
+#ifdef WITH_RUNTIME
+/* Prints "OP ERR SLOT" (no newline) for a runtime allocation of p, kept in
+ * the next slot when it succeeded. */
+static void keep_runtime(char op, cudaError_t err, void *p)
+{
+    slot[nslots] = (CUdeviceptr)p;
+    printf("%c %d %d", op, err, nslots);
+    nslots += err == cudaSuccess;
+}
+#endif
+
 int main(int argc, char **argv)
 {
     CUdevice dev;
@@ -426,9 +437,8 @@ int main(int argc, char **argv)
         case 'Q': {
             void *p = NULL;
             cudaError_t err = cudaMallocFromPoolAsync(&p, size_arg(a), pool, 0);
-            slot[nslots] = (CUdeviceptr)p;
-            printf("Q %d %d\n", err, nslots);
-            nslots += err == cudaSuccess;
+            keep_runtime('Q', err, p);
+            putchar('\n');
             i++;
             break;
         }
@@ -449,18 +459,16 @@ int main(int argc, char **argv)
         case 'R': {
             void *p = NULL;
             cudaError_t err = cudaMalloc(&p, size_arg(a));
-            slot[nslots] = (CUdeviceptr)p;
-            printf("R %d %d\n", err, nslots);
-            nslots += err == cudaSuccess;
+            keep_runtime('R', err, p);
+            putchar('\n');
             i++;
             break;
         }
         case 'V': {
             void *p = NULL;
             cudaError_t err = cudaMallocManaged(&p, size_arg(a), cudaMemAttachGlobal);
-            slot[nslots] = (CUdeviceptr)p;
-            printf("V %d %d\n", err, nslots);
-            nslots += err == cudaSuccess;
+            keep_runtime('V', err, p);
+            putchar('\n');
             i++;
             break;
         }
@@ -468,18 +476,16 @@ int main(int argc, char **argv)
             void *p = NULL;
             size_t pitch = 0;
             cudaError_t err = cudaMallocPitch(&p, &pitch, size_arg(a), size_arg(b));
-            slot[nslots] = (CUdeviceptr)p;
-            printf("W %d %d %zu\n", err, nslots, pitch);
-            nslots += err == cudaSuccess;
+            keep_runtime('W', err, p);
+            printf(" %zu\n", pitch);
             i += 2;
             break;
         }
         case 'Y': {
             void *p = NULL;
             cudaError_t err = cudaMallocAsync(&p, size_arg(a), 0);
-            slot[nslots] = (CUdeviceptr)p;
-            printf("Y %d %d\n", err, nslots);
-            nslots += err == cudaSuccess;
+            keep_runtime('Y', err, p);
+            putchar('\n');
             i++;
             break;
         }
