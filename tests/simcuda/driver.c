@@ -1593,10 +1593,18 @@ static void register_counters(const char *const *names, uint64_t *counts, int n)
 	pthread_mutex_unlock(&calls_lock);
 }
 
+static struct CUctx_st *current_context(int *device)
+{
+	if (sim_current_device(device) != CUDA_SUCCESS)
+		*device = -1;
+	return sim_current_ctx();
+}
+
 static const struct simcuda_export_table export_table = {
 	.size = sizeof(struct simcuda_export_table),
 	.register_counters = register_counters,
 	.should_fail = should_fail,
+	.current_context = current_context,
 };
 
 SIM_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)

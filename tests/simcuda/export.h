@@ -1,8 +1,10 @@
 /*
  * export.h - the private table the simulated driver hands the simulated
  * runtime through cuGetExportTable, as the real libcuda does for libcudart.
- * It carries what only simcuda needs: call counts for the statistics file and
- * fault injection for runtime functions.
+ * It carries what only simcuda needs: call counts for the statistics file,
+ * fault injection for runtime functions, and the calling thread's current
+ * context, which the runtime checks at every call without counting a driver
+ * call (as the real runtime's private table lets it).
  */
 #ifndef SIMCUDA_EXPORT_H
 #define SIMCUDA_EXPORT_H
@@ -29,6 +31,11 @@ struct simcuda_export_table {
 	void (*register_counters)(const char *const *names, uint64_t *counts, int n);
 	/* Whether the ordinal-th call (from 1) of name must fail (SIMCUDA_FAIL). */
 	int (*should_fail)(const char *name, uint64_t ordinal);
+	/*
+	 * The calling thread's current context (NULL: none) and, in *device, its
+	 * device, or -1 when there is none or it is destroyed or inactive.
+	 */
+	struct CUctx_st *(*current_context)(int *device);
 };
 
 #endif

@@ -9,8 +9,8 @@
  * sees the runtime's calls exactly as it would on a GPU.
  *
  * Runtime state: the calling thread's current device and last error, and one
- * retained primary context per device, made current in each thread before the
- * thread's first call that needs it (and again after cudaDeviceReset).
+ * retained primary context per device (retained again after cudaDeviceReset),
+ * made current by a call that needs a context when the thread has none.
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -70,6 +70,7 @@ static struct {
 	CUresult (*DevicePrimaryCtxReset)(CUdevice);
 	CUresult (*CtxSetCurrent)(CUcontext);
 	CUresult (*CtxGetCurrent)(CUcontext *);
+	CUresult (*CtxGetDevice)(CUdevice *);
 	CUresult (*CtxSynchronize)(void);
 	CUresult (*MemAlloc)(CUdeviceptr *, size_t);
 	CUresult (*MemFree)(CUdeviceptr);
@@ -140,6 +141,7 @@ static const struct {
 	DRV("cuDevicePrimaryCtxRelease", DevicePrimaryCtxRelease),
 	DRV("cuDevicePrimaryCtxReset", DevicePrimaryCtxReset),
 	DRV("cuCtxSetCurrent", CtxSetCurrent), DRV("cuCtxGetCurrent", CtxGetCurrent),
+	DRV("cuCtxGetDevice", CtxGetDevice),
 	DRV("cuCtxSynchronize", CtxSynchronize),
 	DRV("cuMemAlloc", MemAlloc), DRV("cuMemFree", MemFree),
 	DRV("cuMemAllocManaged", MemAllocManaged), DRV("cuMemAllocPitch", MemAllocPitch),
@@ -302,19 +304,48 @@ static cudaError_t runtime_init(void)
 }
 
 /*
+ * The calling thread's current context (NULL: none) and its device (-1 when
+ * it has none or is destroyed). Through the driver's private table it costs
+ * no driver call, as a real runtime's check costs none an interposer sees.
+ */
+static CUcontext current_context(int *device)
+{
+	CUcontext ctx = NULL;
+	CUdevice dev = -1;
+
+	if (sim_table != NULL)
+		return sim_table->current_context(device);
+	if (drv.CtxGetCurrent(&ctx) != CUDA_SUCCESS || ctx == NULL || drv.CtxGetDevice(&dev) != CUDA_SUCCESS)
+		dev = -1;
+	*device = dev;
+	return ctx;
+}
+
+/* The runtime's current device: the current context's, else the one cudaSetDevice set. */
+static int runtime_device(void)
+{
+	int device;
+
+	return current_context(&device) != NULL && device >= 0 ? device : tls_device;
+}
+
+/*
  * Retains the device's primary context if needed and makes it current in this
- * thread: with set (cudaSetDevice) always, otherwise unless the thread already
- * has a context current, which the runtime then uses, as CUDA's does with a
- * context the application created with the driver API. Once the thread is
- * bound it checks that without a lock (two atomic loads), as a real runtime's
- * calls take no process-wide lock after initialisation; retaining takes
- * rt_lock.
+ * thread: with set (cudaSetDevice) always, otherwise only when the thread has
+ * no context current. Runtime calls operate on whatever context is current,
+ * as CUDA's do with one the application made current with the driver API.
+ * Once the thread is bound this checks without a lock (two atomic loads and
+ * the driver's thread-local current context), as a real runtime's calls take
+ * no process-wide lock after initialisation; retaining takes rt_lock.
  */
 static cudaError_t bind_context(int device, int set)
 {
 	CUresult rc = CUDA_SUCCESS;
+	int current_device;
+	CUcontext cur = current_context(&current_device);
 
-	if (tls_bound_device == device && __atomic_load_n(&context_retained[device], __ATOMIC_ACQUIRE) &&
+	if (!set && cur != NULL && tls_bound_device == device &&
+	    __atomic_load_n(&context_retained[device], __ATOMIC_ACQUIRE) &&
 	    __atomic_load_n(&context_gen[device], __ATOMIC_ACQUIRE) == tls_bound_gen)
 		return cudaSuccess;
 	pthread_mutex_lock(&rt_lock);
@@ -328,17 +359,12 @@ static cudaError_t bind_context(int device, int set)
 	unsigned int gen = context_gen[device];
 	CUcontext ctx = contexts[device];
 	pthread_mutex_unlock(&rt_lock);
+	if (rc == CUDA_SUCCESS && (set || cur == NULL))
+		rc = drv.CtxSetCurrent(ctx);
 	if (rc != CUDA_SUCCESS)
 		return from_driver(rc);
-	if (tls_bound_device != device || tls_bound_gen != gen) {
-		CUcontext cur = NULL;
-		if (set || drv.CtxGetCurrent(&cur) != CUDA_SUCCESS || cur == NULL)
-			rc = drv.CtxSetCurrent(ctx);
-		if (rc != CUDA_SUCCESS)
-			return from_driver(rc);
-		tls_bound_device = device;
-		tls_bound_gen = gen;
-	}
+	tls_bound_device = device;
+	tls_bound_gen = gen;
 	return cudaSuccess;
 }
 
@@ -385,7 +411,7 @@ RT_API cudaError_t cudaGetDevice(int *device)
 	ENTER(cudaGetDevice, NEED_DRIVER);
 	if (device == NULL)
 		return done(cudaErrorInvalidValue);
-	*device = tls_device;
+	*device = runtime_device();
 	return cudaSuccess;
 }
 
@@ -507,9 +533,8 @@ RT_API cudaError_t cudaDeviceSynchronize(void)
 
 RT_API cudaError_t cudaDeviceReset(void)
 {
-	int device = tls_device;
-
 	ENTER(cudaDeviceReset, NEED_DRIVER);
+	int device = runtime_device();
 	CUresult rc = drv.DevicePrimaryCtxReset(device);
 	if (rc == CUDA_SUCCESS) {
 		/*

@@ -1072,6 +1072,67 @@ static void case_shared_capacity(void)
 	EXPECT(cudaMalloc(&p, 256 * MiB), cudaSuccess);
 }
 
+/* The device that owns runtime allocation p. */
+static int device_of(const void *p)
+{
+	struct cudaPointerAttributes attr;
+
+	EXPECT(cudaPointerGetAttributes(&attr, p), cudaSuccess);
+	return attr.device;
+}
+
+/*
+ * SIMCUDA_DEVICES=2x1GiB. Runtime calls operate on the context current to the
+ * calling thread, whoever made it current; with none current (never set,
+ * popped, destroyed) they make the current device's primary context current
+ * again. cudaSetDevice always makes the primary context current, and
+ * cudaGetDevice answers the device of the current context.
+ */
+static void case_runtime_context(void)
+{
+	CUcontext primary0, primary1, created, cur;
+	int device = -1;
+	void *p;
+
+	EXPECT(cudaSetDevice(0), cudaSuccess);
+	EXPECT(cuCtxGetCurrent(&primary0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRetain(&primary1, 1), CUDA_SUCCESS);
+	EXPECT(cuCtxSetCurrent(primary1), CUDA_SUCCESS);
+	EXPECT(cudaGetDevice(&device), cudaSuccess);
+	CHECK(device == 1);
+	EXPECT(cudaMalloc(&p, MiB), cudaSuccess);
+	CHECK(device_of(p) == 1);
+	EXPECT(cudaFree(p), cudaSuccess);
+
+	/* Nothing current: the runtime makes the current device's primary context current. */
+	EXPECT(cudaSetDevice(0), cudaSuccess);
+	EXPECT(cuCtxSetCurrent(NULL), CUDA_SUCCESS);
+	EXPECT(cudaMalloc(&p, MiB), cudaSuccess);
+	CHECK(device_of(p) == 0);
+	EXPECT(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+	CHECK(cur == primary0);
+	EXPECT(cudaFree(p), cudaSuccess);
+
+	/* cudaSetDevice of the device already set still replaces a created context. */
+	EXPECT(cuCtxCreate_v2(&created, 0, 1), CUDA_SUCCESS);
+	EXPECT(cudaGetDevice(&device), cudaSuccess);
+	CHECK(device == 1);
+	EXPECT(cudaSetDevice(0), cudaSuccess);
+	EXPECT(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+	CHECK(cur == primary0);
+
+	/* Destroying the current created context leaves the runtime its primary context. */
+	EXPECT(cuCtxPushCurrent_v2(created), CUDA_SUCCESS);
+	EXPECT(cuCtxDestroy_v2(created), CUDA_SUCCESS);
+	EXPECT(cuCtxSetCurrent(NULL), CUDA_SUCCESS);
+	EXPECT(cudaMalloc(&p, MiB), cudaSuccess);
+	CHECK(device_of(p) == 0);
+	EXPECT(cudaGetDevice(&device), cudaSuccess);
+	CHECK(device == 0);
+	EXPECT(cudaFree(p), cudaSuccess);
+	EXPECT(cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
+}
+
 static const struct test_case cases[] = {
 	{"hold", case_hold},
 	{"shared_capacity", case_shared_capacity},
@@ -1100,6 +1161,7 @@ static const struct test_case cases[] = {
 	{"event_device", case_event_device},
 	{"zero_size", case_zero_size},
 	{"free_async_race", case_free_async_race},
+	{"runtime_context", case_runtime_context},
 };
 
 int main(int argc, char **argv)
