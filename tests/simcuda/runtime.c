@@ -47,7 +47,8 @@
 	X(cudaGraphInstantiateWithFlags) X(cudaGraphLaunch) X(cudaGraphExecDestroy)         \
 	X(cudaGraphDestroy) X(cudaGetDriverEntryPoint) X(cudaGetDriverEntryPointByVersion) \
 	X(cudaMemPoolCreate) X(cudaMemPoolDestroy) X(cudaDeviceGetDefaultMemPool)           \
-	X(cudaMallocFromPoolAsync)
+	X(cudaMallocFromPoolAsync) X(cudaMemPoolSetAttribute) X(cudaMemPoolGetAttribute)    \
+	X(cudaMemPoolTrimTo) X(cudaDeviceGetMemPool)
 
 #define API_ID(name) API_##name,
 enum { RUNTIME_APIS(API_ID) API_COUNT };
@@ -100,6 +101,10 @@ static struct {
 	CUresult (*MemPoolCreate)(CUmemoryPool *, const CUmemPoolProps *);
 	CUresult (*MemPoolDestroy)(CUmemoryPool);
 	CUresult (*DeviceGetDefaultMemPool)(CUmemoryPool *, CUdevice);
+	CUresult (*DeviceGetMemPool)(CUmemoryPool *, CUdevice);
+	CUresult (*MemPoolSetAttribute)(CUmemoryPool, CUmemPool_attribute, void *);
+	CUresult (*MemPoolGetAttribute)(CUmemoryPool, CUmemPool_attribute, void *);
+	CUresult (*MemPoolTrimTo)(CUmemoryPool, size_t);
 	CUresult (*PointerGetAttributes)(unsigned int, CUpointer_attribute *, void **, CUdeviceptr);
 	CUresult (*StreamCreate)(CUstream *, unsigned int);
 	CUresult (*StreamDestroy)(CUstream);
@@ -157,6 +162,9 @@ static const struct {
 	DRV("cuMemAllocFromPoolAsync", MemAllocFromPoolAsync),
 	DRV("cuMemPoolCreate", MemPoolCreate), DRV("cuMemPoolDestroy", MemPoolDestroy),
 	DRV("cuDeviceGetDefaultMemPool", DeviceGetDefaultMemPool),
+	DRV("cuDeviceGetMemPool", DeviceGetMemPool),
+	DRV("cuMemPoolSetAttribute", MemPoolSetAttribute),
+	DRV("cuMemPoolGetAttribute", MemPoolGetAttribute), DRV("cuMemPoolTrimTo", MemPoolTrimTo),
 	DRV("cuPointerGetAttributes", PointerGetAttributes), DRV("cuStreamCreate", StreamCreate),
 	DRV("cuStreamDestroy", StreamDestroy), DRV("cuStreamSynchronize", StreamSynchronize),
 	DRV("cuStreamQuery", StreamQuery), DRV("cuStreamWaitEvent", StreamWaitEvent),
@@ -864,6 +872,32 @@ RT_API cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t *memPool, int devic
 {
 	ENTER(cudaDeviceGetDefaultMemPool, NEED_DRIVER);
 	return DRIVER(drv.DeviceGetDefaultMemPool(memPool, device));
+}
+
+RT_API cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device)
+{
+	ENTER(cudaDeviceGetMemPool, NEED_DRIVER);
+	return DRIVER(drv.DeviceGetMemPool(memPool, device));
+}
+
+RT_API cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
+					   void *value)
+{
+	ENTER(cudaMemPoolSetAttribute, NEED_DRIVER);
+	return DRIVER(drv.MemPoolSetAttribute(memPool, (CUmemPool_attribute)attr, value));
+}
+
+RT_API cudaError_t cudaMemPoolGetAttribute(cudaMemPool_t memPool, enum cudaMemPoolAttr attr,
+					   void *value)
+{
+	ENTER(cudaMemPoolGetAttribute, NEED_DRIVER);
+	return DRIVER(drv.MemPoolGetAttribute(memPool, (CUmemPool_attribute)attr, value));
+}
+
+RT_API cudaError_t cudaMemPoolTrimTo(cudaMemPool_t memPool, size_t minBytesToKeep)
+{
+	ENTER(cudaMemPoolTrimTo, NEED_DRIVER);
+	return DRIVER(drv.MemPoolTrimTo(memPool, minBytesToKeep));
 }
 
 RT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attributes,

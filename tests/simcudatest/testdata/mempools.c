@@ -1,7 +1,7 @@
 /*
  * mempools.c - checks simcuda's explicit memory pools (cuMemPoolCreate,
- * cuMemAllocFromPoolAsync, the pool attributes, cuMemPoolDestroy) and their
- * runtime wrappers on a 64 MiB device: its one case, "mempools", prints
+ * cuMemAllocFromPoolAsync, the pool attributes, cuMemPoolTrimTo, cuMemPoolDestroy)
+ * and their runtime wrappers on a 64 MiB device: its one case, "mempools", prints
  * "PASS mempools" and exits 0, or names the failed check and exits 1.
  * Device usage is read exactly with cuMemGetInfo (total - free): the
  * program runs alone on its device.
@@ -145,8 +145,9 @@ static void proc_addresses(void)
 
 static void runtime_pools(void)
 {
-	cudaMemPool_t def, pool;
+	cudaMemPool_t def, pool, current;
 	CUmemoryPool drv_def;
+	cuuint64_t threshold = 8 * MiB, value = 0;
 	cudaStream_t s;
 	void *p;
 
@@ -159,9 +160,20 @@ static void runtime_pools(void)
 	props.location.type = 1;
 	props.location.id = 0;
 	OK(cudaMemPoolCreate(&pool, &props));
+	OK(cudaDeviceGetMemPool(&current, 0));
+	CHECK(current == def);
+	OK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+	OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &value));
+	CHECK(value == 8 * MiB);
 	OK(cudaStreamCreate(&s));
 	OK(cudaMallocFromPoolAsync(&p, 24 * MiB, pool, s));
 	CHECK(used() == 24 * MiB);
+	OK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrUsedMemCurrent, &value));
+	CHECK(value == 24 * MiB);
+	/* Only resetting a high-water mark (to 0) is allowed. */
+	EXPECT(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &threshold), cudaErrorInvalidValue);
+	EXPECT(cudaGetLastError(), cudaErrorInvalidValue);
+	OK(cudaMemPoolTrimTo(pool, 0));
 	EXPECT(cudaMallocFromPoolAsync(&p, 48 * MiB, pool, s), cudaErrorMemoryAllocation);
 	EXPECT(cudaGetLastError(), cudaErrorMemoryAllocation);
 	OK(cudaGetLastError());
