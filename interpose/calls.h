@@ -321,6 +321,11 @@ SPILLWAY_ENTRY(capture_begun, (void))
 SPILLWAY_ENTRY(graph_instantiated, (uint64_t exec, uint64_t graph))
 SPILLWAY_ENTRY(graph_exec_destroyed, (uint64_t exec))
 SPILLWAY_ENTRY(graph_destroyed, (uint64_t graph))
+/* size bytes taken on device (a created context's or an explicit pool's
+ * allocation, forgotten by ctx_forget) were freed during the capture of
+ * graph: given back when the graph and every executable graph instantiated
+ * from it are destroyed, instead of by give. */
+SPILLWAY_ENTRY(graph_keep, (uint64_t graph, int32_t device, uint64_t size))
 
 #undef SPILLWAY_REAL
 #undef SPILLWAY_INTERPOSED

@@ -238,3 +238,14 @@ func (c *Core) GraphExecDestroyed(exec uint64) { c.mem.graphGone(exec, true) }
 
 // GraphDestroyed forgets a destroyed graph.
 func (c *Core) GraphDestroyed(graph uint64) { c.mem.graphGone(graph, false) }
+
+// GraphKeeps keeps size bytes taken outside the pool on device ordinal
+// (an explicit pool's or a created context's allocation) that were freed
+// during the capture of graph: CUDA keeps such memory for the graph, so
+// they are given back once the graph and every executable graph
+// instantiated from it are destroyed, not at the free.
+func (c *Core) GraphKeeps(graph uint64, ordinal int, size uint64) {
+	if l := c.mem.ledgerAt(ordinal); l != nil {
+		c.mem.keepForGraph(graph, l, size)
+	}
+}

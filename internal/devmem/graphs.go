@@ -16,6 +16,9 @@ import (
 // Limits) are destroyed; it is then freed as by cudaFree (it becomes
 // reusable at the next synchronization, after launches in flight).
 // A capture that fails destroys its graph: the front reports it as such.
+// Bytes taken outside the pool (an explicit pool's or a created context's
+// allocation) freed during a capture are kept the same way: the memory is
+// the graph's until then, so its bytes stay counted.
 type graphHolds struct {
 	// begun is set once a capture has begun in the process: only then are
 	// frees checked for one (a query of the stream per cudaFreeAsync).
@@ -26,9 +29,29 @@ type graphHolds struct {
 }
 
 type graphHold struct {
-	d      *device // whose pool the blocks are of
+	d      *device // whose pool the blocks are of; nil while there are none
 	blocks []interpose.DevicePtr
+	taken  []takenBytes
 	refs   int // the graph while it exists, and each executable graph
+}
+
+// takenBytes are bytes taken outside the pool from a device's ledger.
+type takenBytes struct {
+	ledger *deviceLedger
+	size   uint64
+}
+
+// holdLocked returns graph's hold, made at its first use; g.mu is held.
+func (g *graphHolds) holdLocked(graph uint64) *graphHold {
+	if g.graphs == nil {
+		g.graphs, g.execs = map[uint64]*graphHold{}, map[uint64]*graphHold{}
+	}
+	h := g.graphs[graph]
+	if h == nil {
+		h = &graphHold{refs: 1}
+		g.graphs[graph] = h
+	}
+	return h
 }
 
 // heldByGraph keeps p, a live block of d's pool freed on stream s, for the
@@ -48,16 +71,23 @@ func (m *memory) heldByGraph(d *device, p interpose.DevicePtr, s interpose.Strea
 	g := &m.graphs
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.graphs == nil {
-		g.graphs, g.execs = map[uint64]*graphHold{}, map[uint64]*graphHold{}
-	}
-	h := g.graphs[graph]
-	if h == nil {
-		h = &graphHold{d: d, refs: 1}
-		g.graphs[graph] = h
+	h := g.holdLocked(graph)
+	if h.d == nil {
+		h.d = d
 	}
 	h.blocks = append(h.blocks, p)
 	return true
+}
+
+// keepForGraph keeps size bytes taken outside the pool from ledger, whose
+// allocation was freed during the capture of graph, until the graph and
+// every executable graph instantiated from it are destroyed.
+func (m *memory) keepForGraph(graph uint64, ledger *deviceLedger, size uint64) {
+	g := &m.graphs
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	h := g.holdLocked(graph)
+	h.taken = append(h.taken, takenBytes{ledger: ledger, size: size})
 }
 
 // graphInstantiated records exec, instantiated from graph.
@@ -87,9 +117,9 @@ func (m *memory) graphGone(handle uint64, exec bool) {
 	}
 	delete(table, handle)
 	h.refs--
-	blocks := h.blocks
+	blocks, taken := h.blocks, h.taken
 	if h.refs > 0 {
-		blocks = nil
+		blocks, taken = nil, nil
 	}
 	g.mu.Unlock()
 	for _, p := range blocks {
@@ -97,19 +127,31 @@ func (m *memory) graphGone(handle uint64, exec bool) {
 			m.log.Warnf("freeing %#x, held for a CUDA graph until it was destroyed: %v", uint64(p), rc)
 		}
 	}
+	for _, t := range taken {
+		t.ledger.giveTaken(t.size, false)
+	}
 }
 
-// forgetDevice drops the holds for d's pool, which a reset closes: its
-// blocks are gone with it, and a graph handle the driver gives again later
-// must not free addresses a new pool hands out.
+// forgetDevice drops the holds' blocks of d's pool, which a reset closes:
+// its blocks are gone with it, and a graph handle the driver gives again
+// later must not free addresses a new pool hands out. Bytes taken outside
+// the pool outlive the reset, as the ledger does, and stay held.
 func (m *memory) forgetDevice(d *device) {
 	g := &m.graphs
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for _, table := range []map[uint64]*graphHold{g.graphs, g.execs} {
+	tables := []map[uint64]*graphHold{g.graphs, g.execs}
+	for _, table := range tables {
 		for handle, h := range table {
-			if h.d == d {
+			if h.d == d && len(h.taken) == 0 {
 				delete(table, handle)
+			}
+		}
+	}
+	for _, table := range tables {
+		for _, h := range table {
+			if h.d == d {
+				h.d, h.blocks = nil, nil
 			}
 		}
 	}

@@ -82,3 +82,40 @@ func TestGraphHoldsEndAtReset(t *testing.T) {
 		t.Fatalf("after destroying the graph held before the reset: %d bytes live, want %#x's 4096", live, uint64(p))
 	}
 }
+
+// TestGraphKeepsTakenBytes: bytes taken outside the pool and freed into a
+// graph beside a pool block stay counted through a reset, which drops the
+// block, and are given back once the graph and its executable graph are gone.
+func TestGraphKeepsTakenBytes(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB")
+	const s = interpose.Stream(0x7000)
+	const graph = 0x9000 + uint64(s) // the fake's graph for s
+	m.graphs.begun.Store(true)
+	b, _ := m.malloc(request{size: 4096, kind: kindAsync, stream: s})
+	rt.capturing[s] = true
+	if rc := m.free(b, s, true); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	delete(rt.capturing, s)
+	l := m.ledgerAt(0)
+	if !l.takeOutside(charge(8<<20), false) {
+		t.Fatal("8 MiB outside the pool refused under a 64 MiB quota")
+	}
+	m.keepForGraph(graph, l, 8<<20)
+	m.graphInstantiated(0xe1, graph)
+	if rc := m.deviceReset(0, m.rt.DeviceReset); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	m.graphGone(graph, false)
+	if used := l.used(); used != 8<<20 {
+		t.Fatalf("after the reset and the graph's destruction, its executable graph alive: %d bytes used, want the 8 MiB kept", used)
+	}
+	m.graphGone(0xe1, true)
+	if used := l.used(); used != 0 {
+		t.Fatalf("after the last executable graph's destruction: %d bytes used, want 0", used)
+	}
+	if len(m.graphs.graphs) != 0 || len(m.graphs.execs) != 0 {
+		t.Fatalf("graph holds left: %v %v", m.graphs.graphs, m.graphs.execs)
+	}
+}

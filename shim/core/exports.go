@@ -371,6 +371,13 @@ func spillway_core_graph_destroyed(graph C.uint64_t) (rc C.int32_t) {
 	return C.CUDA_SUCCESS
 }
 
+//export spillway_core_graph_keep
+func spillway_core_graph_keep(graph C.uint64_t, device C.int32_t, size C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cudaFreeAsync")
+	running().GraphKeeps(uint64(graph), int(device), uint64(size))
+	return C.CUDA_SUCCESS
+}
+
 //export spillway_core_capture_begun
 func spillway_core_capture_begun() (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaStreamBeginCapture")

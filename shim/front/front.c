@@ -839,6 +839,24 @@ static void context_freed(int rc, uint64_t p, const struct context_block *b)
     }
 }
 
+static CUgraph stream_graph(CUstream stream);
+
+/*
+ * After the real stream-ordered free of b at p on stream: freed during a
+ * capture, the memory is the graph's until the graph is destroyed, and its
+ * bytes stay taken until then (the core gives them back).
+ */
+static void context_freed_async(int rc, uint64_t p, const struct context_block *b, CUstream stream)
+{
+    CUgraph graph = rc == 0 ? stream_graph(stream) : NULL;
+    if (!graph) {
+        context_freed(rc, p, b);
+        return;
+    }
+    core.graph_keep((uint64_t)(uintptr_t)graph, b->device, b->size);
+    atomic_fetch_sub(&context_blocks, 1);
+}
+
 /*
  * The route of a runtime allocation of size bytes into devPtr, given r, the
  * route() taken before depth was raised: this runs after, so that the
@@ -1057,7 +1075,7 @@ EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
     rc = fr == ROUTE_CORE ? (cudaError_t)core.free_async(p, stream_id(stream))
                           : real_free_async(devPtr, stream);
     if (fr == ROUTE_CONTEXT)
-        context_freed(rc, p, &b);
+        context_freed_async(rc, p, &b, (CUstream)stream);
     depth--;
     return rc;
 }
@@ -1223,14 +1241,10 @@ GRAPH_CALL(CUresult, cuGraphExecDestroy, cu_graph_exec_destroy, (CUgraphExec hGr
 GRAPH_CALL(CUresult, cuGraphDestroy, cu_graph_destroy, (CUgraph hGraph), (hGraph),
            tell_gone(hGraph, 0))
 
-/*
- * A capture that fails (invalidated, unjoined) destroys the graph it built:
- * what was freed into it is freed. The graph is asked for before the real
- * call, once a capture has begun.
- */
-static CUgraph capture_graph(CUstream stream)
+/* The graph stream's capture builds, or NULL; asked only once a capture has begun. */
+static CUgraph stream_graph(CUstream stream)
 {
-    if (!atomic_load(&captures_begun) || !core_listens())
+    if (!atomic_load(&captures_begun))
         return NULL;
     __typeof__(real.cu_stream_get_capture_info) info =
         (__typeof__(real.cu_stream_get_capture_info))resolve(R_cu_stream_get_capture_info);
@@ -1239,6 +1253,16 @@ static CUgraph capture_graph(CUstream stream)
     if (!info || info(stream, &status, NULL, &graph, NULL, NULL) != CUDA_SUCCESS || status == 0)
         return NULL;
     return graph;
+}
+
+/*
+ * A capture that fails (invalidated, unjoined) destroys the graph it built:
+ * what was freed into it is freed. The graph is asked for before the real
+ * call, once a capture has begun.
+ */
+static CUgraph capture_graph(CUstream stream)
+{
+    return core_listens() ? stream_graph(stream) : NULL;
 }
 
 /* An end of capture; the core hears of the graph the capture built when the
@@ -1506,7 +1530,8 @@ static CUresult mem_free_async(CUdeviceptr dptr, CUstream stream, int per_thread
              ? (CUresult)core.cu_free_async((uint64_t)dptr, driver_stream(stream, per_thread))
              : real_free(dptr, stream);
     if (fr == ROUTE_CONTEXT)
-        context_freed(rc, (uint64_t)dptr, &b);
+        context_freed_async(rc, (uint64_t)dptr, &b,
+                            per_thread && !stream ? CU_STREAM_PER_THREAD : stream);
     depth--;
     return rc;
 }

@@ -189,3 +189,27 @@ func TestExplicitPoolQuota(t *testing.T) {
 		}
 	}
 }
+
+// TestExplicitPoolGraphQuota: an allocation from the application's own pool
+// freed during a stream capture belongs to the graph, which keeps the
+// memory until it is destroyed: its bytes stay counted until then, so
+// graphs captured one after another cannot hold more than the quota, and
+// cuMemGetInfo and NVML count what the graph keeps.
+func TestExplicitPoolGraphQuota(t *testing.T) {
+	out, _ := runScriptOf(t, ctxvmm(t, true), 64<<20,
+		"P", "G", "40M", "G", "40M", "i", "n", // graph 0 keeps 40 MiB; graph 1 is refused them
+		"H", "0", "G", "40M", // graph 0 destroyed: graph 2 gets them
+		"B", "40M", "e", "H", "2", "B", "40M") // graph 3 refused with the runtime's error; graph 4 fits
+	checkSteps(t, out, []step{
+		{"P", 0, cuSuccess}, {"G", 0, cuSuccess}, {"G", 1, cuOutOfMemory}, {"i", 0, cuSuccess},
+		{"n", 0, 0}, {"H", 0, cuSuccess}, {"G", 2, cuSuccess},
+		{"B", 0, harness.ErrMemoryAllocation}, {"e", 0, harness.ErrMemoryAllocation},
+		{"H", 1, cuSuccess}, {"B", 1, 0},
+	})
+	if free := out.Num(t, "i", 0, 2); free != 24<<20 {
+		t.Errorf("cuMemGetInfo with a graph keeping 40 MiB: %d bytes free, want 24 MiB of the 64 MiB quota", free)
+	}
+	if used := out.Num(t, "n", 0, 3); used != 40<<20 {
+		t.Errorf("NVML with a graph keeping 40 MiB: %d bytes used, want 40 MiB", used)
+	}
+}

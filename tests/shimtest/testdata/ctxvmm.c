@@ -41,6 +41,10 @@
  *   P        cuMemPoolCreate on device 0 (one pool, used by a and Q) -> "P RC"
  *   a SIZE   cuMemAllocFromPoolAsync from it on the legacy stream -> "a RC SLOT"
  *   z SLOT   cuMemFreeAsync on the legacy stream, then cuStreamSynchronize -> "z RC"
+ *   G SIZE   captures, on a non-blocking stream, cuMemAllocFromPoolAsync from P's
+ *            pool and its cuMemFreeAsync into a graph, which is kept
+ *            -> "G RC GRAPH" (RC: the allocation's, else the capture's)
+ *   H GRAPH  cuGraphDestroy of graph GRAPH    -> "H RC"
  * Built with WITH_RUNTIME, also the runtime's calls:
  *   R SIZE   cudaMalloc                       -> "R RC SLOT" (slots shared with m)
  *   V SIZE   cudaMallocManaged                -> "V RC SLOT"
@@ -50,6 +54,9 @@
  *   e        cudaGetLastError                 -> "e RC"
  *   Q SIZE   cudaMallocFromPoolAsync from P's pool on stream 0 -> "Q RC SLOT"
  *   Z SLOT   cudaFreeAsync on stream 0, then cudaStreamSynchronize -> "Z RC"
+ *   B SIZE   G with the runtime's calls: cudaStreamBeginCapture,
+ *            cudaMallocFromPoolAsync, cudaFreeAsync, cudaStreamEndCapture
+ *            -> "B RC GRAPH"
  *   I        cudaMemGetInfo                   -> "I RC FREE TOTAL"
  * SIZE takes K, M, G suffixes (binary).
  */
@@ -86,6 +93,9 @@ static size_t range_size;
 static CUmemGenericAllocationHandle grown[MAX];
 static int ngrown;
 static CUmemoryPool pool;
+static CUstream capturing; /* G's and B's stream, made at the first */
+static CUgraph graphs[MAX];
+static int ngraphs;
 static int fds[MAX];
 static int nfds;
 
@@ -433,7 +443,47 @@ int main(int argc, char **argv)
             printf("z %d\n", rc);
             i++;
             break;
+        case 'G': {
+            CUdeviceptr p = 0;
+            CUgraph graph = NULL;
+            rc = capturing ? CUDA_SUCCESS : cuStreamCreate(&capturing, CU_STREAM_NON_BLOCKING);
+            if (rc == CUDA_SUCCESS)
+                rc = cuStreamBeginCapture_v2(capturing, CU_STREAM_CAPTURE_MODE_GLOBAL);
+            if (rc == CUDA_SUCCESS) {
+                rc = cuMemAllocFromPoolAsync(&p, size_arg(a), pool, capturing);
+                CUresult done = rc == CUDA_SUCCESS ? cuMemFreeAsync(p, capturing) : CUDA_SUCCESS;
+                CUresult end = cuStreamEndCapture(capturing, &graph);
+                rc = rc != CUDA_SUCCESS ? rc : done != CUDA_SUCCESS ? done : end;
+            }
+            printf("G %d %d\n", rc, ngraphs);
+            graphs[ngraphs++] = graph;
+            i++;
+            break;
+        }
+        case 'H':
+            printf("H %d\n", cuGraphDestroy(graphs[atoi(a)]));
+            i++;
+            break;
 #ifdef WITH_RUNTIME
+        case 'B': {
+            void *p = NULL;
+            cudaGraph_t graph = NULL;
+            cudaError_t err = capturing ? cudaSuccess
+                                        : (cudaError_t)cuStreamCreate(&capturing, CU_STREAM_NON_BLOCKING);
+            cudaStream_t s = (cudaStream_t)capturing;
+            if (err == cudaSuccess)
+                err = cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal);
+            if (err == cudaSuccess) {
+                err = cudaMallocFromPoolAsync(&p, size_arg(a), pool, s);
+                cudaError_t done = err == cudaSuccess ? cudaFreeAsync(p, s) : cudaSuccess;
+                cudaError_t end = cudaStreamEndCapture(s, &graph);
+                err = err != cudaSuccess ? err : done != cudaSuccess ? done : end;
+            }
+            printf("B %d %d\n", err, ngraphs);
+            graphs[ngraphs++] = (CUgraph)graph;
+            i++;
+            break;
+        }
         case 'Q': {
             void *p = NULL;
             cudaError_t err = cudaMallocFromPoolAsync(&p, size_arg(a), pool, 0);
