@@ -1,9 +1,10 @@
 /*
  * dlsym.c: the front's dlsym. A program, or a library such as a static CUDA
  * runtime, that finds CUDA's functions with dlsym(handle, "name") on its own
- * handle of libcuda or libcudart gets the front's function for every name
- * the front interposes, as a program linked against them does (and on its
- * handle of NVML, libnvidia-ml, likewise); every other
+ * handle of libcuda or libcudart, or of any library that depends on them
+ * (whose lookup finds them among its dependencies), gets the front's
+ * function for every name the front interposes, as a program linked
+ * against them does (and for NVML, libnvidia-ml, likewise); every other
  * lookup is the real dlsym's.
  *
  * glibc resolves dlsym(RTLD_NEXT, ...) relative to the object that called
@@ -115,37 +116,51 @@ int front_dlclose_real(void *handle)
 
 unsigned int front_unloads;
 
-/* Whether handle is one of dlopen's handles of libcuda or libcudart. */
+/* Whether the file at path is libcuda, libcudart or libnvidia-ml. */
+static int cuda_library(const char *path)
+{
+    const char *base = strrchr(path, '/');
+    base = base ? base + 1 : path;
+    return strncmp(base, "libcuda.", 8) == 0 || strncmp(base, "libcudart", 9) == 0 ||
+           strncmp(base, "libnvidia-ml", 12) == 0;
+}
+
+/* Whether handle is one of dlopen's handles of libcuda, libcudart or libnvidia-ml. */
 static int cuda_handle(void *handle)
 {
     struct link_map *map = NULL;
     if (handle == RTLD_DEFAULT || handle == RTLD_NEXT || dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 ||
         !map || !map->l_name)
         return 0;
-    const char *base = strrchr(map->l_name, '/');
-    base = base ? base + 1 : map->l_name;
-    return strncmp(base, "libcuda.", 8) == 0 || strncmp(base, "libcudart", 9) == 0 ||
-           strncmp(base, "libnvidia-ml", 12) == 0;
+    return cuda_library(map->l_name);
+}
+
+/* Whether f, found by a lookup, is a function of one of those libraries. */
+static int in_cuda_library(void *f)
+{
+    Dl_info info;
+    return f && dladdr(f, &info) && info.dli_fname && cuda_library(info.dli_fname);
 }
 
 static __thread int answering __attribute__((tls_model("initial-exec")));
 
 /*
- * The front's function for a lookup of one of its names on a CUDA handle,
- * when the real dlsym would return the very function the front calls for
- * it; NULL otherwise (the real dlsym answers).
+ * The front's function for a lookup of one of its names on a handle, when
+ * the real dlsym would return the very function of a CUDA library that
+ * the front calls for it; NULL otherwise (the real dlsym answers).
+ * RTLD_DEFAULT finds the front's own functions first; RTLD_NEXT must stay
+ * the real dlsym's, relative to its caller.
  */
 __attribute__((visibility("hidden"))) void *front_dlsym_answer(void *handle, const char *name)
 {
-    if (answering || !name || !((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0))
+    if (answering || !name || !((name[0] == 'c' && name[1] == 'u') || strncmp(name, "nvml", 4) == 0) ||
+        handle == RTLD_DEFAULT || handle == RTLD_NEXT)
         return NULL;
     answering = 1;
     void *answer = NULL;
-    if (cuda_handle(handle)) {
-        void *found = front_dlsym_real(handle, name);
-        if (found)
-            answer = front_wrapper_of(found);
-    }
+    void *found = front_dlsym_real(handle, name);
+    if (in_cuda_library(found))
+        answer = front_wrapper_of(found);
     answering = 0;
     return answer;
 }

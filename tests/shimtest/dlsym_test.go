@@ -49,6 +49,24 @@ func TestDlsymCUDAHandles(t *testing.T) {
 	}
 }
 
+// TestDlsymDependentHandle: the driver's functions found with dlsym on the
+// handle of a library that links libcuda (found among its dependencies)
+// are the shim's too: refused at the quota, with the quota reported.
+func TestDlsymDependentHandle(t *testing.T) {
+	lib := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/cudadep.c"}, Shared: true, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}})
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/handles.c"}, ProjectHeaders: true, Flags: []string{"-ldl"}})
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, "W", lib, "w", "40", "w", "40"))
+	if out.Code(t, "w", 0) != cuSuccess || out.Code(t, "w", 1) != cuOutOfMemory {
+		t.Errorf("two cuMemAlloc_v2 of 40 MiB under a 64 MiB quota: %v, want %d then %d", out, cuSuccess, cuOutOfMemory)
+	}
+	if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+	}
+}
+
 // TestCtypesRuntimeHandle: cudaMalloc found through Python's ctypes on the
 // runtime's handle is refused at the quota.
 func TestCtypesRuntimeHandle(t *testing.T) {

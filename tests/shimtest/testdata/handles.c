@@ -6,6 +6,9 @@
  *   r SIZE   cudaMalloc from dlsym(libcudart)                 -> "r RC"
  *   m SIZE   cuMemAlloc_v2 from dlsym(libcuda)                -> "m RC"
  *   g SIZE   cuMemAlloc from cuGetProcAddress from dlsym(libcuda) -> "g RC"
+ *   W PATH   dlopen (RTLD_LOCAL) of a library that links libcuda -> "W 0"
+ *   w SIZE   cuMemAlloc_v2 from dlsym on that library's handle, which finds
+ *            the driver's among its dependencies -> "w RC"
  * SIZE is in MiB. Nothing is freed.
  */
 #include <dlfcn.h>
@@ -49,6 +52,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "handles: no cuMemAlloc from cuGetProcAddress\n");
         return 2;
     }
+    void *dependent = NULL;
     for (int i = 1; i + 1 < argc; i += 2) {
         size_t size = (size_t)atol(argv[i + 1]) << 20;
         void *p = NULL;
@@ -62,6 +66,16 @@ int main(int argc, char **argv)
             break;
         case 'g':
             printf("g %d\n", ((CUresult(*)(CUdeviceptr *, size_t))looked_up)(&d, size));
+            break;
+        case 'W':
+            if (!(dependent = dlopen(argv[i + 1], RTLD_NOW | RTLD_LOCAL))) {
+                fprintf(stderr, "handles: %s\n", dlerror());
+                return 2;
+            }
+            printf("W 0\n");
+            break;
+        case 'w':
+            printf("w %d\n", ((CUresult(*)(CUdeviceptr *, size_t))need(dependent, "cuMemAlloc_v2"))(&d, size));
             break;
         default:
             return 2;
