@@ -77,7 +77,8 @@ type funcSpec struct {
 }
 
 // Address masks of copies: destination and source, or for the peer copies
-// (dst, dstDevice, src, srcDevice, count) arguments 0 and 2.
+// (dst, dstDevice, src, srcDevice, count; the driver's take contexts for
+// devices) arguments 0 and 2.
 const (
 	dstSrc     = 0b11
 	dstSrcPeer = 0b101
@@ -137,6 +138,14 @@ var funcs = [...]funcSpec{
 	{"cuMemsetD16Async", OpMemset, -1, 2, -1, 0, 0, dstOnly, 1},
 	{"cuMemsetD32_v2", OpMemset, -1, 2, -1, 0, 0, dstOnly, 2},
 	{"cuMemsetD32Async", OpMemset, -1, 2, -1, 0, 0, dstOnly, 2},
+	// The shim serves these itself (and the driver's peer copies go through
+	// cuMemcpy): unprobed, what they call below would be counted as the
+	// application's own calls.
+	{"cuMemAllocPitch_v2", OpAlloc, 0, 2, -1, 0, 3, 0, 0},
+	{"cudaMallocFromPoolAsync", OpAlloc, 0, 1, -1, 0, 0, 0, 0},
+	{"cuMemAllocFromPoolAsync", OpAlloc, 0, 1, -1, 0, 0, 0, 0},
+	{"cuMemcpyPeer", OpMemcpy, -1, 4, -1, DeviceToDevice, 0, dstSrcPeer, 0},
+	{"cuMemcpyPeerAsync", OpMemcpy, -1, 4, -1, DeviceToDevice, 0, dstSrcPeer, 0},
 }
 
 // Funcs returns every probed function, in a stable order.
