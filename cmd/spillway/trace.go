@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"debug/elf"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -305,12 +306,16 @@ func (s *session) startCommand(lib string, argv []string) (*exec.Cmd, int, error
 }
 
 // candidateLibraries lists the files the command may load probed functions
-// from: the shim, the CUDA runtime and driver found where the dynamic loader
-// looks, and the executable itself (for a statically linked runtime).
+// from: the shim, the executable itself (for a statically linked runtime)
+// and the libraries it is linked with, and the CUDA runtime and driver found
+// where the dynamic loader looks for what is opened later with dlopen.
 func candidateLibraries(lib, arg0 string) []string {
 	out := []string{lib}
 	if exe, err := exec.LookPath(arg0); err == nil {
-		out = append(out, executables(exe)...)
+		for _, path := range executables(exe) {
+			out = append(out, path)
+			out = append(out, linkedLibraries(path)...)
+		}
 	}
 	var dirs []string
 	for _, d := range strings.Split(os.Getenv("LD_LIBRARY_PATH"), ":") {
@@ -373,6 +378,48 @@ func executables(path string) []string {
 		path = next
 	}
 	return nil
+}
+
+// linkedLibraries returns the libraries the dynamic loader maps with the
+// executable at path, resolved as it resolves them (its run paths with
+// $ORIGIN, LD_LIBRARY_PATH, its cache): the executable's own loader lists
+// them without running the program, as ldd does. None for a static
+// executable, or when the loader cannot say.
+func linkedLibraries(path string) []string {
+	f, err := elf.Open(path)
+	if err != nil {
+		return nil
+	}
+	var loader string
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			data, err := io.ReadAll(p.Open())
+			if err == nil {
+				loader = string(bytes.TrimRight(data, "\x00"))
+			}
+		}
+	}
+	f.Close()
+	if loader == "" {
+		return nil
+	}
+	text, err := exec.Command(loader, "--list", path).Output()
+	if err != nil {
+		return nil
+	}
+	// "\tlibcudart.so.12 => /path/libcudart.so.12 (0x...)", or the loader
+	// itself as "\t/lib64/ld-linux-x86-64.so.2 (0x...)".
+	var out []string
+	for _, line := range strings.Split(string(text), "\n") {
+		line = strings.TrimSpace(line)
+		if _, resolved, ok := strings.Cut(line, " => "); ok {
+			line = resolved
+		}
+		if lib, _, _ := strings.Cut(line, " ("); strings.HasPrefix(lib, "/") {
+			out = append(out, lib)
+		}
+	}
+	return out
 }
 
 // ldCacheLibraries returns the paths the loader's cache gives for libraries

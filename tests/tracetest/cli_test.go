@@ -97,6 +97,29 @@ func TestTraceCommand(t *testing.T) {
 	}
 }
 
+// A program that finds the runtime through its own run path, as a wheel's
+// bundled libraries are found, not through LD_LIBRARY_PATH or the loader's
+// cache, is traced from its first call: the libraries its loader will map
+// are probed before it starts, however soon it makes its calls and exits.
+func TestTraceCommandRunpath(t *testing.T) {
+	harness.RequireBPF(t)
+	spillway := harness.Bin(t, "spillway")
+	workload := harness.Compile(t, harness.CBuild{
+		Sources:        []string{"testdata/simworkload.c"},
+		Cudart:         true,
+		ProjectHeaders: true,
+		Flags:          []string{"-lcuda", "-ldl", "-Wl,-rpath," + harness.SimcudaDir(t)},
+	})
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	cmd := harness.Command(t, spillway, "trace", "--summary-json", summary, "--", workload, "40")
+	harness.SetEnv(cmd, "LD_LIBRARY_PATH=")
+	res := harness.Run(t, cmd)
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	checkSimSummary(t, readSummary(t, summary))
+}
+
 // Through the command and the shim's own probe points: faults on memory the
 // shim reports spilled are counted, all in the traced process. (The workload
 // fires spillway_probe_spill itself on host pages, as the shim's
