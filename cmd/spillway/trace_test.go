@@ -55,7 +55,7 @@ func TestIntervalOf(t *testing.T) {
 	cur.PageFaults = bpf.FaultCounts{Total: 9, Spilled: 4}
 	cur.Drops = 2
 
-	iv := intervalOf(prev, cur, 10, 2, 2)
+	iv := intervalOf(prev, cur, 10, 2)
 	if iv.AllocsPerS != 15 || iv.FreesPerS != 5 || iv.MemcpyBytesPerS["h2d"] != 2048 {
 		t.Errorf("rates: allocs %v frees %v h2d %v", iv.AllocsPerS, iv.FreesPerS, iv.MemcpyBytesPerS["h2d"])
 	}
@@ -66,7 +66,7 @@ func TestIntervalOf(t *testing.T) {
 		t.Errorf("interval %+v", iv)
 	}
 	// Without pool allocations there is no hit rate, rather than 0%.
-	if iv := intervalOf(prev, prev, 1, 1, 1); iv.PoolHitRate != nil || !strings.Contains(formatLine(iv), "pool_hit=-") {
+	if iv := intervalOf(prev, prev, 1, 1); iv.PoolHitRate != nil || !strings.Contains(formatLine(iv), "pool_hit=-") {
 		t.Errorf("idle pool: hit rate %v, line %q", iv.PoolHitRate, formatLine(iv))
 	}
 }
@@ -78,7 +78,7 @@ func TestIntervalSteps(t *testing.T) {
 	prev.MovedBytes, cur.MovedBytes = 100, 4100
 	prev.Accesses = bpf.AccessCounts{Total: 10, Spilled: 1, Bytes: 1000, SpilledBytes: 100}
 	cur.Accesses = bpf.AccessCounts{Total: 30, Spilled: 6, Bytes: 3000, SpilledBytes: 1100}
-	iv := intervalOf(prev, cur, 2, 1, 1)
+	iv := intervalOf(prev, cur, 2, 1)
 	if iv.Steps != 4 || iv.MovedBytes != 4000 || iv.MovedBytesPerStep == nil || *iv.MovedBytesPerStep != 1000 {
 		t.Errorf("steps %d moved %d per step %v", iv.Steps, iv.MovedBytes, iv.MovedBytesPerStep)
 	}
@@ -98,8 +98,28 @@ func TestIntervalSteps(t *testing.T) {
 		}
 	}
 	// Without steps there is no figure per step.
-	if iv := intervalOf(prev, prev, 1, 1, 1); iv.MovedBytesPerStep != nil || !strings.Contains(formatLine(iv), "moved/step=- spilled_accesses=-") {
+	if iv := intervalOf(prev, prev, 1, 1); iv.MovedBytesPerStep != nil || !strings.Contains(formatLine(iv), "moved/step=- spilled_accesses=-") {
 		t.Errorf("idle: per step %v, line %q", iv.MovedBytesPerStep, formatLine(iv))
+	}
+}
+
+// The session's last interval is marked final, even one that ran a whole
+// interval or more because the session ended as a tick was due; the others
+// are not.
+func TestLastIntervalFinal(t *testing.T) {
+	start := time.Now().Add(-3 * time.Second)
+	clock := viewClock{start: start, last: start, prev: bpf.NewSummary(), every: time.Second}
+	if iv := clock.next(bpf.NewSummary(), false); iv.Final {
+		t.Errorf("an interval drawn at a tick is marked final: %+v", iv)
+	}
+	clock.last = time.Now().Add(-2 * time.Second)
+	iv := clock.next(bpf.NewSummary(), true)
+	if !iv.Final || iv.IntervalS < 2 {
+		t.Errorf("last interval of 2s: final %v, interval_s %v; want final over the 2s", iv.Final, iv.IntervalS)
+	}
+	data, err := json.Marshal(iv)
+	if err != nil || !strings.Contains(string(data), `"final":true`) {
+		t.Errorf("last interval as JSON: %s, %v", data, err)
 	}
 }
 

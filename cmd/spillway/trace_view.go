@@ -45,15 +45,14 @@ type interval struct {
 	rateSecs          float64 // what counts are divided by for rates
 }
 
-// intervalOf computes the figures between two summaries taken secs apart.
-// Rates are counts over rateSecs: secs, or a whole interval for the last,
+// intervalOf computes the figures between two summaries. Rates are counts
+// over rateSecs: the time between the two, or a whole interval for the last,
 // partial one, whose counts are not extrapolated to a full second.
-func intervalOf(prev, cur *bpf.Summary, elapsed, secs, rateSecs float64) interval {
+func intervalOf(prev, cur *bpf.Summary, elapsed, rateSecs float64) interval {
 	iv := interval{
 		rateSecs:        rateSecs,
 		ElapsedS:        elapsed,
 		IntervalS:       rateSecs, // rates times interval_s are the counts
-		Final:           rateSecs != secs,
 		MemcpyBytesPerS: map[string]float64{},
 		SpillBytes:      cur.SpillBytes - prev.SpillBytes,
 		PromoteBytes:    cur.PromoteBytes - prev.PromoteBytes,
@@ -141,7 +140,10 @@ func (c *viewClock) next(cur *bpf.Summary, final bool) interval {
 	if final {
 		rateSecs = max(secs, c.every.Seconds())
 	}
-	iv := intervalOf(c.prev, cur, now.Sub(c.start).Seconds(), secs, rateSecs)
+	iv := intervalOf(c.prev, cur, now.Sub(c.start).Seconds(), rateSecs)
+	// The last interval is marked even when it ran a whole interval or
+	// more (the session ended as a tick was due).
+	iv.Final = final
 	c.last, c.prev = now, cur
 	return iv
 }
