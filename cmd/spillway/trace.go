@@ -530,16 +530,34 @@ func (s *session) loop(o traceOptions, view intervalView, cmdDone <-chan int) in
 	}
 }
 
+// allExited reports whether the -p targets and every process they started
+// since (which the kernel traces too) have exited.
 func (s *session) allExited() bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for pid := range s.waiting {
-		if err := syscall.Kill(int(pid), 0); err == nil || errors.Is(err, syscall.EPERM) {
+		if alive(int(pid)) {
+			s.mu.Unlock()
 			return false
 		}
 		delete(s.waiting, pid) // exited before it was traced, or its exit record was dropped
 	}
+	s.mu.Unlock()
+	traced, err := s.tr.TracedPIDs()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "spillway trace: %v\n", err)
+		return false
+	}
+	for _, pid := range traced {
+		if alive(pid) {
+			return false
+		}
+	}
 	return true
+}
+
+func alive(pid int) bool {
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // traceSummary is the --summary-json document: the totals and the session.

@@ -1,6 +1,7 @@
 package tracetest
 
 import (
+	"bufio"
 	"encoding/json"
 	"maps"
 	"os"
@@ -309,6 +310,153 @@ func TestTraceAttachRunning(t *testing.T) {
 		t.Fatal("tracer did not end within a minute of its target")
 	}
 	checkSimSummary(t, readSummary(t, summary))
+}
+
+// `spillway trace -p PID` of a launcher that forks its worker and exits goes
+// on while the worker, traced as its child, runs: the session ends when the
+// last traced process exits, not the last -p target.
+func TestTraceAttachOutlivedByChild(t *testing.T) {
+	harness.RequireBPF(t)
+	spillway := harness.Bin(t, "spillway")
+	forker := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/forker.c"}, Cudart: true, ProjectHeaders: true})
+	launchR, launchW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer launchW.Close()
+	workR, workW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer workW.Close() // the worker, if still waiting, then fails and exits
+	launcher := harness.Command(t, forker, "25")
+	launcher.ExtraFiles = []*os.File{launchR, workR}
+	launcher.Stderr = os.Stderr
+	if err := launcher.Start(); err != nil {
+		t.Fatal(err)
+	}
+	launchR.Close()
+	workR.Close()
+	defer func() {
+		if launcher.ProcessState == nil {
+			launcher.Process.Kill()
+			launcher.Wait()
+		}
+	}()
+
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	tracer := exec.Command(spillway, "trace", "-p", pidKey(launcher.Process.Pid), "--json", "--interval", "50ms",
+		"--summary-json", summary)
+	stdout, err := tracer.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := tracer.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tracer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if tracer.ProcessState == nil {
+			tracer.Process.Kill()
+			tracer.Wait()
+		}
+	}()
+	var log strings.Builder
+	attached := make(chan bool, 1)
+	logDone := make(chan struct{})
+	go func() {
+		defer close(logDone)
+		sc := bufio.NewScanner(stderr)
+		said := false
+		for sc.Scan() {
+			log.WriteString(sc.Text() + "\n")
+			if !said && strings.HasPrefix(sc.Text(), "spillway trace: tracing pid") {
+				attached <- true
+				said = true
+			}
+		}
+		if !said {
+			attached <- false
+		}
+	}()
+	lines := make(chan string, 1024)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	if !<-attached {
+		tracer.Wait()
+		<-logDone
+		t.Fatalf("the tracer did not attach:\n%s", log.String())
+	}
+
+	if _, err := launchW.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := launcher.Wait(); err != nil {
+		t.Fatalf("launcher: %v", err)
+	}
+	// The launcher has exited, its worker has not started: the session
+	// must go on drawing intervals.
+	for drained := false; !drained; {
+		select {
+		case <-lines:
+		default:
+			drained = true
+		}
+	}
+	for range 3 {
+		select {
+		case l, ok := <-lines:
+			if !ok || strings.Contains(l, `"final":true`) {
+				tracer.Wait()
+				<-logDone
+				t.Fatalf("the session ended with the launcher, its worker still running:\n%s", log.String())
+			}
+		case <-time.After(time.Minute):
+			t.Fatal("no interval line within a minute")
+		}
+	}
+	if _, err := workW.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	done := make(chan error, 1)
+	go func() { done <- tracer.Wait() }()
+	select {
+	case err := <-done:
+		<-logDone
+		if err != nil {
+			t.Fatalf("tracer: %v\n%s", err, log.String())
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the session did not end within a minute of the worker")
+	}
+	sum := readSummary(t, summary)
+	if sum.Calls["cudaMalloc"] != 25 || sum.Calls["cudaFree"] != 25 || len(sum.Errors) != 0 {
+		t.Errorf("calls %v, errors %v; want the worker's 25 cudaMalloc and cudaFree", sum.Calls, sum.Errors)
+	}
+	var worker []string
+	for pid, p := range sum.Processes {
+		if p.Calls > 0 {
+			worker = append(worker, pid)
+			if p.Calls != 50 || !p.Exited || pid == pidKey(launcher.Process.Pid) {
+				t.Errorf("process %s: %+v, want the worker's 50 calls and its exit", pid, p)
+			}
+		}
+	}
+	if len(worker) != 1 {
+		t.Errorf("calls in processes %v, want the worker's only: %v", worker, sum.Processes)
+	}
 }
 
 // Without the privileges, the command says which are missing and fails,
