@@ -1,9 +1,14 @@
 #!/bin/sh
 # The whole story on simcuda: a job that needs twice its device quota runs
-# under `spillway run --memory-limit 1GiB --oversubscribe`. The application
+# under `spillway run --memory-limit 1GiB --oversubscribe --migrate`. The pool
+# is in virtual memory (simcuda has it, and the quota holds more than 32
+# granules), so what the quota cannot hold is spilled per 2 MiB granule, and
+# --migrate moves spilled granules back at the program's device
+# synchronization once frees made room (the program drives the device from
+# one thread, as migration requires). The application
 # (tests/shimtest/testdata/spilldemo.c) checks every byte it wrote; Spillway
-# reports at exit what it pooled, spilled and promoted; simcuda's ground truth
-# says how much the device really held.
+# reports at exit what it pooled, spilled and moved back; simcuda's ground
+# truth says how much the device really held.
 # Called by `make demo` from the repository root after `make simcuda shim spillway-cmd`.
 # As root it then runs the job again under `spillway trace` and prints what the
 # tracing session saw.
@@ -21,10 +26,10 @@ trap 'rm -rf "$out"' EXIT
 	tests/shimtest/testdata/spilldemo.c -L"$BUILD/simcuda" -lcudart
 
 echo "== a job needing $((CHUNKS * CHUNK_MIB)) MiB under a $QUOTA_MIB MiB quota, on a simulated 4 GiB GPU =="
-echo "\$ spillway run --memory-limit ${QUOTA_MIB}MiB --oversubscribe --report -- spilldemo $CHUNKS $CHUNK_MIB"
+echo "\$ spillway run --memory-limit ${QUOTA_MIB}MiB --oversubscribe --migrate --report -- spilldemo $CHUNKS $CHUNK_MIB"
 LD_LIBRARY_PATH="$BUILD/simcuda" SIMCUDA_DEVICES=4GiB SIMCUDA_STATE_DIR="$out/state" \
 	SIMCUDA_STATS_FILE="$out/stats.json" SPILLWAY_LOG_FILE="$out/spillway.log" \
-	"$BUILD/bin/spillway" run --memory-limit ${QUOTA_MIB}MiB --oversubscribe --report -- \
+	"$BUILD/bin/spillway" run --memory-limit ${QUOTA_MIB}MiB --oversubscribe --migrate --report -- \
 	"$out/spilldemo" $CHUNKS $CHUNK_MIB
 
 # field NAME FILE: the first numeric value of "NAME": or NAME= in FILE.
@@ -35,8 +40,8 @@ report="$out/spillway.log"
 echo
 echo "== what Spillway did (SPILLWAY_REPORT=1; the full line follows) =="
 echo "pooled:   $(field cache_hits "$report") requests served from the pool's cache, $(field device_reservations "$report") needed a new device segment; $(field syncs "$report") synchronizations forced"
-echo "spilled:  $(mib "$(field spilled_total "$report")") MiB served from host memory (managed, preferred on the host, read in place by the GPU)"
-echo "promoted: $(mib "$(field promoted_total "$report")") MiB moved back to the device once frees made room"
+echo "spilled:  $(mib "$(field spilled_total "$report")") MiB served from host memory the GPU reads in place (2 MiB host granules behind the chunks' addresses)"
+echo "promoted: $(mib "$(field promoted_total "$report")") MiB moved back to the device at the cudaDeviceSynchronize after the frees (--migrate; without it spilled granules stay on the host until freed)"
 echo "device:   peak reserved $(mib "$(field peak_reserved "$report")") MiB of a $(mib "$(field quota "$report")") MiB quota"
 cat "$report"
 
@@ -45,8 +50,8 @@ peak=$(field device_bytes_peak "$stats")
 echo
 echo "== what the simulated GPU saw (simcuda's SIMCUDA_STATS_FILE at exit) =="
 echo "device_bytes_peak:    $(mib "$peak") MiB (quota $QUOTA_MIB MiB)"
-echo "managed_device_bytes: $(mib "$(field managed_device_bytes "$stats")") MiB (promoted chunks, now on the device)"
-echo "managed_host_bytes:   $(mib "$(field managed_host_bytes "$stats")") MiB (chunks still on the host)"
+echo "device_bytes:         $(mib "$(field device_bytes "$stats")") MiB (the pool's device granules at exit, the promoted ones included)"
+echo "host_physical_bytes:  $(mib "$(field host_physical_bytes "$stats")") MiB (granules still on the host)"
 if [ "$peak" -le $((QUOTA_MIB * 1048576)) ]; then
 	echo "the quota held: the device never held more than $QUOTA_MIB MiB for this process"
 else
@@ -62,7 +67,7 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 echo "\$ spillway trace --summary-json trace.json -- spilldemo $CHUNKS $CHUNK_MIB   (same SPILLWAY_* settings)"
 LD_LIBRARY_PATH="$BUILD/simcuda" SIMCUDA_DEVICES=4GiB SIMCUDA_STATE_DIR="$out/state" \
-	SPILLWAY_MEMORY_LIMIT=${QUOTA_MIB}MiB SPILLWAY_OVERSUBSCRIBE=1 SPILLWAY_LOG_FILE="$out/spillway-traced.log" \
+	SPILLWAY_MEMORY_LIMIT=${QUOTA_MIB}MiB SPILLWAY_OVERSUBSCRIBE=1 SPILLWAY_MIGRATE=1 SPILLWAY_LOG_FILE="$out/spillway-traced.log" \
 	"$BUILD/bin/spillway" trace --interval 1s --summary-json "$out/trace.json" -- \
 	"$out/spilldemo" $CHUNKS $CHUNK_MIB >"$out/trace.out"
 python3 - "$out/trace.json" <<'PY'

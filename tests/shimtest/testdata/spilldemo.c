@@ -34,7 +34,7 @@ static const char *kind(void *p)
     switch (a.type) {
     case cudaMemoryTypeDevice: return "device";
     case cudaMemoryTypeManaged: return "managed";
-    case cudaMemoryTypeHost: return "pinned";
+    case cudaMemoryTypeHost: return "host"; /* pinned memory, or the pool's host granules */
     default: return "unregistered";
     }
 }
