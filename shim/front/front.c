@@ -526,11 +526,22 @@ enum route {
     ROUTE_FAILED,  /* answered already: the device of a call for the core could not be found */
 };
 
+/* SPILLWAY_DISABLE is 1, blanks around it allowed: the core's configuration reads the
+ * value so, and a value it takes for 1 must never leave the shim running. */
+static int disabled(void)
+{
+    static const char blanks[] = " \t\n\v\f\r";
+    const char *v = getenv("SPILLWAY_DISABLE");
+    if (!v)
+        return 0;
+    v += strspn(v, blanks);
+    return v[0] == '1' && v[1 + strspn(v + 1, blanks)] == '\0';
+}
+
 static enum route slow_route(int s)
 {
     if (s == UNLOADED) {
-        const char *off = getenv("SPILLWAY_DISABLE");
-        if (off && strcmp(off, "1") == 0) {
+        if (disabled()) {
             int expect = UNLOADED;
             atomic_compare_exchange_strong(&state, &expect, PASSTHROUGH);
             return ROUTE_REAL;

@@ -520,13 +520,18 @@ func TestLogSettings(t *testing.T) {
 }
 
 func TestDisable(t *testing.T) {
-	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_DISABLE=1", "SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
-		"m", "2M", "i", "L", "T"))
-	if out.Code(t, "m", 0) != 0 || out.Code(t, "L", 0) != 0 {
-		t.Errorf("SPILLWAY_DISABLE=1 must pass through without loading the core: %v", out)
-	}
-	if out.Num(t, "i", 0, 3) == 1<<20 {
-		t.Errorf("SPILLWAY_DISABLE=1 still reports the quota: %v", out)
+	// The configuration reads switches with surrounding blanks as 1, so the
+	// front must too: otherwise the core would load and enforce everything.
+	for _, value := range []string{"1", " 1", "1 "} {
+		setting := "SPILLWAY_DISABLE=" + value
+		_, out := harness.RunOK(t, harness.Shimmed(t, []string{setting, "SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t),
+			"m", "2M", "i", "L", "T"))
+		if out.Code(t, "m", 0) != 0 || out.Code(t, "L", 0) != 0 {
+			t.Errorf("%q must pass through without loading the core: %v", setting, out)
+		}
+		if out.Num(t, "i", 0, 3) == 1<<20 {
+			t.Errorf("%q still reports the quota: %v", setting, out)
+		}
 	}
 }
 
