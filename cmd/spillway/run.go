@@ -367,9 +367,11 @@ func checkCombination(opts launchOptions, environ []string, flags variableFlags,
 		return err
 	}
 	typed := map[string][2]string{} // variable -> flag, value as typed
+	var setting []string            // VARIABLE=value, --flag=typed: a flag's setting named in a reason
 	for _, f := range flags {
 		if f.given {
 			typed[f.env] = [2]string{"--" + f.name, f.typed}
+			setting = append(setting, f.env+"="+f.value, "--"+f.name+"="+f.typed)
 		}
 	}
 	if limit.l != nil {
@@ -381,6 +383,7 @@ func checkCombination(opts launchOptions, environ []string, flags variableFlags,
 	if t, ok := typed[cerr.Name]; ok {
 		e := *cerr
 		e.Name, e.Value = t[0], t[1]
+		e.Reason = strings.NewReplacer(setting...).Replace(e.Reason)
 		// The pool's example first: the flags' replacement below would make
 		// it "--pool 1", which the command line reads as the program.
 		e.Example = strings.ReplaceAll(e.Example, config.EnvPool+"=1", "--pool=true")

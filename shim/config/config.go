@@ -238,7 +238,7 @@ func Parse(environ []string) (Config, error) {
 			l, err = ParseThreshold(name, value)
 			cfg.ReleaseThreshold = &l
 		case name == EnvPoolReserve:
-			cfg.PoolReserve, err = parsePositiveSize(name, value, "a reserve of zero bytes reserves nothing; unset the variable instead")
+			cfg.PoolReserve, err = parsePositiveSize(name, value, "a reserve of zero bytes reserves nothing; leave it unset instead")
 		case name == EnvFreeSync:
 			cfg.FreeSync, err = parseSwitch(name, value)
 		case name == EnvVMM:
@@ -258,7 +258,7 @@ func Parse(environ []string) (Config, error) {
 			}
 			cfg.RuntimeDir = value
 		case name == EnvHostLimit:
-			cfg.HostLimit, err = parsePositiveSize(name, value, "a host limit of zero bytes would refuse every spill; unset SPILLWAY_OVERSUBSCRIBE instead")
+			cfg.HostLimit, err = parsePositiveSize(name, value, "a host limit of zero bytes would refuse every spill; leave oversubscription off instead")
 		case otherKnown[name]:
 		default:
 			cfg.Unknown = append(cfg.Unknown, name)
@@ -450,7 +450,7 @@ func parseLimit(value string) (Limit, string) {
 		return Limit{}, reason
 	}
 	if n == 0 {
-		return Limit{}, "a quota of zero bytes would refuse every allocation; unset the variable for no limit"
+		return Limit{}, "a quota of zero bytes would refuse every allocation; leave the quota unset for no limit"
 	}
 	return Limit{Bytes: n}, ""
 }
