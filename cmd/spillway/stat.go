@@ -188,9 +188,14 @@ func openNVML() (nvml.Interface, error) {
 }
 
 // statDirs are the runtime directories to read: the caller's, and as root
-// every user's.
+// every user's. SPILLWAY_RUNTIME_DIR is checked as the shim checks it: a
+// value the shim refuses would show no process, not an error.
 func statDirs() ([]string, error) {
-	if d := os.Getenv(config.EnvRuntimeDir); d != "" {
+	if d, ok := os.LookupEnv(config.EnvRuntimeDir); ok {
+		d, err := config.ParseRuntimeDir(config.EnvRuntimeDir, d)
+		if err != nil {
+			return nil, err
+		}
 		return []string{d}, nil
 	}
 	d, err := stat.DefaultDir(os.Geteuid(), os.Getenv("XDG_RUNTIME_DIR"))

@@ -126,3 +126,20 @@ func TestCollectEmptyProcessesAreAList(t *testing.T) {
 		t.Errorf("a device without processes: %s, want \"processes\":[]", out)
 	}
 }
+
+// SPILLWAY_RUNTIME_DIR is read as the shim reads it: a relative or empty
+// folder, which the shim refuses, is an error naming the variable, not a
+// folder that lists no process.
+func TestStatDirsChecksRuntimeDir(t *testing.T) {
+	for _, bad := range []string{"relative/spillway", ""} {
+		t.Setenv("SPILLWAY_RUNTIME_DIR", bad)
+		if dirs, err := statDirs(); err == nil || !strings.Contains(err.Error(), "SPILLWAY_RUNTIME_DIR") {
+			t.Errorf("SPILLWAY_RUNTIME_DIR=%q: dirs %v, error %v; want an error naming the variable", bad, dirs, err)
+		}
+	}
+	dir := t.TempDir()
+	t.Setenv("SPILLWAY_RUNTIME_DIR", dir)
+	if dirs, err := statDirs(); err != nil || len(dirs) != 1 || dirs[0] != dir {
+		t.Errorf("SPILLWAY_RUNTIME_DIR=%q: dirs %v, error %v", dir, dirs, err)
+	}
+}

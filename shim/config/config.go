@@ -253,10 +253,7 @@ func Parse(environ []string) (Config, error) {
 			cfg.Spill, err = ParseSpill(name, value)
 			cfg.SpillSet = true
 		case name == EnvRuntimeDir:
-			if !strings.HasPrefix(value, "/") {
-				err = &Error{name, value, "not an absolute path", name + "=/run/user/1000/spillway"}
-			}
-			cfg.RuntimeDir = value
+			cfg.RuntimeDir, err = ParseRuntimeDir(name, value)
 		case name == EnvHostLimit:
 			cfg.HostLimit, err = parsePositiveSize(name, value, "a host limit of zero bytes would refuse every spill; leave oversubscription off instead")
 		case otherKnown[name]:
@@ -527,6 +524,16 @@ func parsePositiveSize(name, value, zero string) (uint64, error) {
 		return 0, &Error{name, value, strings.Replace(reason, ", or a percentage such as 50%", "", 1), name + "=4GiB"}
 	}
 	return n, nil
+}
+
+// ParseRuntimeDir checks the folder of the figures files given as a
+// variable called name: an absolute path, so that a process and
+// `spillway stat` started elsewhere agree on it.
+func ParseRuntimeDir(name, value string) (string, error) {
+	if !strings.HasPrefix(value, "/") {
+		return "", &Error{name, value, "not an absolute path", name + "=/run/user/1000/spillway"}
+	}
+	return value, nil
 }
 
 // ParseSpill parses a spill kind given as a flag or variable called name.
