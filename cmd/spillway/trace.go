@@ -64,7 +64,7 @@ type traceOptions struct {
 	output      string // --output FILE; empty: standard output
 }
 
-func parseTraceFlags(args []string, out io.Writer) (traceOptions, error) {
+func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error) {
 	o := traceOptions{interval: time.Second, ringBuffer: bpf.DefaultRingBufferSize}
 	fs := newFlagSet("trace", traceUsage, out)
 	fs.Var(&o.pids, "p", "trace the running process `PID` (repeatable)")
@@ -87,6 +87,14 @@ func parseTraceFlags(args []string, out io.Writer) (traceOptions, error) {
 	if o.lib != "" {
 		if _, err := findLib(o.lib); err != nil {
 			return o, usageError(fs, fmt.Sprintf("invalid --lib=%q: %v", o.lib, err))
+		}
+	}
+	// CMD gets this environment, as under spillway run: a setting the shim
+	// would refuse is refused before anything starts, not found out by a
+	// job whose every allocation fails.
+	if len(o.argv) > 0 {
+		if _, err := config.Parse(environ); err != nil {
+			return o, usageError(fs, err.Error()+" (in the environment)")
 		}
 	}
 	return o, nil
@@ -131,7 +139,7 @@ func checkWritable(flagName, path string) error {
 }
 
 func traceMain(args []string) int {
-	o, err := parseTraceFlags(args, os.Stdout)
+	o, err := parseTraceFlags(args, os.Environ(), os.Stdout)
 	if err != nil {
 		return reportFlagError("trace", err)
 	}

@@ -11,7 +11,7 @@ import (
 )
 
 func TestParseTraceFlags(t *testing.T) {
-	o, err := parseTraceFlags([]string{"-p", "12", "--p", "34", "--interval", "250ms", "--summary-json", "s.json", "--", "prog", "-x", "--json"}, io.Discard)
+	o, err := parseTraceFlags([]string{"-p", "12", "--p", "34", "--interval", "250ms", "--summary-json", "s.json", "--", "prog", "-x", "--json"}, nil, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,14 +34,31 @@ func TestParseTraceFlags(t *testing.T) {
 		{[]string{"-p", "0"}, "want a process id"},
 		{[]string{"--nope", "-p", "1"}, "unknown flag --nope"},
 	} {
-		if _, err := parseTraceFlags(tc.args, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+		if _, err := parseTraceFlags(tc.args, nil, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: error %v, want one containing %q", tc.args, err, tc.want)
 		}
 	}
 	// Sizes and durations are written as run's are.
-	o, err = parseTraceFlags([]string{"--ring-buffer", "64MiB", "--interval", "2", "--duration", "1m", "-p", "1"}, io.Discard)
+	o, err = parseTraceFlags([]string{"--ring-buffer", "64MiB", "--interval", "2", "--duration", "1m", "-p", "1"}, nil, io.Discard)
 	if err != nil || o.ringBuffer != 64<<20 || o.interval != 2*time.Second || o.duration != time.Minute {
 		t.Errorf("options %+v, %v", o, err)
+	}
+}
+
+// CMD runs under the shim with this environment, as under spillway run: a
+// SPILLWAY_* setting the shim would refuse stops the session before it
+// starts. A running process (-p) keeps its own environment.
+func TestParseTraceFlagsChecksEnvironment(t *testing.T) {
+	bad := []string{"SPILLWAY_MEMORY_LIMIT=8gigs"}
+	_, err := parseTraceFlags([]string{"--", "prog"}, bad, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `SPILLWAY_MEMORY_LIMIT="8gigs"`) || !strings.Contains(err.Error(), "in the environment") {
+		t.Errorf("-- prog with %q: error %v, want one naming the variable and its value", bad, err)
+	}
+	if _, err := parseTraceFlags([]string{"-p", "1"}, bad, io.Discard); err != nil {
+		t.Errorf("-p 1 with %q: %v; the traced process's environment is its own", bad, err)
+	}
+	if _, err := parseTraceFlags([]string{"--", "prog"}, []string{"SPILLWAY_MEMORY_LIMIT=8GiB"}, io.Discard); err != nil {
+		t.Errorf("-- prog with a valid quota: %v", err)
 	}
 }
 
