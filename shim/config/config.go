@@ -308,6 +308,14 @@ func (c Config) Warnings() []string {
 	if !c.Oversubscribe && c.SpillSet {
 		w = append(w, EnvSpill+" has no effect without "+EnvOversubscribe+"=1")
 	}
+	// With the pool off every call goes to CUDA: nothing is cached, and
+	// cudaFree synchronizes as CUDA's does.
+	if !c.Pool && c.ReleaseThreshold != nil {
+		w = append(w, EnvPoolReleaseThreshold+" has no effect with "+EnvPool+"=0")
+	}
+	if !c.Pool && c.FreeSync {
+		w = append(w, EnvFreeSync+" has no effect with "+EnvPool+"=0 (every cudaFree goes to CUDA, which synchronizes)")
+	}
 	if c.Migrate && !c.Oversubscribe {
 		w = append(w, EnvMigrate+" has no effect without "+EnvOversubscribe+"=1")
 	} else if c.Migrate && (!c.VMM || !c.Pool) {

@@ -249,6 +249,16 @@ func TestWarnings(t *testing.T) {
 	if w := cfg.Warnings(); len(w) != 0 {
 		t.Errorf("with oversubscription: warnings %q", w)
 	}
+	// The pool's own settings do nothing with the pool off.
+	cfg, _ = Parse([]string{"SPILLWAY_POOL=0", "SPILLWAY_POOL_RELEASE_THRESHOLD=10%", "SPILLWAY_FREE_SYNC=1"})
+	if w := cfg.Warnings(); len(w) != 2 || !strings.HasPrefix(w[0], "SPILLWAY_POOL_RELEASE_THRESHOLD has no effect with SPILLWAY_POOL=0") ||
+		!strings.HasPrefix(w[1], "SPILLWAY_FREE_SYNC has no effect with SPILLWAY_POOL=0") {
+		t.Errorf("pool settings with the pool off: warnings %q", w)
+	}
+	cfg, _ = Parse([]string{"SPILLWAY_POOL_RELEASE_THRESHOLD=10%", "SPILLWAY_FREE_SYNC=1"})
+	if w := cfg.Warnings(); len(w) != 0 {
+		t.Errorf("pool settings with the pool on: warnings %q", w)
+	}
 }
 
 func TestRuntimeDir(t *testing.T) {
