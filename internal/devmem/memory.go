@@ -264,7 +264,12 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	}
 	if err != nil {
 		d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
-		if m.cfg.PoolReserve > d.quota {
+		if d.limited && d.quota == 0 { // a percentage too small for this device
+			name := limitVariable(m.cfg, ordinal)
+			d.err = &config.Error{Name: name, Value: limit.String(),
+				Reason:  fmt.Sprintf("that is 0 bytes of device %d's %s, which would refuse every allocation", ordinal, config.FormatBytes(total)),
+				Example: name + "=8GiB"}
+		} else if m.cfg.PoolReserve > d.quota {
 			d.err = &config.Error{Name: config.EnvPoolReserve, Value: fmt.Sprint(m.cfg.PoolReserve),
 				Reason:  fmt.Sprintf("larger than the quota of device %d (%d bytes)", ordinal, d.quota),
 				Example: config.EnvPoolReserve + "=" + fmt.Sprint(d.quota/2)}

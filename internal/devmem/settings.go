@@ -51,13 +51,18 @@ func (c *Core) describeSettings() {
 
 // quotaText says which quota applies to device n and where it comes from.
 func quotaText(cfg config.Config, n int) string {
-	if l, ok := cfg.DeviceLimits[n]; ok {
-		return "quota " + limitText(l) + " (" + config.EnvMemoryLimitDevicePrefix + strconv.Itoa(n) + ")"
-	}
-	if cfg.MemoryLimit.IsSet() {
-		return "quota " + limitText(cfg.MemoryLimit) + " (" + config.EnvMemoryLimit + ")"
+	if l := cfg.LimitFor(n); l.IsSet() {
+		return "quota " + limitText(l) + " (" + limitVariable(cfg, n) + ")"
 	}
 	return "no quota"
+}
+
+// limitVariable names the variable the quota of device n comes from.
+func limitVariable(cfg config.Config, n int) string {
+	if _, ok := cfg.DeviceLimits[n]; ok {
+		return config.EnvMemoryLimitDevicePrefix + strconv.Itoa(n)
+	}
+	return config.EnvMemoryLimit
 }
 
 // limitText writes a limit for people: 8GiB, or 50% of the device's memory.

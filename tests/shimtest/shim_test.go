@@ -461,6 +461,8 @@ func TestBadConfiguration(t *testing.T) {
 		"SPILLWAY_POOL=2", "SPILLWAY_POOL_RELEASE_THRESHOLD=101%", "SPILLWAY_POOL_RESERVE=0",
 		"SPILLWAY_FREE_SYNC=yes", "SPILLWAY_REPORT=on", "SPILLWAY_OVERSUBSCRIBE=true", "SPILLWAY_SPILL=disk",
 		"SPILLWAY_HOST_LIMIT=lots",
+		// Percentages that are no byte of the device: refused, and said so.
+		"SPILLWAY_MEMORY_LIMIT=0.0000000001%", "SPILLWAY_MEMORY_LIMIT_0=0.0000000001%",
 	} {
 		t.Run(env, func(t *testing.T) {
 			res, out := harness.RunOK(t, harness.Shimmed(t, []string{env}, prog, "m", "4K", "M", "4K", "m", "4K", "n"))
