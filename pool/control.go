@@ -94,6 +94,45 @@ func (p *Pool) ReleaseCached(synchronize bool) uint64 {
 	return p.stats.BytesReleased - before
 }
 
+// TrimTo returns cached device memory until the pool holds at most keep
+// bytes of device memory (ReservedBytes), or nothing more can be returned
+// without waiting for the device, as CUDA's cuMemPoolTrimTo does: blocks
+// freed on streams whose markers have completed or that have run all their
+// work (IdleStreamBacking) are made free first, then empty segments and
+// free or idle granules are released. Blocks still waiting for a
+// synchronization stay cached (a caller that wants them released
+// synchronizes first, announced with SyncBegin and SyncEnd), and so does
+// the reserve (Options.Reserve). It returns how many device bytes it gave
+// back to the ledger.
+func (p *Pool) TrimTo(keep uint64) uint64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return 0
+	}
+	before := p.stats.BytesReleased
+	p.pollMarkers()
+	p.drainIdleStreams()
+	p.releaseEmptyWhile(func() bool { return p.devBytes > keep })
+	return p.stats.BytesReleased - before
+}
+
+// ResetHighLive sets Stats.HighLiveBytes to the bytes live now, as setting
+// CUDA's cudaMemPoolAttrUsedMemHigh to 0 does.
+func (p *Pool) ResetHighLive() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stats.HighLiveBytes = p.stats.LiveBytes
+}
+
+// ResetHighReserved sets Stats.HighReservedBytes to the device bytes held
+// now, as setting CUDA's cudaMemPoolAttrReservedMemHigh to 0 does.
+func (p *Pool) ResetHighReserved() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.stats.HighReservedBytes = p.devBytes
+}
+
 // Allocation describes a live allocation.
 type Allocation struct {
 	Base, Size uint64 // Size is the aligned size accounted

@@ -41,6 +41,10 @@
 //	a request outside the pool   ReleaseCached(true) when the ledger cannot hold it
 //	                             (false from another context than the pool's),
 //	                             then the request once more
+//	the default memory pool's    Stats(): ReservedBytes, HighReservedBytes,
+//	attributes (cudaMemPool...)  LiveBytes, HighLiveBytes; ResetHighReserved
+//	                             and ResetHighLive when a High is set to 0
+//	cudaMemPoolTrimTo(pool, n)   TrimTo(n)
 //	SPILLWAY_REPORT=1            Stats().String() at exit
 //
 // Errors map to CUDA's: ErrOutOfMemory (wrapped by every refusal, with

@@ -735,6 +735,7 @@ func (p *Pool) hand(b *block, size uint64, src Source) uint64 {
 	p.stats.LiveBytes += size
 	p.stats.LiveBlocks++
 	p.stats.PeakLiveBytes = max(p.stats.PeakLiveBytes, p.stats.LiveBytes)
+	p.stats.HighLiveBytes = max(p.stats.HighLiveBytes, p.stats.LiveBytes)
 	if src == SourceCache {
 		p.stats.CacheHits++
 	} else {

@@ -379,6 +379,7 @@ func TestStats(t *testing.T) {
 	want := pool.Stats{
 		LiveBytes: 50 * kiB, PeakLiveBytes: 200 * kiB, LiveBlocks: 1,
 		ReservedBytes: seg, PeakReservedBytes: seg, Quota: giB,
+		HighLiveBytes: 200 * kiB, HighReservedBytes: seg,
 		CachedBytes: seg - 50*kiB, LargestFreeBlock: seg - 50*kiB, Segments: 1,
 		CacheHits: 2, DeviceReservations: 1, Frees: 2, ExternalSyncs: 1,
 	}

@@ -77,6 +77,7 @@ var errNoRoom = fmt.Errorf("the ledger has no room: %w: %w", ErrQuota, ErrOutOfM
 func (p *Pool) addDevice(size uint64) {
 	p.devBytes += size
 	p.stats.PeakReservedBytes = max(p.stats.PeakReservedBytes, p.devBytes)
+	p.stats.HighReservedBytes = max(p.stats.HighReservedBytes, p.devBytes)
 }
 
 // subDevice counts size device bytes released and gives them back to the ledger.

@@ -11,6 +11,12 @@ type Stats struct {
 	// pass-through allocations and promoted blocks.
 	ReservedBytes     uint64
 	PeakReservedBytes uint64
+	// HighLiveBytes and HighReservedBytes are the peaks of LiveBytes and
+	// ReservedBytes since ResetHighLive and ResetHighReserved last set them
+	// to the current values (CUDA's memory-pool high-water marks); the Peak
+	// figures above are since the pool began.
+	HighLiveBytes     uint64
+	HighReservedBytes uint64
 	Quota             uint64
 	CachedBytes       uint64 // reserved in segments but not live (free, pending or stream-owned)
 	PendingBytes      uint64 // freed, waiting for a synchronization or a marker

@@ -44,6 +44,7 @@ func (p *Pool) addLive(b *block, src Source) {
 	p.stats.LiveBytes += b.used
 	p.stats.LiveBlocks++
 	p.stats.PeakLiveBytes = max(p.stats.PeakLiveBytes, p.stats.LiveBytes)
+	p.stats.HighLiveBytes = max(p.stats.HighLiveBytes, p.stats.LiveBytes)
 	if p.obs != nil {
 		p.obs.Alloc(b.base, b.used, b.tier, src)
 	}
