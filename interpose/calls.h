@@ -247,6 +247,22 @@ SPILLWAY_INTERPOSED(CUresult, cu_mem_alloc_from_pool_async_ptsz, cuMemAllocFromP
                     (CUdeviceptr * dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream))
 SPILLWAY_INTERPOSED(cudaError_t, malloc_from_pool_async, cudaMallocFromPoolAsync,
                     (void **ptr, size_t size, cudaMemPool_t memPool, cudaStream_t stream))
+/* A device's default memory pool: its attributes and trimming answer of
+ * Spillway's pool, which serves the allocations CUDA's would. */
+SPILLWAY_REAL(CUresult, cu_device_get_default_mem_pool, cuDeviceGetDefaultMemPool,
+              (CUmemoryPool * pool_out, CUdevice dev))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_pool_get_attribute, cuMemPoolGetAttribute,
+                    (CUmemoryPool pool, CUmemPool_attribute attr, void *value))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_pool_set_attribute, cuMemPoolSetAttribute,
+                    (CUmemoryPool pool, CUmemPool_attribute attr, void *value))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_pool_trim_to, cuMemPoolTrimTo,
+                    (CUmemoryPool pool, size_t minBytesToKeep))
+SPILLWAY_INTERPOSED(cudaError_t, mem_pool_get_attribute, cudaMemPoolGetAttribute,
+                    (cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value))
+SPILLWAY_INTERPOSED(cudaError_t, mem_pool_set_attribute, cudaMemPoolSetAttribute,
+                    (cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value))
+SPILLWAY_INTERPOSED(cudaError_t, mem_pool_trim_to, cudaMemPoolTrimTo,
+                    (cudaMemPool_t memPool, size_t minBytesToKeep))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */
@@ -326,6 +342,20 @@ SPILLWAY_ENTRY(graph_destroyed, (uint64_t graph))
  * graph: given back when the graph and every executable graph instantiated
  * from it are destroyed, instead of by give. */
 SPILLWAY_ENTRY(graph_keep, (uint64_t graph, int32_t device, uint64_t size))
+/*
+ * The default memory pool of device, once the real call succeeded (it
+ * checked the arguments). Each returns 1 when Spillway's pool serves the
+ * device's allocations and answered, 0 when CUDA's answer stands (the pool
+ * off, an invalid configuration). mempool_usage: *value is the attribute
+ * attr (CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT to CU_MEMPOOL_ATTR_USED_MEM_HIGH)
+ * of Spillway's pool; mempool_reset_high: the high-water mark attr
+ * (CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH or CU_MEMPOOL_ATTR_USED_MEM_HIGH) was
+ * set to 0 and starts again from the current figure; mempool_trim: the pool
+ * returns cached memory until it holds at most keep bytes.
+ */
+SPILLWAY_ENTRY(mempool_usage, (int32_t device, int32_t attr, uint64_t *value))
+SPILLWAY_ENTRY(mempool_reset_high, (int32_t device, int32_t attr))
+SPILLWAY_ENTRY(mempool_trim, (int32_t device, uint64_t keep))
 
 #undef SPILLWAY_REAL
 #undef SPILLWAY_INTERPOSED

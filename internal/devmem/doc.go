@@ -8,7 +8,9 @@
 // the application's virtual-memory calls (outside.go, vmm.go), the address
 // index that finds a pointer's device (addrindex.go), the stream-capture
 // handling of its own calls (capture.go), the blocks freed into CUDA graphs
-// (graphs.go), and the figures file for spillway stat (stat.go).
+// (graphs.go), what CUDA's memory-pool attributes and cuMemPoolTrimTo
+// report and do of a device's default pool, answered from the device's
+// pool (mempool.go), and the figures file for spillway stat (stat.go).
 //
 // It must never use cgo (the C boundary, its types and its ABI checks are
 // package main's; pointers from the front are passed on to interpose

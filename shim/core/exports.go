@@ -384,3 +384,49 @@ func spillway_core_capture_begun() (rc C.int32_t) {
 	running().CaptureBegun()
 	return C.CUDA_SUCCESS
 }
+
+// A device's default memory pool (devmem's mempool.go): 1 when Spillway's
+// pool answered, 0 when CUDA's answer stands.
+
+//export spillway_core_mempool_usage
+func spillway_core_mempool_usage(device, attr C.int32_t, value *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemPoolGetAttribute")
+	u, ok := running().DefaultPoolUsage(int(device))
+	if !ok {
+		return 0
+	}
+	switch attr {
+	case C.CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+		*value = C.uint64_t(u.Reserved)
+	case C.CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+		*value = C.uint64_t(u.ReservedHigh)
+	case C.CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+		*value = C.uint64_t(u.Used)
+	case C.CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+		*value = C.uint64_t(u.UsedHigh)
+	default:
+		return 0
+	}
+	return 1
+}
+
+//export spillway_core_mempool_reset_high
+func spillway_core_mempool_reset_high(device, attr C.int32_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemPoolSetAttribute")
+	if attr != C.CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH && attr != C.CU_MEMPOOL_ATTR_USED_MEM_HIGH {
+		return 0
+	}
+	if !running().ResetDefaultPoolHigh(int(device), attr == C.CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) {
+		return 0
+	}
+	return 1
+}
+
+//export spillway_core_mempool_trim
+func spillway_core_mempool_trim(device C.int32_t, keep C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemPoolTrimTo")
+	if !running().TrimDefaultPool(int(device), uint64(keep)) {
+		return 0
+	}
+	return 1
+}

@@ -23,8 +23,9 @@
  * If the core cannot be loaded, or comes from another build (its ABI version,
  * abi.h, differs), one line says why and how to fix it; with a quota
  * configured, allocations then fail instead of running unlimited.
- * cudaDeviceSynchronize and cudaStreamDestroy are interposed for the pool's
- * sake only: they reach the core once it runs and never load it. The
+ * cudaDeviceSynchronize, cudaStreamDestroy and the memory-pool calls
+ * (attributes, trimming) are interposed for the pool's sake only: they
+ * reach the core once it runs and never load it. The
  * per-thread default stream crosses as a per-thread identity (abi.h). Once
  * the core runs, an atexit handler lets it print SPILLWAY_REPORT's lines,
  * except in a forked child.
@@ -1630,6 +1631,108 @@ EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_
     depth--;
     return rc;
 }
+
+/*
+ * A device's default memory pool: the allocations CUDA's default pool would
+ * serve (cudaMallocAsync, and cudaMalloc alike) are Spillway's pool's, so
+ * that pool answers the usage attributes of the default pool, the reset of
+ * their high-water marks and cuMemPoolTrimTo (PyTorch's cudaMallocAsync
+ * backend reads its statistics and empties its cache so). The real call is
+ * made first, quietly: it checks the arguments and gives CUDA's error (a
+ * High set to anything but 0, an unknown pool); the core hears only of a
+ * success on a default pool, and only once it runs (never loading it). The
+ * application's own pools, and what CUDA stores of the default pool (its
+ * release threshold and reuse policies), stay CUDA's.
+ */
+
+/* The ordinal of the device whose default memory pool is pool, or -1. */
+static int default_pool_device(CUmemoryPool pool)
+{
+    __typeof__(real.cu_device_get_count) count_devices =
+        (__typeof__(real.cu_device_get_count))resolve(R_cu_device_get_count);
+    __typeof__(real.cu_device_get) get = (__typeof__(real.cu_device_get))resolve(R_cu_device_get);
+    __typeof__(real.cu_device_get_default_mem_pool) default_pool =
+        (__typeof__(real.cu_device_get_default_mem_pool))resolve(R_cu_device_get_default_mem_pool);
+    int n = 0;
+    if (!pool || !count_devices || !get || !default_pool || count_devices(&n) != CUDA_SUCCESS)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        CUdevice dev;
+        CUmemoryPool p = NULL;
+        if (get(&dev, i) == CUDA_SUCCESS && default_pool(&p, dev) == CUDA_SUCCESS && p == pool)
+            return i;
+    }
+    return -1;
+}
+
+/* After a real get that succeeded: a usage attribute of a default pool is Spillway's pool's. */
+static void pool_usage(CUmemoryPool pool, int attr, void *value)
+{
+    if (attr < CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || attr > CU_MEMPOOL_ATTR_USED_MEM_HIGH)
+        return;
+    int device = default_pool_device(pool);
+    uint64_t v = 0;
+    if (device >= 0 && core.mempool_usage(device, attr, &v) == 1)
+        *(cuuint64_t *)value = v;
+}
+
+/* After a real set that succeeded: a High of a default pool was set to 0. */
+static void pool_reset_high(CUmemoryPool pool, int attr)
+{
+    if (attr != CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH && attr != CU_MEMPOOL_ATTR_USED_MEM_HIGH)
+        return;
+    int device = default_pool_device(pool);
+    if (device >= 0)
+        core.mempool_reset_high(device, attr);
+}
+
+/* After a real trim that succeeded: Spillway's pool of a default pool's device is trimmed. */
+static void pool_trim(CUmemoryPool pool, size_t keep)
+{
+    int device = default_pool_device(pool);
+    if (device >= 0)
+        core.mempool_trim(device, keep);
+}
+
+/* A memory-pool call: the real one, quiet, then tell (depth raised) when
+ * it succeeded and the core listened as the call began. */
+#define POOL_CALL(ret, name, field, params, args, tell)                                        \
+    EXPORT ret name params                                                                     \
+    {                                                                                          \
+        REAL(real_call, field);                                                                \
+        int listens = core_listens();                                                          \
+        ret rc;                                                                                \
+        CALL_QUIET(rc, real_call args);                                                        \
+        if (rc == 0 && listens) {                                                              \
+            depth++;                                                                           \
+            tell;                                                                              \
+            depth--;                                                                           \
+        }                                                                                      \
+        return rc;                                                                             \
+    }
+
+_Static_assert((int)cudaMemPoolAttrReservedMemCurrent == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT &&
+                   (int)cudaMemPoolAttrUsedMemHigh == CU_MEMPOOL_ATTR_USED_MEM_HIGH &&
+                   (int)cudaMemPoolAttrReservedMemHigh == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH,
+               "the runtime's pool attributes are the driver's");
+
+POOL_CALL(CUresult, cuMemPoolGetAttribute, cu_mem_pool_get_attribute,
+          (CUmemoryPool pool, CUmemPool_attribute attr, void *value), (pool, attr, value),
+          pool_usage(pool, attr, value))
+POOL_CALL(CUresult, cuMemPoolSetAttribute, cu_mem_pool_set_attribute,
+          (CUmemoryPool pool, CUmemPool_attribute attr, void *value), (pool, attr, value),
+          pool_reset_high(pool, attr))
+POOL_CALL(CUresult, cuMemPoolTrimTo, cu_mem_pool_trim_to, (CUmemoryPool pool, size_t minBytesToKeep),
+          (pool, minBytesToKeep), pool_trim(pool, minBytesToKeep))
+POOL_CALL(cudaError_t, cudaMemPoolGetAttribute, mem_pool_get_attribute,
+          (cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value), (memPool, attr, value),
+          pool_usage(memPool, attr, value))
+POOL_CALL(cudaError_t, cudaMemPoolSetAttribute, mem_pool_set_attribute,
+          (cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value), (memPool, attr, value),
+          pool_reset_high(memPool, attr))
+POOL_CALL(cudaError_t, cudaMemPoolTrimTo, mem_pool_trim_to,
+          (cudaMemPool_t memPool, size_t minBytesToKeep), (memPool, minBytesToKeep),
+          pool_trim(memPool, minBytesToKeep))
 
 /* The device's real total, or with a quota the quota, as cuMemGetInfo's total. */
 EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
