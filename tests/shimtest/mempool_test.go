@@ -22,16 +22,23 @@ func figures(t *testing.T, out harness.Output, step string) poolFigures {
 	return poolFigures{out.Num(t, step, 0, 2), out.Num(t, step, 0, 3), out.Num(t, step, 0, 4), out.Num(t, step, 0, 5)}
 }
 
-// runMempool runs testdata/mempool.c under a 256 MiB quota with env and
-// returns its output and simcuda's device bytes for the process at exit.
+// runMempool runs testdata/mempool.c in mode arg on device 0 under a 256
+// MiB quota with env and returns its output and simcuda's device bytes for
+// the process at exit.
 func runMempool(t *testing.T, env []string, arg string) (harness.Output, uint64) {
+	t.Helper()
+	return runMempoolOn(t, env, arg, 0)
+}
+
+// runMempoolOn is runMempool on device.
+func runMempoolOn(t *testing.T, env []string, arg string, device int) (harness.Output, uint64) {
 	t.Helper()
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/mempool.c"}, Cudart: true,
 		ProjectHeaders: true, Flags: []string{"-lcuda"}})
 	stats := filepath.Join(t.TempDir(), "stats.json")
 	env = append([]string{"SPILLWAY_MEMORY_LIMIT=256MiB", "SIMCUDA_STATS_FILE=" + stats}, env...)
-	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, arg))
-	return out, harness.ReadStats(t, stats).Devices[0].DeviceBytes
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, prog, arg, fmt.Sprint(device)))
+	return out, harness.ReadStats(t, stats).Devices[device].DeviceBytes
 }
 
 // TestDefaultMemPoolAttributes: the default memory pool's usage attributes,
@@ -117,5 +124,17 @@ func TestDefaultMemPoolWithoutPooling(t *testing.T) {
 	}
 	if rc := out.Code(t, "trim", 0); rc != 0 {
 		t.Errorf("cudaMemPoolTrimTo with the pool off: %d", rc)
+	}
+}
+
+// TestDefaultMemPoolOfSecondDevice: each device's default pool answers from
+// that device's pool, found by its handle whatever device is current.
+func TestDefaultMemPoolOfSecondDevice(t *testing.T) {
+	out, held := runMempoolOn(t, []string{"SIMCUDA_DEVICES=2x1GiB"}, "trim", 1)
+	if full := figures(t, out, "full"); full.used != 36*miB {
+		t.Errorf("device 1 with 36 MiB live: %+v, want 36 MiB used", full)
+	}
+	if trimmed := figures(t, out, "trimmed"); trimmed.reserved != held || held != 8*miB {
+		t.Errorf("device 1 trimmed to 0 with 8 MiB live: %+v, simcuda holds %d bytes there; want 8 MiB", trimmed, held)
 	}
 }

@@ -1,7 +1,8 @@
 /*
- * mempool: reads device 0's default memory pool as PyTorch's cudaMallocAsync
- * backend does, through the runtime's calls and through the driver's (found
- * with cuGetProcAddress_v2). Prints, in order:
+ * mempool MODE [DEVICE]: reads the default memory pool of DEVICE (default 0,
+ * made current) as PyTorch's cudaMallocAsync backend does, through the
+ * runtime's calls and through the driver's (found with cuGetProcAddress_v2).
+ * Prints, in order:
  *   "pools RC SAME"        cudaDeviceGetDefaultMemPool and cudaDeviceGetMemPool,
  *                          SAME 1 when they name one pool
  *   "explicit RC R U T"    a pool made with cudaMemPoolCreate, holding 4 MiB from
@@ -21,13 +22,14 @@
  *                          through the driver; "after-drvreset ..." the attributes after
  *   "threshold RC V"       ReleaseThreshold set to UINT64_MAX through the runtime,
  *                          read back through the driver
- * then, unless the argument is "keep" (the process ends holding its cache):
+ * then, unless MODE is "keep" (the process ends holding its cache):
  *   "trim RC"              cudaDeviceSynchronize, cudaMemPoolTrimTo(pool, 0)
  *   "trimmed ..."          the attributes after that; A is still live.
  * RC is the first call's error that failed, else 0. Exits 2 if it cannot begin.
  */
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <spillway/cuda.h>
@@ -55,13 +57,13 @@ static void usage(const char *step, cudaMemPool_t pool, int driver)
 }
 
 /* An explicit pool passes through: its figures are CUDA's. */
-static void explicit_pool(cudaStream_t s)
+static void explicit_pool(cudaStream_t s, int device)
 {
     struct cudaMemPoolProps props;
     memset(&props, 0, sizeof props);
     props.allocType = 1;
     props.location.type = 1;
-    props.location.id = 0;
+    props.location.id = device;
     cudaMemPool_t mine;
     void *p = NULL;
     uint64_t reserved = 0, used = 0, threshold = 12345, back = 0;
@@ -86,19 +88,22 @@ int main(int argc, char **argv)
     cudaStream_t s;
     cudaMemPool_t pool, current;
     CUdriverProcAddressQueryResult found;
-    if (cudaStreamCreate(&s) != cudaSuccess ||
+    if (argc < 2)
+        return 2;
+    int device = argc > 2 ? atoi(argv[2]) : 0;
+    if (cudaSetDevice(device) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess ||
         cuGetProcAddress_v2("cuMemPoolGetAttribute", (void **)&driver_get, 12000,
                             CU_GET_PROC_ADDRESS_DEFAULT, &found) != CUDA_SUCCESS ||
         !driver_get)
         return 2;
-    cudaError_t rc = cudaDeviceGetDefaultMemPool(&pool, 0);
+    cudaError_t rc = cudaDeviceGetDefaultMemPool(&pool, device);
     if (rc == cudaSuccess)
-        rc = cudaDeviceGetMemPool(&current, 0);
+        rc = cudaDeviceGetMemPool(&current, device);
     printf("pools %d %d\n", rc, rc == cudaSuccess && pool == current);
     if (rc != cudaSuccess)
         return 2;
 
-    explicit_pool(s);
+    explicit_pool(s, device);
 
     void *a = NULL, *b = NULL, *c = NULL, *d = NULL;
     rc = cudaMallocAsync(&a, 8 * MIB, s);
@@ -137,7 +142,7 @@ int main(int argc, char **argv)
     if (rc == cudaSuccess)
         rc = (cudaError_t)cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &back);
     printf("threshold %d %llu\n", rc, (unsigned long long)back);
-    if (argc > 1 && strcmp(argv[1], "keep") == 0)
+    if (strcmp(argv[1], "keep") == 0)
         return 0;
 
     rc = cudaDeviceSynchronize();
