@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/spillway-gpu/spillway/bpf"
 	"github.com/spillway-gpu/spillway/internal/stat"
+	"github.com/spillway-gpu/spillway/tests/harness"
 )
 
 func TestFlagMessage(t *testing.T) {
@@ -145,6 +147,37 @@ func TestExecutables(t *testing.T) {
 		if (want == "" && len(got) != 0) || (want != "" && (len(got) != 1 || got[0] != want)) {
 			t.Errorf("executables(%s) = %v, want %q", filepath.Base(path), got, want)
 		}
+	}
+}
+
+// TestLinkedLibraries: the libraries a program is linked with are found as
+// its loader finds them (here through its run path), each path whole when a
+// folder's name holds what the loader's list puts around one (" (", " => ").
+func TestLinkedLibraries(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	libDir := filepath.Join(dir, "libs (2) => here")
+	if err := os.Mkdir(libDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(libDir, "libodd.so")
+	lib := harness.Compile(t, harness.CBuild{Sources: []string{write("odd.c", "int odd(void) { return 0; }\n")}, Shared: true})
+	if err := os.Rename(lib, want); err != nil {
+		t.Fatal(err)
+	}
+	prog := harness.Compile(t, harness.CBuild{
+		Sources: []string{write("main.c", "int odd(void);\nint main(void) { return odd(); }\n")},
+		Flags:   []string{"-L", libDir, "-lodd", "-Wl,-rpath," + libDir},
+	})
+	t.Setenv("LD_LIBRARY_PATH", "")
+	if got := linkedLibraries(prog); !slices.Contains(got, want) {
+		t.Errorf("linkedLibraries = %q, want it to hold %q", got, want)
 	}
 }
 

@@ -415,16 +415,26 @@ func linkedLibraries(path string) []string {
 	if err != nil {
 		return nil
 	}
-	// "\tlibcudart.so.12 => /path/libcudart.so.12 (0x...)", or the loader
-	// itself as "\t/lib64/ld-linux-x86-64.so.2 (0x...)".
+	return loaderListPaths(string(text))
+}
+
+// loaderListPaths returns the paths in the loader's --list output: lines
+// "\tlibcudart.so.12 => /path/libcudart.so.12 (0x...)", or "\t/path (0x...)"
+// for a library named by its path (the loader itself). A folder's name may
+// hold " (" or " => " too: the address is the last parenthesis, and a name
+// before " => " is a file name, without a slash.
+func loaderListPaths(text string) []string {
 	var out []string
-	for _, line := range strings.Split(string(text), "\n") {
-		line = strings.TrimSpace(line)
-		if _, resolved, ok := strings.Cut(line, " => "); ok {
+	for _, line := range strings.Split(text, "\n") {
+		line = strings.TrimPrefix(line, "\t")
+		if i := strings.LastIndex(line, " ("); i >= 0 {
+			line = line[:i]
+		}
+		if name, resolved, ok := strings.Cut(line, " => "); ok && !strings.Contains(name, "/") {
 			line = resolved
 		}
-		if lib, _, _ := strings.Cut(line, " ("); strings.HasPrefix(lib, "/") {
-			out = append(out, lib)
+		if strings.HasPrefix(line, "/") {
+			out = append(out, line)
 		}
 	}
 	return out
