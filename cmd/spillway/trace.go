@@ -283,9 +283,14 @@ func (s *session) startCommand(lib string, argv []string) (*exec.Cmd, int, error
 	if err != nil {
 		return nil, 1, err
 	}
-	for _, path := range candidateLibraries(lib, argv[0]) {
+	if err := s.tr.AttachFile(lib); err != nil {
+		return nil, 1, err
+	}
+	// The rescans find these files too, once mapped: one that cannot be
+	// probed is said, as a rescan says it, and the command still runs.
+	for _, path := range candidateLibraries(argv[0]) {
 		if err := s.tr.AttachFile(path); err != nil {
-			return nil, 1, err
+			fmt.Fprintf(os.Stderr, "spillway trace: %v\n", err)
 		}
 	}
 	if err := s.tr.Follow(int(s.self)); err != nil {
@@ -313,12 +318,13 @@ func (s *session) startCommand(lib string, argv []string) (*exec.Cmd, int, error
 	return cmd, 0, nil
 }
 
-// candidateLibraries lists the files the command may load probed functions
-// from: the shim, the executable itself (for a statically linked runtime)
-// and the libraries it is linked with, and the CUDA runtime and driver found
-// where the dynamic loader looks for what is opened later with dlopen.
-func candidateLibraries(lib, arg0 string) []string {
-	out := []string{lib}
+// candidateLibraries lists the files besides the shim that the command may
+// load probed functions from: the executable itself (for a statically linked
+// runtime) and the libraries it is linked with, and the CUDA runtime and
+// driver found where the dynamic loader looks for what is opened later with
+// dlopen.
+func candidateLibraries(arg0 string) []string {
+	var out []string
 	if exe, err := exec.LookPath(arg0); err == nil {
 		for _, path := range executables(exe) {
 			out = append(out, path)

@@ -121,6 +121,42 @@ func TestTraceCommandRunpath(t *testing.T) {
 	checkSimSummary(t, readSummary(t, summary))
 }
 
+// A library CMD is linked with that cannot be probed (its section headers
+// unreadable, which the loader does not need) is named, as a rescan would
+// name it, and CMD runs and is traced all the same.
+func TestTraceCommandUnprobedLibrary(t *testing.T) {
+	harness.RequireBPF(t)
+	spillway := harness.Bin(t, "spillway")
+	src := filepath.Join(t.TempDir(), "plain.c")
+	if err := os.WriteFile(src, []byte("int plain(void) { return 0; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lib := harness.Compile(t, harness.CBuild{Sources: []string{src}, Shared: true})
+	prog := harness.Compile(t, harness.CBuild{
+		Sources:        []string{"testdata/simworkload.c"},
+		Cudart:         true,
+		ProjectHeaders: true,
+		Flags:          []string{"-lcuda", "-ldl", "-L", filepath.Dir(lib), "-Wl,--no-as-needed", "-lplain", "-Wl,-rpath," + filepath.Dir(lib)},
+	})
+	elfHeader, err := os.ReadFile(lib)
+	if err != nil {
+		t.Fatal(err)
+	}
+	elfHeader[62], elfHeader[63] = 0xf0, 0xff // e_shstrndx out of range
+	if err := os.WriteFile(lib, elfHeader, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	res := harness.Run(t, harness.Command(t, spillway, "trace", "--summary-json", summary, "--", prog, "40"))
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	if !strings.Contains(res.Stderr, "read symbols of "+lib) {
+		t.Errorf("stderr does not name %s, which cannot be probed:\n%s", lib, res.Stderr)
+	}
+	checkSimSummary(t, readSummary(t, summary))
+}
+
 // Through the command and the shim's own probe points: faults on memory the
 // shim reports spilled are counted, all in the traced process. (The workload
 // fires spillway_probe_spill itself on host pages, as the shim's
