@@ -66,9 +66,12 @@ struct drv_ctx {
 	CUresult rc;
 };
 
+// drv_retain retains device's primary context, which is of use only where
+// the table can also make it current.
 static struct drv_ctx drv_retain(const struct spillway_real *r, int device) {
-	struct drv_ctx o = {NULL, CUDA_SUCCESS};
-	o.rc = r->cu_primary_ctx_retain(&o.ctx, device);
+	struct drv_ctx o = {NULL, CUDA_ERROR_NOT_FOUND};
+	if (r->cu_primary_ctx_retain && r->cu_ctx_get_current && r->cu_ctx_set_current)
+		o.rc = r->cu_primary_ctx_retain(&o.ctx, device);
 	return o;
 }
 static struct drv_out drv_malloc(const struct spillway_real *r, CUcontext ctx, uint64_t size) {
@@ -341,18 +344,23 @@ func NewDriverRuntime(table unsafe.Pointer) (*Driver, error) {
 // where it cannot be retained (no such device) they run in the calling
 // thread's context, and DeviceReset answers the driver's error for device.
 func (d *Driver) On(device int) *Driver {
-	d.contexts.mu.Lock()
-	defer d.contexts.mu.Unlock()
-	ctx, ok := d.contexts.ctx[device]
-	if !ok {
-		o := C.drv_retain(d.t, C.int(device))
-		if o.rc != C.CUDA_SUCCESS {
-			return &Driver{t: d.t, ctx: nil, device: C.int(device), contexts: d.contexts}
-		}
-		ctx = o.ctx
-		d.contexts.ctx[device] = ctx
+	return &Driver{t: d.t, ctx: d.contexts.retain(d.t, device), device: C.int(device), contexts: d.contexts}
+}
+
+// retain returns device's primary context, retained at its first use and
+// held for the life of the process; nil where it cannot be retained.
+func (p *primaryContexts) retain(t *C.struct_spillway_real, device int) C.CUcontext {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ctx, ok := p.ctx[device]; ok {
+		return ctx
 	}
-	return &Driver{t: d.t, ctx: ctx, device: C.int(device), contexts: d.contexts}
+	o := C.drv_retain(t, C.int(device))
+	if o.rc != C.CUDA_SUCCESS {
+		return nil
+	}
+	p.ctx[device] = o.ctx
+	return o.ctx
 }
 
 // SetLastError does nothing: without a runtime there is no last error.

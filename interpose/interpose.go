@@ -18,15 +18,19 @@ package interpose
 #include <stdint.h>
 #include "real.h"
 
-// A guard brackets an internal call (device >= 0): the call runs with that
-// device current, and the thread's last error is left as the application
-// left it. device < 0: a call made on the application's behalf, unguarded,
-// whose outcome is the application's.
+// A guard brackets an internal call (device >= 0): the call runs in that
+// device's primary context (primary; where it could not be retained, with
+// the device current), the thread's context is then put back exactly as
+// it was (a context the application created or pushed, or none), and the
+// thread's last error is left as the application left it. device < 0: a
+// call made on the application's behalf, unguarded, whose outcome is the
+// application's.
 struct guard {
 	int device, prev;
+	CUcontext primary, prev_ctx;
+	int switched;
 	cudaError_t pending;
 };
-
 // producible reports whether produce can make code the thread's last error.
 static int producible(cudaError_t code) {
 	return code == cudaErrorInvalidValue || code == cudaErrorMemoryAllocation ||
@@ -78,12 +82,35 @@ static void restore(const struct spillway_real *r, cudaError_t pending) {
 	set_last_error(r, pending);
 }
 
-static cudaError_t enter(const struct spillway_real *r, int device, struct guard *g) {
+// enter_primary makes g->primary current, remembering the thread's context
+// to put back. With none current, a runtime call binds the primary context
+// of the runtime's current device and leaves it current: so does a call on
+// that device.
+static cudaError_t enter_primary(const struct spillway_real *r, struct guard *g) {
+	CUcontext cur = NULL;
+	if (r->cu_ctx_get_current(&cur) != CUDA_SUCCESS)
+		return cudaErrorInitializationError;
+	if (cur == g->primary)
+		return cudaSuccess;
+	int runtime_device = -1;
+	int binds = !cur && r->get_device(&runtime_device) == cudaSuccess && runtime_device == g->device;
+	if (r->cu_ctx_set_current(g->primary) != CUDA_SUCCESS)
+		return cudaErrorInvalidDevice;
+	g->prev_ctx = cur;
+	g->switched = !binds;
+	return cudaSuccess;
+}
+
+static cudaError_t enter(const struct spillway_real *r, int device, CUcontext primary, struct guard *g) {
 	g->device = device;
 	g->prev = -1;
+	g->primary = primary;
+	g->switched = 0;
 	if (device < 0)
 		return cudaSuccess;
 	g->pending = r->peek_at_last_error ? r->peek_at_last_error() : cudaSuccess;
+	if (primary)
+		return enter_primary(r, g);
 	int cur = -1;
 	cudaError_t rc = r->get_device(&cur);
 	if (rc != cudaSuccess || cur == device)
@@ -99,6 +126,8 @@ static cudaError_t leave(const struct spillway_real *r, const struct guard *g, c
 	if (g->device < 0)
 		return rc;
 	int failed = rc != cudaSuccess;
+	if (g->switched && r->cu_ctx_set_current(g->prev_ctx) != CUDA_SUCCESS)
+		failed = 1;
 	if (g->prev >= 0 && r->set_device(g->prev) != cudaSuccess)
 		failed = 1;
 	if (failed)
@@ -117,46 +146,46 @@ struct out {
 // GUARDED runs call between enter and leave; the helpers below use it.
 #define GUARDED(call)                                  \
 	struct guard g;                                    \
-	cudaError_t rc = enter(r, device, &g);             \
+	cudaError_t rc = enter(r, device, primary, &g);    \
 	if (rc == cudaSuccess)                             \
 		rc = (call);                                   \
 	rc = leave(r, &g, rc)
 
-static struct out call_malloc(const struct spillway_real *r, int device, uint64_t size) {
+static struct out call_malloc(const struct spillway_real *r, int device, CUcontext primary, uint64_t size) {
 	void *p = 0;
 	GUARDED(r->malloc(&p, (size_t)size));
 	return (struct out){(uint64_t)(uintptr_t)p, 0, rc};
 }
-static cudaError_t call_free(const struct spillway_real *r, int device, uint64_t ptr) {
+static cudaError_t call_free(const struct spillway_real *r, int device, CUcontext primary, uint64_t ptr) {
 	GUARDED(r->free((void *)(uintptr_t)ptr));
 	return rc;
 }
-static struct out call_malloc_managed(const struct spillway_real *r, int device, uint64_t size, unsigned flags) {
+static struct out call_malloc_managed(const struct spillway_real *r, int device, CUcontext primary, uint64_t size, unsigned flags) {
 	void *p = 0;
 	GUARDED(r->malloc_managed(&p, (size_t)size, flags));
 	return (struct out){(uint64_t)(uintptr_t)p, 0, rc};
 }
-static struct out call_malloc_pitch(const struct spillway_real *r, int device, uint64_t width, uint64_t height) {
+static struct out call_malloc_pitch(const struct spillway_real *r, int device, CUcontext primary, uint64_t width, uint64_t height) {
 	void *p = 0;
 	size_t pt = 0;
 	GUARDED(r->malloc_pitch(&p, &pt, (size_t)width, (size_t)height));
 	return (struct out){(uint64_t)(uintptr_t)p, pt, rc};
 }
-static struct out call_malloc_async(const struct spillway_real *r, int device, uint64_t size, uint64_t stream) {
+static struct out call_malloc_async(const struct spillway_real *r, int device, CUcontext primary, uint64_t size, uint64_t stream) {
 	void *p = 0;
 	GUARDED(r->malloc_async(&p, (size_t)size, (cudaStream_t)(uintptr_t)stream));
 	return (struct out){(uint64_t)(uintptr_t)p, 0, rc};
 }
-static cudaError_t call_free_async(const struct spillway_real *r, int device, uint64_t ptr, uint64_t stream) {
+static cudaError_t call_free_async(const struct spillway_real *r, int device, CUcontext primary, uint64_t ptr, uint64_t stream) {
 	GUARDED(r->free_async((void *)(uintptr_t)ptr, (cudaStream_t)(uintptr_t)stream));
 	return rc;
 }
-static struct out call_mem_get_info(const struct spillway_real *r, int device) {
+static struct out call_mem_get_info(const struct spillway_real *r, int device, CUcontext primary) {
 	size_t f = 0, t = 0;
 	GUARDED(r->mem_get_info(&f, &t));
 	return (struct out){f, t, rc};
 }
-static cudaError_t call_device_reset(const struct spillway_real *r, int device) {
+static cudaError_t call_device_reset(const struct spillway_real *r, int device, CUcontext primary) {
 	GUARDED(r->device_reset());
 	return rc;
 }
@@ -171,77 +200,77 @@ static struct out call_get_device_count(const struct spillway_real *r) {
 	cudaError_t rc = r->get_device_count(&n);
 	return (struct out){(uint64_t)n, 0, rc};
 }
-static cudaError_t call_device_synchronize(const struct spillway_real *r, int device) {
+static cudaError_t call_device_synchronize(const struct spillway_real *r, int device, CUcontext primary) {
 	GUARDED(r->device_synchronize());
 	return rc;
 }
-static cudaError_t call_stream_synchronize(const struct spillway_real *r, int device, uint64_t stream) {
+static cudaError_t call_stream_synchronize(const struct spillway_real *r, int device, CUcontext primary, uint64_t stream) {
 	GUARDED(r->stream_synchronize((cudaStream_t)(uintptr_t)stream));
 	return rc;
 }
-static struct out call_event_create(const struct spillway_real *r, int device, unsigned flags) {
+static struct out call_event_create(const struct spillway_real *r, int device, CUcontext primary, unsigned flags) {
 	cudaEvent_t e = 0;
 	GUARDED(r->event_create_with_flags(&e, flags));
 	return (struct out){(uint64_t)(uintptr_t)e, 0, rc};
 }
-static cudaError_t call_event_record(const struct spillway_real *r, int device, uint64_t event, uint64_t stream) {
+static cudaError_t call_event_record(const struct spillway_real *r, int device, CUcontext primary, uint64_t event, uint64_t stream) {
 	GUARDED(r->event_record((cudaEvent_t)(uintptr_t)event, (cudaStream_t)(uintptr_t)stream));
 	return rc;
 }
-static cudaError_t call_event_query(const struct spillway_real *r, int device, uint64_t event) {
+static cudaError_t call_event_query(const struct spillway_real *r, int device, CUcontext primary, uint64_t event) {
 	GUARDED(r->event_query((cudaEvent_t)(uintptr_t)event));
 	return rc;
 }
-static cudaError_t call_event_synchronize(const struct spillway_real *r, int device, uint64_t event) {
+static cudaError_t call_event_synchronize(const struct spillway_real *r, int device, CUcontext primary, uint64_t event) {
 	GUARDED(r->event_synchronize((cudaEvent_t)(uintptr_t)event));
 	return rc;
 }
-static cudaError_t call_event_destroy(const struct spillway_real *r, int device, uint64_t event) {
+static cudaError_t call_event_destroy(const struct spillway_real *r, int device, CUcontext primary, uint64_t event) {
 	GUARDED(r->event_destroy((cudaEvent_t)(uintptr_t)event));
 	return rc;
 }
-static cudaError_t call_stream_destroy(const struct spillway_real *r, int device, uint64_t stream) {
+static cudaError_t call_stream_destroy(const struct spillway_real *r, int device, CUcontext primary, uint64_t stream) {
 	GUARDED(r->stream_destroy((cudaStream_t)(uintptr_t)stream));
 	return rc;
 }
-static struct out call_device_get_attribute(const struct spillway_real *r, int device, int attr, int of) {
+static struct out call_device_get_attribute(const struct spillway_real *r, int device, CUcontext primary, int attr, int of) {
 	int v = 0;
 	GUARDED(r->device_get_attribute(&v, (enum cudaDeviceAttr)attr, of));
 	return (struct out){(uint64_t)(int64_t)v, 0, rc};
 }
-static struct out call_host_alloc(const struct spillway_real *r, int device, uint64_t size, unsigned flags) {
+static struct out call_host_alloc(const struct spillway_real *r, int device, CUcontext primary, uint64_t size, unsigned flags) {
 	void *p = 0;
 	GUARDED(r->host_alloc(&p, (size_t)size, flags));
 	return (struct out){(uint64_t)(uintptr_t)p, 0, rc};
 }
-static cudaError_t call_free_host(const struct spillway_real *r, int device, uint64_t ptr) {
+static cudaError_t call_free_host(const struct spillway_real *r, int device, CUcontext primary, uint64_t ptr) {
 	GUARDED(r->free_host((void *)(uintptr_t)ptr));
 	return rc;
 }
-static struct out call_host_get_device_pointer(const struct spillway_real *r, int device, uint64_t host) {
+static struct out call_host_get_device_pointer(const struct spillway_real *r, int device, CUcontext primary, uint64_t host) {
 	void *p = 0;
 	GUARDED(r->host_get_device_pointer(&p, (void *)(uintptr_t)host, 0));
 	return (struct out){(uint64_t)(uintptr_t)p, 0, rc};
 }
-static cudaError_t call_mem_advise(const struct spillway_real *r, int device, uint64_t ptr, uint64_t size, int advice, int on) {
+static cudaError_t call_mem_advise(const struct spillway_real *r, int device, CUcontext primary, uint64_t ptr, uint64_t size, int advice, int on) {
 	GUARDED(r->mem_advise((const void *)(uintptr_t)ptr, (size_t)size, (enum cudaMemoryAdvise)advice, on));
 	return rc;
 }
-static cudaError_t call_mem_prefetch_async(const struct spillway_real *r, int device, uint64_t ptr, uint64_t size, int to, uint64_t stream) {
+static cudaError_t call_mem_prefetch_async(const struct spillway_real *r, int device, CUcontext primary, uint64_t ptr, uint64_t size, int to, uint64_t stream) {
 	GUARDED(r->mem_prefetch_async((const void *)(uintptr_t)ptr, (size_t)size, to, (cudaStream_t)(uintptr_t)stream));
 	return rc;
 }
-static cudaError_t call_stream_query(const struct spillway_real *r, int device, uint64_t stream) {
+static cudaError_t call_stream_query(const struct spillway_real *r, int device, CUcontext primary, uint64_t stream) {
 	GUARDED(r->stream_query((cudaStream_t)(uintptr_t)stream));
 	return rc;
 }
-static struct out call_stream_capture_graph(const struct spillway_real *r, int device, uint64_t stream) {
+static struct out call_stream_capture_graph(const struct spillway_real *r, int device, CUcontext primary, uint64_t stream) {
 	int status = 0;
 	cudaGraph_t graph = NULL;
 	GUARDED(r->stream_get_capture_info((cudaStream_t)(uintptr_t)stream, &status, NULL, &graph, NULL, NULL, NULL));
 	return (struct out){(uint64_t)status, (uint64_t)(uintptr_t)graph, rc};
 }
-static struct out call_thread_exchange_stream_capture_mode(const struct spillway_real *r, int device, int mode) {
+static struct out call_thread_exchange_stream_capture_mode(const struct spillway_real *r, int device, CUcontext primary, int mode) {
 	GUARDED(r->thread_exchange_stream_capture_mode(&mode));
 	return (struct out){(uint64_t)mode, 0, rc};
 }
@@ -365,6 +394,10 @@ type Runtime struct {
 	// device is the device the calls run on, or -1 for the calling
 	// thread's current device (see On).
 	device C.int
+	// primary is device's primary context, which On's calls run in; nil
+	// where it could not be retained (they then run with device current).
+	primary  C.CUcontext
+	contexts *primaryContexts
 }
 
 // required are the entries without which no call can be served, in field order.
@@ -386,19 +419,27 @@ func NewRuntime(table unsafe.Pointer) (*Runtime, error) {
 			return nil, fmt.Errorf("the real %s was not found", name)
 		}
 	}
-	return &Runtime{t: t, device: -1}, nil
+	return &Runtime{t: t, device: -1, contexts: &primaryContexts{ctx: map[int]C.CUcontext{}}}, nil
 }
 
 // On returns a Runtime for calls the caller makes for its own purposes
 // (the pool's reservations, events and queries), not on an application's
-// behalf. Each call runs with device made current and the caller's current
-// device restored, in one crossing into C; and it leaves the thread's last
-// error (cudaGetLastError) as it found it: the application must not see
-// the failures its allocator recovers from. When the application had an
-// error pending that cannot be produced again (see SetLastError), the
-// internal call's error replaces it, so that an error still shows.
+// behalf. Each call runs in device's primary context, where the pool's
+// memory, streams and events live, whatever context the application has
+// current (one it created, another device's, none), and puts the
+// application's context back, in one crossing into C (with none current, a
+// call on the runtime's current device leaves its primary context current,
+// as the runtime's own calls do). The primary
+// context is retained at the first On for the device and held for the
+// life of the process, as the runtime holds it; where it cannot be (no
+// such device), the calls run with device current instead. Each call also
+// leaves the thread's last error (cudaGetLastError) as it found it: the
+// application must not see the failures its allocator recovers from. When
+// the application had an error pending that cannot be produced again (see
+// SetLastError), the internal call's error replaces it, so that an error
+// still shows.
 func (r *Runtime) On(device int) *Runtime {
-	return &Runtime{t: r.t, device: C.int(device)}
+	return &Runtime{t: r.t, device: C.int(device), primary: r.contexts.retain(r.t, device), contexts: r.contexts}
 }
 
 // SetLastError makes code the thread's last error, as a real call that
@@ -418,46 +459,46 @@ func (r *Runtime) SetLastError(code Error) {
 
 // Malloc calls cudaMalloc.
 func (r *Runtime) Malloc(size uint64) (DevicePtr, Error) {
-	o := C.call_malloc(r.t, r.device, C.uint64_t(size))
+	o := C.call_malloc(r.t, r.device, r.primary, C.uint64_t(size))
 	return DevicePtr(o.v), Error(o.rc)
 }
 
 // Free calls cudaFree.
 func (r *Runtime) Free(p DevicePtr) Error {
-	return Error(C.call_free(r.t, r.device, C.uint64_t(p)))
+	return Error(C.call_free(r.t, r.device, r.primary, C.uint64_t(p)))
 }
 
 // MallocManaged calls cudaMallocManaged.
 func (r *Runtime) MallocManaged(size uint64, flags uint32) (DevicePtr, Error) {
-	o := C.call_malloc_managed(r.t, r.device, C.uint64_t(size), C.unsigned(flags))
+	o := C.call_malloc_managed(r.t, r.device, r.primary, C.uint64_t(size), C.unsigned(flags))
 	return DevicePtr(o.v), Error(o.rc)
 }
 
 // MallocPitch calls cudaMallocPitch and returns the pointer and the pitch.
 func (r *Runtime) MallocPitch(width, height uint64) (DevicePtr, uint64, Error) {
-	o := C.call_malloc_pitch(r.t, r.device, C.uint64_t(width), C.uint64_t(height))
+	o := C.call_malloc_pitch(r.t, r.device, r.primary, C.uint64_t(width), C.uint64_t(height))
 	return DevicePtr(o.v), uint64(o.w), Error(o.rc)
 }
 
 // MallocAsync calls cudaMallocAsync.
 func (r *Runtime) MallocAsync(size uint64, s Stream) (DevicePtr, Error) {
-	o := C.call_malloc_async(r.t, r.device, C.uint64_t(size), C.uint64_t(s))
+	o := C.call_malloc_async(r.t, r.device, r.primary, C.uint64_t(size), C.uint64_t(s))
 	return DevicePtr(o.v), Error(o.rc)
 }
 
 // FreeAsync calls cudaFreeAsync.
 func (r *Runtime) FreeAsync(p DevicePtr, s Stream) Error {
-	return Error(C.call_free_async(r.t, r.device, C.uint64_t(p), C.uint64_t(s)))
+	return Error(C.call_free_async(r.t, r.device, r.primary, C.uint64_t(p), C.uint64_t(s)))
 }
 
 // MemGetInfo calls cudaMemGetInfo for the current device.
 func (r *Runtime) MemGetInfo() (free, total uint64, rc Error) {
-	o := C.call_mem_get_info(r.t, r.device)
+	o := C.call_mem_get_info(r.t, r.device, r.primary)
 	return uint64(o.v), uint64(o.w), Error(o.rc)
 }
 
 // DeviceReset calls cudaDeviceReset for the current device.
-func (r *Runtime) DeviceReset() Error { return Error(C.call_device_reset(r.t, r.device)) }
+func (r *Runtime) DeviceReset() Error { return Error(C.call_device_reset(r.t, r.device, r.primary)) }
 
 // GetDevice calls cudaGetDevice.
 func (r *Runtime) GetDevice() (int, Error) {
@@ -490,7 +531,7 @@ func (r *Runtime) DeviceSynchronize() Error {
 	if r.t.device_synchronize == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_device_synchronize(r.t, r.device))
+	return Error(C.call_device_synchronize(r.t, r.device, r.primary))
 }
 
 // StreamSynchronize calls cudaStreamSynchronize.
@@ -498,7 +539,7 @@ func (r *Runtime) StreamSynchronize(s Stream) Error {
 	if r.t.stream_synchronize == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_stream_synchronize(r.t, r.device, C.uint64_t(s)))
+	return Error(C.call_stream_synchronize(r.t, r.device, r.primary, C.uint64_t(s)))
 }
 
 // EventCreate calls cudaEventCreateWithFlags.
@@ -506,7 +547,7 @@ func (r *Runtime) EventCreate(flags uint32) (Event, Error) {
 	if r.t.event_create_with_flags == nil {
 		return 0, ErrorSymbolNotFound
 	}
-	o := C.call_event_create(r.t, r.device, C.unsigned(flags))
+	o := C.call_event_create(r.t, r.device, r.primary, C.unsigned(flags))
 	return Event(o.v), Error(o.rc)
 }
 
@@ -515,7 +556,7 @@ func (r *Runtime) EventRecord(e Event, s Stream) Error {
 	if r.t.event_record == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_event_record(r.t, r.device, C.uint64_t(e), C.uint64_t(s)))
+	return Error(C.call_event_record(r.t, r.device, r.primary, C.uint64_t(e), C.uint64_t(s)))
 }
 
 // EventQuery calls cudaEventQuery: Success when complete, ErrorNotReady when not.
@@ -523,7 +564,7 @@ func (r *Runtime) EventQuery(e Event) Error {
 	if r.t.event_query == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_event_query(r.t, r.device, C.uint64_t(e)))
+	return Error(C.call_event_query(r.t, r.device, r.primary, C.uint64_t(e)))
 }
 
 // EventSynchronize calls cudaEventSynchronize.
@@ -531,7 +572,7 @@ func (r *Runtime) EventSynchronize(e Event) Error {
 	if r.t.event_synchronize == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_event_synchronize(r.t, r.device, C.uint64_t(e)))
+	return Error(C.call_event_synchronize(r.t, r.device, r.primary, C.uint64_t(e)))
 }
 
 // EventDestroy calls cudaEventDestroy.
@@ -539,7 +580,7 @@ func (r *Runtime) EventDestroy(e Event) Error {
 	if r.t.event_destroy == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_event_destroy(r.t, r.device, C.uint64_t(e)))
+	return Error(C.call_event_destroy(r.t, r.device, r.primary, C.uint64_t(e)))
 }
 
 // StreamDestroy calls cudaStreamDestroy.
@@ -547,7 +588,7 @@ func (r *Runtime) StreamDestroy(s Stream) Error {
 	if r.t.stream_destroy == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_stream_destroy(r.t, r.device, C.uint64_t(s)))
+	return Error(C.call_stream_destroy(r.t, r.device, r.primary, C.uint64_t(s)))
 }
 
 // DeviceGetAttribute calls cudaDeviceGetAttribute.
@@ -555,7 +596,7 @@ func (r *Runtime) DeviceGetAttribute(attr DeviceAttr, device int) (int, Error) {
 	if r.t.device_get_attribute == nil {
 		return 0, ErrorSymbolNotFound
 	}
-	o := C.call_device_get_attribute(r.t, r.device, C.int(attr), C.int(device))
+	o := C.call_device_get_attribute(r.t, r.device, r.primary, C.int(attr), C.int(device))
 	return int(int64(o.v)), Error(o.rc)
 }
 
@@ -564,7 +605,7 @@ func (r *Runtime) HostAlloc(size uint64, flags uint32) (uint64, Error) {
 	if r.t.host_alloc == nil {
 		return 0, ErrorSymbolNotFound
 	}
-	o := C.call_host_alloc(r.t, r.device, C.uint64_t(size), C.unsigned(flags))
+	o := C.call_host_alloc(r.t, r.device, r.primary, C.uint64_t(size), C.unsigned(flags))
 	return uint64(o.v), Error(o.rc)
 }
 
@@ -573,7 +614,7 @@ func (r *Runtime) FreeHost(host uint64) Error {
 	if r.t.free_host == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_free_host(r.t, r.device, C.uint64_t(host)))
+	return Error(C.call_free_host(r.t, r.device, r.primary, C.uint64_t(host)))
 }
 
 // HostGetDevicePointer calls cudaHostGetDevicePointer for mapped pinned memory.
@@ -581,7 +622,7 @@ func (r *Runtime) HostGetDevicePointer(host uint64) (DevicePtr, Error) {
 	if r.t.host_get_device_pointer == nil {
 		return 0, ErrorSymbolNotFound
 	}
-	o := C.call_host_get_device_pointer(r.t, r.device, C.uint64_t(host))
+	o := C.call_host_get_device_pointer(r.t, r.device, r.primary, C.uint64_t(host))
 	return DevicePtr(o.v), Error(o.rc)
 }
 
@@ -590,7 +631,7 @@ func (r *Runtime) MemAdvise(p DevicePtr, size uint64, advice Advice, device int)
 	if r.t.mem_advise == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_mem_advise(r.t, r.device, C.uint64_t(p), C.uint64_t(size), C.int(advice), C.int(device)))
+	return Error(C.call_mem_advise(r.t, r.device, r.primary, C.uint64_t(p), C.uint64_t(size), C.int(advice), C.int(device)))
 }
 
 // MemPrefetchAsync calls cudaMemPrefetchAsync (CUDA 12's int-device form).
@@ -598,7 +639,7 @@ func (r *Runtime) MemPrefetchAsync(p DevicePtr, size uint64, device int, s Strea
 	if r.t.mem_prefetch_async == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_mem_prefetch_async(r.t, r.device, C.uint64_t(p), C.uint64_t(size), C.int(device), C.uint64_t(s)))
+	return Error(C.call_mem_prefetch_async(r.t, r.device, r.primary, C.uint64_t(p), C.uint64_t(size), C.int(device), C.uint64_t(s)))
 }
 
 // CaptureStatus is a cudaStreamCaptureStatus value.
@@ -627,7 +668,7 @@ func (r *Runtime) StreamQuery(s Stream) Error {
 	if r.t.stream_query == nil {
 		return ErrorSymbolNotFound
 	}
-	return Error(C.call_stream_query(r.t, r.device, C.uint64_t(s)))
+	return Error(C.call_stream_query(r.t, r.device, r.primary, C.uint64_t(s)))
 }
 
 // StreamCapture calls cudaStreamGetCaptureInfo: the stream's capture
@@ -636,7 +677,7 @@ func (r *Runtime) StreamCapture(s Stream) (CaptureStatus, uint64, Error) {
 	if r.t.stream_get_capture_info == nil {
 		return CaptureNone, 0, ErrorSymbolNotFound
 	}
-	o := C.call_stream_capture_graph(r.t, r.device, C.uint64_t(s))
+	o := C.call_stream_capture_graph(r.t, r.device, r.primary, C.uint64_t(s))
 	return CaptureStatus(o.v), uint64(o.w), Error(o.rc)
 }
 
@@ -646,6 +687,6 @@ func (r *Runtime) ThreadExchangeStreamCaptureMode(mode CaptureMode) (CaptureMode
 	if r.t.thread_exchange_stream_capture_mode == nil {
 		return mode, ErrorSymbolNotFound
 	}
-	o := C.call_thread_exchange_stream_capture_mode(r.t, r.device, C.int(mode))
+	o := C.call_thread_exchange_stream_capture_mode(r.t, r.device, r.primary, C.int(mode))
 	return CaptureMode(o.v), Error(o.rc)
 }

@@ -213,3 +213,44 @@ func TestExplicitPoolGraphQuota(t *testing.T) {
 		t.Errorf("NVML with a graph keeping 40 MiB: %d bytes used, want 40 MiB", used)
 	}
 }
+
+// ctxswitch builds testdata/ctxswitch.c, the runtime with contexts the
+// program creates or pushes.
+func ctxswitch(t testing.TB) string {
+	return harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctxswitch.c"}, ProjectHeaders: true,
+		Cudart: true, Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}})
+}
+
+// runSwitch runs ctxswitch with ops under the shim, with vars set.
+func runSwitch(t *testing.T, vars []string, ops ...string) harness.Output {
+	t.Helper()
+	_, out := harness.RunOK(t, harness.Shimmed(t, vars, ctxswitch(t), ops...))
+	return out
+}
+
+// TestInternalCallsKeepCreatedContext: the calls the core makes on a device
+// for its own purposes (a marker for a stream-ordered free, a reset of
+// another device's primary context) leave the thread's context as the
+// program made it: a created context of another device stays current, and
+// the program's next allocation is still counted there.
+func TestInternalCallsKeepCreatedContext(t *testing.T) {
+	out := runSwitch(t, []string{"SIMCUDA_DEVICES=2x1GiB", "SPILLWAY_MEMORY_LIMIT=64MiB"},
+		"R", "1M", "R", "1M", // two blocks of device 0's pool
+		"C", "1", "c", // a created context on device 1, current
+		"Z", "0", "c", // device 0's block freed in stream order from it
+		"b", "0", "c", // device 0's primary context reset from it
+		"G", "R", "64M", "R", "1M", // device 1's quota, taken in the created context
+		"X", "0", "c", "R", "64M") // destroyed: its memory is given back
+	checkSteps(t, out, []step{
+		{"R", 0, 0}, {"R", 1, 0}, {"C", 0, cuSuccess}, {"Z", 0, 0}, {"b", 0, cuSuccess},
+		{"G", 0, 0}, {"R", 2, 0}, {"R", 3, harness.ErrMemoryAllocation}, {"X", 0, cuSuccess}, {"R", 4, 0},
+	})
+	for i := range 3 {
+		if who := out.Line(t, "c", i)[2]; who != "c0" {
+			t.Errorf("current context #%d: %s, want the created context c0\n%v", i, who, out)
+		}
+	}
+	if dev := out.Num(t, "G", 0, 2); dev != 1 {
+		t.Errorf("cudaGetDevice in device 1's created context: %d", dev)
+	}
+}
