@@ -1010,7 +1010,9 @@ SIM_API CUresult cuCtxSynchronize(void)
 		rc = capture_check_unsafe(); /* unsafe during stream capture */
 	if (rc != CUDA_SUCCESS)
 		return rc;
-	return stream_sync_device(dev);
+	/* The current context's work only: another context's is not its. */
+	stream_sync_context(sim_current_ctx());
+	return CUDA_SUCCESS;
 }
 
 /* ---- error strings ---- */

@@ -221,6 +221,10 @@ struct op {
 struct CUstream_st {
 	uint32_t magic;
 	int device;
+	/* The context cuStreamCreate made it in, whose synchronization waits for
+	 * it; NULL for the legacy and per-thread streams, shared by every context
+	 * of the device here. */
+	struct CUctx_st *ctx;
 	unsigned int flags;
 	int legacy;
 	int per_thread;
@@ -262,6 +266,8 @@ CUresult stream_lookup(CUstream handle, struct CUstream_st **out);
 CUresult stream_submit(struct CUstream_st *s, struct op *op, uint64_t *seq);
 void stream_wait_seq(struct CUstream_st *s, uint64_t seq);
 CUresult stream_sync_device(int device);
+/* Waits for the work of ctx: its streams and the device's shared ones. */
+void stream_sync_context(const struct CUctx_st *ctx);
 void streams_destroy_device(int device);
 struct op *op_new(enum op_type type);
 void op_free(struct op *op);

@@ -171,6 +171,7 @@ CUresult stream_create_locked(int device, unsigned int flags, int legacy, int pe
 	}
 	s->magic = STREAM_MAGIC;
 	s->device = device;
+	s->ctx = NULL;
 	s->flags = flags;
 	s->legacy = legacy;
 	s->per_thread = per_thread;
@@ -359,6 +360,17 @@ CUresult stream_sync_device(int device)
 	return CUDA_SUCCESS;
 }
 
+void stream_sync_context(const struct CUctx_st *ctx)
+{
+	pthread_mutex_lock(&sim.lock);
+	for (struct CUstream_st *t = sim.streams; t != NULL; t = t->next) {
+		uint64_t target = t->submitted;
+		while (t->device == ctx->device && (t->ctx == NULL || t->ctx == ctx) && t->completed < target)
+			pthread_cond_wait(&sim.progress, &sim.lock);
+	}
+	pthread_mutex_unlock(&sim.lock);
+}
+
 void streams_destroy_device(int device)
 {
 	for (struct CUstream_st *t = sim.streams; t != NULL; t = t->next) {
@@ -383,6 +395,8 @@ SIM_API CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim.lock);
 	rc = stream_create_locked(dev, Flags, 0, 0, phStream);
+	if (rc == CUDA_SUCCESS)
+		(*phStream)->ctx = sim_current_ctx();
 	pthread_mutex_unlock(&sim.lock);
 	return rc;
 }

@@ -31,6 +31,7 @@ func TestContexts(t *testing.T) {
 		{"free_without_context", nil, "cuMemFree_v2 finds the owner from the pointer, with no context current"},
 		{"context_bytes", []string{"SIMCUDA_CONTEXT_BYTES=256MiB"}, "a created context takes its bytes and gives them back"},
 		{"attributes", []string{"SIMCUDA_DEVICES=80GiB"}, "every CUdevice_attribute of CUDA 12.4 answers, nothing beyond"},
+		{"synchronize", nil, "cuCtxSynchronize waits for the current context's streams, not another context's"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

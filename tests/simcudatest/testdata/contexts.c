@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <spillway/cuda.h>
 
@@ -237,6 +238,79 @@ static void attributes(void)
 	EXPECT(cuDeviceGetByPCIBusId(&dev, "bus 18"), CUDA_ERROR_INVALID_VALUE);
 }
 
+/* A gate a host function waits at, for at most two seconds. */
+struct gate {
+	pthread_mutex_t mu;
+	pthread_cond_t cond;
+	int open, passed, timed_out;
+};
+
+static void wait_at_gate(void *arg)
+{
+	struct gate *g = arg;
+	struct timespec until;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2;
+	pthread_mutex_lock(&g->mu);
+	while (!g->open && !g->timed_out)
+		g->timed_out = pthread_cond_timedwait(&g->cond, &g->mu, &until) != 0;
+	g->passed = 1;
+	pthread_mutex_unlock(&g->mu);
+}
+
+static int gate_passed(struct gate *g)
+{
+	pthread_mutex_lock(&g->mu);
+	int passed = g->passed;
+	pthread_mutex_unlock(&g->mu);
+	return passed;
+}
+
+static void open_gate(struct gate *g)
+{
+	pthread_mutex_lock(&g->mu);
+	g->open = 1;
+	pthread_cond_broadcast(&g->cond);
+	pthread_mutex_unlock(&g->mu);
+}
+
+/*
+ * cuCtxSynchronize waits for the current context's work only: a created
+ * context's synchronization returns while a stream of the primary context
+ * is still busy, and waits for a stream of its own.
+ */
+static void synchronize(void)
+{
+	CUcontext primary, a, got;
+	CUstream busy, own;
+	struct gate primary_gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 0, 0, 0};
+	struct gate own_gate = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, 0};
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+	EXPECT(cuCtxPushCurrent_v2(primary), CUDA_SUCCESS);
+	EXPECT(cuStreamCreate(&busy, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	EXPECT(cuLaunchHostFunc(busy, wait_at_gate, &primary_gate), CUDA_SUCCESS);
+
+	EXPECT(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS);
+	EXPECT(cuStreamCreate(&own, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	EXPECT(cuLaunchHostFunc(own, wait_at_gate, &own_gate), CUDA_SUCCESS);
+	EXPECT(cuCtxSynchronize(), CUDA_SUCCESS);
+	CHECK(gate_passed(&own_gate));
+	CHECK(!gate_passed(&primary_gate)); /* the primary context's stream still waits */
+
+	EXPECT(cuCtxPopCurrent_v2(&got), CUDA_SUCCESS);
+	CHECK(got == a);
+	open_gate(&primary_gate);
+	EXPECT(cuCtxSynchronize(), CUDA_SUCCESS);
+	CHECK(gate_passed(&primary_gate) && !primary_gate.timed_out);
+	EXPECT(cuStreamDestroy_v2(busy), CUDA_SUCCESS);
+	EXPECT(cuStreamDestroy_v2(own), CUDA_SUCCESS);
+	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+}
+
 static const struct test_case cases[] = {
 	{"stack", stack},
 	{"per_thread", per_thread},
@@ -244,6 +318,7 @@ static const struct test_case cases[] = {
 	{"free_without_context", free_without_context},
 	{"context_bytes", context_bytes},
 	{"attributes", attributes},
+	{"synchronize", synchronize},
 };
 
 int main(int argc, char **argv)
