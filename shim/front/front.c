@@ -1138,13 +1138,15 @@ EXPORT cudaError_t cudaDeviceReset(void)
 
 /*
  * cudaDeviceSynchronize and cudaStreamDestroy matter to the pool only once
- * the core runs: they never load it.
+ * the core runs: they never load it. In a context the application created,
+ * a synchronization waits for that context's work only, not the primary
+ * context's, where the pool's blocks are used: the core is not told.
  */
 EXPORT cudaError_t cudaDeviceSynchronize(void)
 {
     REAL(real_device_synchronize, device_synchronize);
     cudaError_t rc;
-    if (core_listens()) {
+    if (core_listens() && !current_created()) {
         depth++;
         int32_t device;
         if ((rc = current_device(&device)) == cudaSuccess)
@@ -1753,7 +1755,8 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
 /*
  * Resetting the primary context destroys every allocation on the device:
  * the core drops the device's pool first. cuCtxSynchronize, like
- * cudaDeviceSynchronize, tells the pool its stream-ordered frees are done.
+ * cudaDeviceSynchronize, tells the pool its stream-ordered frees are done
+ * (not in a created context, whose synchronization does not cover them).
  * Both reach the core only once it runs and never load it.
  */
 EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
@@ -1774,7 +1777,7 @@ EXPORT CUresult cuCtxSynchronize(void)
     REAL(real_synchronize, cu_ctx_synchronize);
     CUresult rc;
     int32_t device;
-    if (core_listens() && context_device(&device) == CUDA_SUCCESS) {
+    if (core_listens() && !current_created() && context_device(&device) == CUDA_SUCCESS) {
         depth++;
         rc = (CUresult)core.cu_device_synchronize(device);
         depth--;

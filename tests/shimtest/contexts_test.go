@@ -254,3 +254,36 @@ func TestInternalCallsKeepCreatedContext(t *testing.T) {
 		t.Errorf("cudaGetDevice in device 1's created context: %d", dev)
 	}
 }
+
+// TestCreatedContextSyncKeepsPoolPending: a synchronization made while a
+// created context is current (cudaDeviceSynchronize, cuCtxSynchronize)
+// waits for that context's work only, as in CUDA, so it does not complete
+// the pool's frees: a block freed while the primary context's stream still
+// writes to it is not handed out again until the primary context is
+// synchronized, and what the program then writes there stays as written.
+func TestCreatedContextSyncKeepsPoolPending(t *testing.T) {
+	for _, sync := range []string{"y", "k"} {
+		t.Run(sync, func(t *testing.T) {
+			last := 0 // the primary context's cudaDeviceSynchronize
+			if sync == "y" {
+				last = 1
+			}
+			out := runSwitch(t, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"},
+				"R", "1M", "B", "W", "0", "0", "170", // a memset of slot 0 queued behind a blocked stream
+				"F", "0", // freed: the pool waits for a synchronization
+				"C", "0", sync, "O", // synchronized in a created context, popped
+				"R", "1M", "P", "1", "85", // slot 1 written with 0x55
+				"H", "y", "V", "1", "85") // the memset runs; slot 1 must still hold 0x55
+			checkSteps(t, out, []step{
+				{"R", 0, 0}, {"B", 0, 0}, {"W", 0, 0}, {"F", 0, 0}, {"C", 0, cuSuccess}, {sync, 0, 0},
+				{"O", 0, cuSuccess}, {"R", 1, 0}, {"P", 0, 0}, {"H", 0, 0}, {"y", last, 0}, {"V", 0, 0},
+			})
+			if a, b := out.Num(t, "R", 0, 3), out.Num(t, "R", 1, 3); a == b {
+				t.Errorf("cudaMalloc handed out %#x again while the primary context's stream still wrote to it", b)
+			}
+			if wrong := out.Num(t, "V", 0, 2); wrong != 0 {
+				t.Errorf("%d of 4096 bytes overwritten by a memset queued before the free\n%v", wrong, out)
+			}
+		})
+	}
+}
