@@ -1965,13 +1965,42 @@ static const struct {
 #include "calls.h"
 };
 
-/* The front's function standing for the real function f, or NULL; driver_only: among the driver's. */
+/*
+ * The library prefix (library_of's) of the CUDA library f lies in, or NULL
+ * when f lies in none of them (a static runtime in the executable).
+ */
+static const char *library_holding(void *f)
+{
+    static const char *const libraries[] = {"libcuda.", "libcudart", "libnvidia-ml"};
+    Dl_info info;
+    if (!dladdr(f, &info) || !info.dli_fname)
+        return NULL;
+    const char *base = strrchr(info.dli_fname, '/');
+    base = base ? base + 1 : info.dli_fname;
+    for (size_t i = 0; i < sizeof libraries / sizeof libraries[0]; i++)
+        if (strncmp(base, libraries[i], strlen(libraries[i])) == 0)
+            return libraries[i];
+    return NULL;
+}
+
+/*
+ * The front's function standing for the real function f, or NULL; driver_only: among the driver's.
+ * Where f lies in a CUDA library, only that library's functions are compared: resolving one of a
+ * library the process has not loaded searches every loaded object again at each lookup, which
+ * cost tens of microseconds per cuGetProcAddress (the runtime makes hundreds as it starts).
+ */
 static void *wrapper_of(void *f, int driver_only)
 {
-    for (size_t i = 0; f && i < sizeof interposed / sizeof interposed[0]; i++)
-        if ((!driver_only || strncmp(real_names[interposed[i].index], "cuda", 4) != 0) &&
-            resolve(interposed[i].index) == f)
+    const char *library = f ? library_holding(f) : NULL;
+    for (size_t i = 0; f && i < sizeof interposed / sizeof interposed[0]; i++) {
+        const char *name = real_names[interposed[i].index];
+        if (driver_only && strncmp(name, "cuda", 4) == 0)
+            continue;
+        if (library && strcmp(library_of(name), library) != 0)
+            continue;
+        if (resolve(interposed[i].index) == f)
             return interposed[i].wrapper;
+    }
     return NULL;
 }
 

@@ -215,3 +215,19 @@ func BenchmarkDriverPair(b *testing.B) {
 		b.ReportMetric(median(got[name+"-pool"])/median(got["runtime-pool"]), name+"/runtime-pool-ratio")
 	}
 }
+
+// BenchmarkDriverLookup: cuGetProcAddress of driver functions (the runtime
+// makes hundreds as it starts, and frameworks more), each exchanged for the
+// shim's function where it interposes it, against the same lookups without
+// the shim.
+func BenchmarkDriverLookup(b *testing.B) {
+	prog := harness.Compile(b, harness.CBuild{Sources: []string{"testdata/bench.c"}, Cudart: true, ProjectHeaders: true,
+		Flags: []string{"-DBENCH_DRIVER", "-L", harness.SimcudaDir(b), "-lcuda"}})
+	var with, without []float64
+	for range b.N {
+		without = append(without, figure(b, prepared(b, false, nil, prog, "lookups", "20000"), "lookup_ns"))
+		with = append(with, figure(b, prepared(b, true, nil, prog, "lookups", "20000"), "lookup_ns"))
+	}
+	b.ReportMetric(median(without), "plain-ns/lookup")
+	b.ReportMetric(median(with), "shim-ns/lookup")
+}

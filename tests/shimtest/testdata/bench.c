@@ -5,7 +5,9 @@
  * bench first SIZE: initialises the runtime with a call the shim does not
  * interpose, then times the first cudaMalloc; prints "first_ns X".
  * Built with BENCH_DRIVER, the pairs are cuMemAlloc_v2 + cuMemFree_v2 in
- * device 0's primary context.
+ * device 0's primary context, and bench lookups N makes N cuGetProcAddress
+ * lookups of driver functions, some interposed and some not, after a first
+ * allocation; prints "lookup_ns X", the time per lookup.
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -16,6 +18,13 @@
 #include <spillway/cuda_runtime.h>
 
 static long pairs;
+
+static double now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
 static size_t size;
 
 #ifdef BENCH_DRIVER
@@ -28,6 +37,24 @@ static int pair(void)
     CUdeviceptr p;
     return cuMemAlloc_v2(&p, size) != CUDA_SUCCESS || cuMemFree_v2(p) != CUDA_SUCCESS ? -1 : 0;
 }
+
+static int lookups(long n)
+{
+    static const char *const names[] = {"cuMemAlloc", "cuEventRecord", "cuMemFree",
+                                        "cuStreamCreate", "cuMemGetInfo", "cuCtxGetCurrent"};
+    CUdeviceptr p;
+    if (cuInit(0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&context, 0) != CUDA_SUCCESS ||
+        cuCtxSetCurrent(context) != CUDA_SUCCESS || cuMemAlloc_v2(&p, 4096) != CUDA_SUCCESS)
+        return 1;
+    double t0 = now_ns();
+    for (long i = 0; i < n; i++) {
+        void *f = NULL;
+        if (cuGetProcAddress(names[i % 6], &f, 12000, 0) != CUDA_SUCCESS || !f)
+            return 1;
+    }
+    printf("lookup_ns %.1f\n", (now_ns() - t0) / (double)n);
+    return 0;
+}
 #else
 static int pair(void)
 {
@@ -37,13 +64,6 @@ static int pair(void)
 #endif
 
 static pthread_barrier_t start;
-
-static double now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
-}
 
 static int run_pairs(long n)
 {
@@ -102,6 +122,10 @@ int main(int argc, char **argv)
         printf("first_ns %.0f\n", now_ns() - t0);
         return 0;
     }
-    fprintf(stderr, "usage: bench pairs THREADS N SIZE | bench first SIZE\n");
+#ifdef BENCH_DRIVER
+    if (argc == 3 && !strcmp(argv[1], "lookups"))
+        return lookups(atol(argv[2]));
+#endif
+    fprintf(stderr, "usage: bench pairs THREADS N SIZE | bench first SIZE | bench lookups N\n");
     return 2;
 }
