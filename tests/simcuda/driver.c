@@ -1390,6 +1390,7 @@ PER_THREAD(cuStreamQuery_ptsz, cuStreamQuery, (CUstream h), (h))
 PER_THREAD(cuStreamWaitEvent_ptsz, cuStreamWaitEvent, (CUstream h, CUevent e, unsigned int f),
 	   (h, e, f))
 PER_THREAD(cuStreamGetFlags_ptsz, cuStreamGetFlags, (CUstream h, unsigned int *f), (h, f))
+PER_THREAD(cuStreamGetCtx_ptsz, cuStreamGetCtx, (CUstream h, CUcontext *c), (h, c))
 PER_THREAD(cuEventRecord_ptsz, cuEventRecord, (CUevent e, CUstream h), (e, h))
 PER_THREAD(cuLaunchHostFunc_ptsz, cuLaunchHostFunc, (CUstream h, CUhostFn fn, void *u),
 	   (h, fn, u))
@@ -1502,6 +1503,7 @@ static const struct proc procs[] = {
 	PT("cuStreamQuery", 2000, cuStreamQuery, cuStreamQuery_ptsz),
 	PT("cuStreamWaitEvent", 3020, cuStreamWaitEvent, cuStreamWaitEvent_ptsz),
 	PT("cuStreamGetFlags", 5050, cuStreamGetFlags, cuStreamGetFlags_ptsz),
+	PT("cuStreamGetCtx", 9020, cuStreamGetCtx, cuStreamGetCtx_ptsz),
 	P("cuEventCreate", 2000, cuEventCreate),
 	PT("cuEventRecord", 2000, cuEventRecord, cuEventRecord_ptsz),
 	P("cuEventQuery", 2000, cuEventQuery),

@@ -477,6 +477,32 @@ SIM_API CUresult cuStreamGetFlags(CUstream hStream, unsigned int *flags)
 	return rc;
 }
 
+/*
+ * The context the stream was made in. The legacy and per-thread streams
+ * answer the current context, whose default streams they are in CUDA (here
+ * they are the device's, shared by its contexts). A stream outliving its
+ * created context (CUDA would have destroyed it) answers
+ * CUDA_ERROR_CONTEXT_IS_DESTROYED.
+ */
+SIM_API CUresult cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+	struct CUstream_st *s;
+
+	ENTER(ENTER_INIT);
+	CUresult rc = stream_lookup(hStream, &s);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (pctx == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	struct CUctx_st *ctx = s->ctx != NULL ? s->ctx : sim_current_ctx();
+	pthread_mutex_unlock(&sim.lock);
+	if (!ctx->primary && __atomic_load_n(&ctx->destroyed, __ATOMIC_ACQUIRE))
+		return CUDA_ERROR_CONTEXT_IS_DESTROYED;
+	*pctx = ctx;
+	return CUDA_SUCCESS;
+}
+
 /* ---- API: events ---- */
 
 /* The oldest destroyed event whose latest record is done, if more than

@@ -311,6 +311,61 @@ static void synchronize(void)
 	EXPECT(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
 }
 
+/*
+ * cuStreamGetCtx answers the context a stream was made in, and the default
+ * streams the current context; cuMemAllocAsync allocates on the stream's
+ * device, not the current one. Needs two devices.
+ */
+static void stream_context(void)
+{
+	CUcontext p0, p1, a, got;
+	CUstream s1, sa, gone;
+	CUdeviceptr d = 0;
+	int ordinal = -1;
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRetain(&p0, 0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRetain(&p1, 1), CUDA_SUCCESS);
+	EXPECT(cuCtxPushCurrent_v2(p1), CUDA_SUCCESS);
+	EXPECT(cuStreamCreate(&s1, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+	EXPECT(cuCtxCreate_v2(&a, 0, 1), CUDA_SUCCESS); /* pushed */
+	EXPECT(cuStreamCreate(&sa, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+	EXPECT(cuStreamCreate(&gone, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+	EXPECT(cuStreamDestroy_v2(gone), CUDA_SUCCESS);
+	EXPECT(cuCtxSetCurrent(p0), CUDA_SUCCESS);
+
+	EXPECT(cuStreamGetCtx(s1, &got), CUDA_SUCCESS);
+	CHECK(got == p1);
+	EXPECT(cuStreamGetCtx(sa, &got), CUDA_SUCCESS);
+	CHECK(got == a);
+	CUstream defaults[] = {NULL, CU_STREAM_LEGACY, CU_STREAM_PER_THREAD};
+	for (size_t i = 0; i < sizeof defaults / sizeof defaults[0]; i++) {
+		got = NULL;
+		EXPECT(cuStreamGetCtx(defaults[i], &got), CUDA_SUCCESS);
+		CHECK(got == p0);
+	}
+	got = NULL;
+	EXPECT(cuStreamGetCtx_ptsz(NULL, &got), CUDA_SUCCESS);
+	CHECK(got == p0);
+	EXPECT(cuStreamGetCtx(s1, NULL), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuStreamGetCtx(gone, &got), CUDA_ERROR_INVALID_HANDLE);
+
+	/* Device 0 current: the stream's device, 1, serves the allocation. */
+	EXPECT(cuMemAllocAsync(&d, MiB, s1), CUDA_SUCCESS);
+	EXPECT(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d), CUDA_SUCCESS);
+	CHECK(ordinal == 1);
+	EXPECT(cuMemFreeAsync(d, s1), CUDA_SUCCESS);
+	EXPECT(cuStreamSynchronize(s1), CUDA_SUCCESS);
+
+	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+	EXPECT(cuStreamGetCtx(sa, &got), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+	EXPECT(cuStreamDestroy_v2(s1), CUDA_SUCCESS);
+	EXPECT(cuCtxPopCurrent_v2(&got), CUDA_SUCCESS);
+	CHECK(got == p0);
+	EXPECT(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRelease_v2(1), CUDA_SUCCESS);
+}
+
 static const struct test_case cases[] = {
 	{"stack", stack},
 	{"per_thread", per_thread},
@@ -319,6 +374,7 @@ static const struct test_case cases[] = {
 	{"context_bytes", context_bytes},
 	{"attributes", attributes},
 	{"synchronize", synchronize},
+	{"stream_context", stream_context},
 };
 
 int main(int argc, char **argv)
