@@ -652,13 +652,12 @@ SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
 	return rc;
 }
 
-/* Whether a is pool memory of stream s's device whose stream-ordered free is still queued. */
-static int queued_pool_free(const struct alloc *a, const struct CUstream_st *s,
-			    const struct CUmemPoolHandle_st *pool)
+/* Whether a is memory of pool whose stream-ordered free is still queued. */
+static int queued_pool_free(const struct alloc *a, const struct CUmemPoolHandle_st *pool)
 {
 	/* A free recorded by stream capture (free_stream NULL) is not queued anywhere. */
-	return a->free_pending && a->stream_ordered && a->device == s->device && a->charge > 0 &&
-	       a->free_stream != NULL && a->pool == pool;
+	return a->free_pending && a->stream_ordered && a->charge > 0 && a->free_stream != NULL &&
+	       a->pool == pool;
 }
 
 /*
@@ -670,23 +669,24 @@ static int queued_pool_free(const struct alloc *a, const struct CUstream_st *s,
  * only what is still missing from other streams' frees, making the allocating
  * stream wait for each of them (the dependencies go into wait). The bytes
  * move from the freed allocation's charge to the new one, so the device is
- * never over capacity. With sim.lock held; on failure nothing has changed.
+ * never over capacity. device is the pool's, which need not be the stream's.
+ * With sim.lock held; on failure nothing has changed.
  */
 static CUresult alloc_from_queued_frees(struct CUstream_st *s, const struct CUmemPoolHandle_st *pool,
-					size_t size, struct op *wait, struct alloc **out)
+					int device, size_t size, struct op *wait, struct alloc **out)
 {
-	const struct sim_device *d = &sim.dev[s->device];
+	const struct sim_device *d = &sim.dev[device];
 	uint64_t charge = round_up(size, SIM_ALLOC_GRANULE), same = 0, other = 0;
 	size_t nfrom = 0;
 
 	for (size_t i = 0; i < sim.nallocs; i++) {
 		const struct alloc *a = sim.allocs[i];
-		if (queued_pool_free(a, s, pool)) {
+		if (queued_pool_free(a, pool)) {
 			*(a->free_stream == s ? &same : &other) += a->charge;
 			nfrom++;
 		}
 	}
-	uint64_t total = d->plain_bytes + d->ctx_bytes + charge, cap = capacity_left_for_us(s->device);
+	uint64_t total = d->plain_bytes + d->ctx_bytes + charge, cap = capacity_left_for_us(device);
 	uint64_t from_same = same < charge ? same : charge;
 	uint64_t from_other = total - from_same > cap ? total - from_same - cap : 0;
 	if (charge == 0 || nfrom == 0 || total <= cap || from_other > other)
@@ -701,7 +701,7 @@ static CUresult alloc_from_queued_frees(struct CUstream_st *s, const struct CUme
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	for (size_t i = 0; i < sim.nallocs; i++) {
 		struct alloc *a = sim.allocs[i];
-		if (!queued_pool_free(a, s, pool))
+		if (!queued_pool_free(a, pool))
 			continue;
 		uint64_t *need = a->free_stream == s ? &from_same : &from_other;
 		if (*need == 0)
@@ -717,12 +717,12 @@ static CUresult alloc_from_queued_frees(struct CUstream_st *s, const struct CUme
 	}
 	for (size_t i = 0; i < ntakes; i++) {
 		takes[i].from->charge -= takes[i].bytes;
-		sim.dev[s->device].plain_bytes -= takes[i].bytes;
+		sim.dev[device].plain_bytes -= takes[i].bytes;
 	}
-	CUresult rc = mem_alloc(s->device, size, ALLOC_DEVICE, 0, out);
+	CUresult rc = mem_alloc(device, size, ALLOC_DEVICE, 0, out);
 	for (size_t i = 0; rc != CUDA_SUCCESS && i < ntakes; i++) {
 		takes[i].from->charge += takes[i].bytes;
-		sim.dev[s->device].plain_bytes += takes[i].bytes;
+		sim.dev[device].plain_bytes += takes[i].bytes;
 	}
 	free(takes);
 	return rc;
@@ -784,7 +784,11 @@ static void pool_released(const struct alloc *a)
 		free(p);
 }
 
-/* cuMemAllocAsync (pool NULL: the device's current pool) and cuMemAllocFromPoolAsync. */
+/*
+ * cuMemAllocAsync (pool NULL: the current pool of the stream's device) and
+ * cuMemAllocFromPoolAsync, whose pool may be another device's: the memory
+ * is the pool's device's.
+ */
 static CUresult stream_ordered_alloc(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
 				     CUstream hStream)
 {
@@ -798,9 +802,7 @@ static CUresult stream_ordered_alloc(CUdeviceptr *dptr, size_t bytesize, CUmemor
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim.lock);
 	struct CUmemPoolHandle_st *p = pool == NULL ? default_pool(s->device) : pool_lookup(pool);
-	/* A pool on another device than the stream's: see the README's deviations. */
-	rc = p == NULL ? CUDA_ERROR_INVALID_VALUE
-		       : p->device != s->device ? CUDA_ERROR_NOT_SUPPORTED : CUDA_SUCCESS;
+	rc = p == NULL ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
 	pthread_mutex_unlock(&sim.lock);
 	if (rc != CUDA_SUCCESS)
 		return rc;
@@ -811,16 +813,16 @@ static CUresult stream_ordered_alloc(CUdeviceptr *dptr, size_t bytesize, CUmemor
 	struct op *wait = op_new(OP_BARRIER);
 	if (wait == NULL)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	mem_refresh_others(s->device);
+	mem_refresh_others(p->device);
 	pthread_mutex_lock(&sim.lock);
 	rc = capture_alloc_refused(s);
 	if (rc == CUDA_SUCCESS && p->max_bytes != 0 &&
 	    (pool_charge(bytesize) == 0 || p->bytes + pool_charge(bytesize) > p->max_bytes))
 		rc = CUDA_ERROR_OUT_OF_MEMORY; /* the pool's maxSize, not the device */
 	else if (rc == CUDA_SUCCESS) {
-		rc = mem_alloc(s->device, bytesize, ALLOC_DEVICE, 0, &a);
+		rc = mem_alloc(p->device, bytesize, ALLOC_DEVICE, 0, &a);
 		if (rc == CUDA_ERROR_OUT_OF_MEMORY)
-			rc = alloc_from_queued_frees(s, p, bytesize, wait, &a);
+			rc = alloc_from_queued_frees(s, p, p->device, bytesize, wait, &a);
 	}
 	if (rc == CUDA_SUCCESS) {
 		a->stream_ordered = 1;

@@ -32,7 +32,7 @@ func TestContexts(t *testing.T) {
 		{"context_bytes", []string{"SIMCUDA_CONTEXT_BYTES=256MiB"}, "a created context takes its bytes and gives them back"},
 		{"attributes", []string{"SIMCUDA_DEVICES=80GiB"}, "every CUdevice_attribute of CUDA 12.4 answers, nothing beyond"},
 		{"synchronize", nil, "cuCtxSynchronize waits for the current context's streams, not another context's"},
-		{"stream_context", []string{"SIMCUDA_DEVICES=2x1GiB"}, "cuStreamGetCtx names a stream's context; cuMemAllocAsync allocates on the stream's device"},
+		{"stream_context", []string{"SIMCUDA_DEVICES=2x1GiB"}, "cuStreamGetCtx names a stream's context; cuMemAllocAsync allocates on the stream's device, an explicit pool on its own"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

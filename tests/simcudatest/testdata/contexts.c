@@ -314,7 +314,8 @@ static void synchronize(void)
 /*
  * cuStreamGetCtx answers the context a stream was made in, and the default
  * streams the current context; cuMemAllocAsync allocates on the stream's
- * device, not the current one. Needs two devices.
+ * device, not the current one, and cuMemAllocFromPoolAsync on the pool's,
+ * not the stream's. Needs two devices.
  */
 static void stream_context(void)
 {
@@ -356,6 +357,21 @@ static void stream_context(void)
 	CHECK(ordinal == 1);
 	EXPECT(cuMemFreeAsync(d, s1), CUDA_SUCCESS);
 	EXPECT(cuStreamSynchronize(s1), CUDA_SUCCESS);
+
+	/* A pool of device 0 serves a stream of device 1 with device 0's memory. */
+	CUmemPoolProps props;
+	CUmemoryPool pool;
+	memset(&props, 0, sizeof props);
+	props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+	props.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+	props.location.id = 0;
+	EXPECT(cuMemPoolCreate(&pool, &props), CUDA_SUCCESS);
+	EXPECT(cuMemAllocFromPoolAsync(&d, MiB, pool, s1), CUDA_SUCCESS);
+	EXPECT(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, d), CUDA_SUCCESS);
+	CHECK(ordinal == 0);
+	EXPECT(cuMemFreeAsync(d, s1), CUDA_SUCCESS);
+	EXPECT(cuStreamSynchronize(s1), CUDA_SUCCESS);
+	EXPECT(cuMemPoolDestroy(pool), CUDA_SUCCESS);
 
 	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
 	EXPECT(cuStreamGetCtx(sa, &got), CUDA_ERROR_CONTEXT_IS_DESTROYED);
