@@ -263,6 +263,19 @@ SPILLWAY_INTERPOSED(cudaError_t, mem_pool_set_attribute, cudaMemPoolSetAttribute
                     (cudaMemPool_t memPool, enum cudaMemPoolAttr attr, void *value))
 SPILLWAY_INTERPOSED(cudaError_t, mem_pool_trim_to, cudaMemPoolTrimTo,
                     (cudaMemPool_t memPool, size_t minBytesToKeep))
+/* A stream-ordered allocation is made on its stream's device: the stream's
+ * context, and that context's device when it is not the current one. */
+SPILLWAY_REAL(CUresult, cu_stream_get_ctx, cuStreamGetCtx, (CUstream hStream, CUcontext *pctx))
+SPILLWAY_REAL(CUresult, cu_ctx_push_current, cuCtxPushCurrent_v2, (CUcontext ctx))
+SPILLWAY_REAL(CUresult, cu_ctx_pop_current, cuCtxPopCurrent_v2, (CUcontext * pctx))
+/* An explicit pool's allocation counts on the pool's device, remembered as
+ * the pool is created (CUDA answers no query for it). */
+SPILLWAY_INTERPOSED(CUresult, cu_mem_pool_create, cuMemPoolCreate,
+                    (CUmemoryPool * pool, const CUmemPoolProps *poolProps))
+SPILLWAY_INTERPOSED(CUresult, cu_mem_pool_destroy, cuMemPoolDestroy, (CUmemoryPool pool))
+SPILLWAY_INTERPOSED(cudaError_t, mem_pool_create, cudaMemPoolCreate,
+                    (cudaMemPool_t * memPool, const struct cudaMemPoolProps *poolProps))
+SPILLWAY_INTERPOSED(cudaError_t, mem_pool_destroy, cudaMemPoolDestroy, (cudaMemPool_t memPool))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */

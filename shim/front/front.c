@@ -909,6 +909,164 @@ static enum route free_route(enum route r, uint64_t p, struct context_block *b)
     return context_owns(p, b) ? ROUTE_CONTEXT : ROUTE_CORE;
 }
 
+/* ---- the device a stream-ordered allocation is made on ---- */
+
+/*
+ * CUDA serves cudaMallocAsync and cuMemAllocAsync from the memory pool of
+ * the stream's device, which need not be the current one, and an explicit
+ * pool's allocation from that pool's device.
+ *
+ * stream_place moves *device (and *ctx: the stream's context when the
+ * application created it, else NULL) to the stream's. The default streams
+ * (0, the legacy and per-thread handles) are the current context's and
+ * change nothing, at no cost. Another stream costs a cuStreamGetCtx and a
+ * cuCtxGetCurrent, reads of the handles without device work (and accepted
+ * during a stream capture, which cuStreamGetDevice is not on every driver);
+ * only a stream of another context than the current one adds a push, a
+ * cuCtxGetDevice and a pop of that context. A stream the driver does not
+ * know changes nothing: the allocation answers CUDA's error for it.
+ */
+static void stream_place(CUstream stream, int32_t *device, CUcontext *ctx)
+{
+    if (!stream || stream == CU_STREAM_LEGACY || stream == CU_STREAM_PER_THREAD)
+        return;
+    __typeof__(real.cu_stream_get_ctx) stream_ctx =
+        (__typeof__(real.cu_stream_get_ctx))resolve(R_cu_stream_get_ctx);
+    __typeof__(real.cu_ctx_get_current) get_current =
+        (__typeof__(real.cu_ctx_get_current))resolve(R_cu_ctx_get_current);
+    __typeof__(real.cu_ctx_push_current) push =
+        (__typeof__(real.cu_ctx_push_current))resolve(R_cu_ctx_push_current);
+    __typeof__(real.cu_ctx_pop_current) pop =
+        (__typeof__(real.cu_ctx_pop_current))resolve(R_cu_ctx_pop_current);
+    __typeof__(real.cu_ctx_get_device) get_device =
+        (__typeof__(real.cu_ctx_get_device))resolve(R_cu_ctx_get_device);
+    CUcontext own = NULL, current = NULL, popped = NULL;
+    if (!stream_ctx || !get_current || !push || !pop || !get_device ||
+        stream_ctx(stream, &own) != CUDA_SUCCESS || !own ||
+        get_current(&current) != CUDA_SUCCESS || own == current || push(own) != CUDA_SUCCESS)
+        return;
+    CUdevice d = 0;
+    CUresult rc = get_device(&d);
+    pop(&popped);
+    if (rc != CUDA_SUCCESS)
+        return;
+    int created = atomic_load_explicit(&created_live, memory_order_acquire) != 0 &&
+                  created_usage(own, 0) > 0;
+    *device = d;
+    *ctx = created ? own : NULL;
+}
+
+/*
+ * The route of a stream-ordered allocation of size bytes on stream, given
+ * the route for the current context: the core's for a stream of a primary
+ * context, ROUTE_CONTEXT for one of a context the application created (zero
+ * bytes there get CUDA's own answer), on the stream's device.
+ */
+static enum route stream_route(enum route r, CUstream stream, uint64_t size, int32_t *device,
+                               CUcontext *ctx)
+{
+    if (r != ROUTE_CORE && r != ROUTE_CONTEXT)
+        return r;
+    stream_place(stream, device, ctx);
+    if (*ctx)
+        return size > 0 ? ROUTE_CONTEXT : ROUTE_REAL;
+    return ROUTE_CORE;
+}
+
+/*
+ * The device of each memory pool the application created, remembered as
+ * cuMemPoolCreate or cudaMemPoolCreate made it, since CUDA answers no query
+ * for a pool's location. Host-located pools are not kept. Few pools live at
+ * once: a look-up scans them.
+ */
+static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pool_place {
+    CUmemoryPool pool;
+    int32_t device;
+} *pools;
+static size_t pools_len, pools_cap;
+
+static void pool_created(CUmemoryPool pool, int location_type, int location_id)
+{
+    if (location_type != CU_MEM_LOCATION_TYPE_DEVICE)
+        return;
+    pthread_mutex_lock(&pools_lock);
+    size_t i = 0;
+    while (i < pools_len && pools[i].pool != pool)
+        i++;
+    if (i == pools_len && pools_len == pools_cap) {
+        size_t cap = pools_cap ? 2 * pools_cap : 8;
+        struct pool_place *grown = realloc(pools, cap * sizeof *pools);
+        if (!grown) {
+            pthread_mutex_unlock(&pools_lock);
+            log_line("cannot record a memory pool's device (out of host memory): its allocations "
+                     "count on their stream's device");
+            return;
+        }
+        pools = grown;
+        pools_cap = cap;
+    }
+    pools[i] = (struct pool_place){pool, location_id};
+    if (i == pools_len)
+        pools_len++;
+    pthread_mutex_unlock(&pools_lock);
+}
+
+static void pool_destroyed(CUmemoryPool pool)
+{
+    pthread_mutex_lock(&pools_lock);
+    for (size_t i = 0; i < pools_len; i++)
+        if (pools[i].pool == pool) {
+            pools[i] = pools[--pools_len];
+            break;
+        }
+    pthread_mutex_unlock(&pools_lock);
+}
+
+/* The ordinal of the device whose default memory pool is pool, or -1. */
+static int default_pool_device(CUmemoryPool pool)
+{
+    __typeof__(real.cu_device_get_count) count_devices =
+        (__typeof__(real.cu_device_get_count))resolve(R_cu_device_get_count);
+    __typeof__(real.cu_device_get) get = (__typeof__(real.cu_device_get))resolve(R_cu_device_get);
+    __typeof__(real.cu_device_get_default_mem_pool) default_pool =
+        (__typeof__(real.cu_device_get_default_mem_pool))resolve(R_cu_device_get_default_mem_pool);
+    int n = 0;
+    if (!pool || !count_devices || !get || !default_pool || count_devices(&n) != CUDA_SUCCESS)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        CUdevice dev;
+        CUmemoryPool p = NULL;
+        if (get(&dev, i) == CUDA_SUCCESS && default_pool(&p, dev) == CUDA_SUCCESS && p == pool)
+            return i;
+    }
+    return -1;
+}
+
+/*
+ * The device an allocation from pool on stream counts on: the pool's
+ * device, for a pool whose creation the shim saw or a device's default
+ * pool; else (a host-located pool, or one made where the shim could not
+ * see it) the stream's. *device is the current device on entry.
+ */
+static void pool_place(CUmemoryPool pool, CUstream stream, int32_t *device)
+{
+    int found = 0;
+    pthread_mutex_lock(&pools_lock);
+    for (size_t i = 0; i < pools_len && !found; i++)
+        if ((found = pools[i].pool == pool))
+            *device = pools[i].device;
+    pthread_mutex_unlock(&pools_lock);
+    if (found)
+        return;
+    int d = default_pool_device(pool);
+    CUcontext ctx = NULL;
+    if (d >= 0)
+        *device = d;
+    else
+        stream_place(stream, device, &ctx);
+}
+
 /* ---- the interposed functions ---- */
 
 EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
@@ -1033,7 +1191,8 @@ EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stre
     CUcontext ctx = NULL;
     enum route r = route();
     depth++;
-    switch (runtime_alloc_route(r, devPtr, size, &device, &ctx, &rc)) {
+    enum route ar = runtime_alloc_route(r, devPtr, size, &device, &ctx, &rc);
+    switch (stream_route(ar, (CUstream)stream, size, &device, &ctx)) {
     case ROUTE_CORE:
         if ((rc = core.malloc_async(device, size, stream_id(stream), &p)) == cudaSuccess)
             *devPtr = (void *)(uintptr_t)p;
@@ -1493,7 +1652,7 @@ static CUresult mem_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream str
     CUcontext ctx = NULL;
     enum route r = driver_alloc_route(dptr, bytesize, &device, &ctx);
     depth++;
-    switch (r) {
+    switch (stream_route(r, stream, bytesize, &device, &ctx)) {
     case ROUTE_CORE:
         rc = (CUresult)core.cu_malloc_async(device, bytesize, driver_stream(stream, per_thread), &p);
         if (rc == CUDA_SUCCESS)
@@ -1562,10 +1721,9 @@ EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 
 /*
  * An allocation from an explicit memory pool: its bytes are taken on the
- * current context's device (the pool's device is not queryable; CUDA serves
- * a stream from a pool of its own device), passed to the real function and
- * recorded like a created context's allocation, so every free path gives
- * them back. Never pooled: the application chose its pool.
+ * pool's device (pool_place), passed to the real function and recorded
+ * like a created context's allocation, so every free path gives them back.
+ * Never pooled: the application chose its pool.
  */
 static CUresult mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                           CUstream stream, int per_thread)
@@ -1584,6 +1742,7 @@ static CUresult mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t bytesize, CU
     switch (r) {
     case ROUTE_CORE:
     case ROUTE_CONTEXT:
+        pool_place(pool, per_thread && !stream ? CU_STREAM_PER_THREAD : stream, &device);
         rc = (CUresult)core.take(device, bytesize, SPILLWAY_TAKE_POOL);
         if (rc == CUDA_SUCCESS) {
             rc = real_alloc(dptr, bytesize, pool, stream);
@@ -1624,11 +1783,14 @@ EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_
         rc = cudaErrorInitializationError;
     } else if (r != ROUTE_CORE || !ptr || size == 0) {
         rc = real_alloc(ptr, size, memPool, stream);
-    } else if ((rc = current_device(&device)) == cudaSuccess &&
-               (rc = (cudaError_t)core.take(device, size, SPILLWAY_TAKE_RUNTIME_POOL)) ==
-                   cudaSuccess) {
-        rc = real_alloc(ptr, size, memPool, stream);
-        context_took((CUresult)rc, current_created(), device, (CUdeviceptr)(uintptr_t)*ptr, size);
+    } else if ((rc = current_device(&device)) == cudaSuccess) {
+        pool_place(memPool, (CUstream)stream, &device);
+        rc = (cudaError_t)core.take(device, size, SPILLWAY_TAKE_RUNTIME_POOL);
+        if (rc == cudaSuccess) {
+            rc = real_alloc(ptr, size, memPool, stream);
+            context_took((CUresult)rc, current_created(), device, (CUdeviceptr)(uintptr_t)*ptr,
+                         size);
+        }
     }
     depth--;
     return rc;
@@ -1646,26 +1808,6 @@ EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_
  * application's own pools, and what CUDA stores of the default pool (its
  * release threshold and reuse policies), stay CUDA's.
  */
-
-/* The ordinal of the device whose default memory pool is pool, or -1. */
-static int default_pool_device(CUmemoryPool pool)
-{
-    __typeof__(real.cu_device_get_count) count_devices =
-        (__typeof__(real.cu_device_get_count))resolve(R_cu_device_get_count);
-    __typeof__(real.cu_device_get) get = (__typeof__(real.cu_device_get))resolve(R_cu_device_get);
-    __typeof__(real.cu_device_get_default_mem_pool) default_pool =
-        (__typeof__(real.cu_device_get_default_mem_pool))resolve(R_cu_device_get_default_mem_pool);
-    int n = 0;
-    if (!pool || !count_devices || !get || !default_pool || count_devices(&n) != CUDA_SUCCESS)
-        return -1;
-    for (int i = 0; i < n; i++) {
-        CUdevice dev;
-        CUmemoryPool p = NULL;
-        if (get(&dev, i) == CUDA_SUCCESS && default_pool(&p, dev) == CUDA_SUCCESS && p == pool)
-            return i;
-    }
-    return -1;
-}
 
 /* After a real get that succeeded: a usage attribute of a default pool is Spillway's pool's. */
 static void pool_usage(CUmemoryPool pool, int attr, void *value)
@@ -1735,6 +1877,55 @@ POOL_CALL(cudaError_t, cudaMemPoolSetAttribute, mem_pool_set_attribute,
 POOL_CALL(cudaError_t, cudaMemPoolTrimTo, mem_pool_trim_to,
           (cudaMemPool_t memPool, size_t minBytesToKeep), (memPool, minBytesToKeep),
           pool_trim(memPool, minBytesToKeep))
+
+/* The application's pools: each one's device is remembered (pool_place),
+ * whatever the route, so that pools made before the core runs are known.
+ * The runtime's calls reach the driver's, which record the pool again. */
+_Static_assert(sizeof(struct cudaMemPoolProps) == sizeof(CUmemPoolProps) &&
+                   offsetof(struct cudaMemPoolProps, location) ==
+                       offsetof(CUmemPoolProps, location),
+               "the runtime's pool properties are the driver's");
+
+EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+{
+    REAL(real_create, cu_mem_pool_create);
+    CUresult rc;
+    CALL_QUIET(rc, real_create(pool, poolProps));
+    if (rc == CUDA_SUCCESS)
+        pool_created(*pool, poolProps->location.type, poolProps->location.id);
+    return rc;
+}
+
+EXPORT cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool,
+                                     const struct cudaMemPoolProps *poolProps)
+{
+    REAL(real_create, mem_pool_create);
+    cudaError_t rc;
+    CALL_QUIET(rc, real_create(memPool, poolProps));
+    if (rc == cudaSuccess)
+        pool_created(*memPool, poolProps->location.type, poolProps->location.id);
+    return rc;
+}
+
+EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+{
+    REAL(real_destroy, cu_mem_pool_destroy);
+    CUresult rc;
+    CALL_QUIET(rc, real_destroy(pool));
+    if (rc == CUDA_SUCCESS)
+        pool_destroyed(pool);
+    return rc;
+}
+
+EXPORT cudaError_t cudaMemPoolDestroy(cudaMemPool_t memPool)
+{
+    REAL(real_destroy, mem_pool_destroy);
+    cudaError_t rc;
+    CALL_QUIET(rc, real_destroy(memPool));
+    if (rc == cudaSuccess)
+        pool_destroyed(memPool);
+    return rc;
+}
 
 /* The device's real total, or with a quota the quota, as cuMemGetInfo's total. */
 EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
