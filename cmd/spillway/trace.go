@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -16,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/spillway-gpu/spillway/bpf"
 	"github.com/spillway-gpu/spillway/shim/config"
@@ -128,14 +131,42 @@ func (f sizeFlag) Set(v string) error {
 	return nil
 }
 
-// checkWritable creates path (or checks that it can be written) before the
-// session starts, so that a bad path is not found out after the job ran.
+// checkWritable checks, before the session starts, that path can be
+// written, so that a bad path is not found out after the job ran, and
+// leaves it as it was: an existing file is not truncated, and one that did
+// not exist is not left behind.
 func checkWritable(flagName, path string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
-	if err != nil {
+	info, err := os.Stat(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+		if err != nil {
+			return fmt.Errorf("%s: %w", flagName, err)
+		}
+		f.Close()
+		return os.Remove(path)
+	case err != nil:
 		return fmt.Errorf("%s: %w", flagName, err)
+	case info.IsDir():
+		return fmt.Errorf("%s: %s is a folder", flagName, path)
 	}
-	return f.Close()
+	if err := unix.Access(path, unix.W_OK); err != nil {
+		return fmt.Errorf("%s: %s: %w", flagName, path, err)
+	}
+	return nil
+}
+
+// openOutput opens --output FILE, truncating it, once the session has
+// started; standard output without one.
+func openOutput(path string) (*os.File, error) {
+	if path == "" {
+		return os.Stdout, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--output: %w", err)
+	}
+	return f, nil
 }
 
 func traceMain(args []string) int {
@@ -143,21 +174,16 @@ func traceMain(args []string) int {
 	if err != nil {
 		return reportFlagError("trace", err)
 	}
-	if o.summaryPath != "" {
-		if err := checkWritable("--summary-json", o.summaryPath); err != nil {
+	for _, file := range []struct{ flag, path string }{{"--summary-json", o.summaryPath}, {"--output", o.output}} {
+		if file.path == "" {
+			continue
+		}
+		if err := checkWritable(file.flag, file.path); err != nil {
 			fmt.Fprintf(os.Stderr, "spillway trace: %v\n", err)
 			return 2
 		}
 	}
-	out := os.Stdout
-	if o.output != "" {
-		if out, err = os.Create(o.output); err != nil {
-			fmt.Fprintf(os.Stderr, "spillway trace: --output: %v\n", err)
-			return 2
-		}
-		defer out.Close()
-	}
-	status, err := runTrace(o, out)
+	status, err := runTrace(o)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spillway trace: %v\n", err)
 		if status == 0 {
@@ -178,8 +204,11 @@ type session struct {
 	out     *eventPrinter   // with --events
 }
 
-// runTrace runs a session, printing the view or the records to out.
-func runTrace(o traceOptions, out *os.File) (int, error) {
+// runTrace runs a session, printing the view or the records to standard
+// output or --output. The output is opened only once what can stop the
+// session before it starts has been checked: the privileges, the targets,
+// the metrics address, and CMD with the files to probe for it.
+func runTrace(o traceOptions) (int, error) {
 	if err := bpf.CheckPrivileges(); err != nil {
 		return 1, err
 	}
@@ -190,11 +219,6 @@ func runTrace(o traceOptions, out *os.File) (int, error) {
 	defer tr.Close()
 
 	s := &session{tr: tr, self: uint32(os.Getpid()), sum: bpf.NewSummary(), waiting: map[uint32]bool{}}
-	if o.events {
-		// Records written where the job writes too go out whole, in
-		// writes no larger than a pipe writes atomically.
-		s.out = newEventPrinter(out, o.json, out == os.Stdout)
-	}
 	for _, pid := range o.pids {
 		if err := tr.Trace(pid); err != nil {
 			return 1, err
@@ -212,6 +236,26 @@ func runTrace(o traceOptions, out *os.File) (int, error) {
 		fmt.Fprintf(os.Stderr, "spillway trace: serving metrics at http://%s/metrics\n", bound)
 	}
 
+	var lib string
+	if len(o.argv) > 0 {
+		var status int
+		if lib, status, err = s.prepareCommand(o.lib, o.argv); err != nil {
+			return status, err
+		}
+	}
+
+	out, err := openOutput(o.output)
+	if err != nil {
+		return 1, err
+	}
+	if out != os.Stdout {
+		defer out.Close()
+	}
+	if o.events {
+		// Records written where the job writes too go out whole, in
+		// writes no larger than a pipe writes atomically.
+		s.out = newEventPrinter(out, o.json, out == os.Stdout)
+	}
 	readDone := make(chan error, 1)
 	go func() { readDone <- s.read() }()
 
@@ -222,7 +266,7 @@ func runTrace(o traceOptions, out *os.File) (int, error) {
 	if len(o.argv) > 0 {
 		var status int
 		sigs := catchSignals()
-		if cmd, status, err = s.startCommand(o.lib, o.argv); err != nil {
+		if cmd, status, err = s.startCommand(lib, o.argv); err != nil {
 			sigs.stop()
 			return status, err
 		}
@@ -274,17 +318,15 @@ func runTrace(o traceOptions, out *os.File) (int, error) {
 	return status, nil
 }
 
-// startCommand starts argv under the shim, traced from its first
-// instruction: the probes are attached to the libraries it will load before
-// it starts, and this process is traced while it forks, so that the child
-// inherits the tracing.
-func (s *session) startCommand(lib string, argv []string) (*exec.Cmd, int, error) {
+// prepareCommand attaches the probes to the libraries argv will load, before
+// it starts, and checks that it can be run. It returns the shim's path.
+func (s *session) prepareCommand(lib string, argv []string) (string, int, error) {
 	lib, err := findLib(lib)
 	if err != nil {
-		return nil, 1, err
+		return "", 1, err
 	}
 	if err := s.tr.AttachFile(lib); err != nil {
-		return nil, 1, err
+		return "", 1, err
 	}
 	// The rescans find these files too, once mapped: one that cannot be
 	// probed is said, as a rescan says it, and the command still runs.
@@ -293,6 +335,16 @@ func (s *session) startCommand(lib string, argv []string) (*exec.Cmd, int, error
 			fmt.Fprintf(os.Stderr, "spillway trace: %v\n", err)
 		}
 	}
+	if _, err := exec.LookPath(argv[0]); err != nil {
+		return "", cannotRun(err), err // as a shell says of a command it cannot run
+	}
+	return lib, 0, nil
+}
+
+// startCommand starts argv under the shim lib, prepared by prepareCommand,
+// traced from its first instruction: this process is traced while it forks,
+// so that the child inherits the tracing.
+func (s *session) startCommand(lib string, argv []string) (*exec.Cmd, int, error) {
 	if err := s.tr.Follow(int(s.self)); err != nil {
 		return nil, 1, err
 	}

@@ -524,3 +524,54 @@ func TestTraceUnprivileged(t *testing.T) {
 		t.Error("the command ran although tracing could not start")
 	}
 }
+
+// A session that fails before it starts (here, -p of a process that does
+// not exist) leaves its files as they were: an existing --output is not
+// truncated and a --summary-json that did not exist is not created. This
+// holds with or without eBPF: either way nothing is traced.
+func TestTraceFailedStartLeavesFiles(t *testing.T) {
+	spillway := harness.Bin(t, "spillway")
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	output, summary := filepath.Join(dir, "view.txt"), filepath.Join(dir, "summary.json")
+	const kept = "the last session's view\n"
+	if err := os.WriteFile(output, []byte(kept), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := harness.Run(t, harness.Command(t, spillway, "trace", "-p", pidKey(gone.Process.Pid),
+		"--output", output, "--summary-json", summary))
+	if res.ExitCode == 0 {
+		t.Fatalf("tracing a process that has exited: exit 0\nstderr:\n%s", res.Stderr)
+	}
+	if data, err := os.ReadFile(output); err != nil || string(data) != kept {
+		t.Errorf("--output after a session that did not start: %q, %v; want it unchanged, %q", data, err, kept)
+	}
+	if _, err := os.Stat(summary); !os.IsNotExist(err) {
+		t.Errorf("--summary-json after a session that did not start: %v; want no file", err)
+	}
+	// Nor does a command that cannot be run (127, as a shell says).
+	res = harness.Run(t, harness.Command(t, spillway, "trace", "--output", output, "--summary-json", summary,
+		"--", filepath.Join(dir, "no-such-command")))
+	if res.ExitCode != 127 {
+		t.Errorf("tracing a command that does not exist: exit %d, want 127\nstderr:\n%s", res.ExitCode, res.Stderr)
+	}
+	if data, err := os.ReadFile(output); err != nil || string(data) != kept {
+		t.Errorf("--output after a command that could not run: %q, %v; want it unchanged", data, err)
+	}
+	if _, err := os.Stat(summary); !os.IsNotExist(err) {
+		t.Errorf("--summary-json after a command that could not run: %v; want no file", err)
+	}
+	// A session that starts replaces the output and writes the summary.
+	harness.RequireBPF(t)
+	res = harness.Run(t, harness.Command(t, spillway, "trace", "--output", output, "--summary-json", summary, "--", "true"))
+	if res.ExitCode != 0 {
+		t.Fatalf("tracing true: exit %d\nstderr:\n%s", res.ExitCode, res.Stderr)
+	}
+	if data, err := os.ReadFile(output); err != nil || strings.Contains(string(data), kept) || len(data) == 0 {
+		t.Errorf("--output after a session: %q, %v; want the session's view alone", data, err)
+	}
+	readSummary(t, summary)
+}
