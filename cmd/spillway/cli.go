@@ -5,10 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"regexp"
 	"strings"
 	"time"
+
+	"github.com/spillway-gpu/spillway/shim/config"
 )
 
 // flagSet is a command's flags. Errors are not printed by the flag package
@@ -62,7 +65,7 @@ func usageError(_ *flagSet, msg string) error { return &usageErr{msg} }
 // flagMessage rewrites the flag package's messages with --double-dash names
 // and without repeating what a value's own error already says.
 var (
-	wrappedValueRE = regexp.MustCompile(`^invalid (?:boolean )?value ".*" for (?:flag )?-[\w-]+: (invalid --.*)$`)
+	wrappedValueRE = regexp.MustCompile(`^invalid (?:boolean )?value ".*" for (?:flag )?-[\w-]+: (invalid --?[\w-]+=.*)$`)
 	flagNameRE     = regexp.MustCompile(`(for|flag|defined:|argument:) -([\w-]{2,})`)
 	// repeatedValueRE matches a Set error that begins with the value again.
 	repeatedValueRE = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-+([\w-]+): "(.*)": (.*)$`)
@@ -109,25 +112,32 @@ func reportFlagError(cmd string, err error) int {
 	return 2
 }
 
-// parseDuration reads a duration as Go writes them (500ms, 1s, 1m30s) or a
-// plain number of seconds (2, 0.5); it must be above zero.
-func parseDuration(v string) (time.Duration, error) {
+// parseDuration reads the value of the flag called name: a duration as Go
+// writes them (500ms, 1s, 1m30s) or a plain number of seconds (2, 0.5),
+// above zero.
+func parseDuration(name, v string) (time.Duration, error) {
+	bad := func(reason string) error {
+		return &config.Error{Name: name, Value: v, Reason: reason, Example: name + " 500ms"}
+	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
 		var secs float64
 		if _, serr := fmt.Sscanf(v, "%g", &secs); serr != nil || fmt.Sprint(secs) != strings.TrimLeft(v, "+") {
-			return 0, fmt.Errorf("%q is not a duration such as 500ms, 1s or 2m", v)
+			return 0, bad("not a duration such as 500ms, 1s or 2m")
 		}
 		d = time.Duration(secs * float64(time.Second))
 	}
 	if d <= 0 {
-		return 0, fmt.Errorf("%q: want a duration above zero, such as 500ms, 1s or 2m", v)
+		return 0, bad("want a duration above zero, such as 500ms, 1s or 2m")
 	}
 	return d, nil
 }
 
-// durationFlag is a flag holding a duration above zero.
-type durationFlag struct{ d *time.Duration }
+// durationFlag is a flag, called name, holding a duration above zero.
+type durationFlag struct {
+	name string
+	d    *time.Duration
+}
 
 func (f durationFlag) String() string {
 	if f.d == nil {
@@ -137,10 +147,25 @@ func (f durationFlag) String() string {
 }
 
 func (f durationFlag) Set(v string) error {
-	d, err := parseDuration(v)
+	d, err := parseDuration(f.name, v)
 	if err != nil {
 		return err
 	}
 	*f.d = d
+	return nil
+}
+
+// checkListenAddr checks an address to serve on, given as the flag called
+// name, before anything starts: HOST:PORT, the host possibly empty (every
+// address) and the port a number or a service name.
+func checkListenAddr(name, addr string) error {
+	_, port, err := net.SplitHostPort(addr)
+	if err == nil {
+		_, err = net.LookupPort("tcp", port)
+	}
+	if err != nil {
+		return &config.Error{Name: name, Value: addr, Reason: "want HOST:PORT, with a port from 0 to 65535",
+			Example: name + " 127.0.0.1:9400"}
+	}
 	return nil
 }

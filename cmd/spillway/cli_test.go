@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -34,12 +35,12 @@ func TestFlagMessage(t *testing.T) {
 
 func TestParseDuration(t *testing.T) {
 	for in, want := range map[string]time.Duration{"1s": time.Second, "250ms": 250 * time.Millisecond, "2": 2 * time.Second, "0.5": 500 * time.Millisecond} {
-		if got, err := parseDuration(in); err != nil || got != want {
+		if got, err := parseDuration("--interval", in); err != nil || got != want {
 			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
 	for _, bad := range []string{"0", "0s", "-1s", "soon", "1x", ""} {
-		if _, err := parseDuration(bad); err == nil {
+		if _, err := parseDuration("--interval", bad); err == nil {
 			t.Errorf("parseDuration(%q) accepted", bad)
 		}
 	}
@@ -65,6 +66,20 @@ func TestStatFlags(t *testing.T) {
 	for _, bad := range [][]string{{"--watch", "0"}, {"--watch=soon"}, {"extra"}, {"--json", "--metrics-addr", ":0"}} {
 		if _, err := parseStatFlags(bad, &bytes.Buffer{}); err == nil {
 			t.Errorf("%q accepted", bad)
+		}
+	}
+	// A bad value is named with its flag and a valid example, as run's are.
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--watch=soon"}, `invalid --watch="soon": not a duration such as 500ms, 1s or 2m (valid example: --watch 500ms)`},
+		{[]string{"--metrics-addr", "bogus"}, `invalid --metrics-addr="bogus": want HOST:PORT, with a port from 0 to 65535 (valid example: --metrics-addr 127.0.0.1:9400)`},
+	} {
+		_, err := parseStatFlags(tc.args, &bytes.Buffer{})
+		var usage *usageErr
+		if !errors.As(err, &usage) || err.Error() != tc.want {
+			t.Errorf("%q: %v, want the usage error %q", tc.args, err, tc.want)
 		}
 	}
 	// An interval that is not above zero is refused as one.

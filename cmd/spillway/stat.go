@@ -59,7 +59,7 @@ func (w watchFlag) Set(v string) error {
 		*w.d = time.Second
 		return nil
 	}
-	d, err := parseDuration(v)
+	d, err := parseDuration("--watch", v)
 	if err != nil {
 		return err
 	}
@@ -115,6 +115,11 @@ func parseStatFlags(args []string, out io.Writer) (statOptions, error) {
 	}
 	if fs.NArg() > 0 {
 		return o, usageError(fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
+	}
+	if o.metricsAddr != "" {
+		if err := checkListenAddr("--metrics-addr", o.metricsAddr); err != nil {
+			return o, usageError(fs, err.Error())
+		}
 	}
 	if o.json && o.metricsAddr != "" {
 		return o, usageError(fs, "--json and --metrics-addr cannot be combined")

@@ -47,7 +47,7 @@ func (p *pidList) String() string { return fmt.Sprint([]int(*p)) }
 func (p *pidList) Set(v string) error {
 	pid, err := strconv.Atoi(v)
 	if err != nil || pid <= 0 {
-		return fmt.Errorf("want a process id (a positive integer), got %q", v)
+		return &config.Error{Name: "-p", Value: v, Reason: "want a process id, a positive integer", Example: "-p 4242"}
 	}
 	*p = append(*p, pid)
 	return nil
@@ -71,8 +71,8 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 	o := traceOptions{interval: time.Second, ringBuffer: bpf.DefaultRingBufferSize}
 	fs := newFlagSet("trace", traceUsage, out)
 	fs.Var(&o.pids, "p", "trace the running process `PID` (repeatable)")
-	fs.Var(durationFlag{&o.interval}, "interval", "refresh the view every `INTERVAL` (500ms, 1s, 2m; default 1s)")
-	fs.Var(durationFlag{&o.duration}, "duration", "stop tracing after `D` (default: when the traced processes exit, or on SIGINT)")
+	fs.Var(durationFlag{"--interval", &o.interval}, "interval", "refresh the view every `INTERVAL` (500ms, 1s, 2m; default 1s)")
+	fs.Var(durationFlag{"--duration", &o.duration}, "duration", "stop tracing after `D` (default: when the traced processes exit, or on SIGINT)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per interval (per record with --events)")
 	fs.BoolVar(&o.events, "events", false, "print every record instead of the per-interval view")
 	fs.StringVar(&o.output, "output", "", "write the view or the records to `FILE` instead of standard output")
@@ -86,6 +86,11 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 	o.argv = fs.Args()
 	if len(o.pids) == 0 && len(o.argv) == 0 {
 		return o, usageError(fs, "nothing to trace: give -p PID or -- CMD ARGS")
+	}
+	if o.metricsAddr != "" {
+		if err := checkListenAddr("--metrics-addr", o.metricsAddr); err != nil {
+			return o, usageError(fs, err.Error())
+		}
 	}
 	if o.lib != "" {
 		if _, err := findLib(o.lib); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"strings"
 	"testing"
@@ -26,7 +27,7 @@ func TestParseTraceFlags(t *testing.T) {
 		{nil, "nothing to trace"},
 		{[]string{"--interval", "0s", "-p", "1"}, `invalid --interval="0s": want a duration above zero`},
 		{[]string{"--duration", "-1s", "-p", "1"}, `invalid --duration="-1s": want a duration above zero`},
-		{[]string{"--interval", "soon", "-p", "1"}, `"soon" is not a duration`},
+		{[]string{"--interval", "soon", "-p", "1"}, `invalid --interval="soon": not a duration`},
 		{[]string{"--ring-buffer", "0", "-p", "1"}, `invalid --ring-buffer="0": want a power of two from 4KiB to 2GiB`},
 		{[]string{"--ring-buffer", "12KiB", "-p", "1"}, "want a power of two"},
 		{[]string{"--ring-buffer", "4GiB", "-p", "1"}, "above the kernel's limit; want a power of two from 4KiB to 2GiB"},
@@ -42,6 +43,40 @@ func TestParseTraceFlags(t *testing.T) {
 	o, err = parseTraceFlags([]string{"--ring-buffer", "64MiB", "--interval", "2", "--duration", "1m", "-p", "1"}, nil, io.Discard)
 	if err != nil || o.ringBuffer != 64<<20 || o.interval != 2*time.Second || o.duration != time.Minute {
 		t.Errorf("options %+v, %v", o, err)
+	}
+}
+
+// Every bad flag value is a usage error (exit status 2, before anything
+// starts) in the project's words: the flag, the value as typed and a valid
+// example.
+func TestTraceFlagErrorsNameFlagValueAndExample(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--interval", "soon", "-p", "1"}, `invalid --interval="soon": not a duration`},
+		{[]string{"--interval=0", "-p", "1"}, `invalid --interval="0": want a duration above zero`},
+		{[]string{"--duration", "1x", "-p", "1"}, `invalid --duration="1x": not a duration`},
+		{[]string{"-p", "x"}, `invalid -p="x": want a process id`},
+		{[]string{"-p", "-4"}, `invalid -p="-4": want a process id`},
+		{[]string{"--metrics-addr", "bogus", "-p", "1"}, `invalid --metrics-addr="bogus": want HOST:PORT`},
+		{[]string{"--metrics-addr", "127.0.0.1:99999", "-p", "1"}, `invalid --metrics-addr="127.0.0.1:99999": want HOST:PORT`},
+		{[]string{"--ring-buffer", "0", "-p", "1"}, `invalid --ring-buffer="0"`},
+	} {
+		_, err := parseTraceFlags(tc.args, nil, io.Discard)
+		var usage *usageErr
+		if !errors.As(err, &usage) {
+			t.Errorf("%q: %v, want a usage error (exit status 2)", tc.args, err)
+			continue
+		}
+		if msg := err.Error(); !strings.HasPrefix(msg, tc.want) || !strings.Contains(msg, "valid example: ") {
+			t.Errorf("%q: %q, want one starting %q with a valid example", tc.args, msg, tc.want)
+		}
+	}
+	for _, addr := range []string{"127.0.0.1:9400", ":0", "localhost:9400", "[::1]:9400"} {
+		if o, err := parseTraceFlags([]string{"--metrics-addr", addr, "-p", "1"}, nil, io.Discard); err != nil || o.metricsAddr != addr {
+			t.Errorf("--metrics-addr %s: %v", addr, err)
+		}
 	}
 }
 
