@@ -201,6 +201,7 @@ func TestWriteMetrics(t *testing.T) {
 		`spillway_trace_memcpy_bytes_total{direction="h2d"} 0` + "\n",
 		"spillway_trace_spilled_page_faults_total 4\n",
 		`spillway_trace_pool_allocations_total{source="cache"} 2` + "\n",
+		`spillway_trace_pool_allocations_total{source="pass_through"} 0` + "\n",
 		"spillway_trace_dropped_records_total 1\n",
 		"# TYPE spillway_trace_steps_total counter\n", "spillway_trace_steps_total 5\n",
 		"spillway_trace_moved_bytes_total 8192\n",
@@ -227,6 +228,16 @@ func TestDescribeEvent(t *testing.T) {
 	alloc := describe(&bpf.Event{Kind: bpf.KindProbe, Probe: bpf.ProbeAlloc, Args: [6]uint64{0xd000, 4096, 1, 0, bpf.SourceCache}})
 	if alloc.Probe != "alloc" || alloc.Ptr != "0xd000" || alloc.Size != 4096 || *alloc.Device != 1 || alloc.Source != "cache" {
 		t.Errorf("alloc probe described as %+v", alloc)
+	}
+	// Sources are spelt as the summary's keys and the Prometheus labels are.
+	for source, want := range map[uint64]string{bpf.SourceCache: "cache", bpf.SourceDevice: "device", bpf.SourcePassThrough: "pass_through"} {
+		e := &bpf.Event{Kind: bpf.KindProbe, Probe: bpf.ProbeAlloc, Args: [6]uint64{0xd000, 4096, 0, 0, source}}
+		if got := describe(e).Source; got != want {
+			t.Errorf("source %d described as %q, want %q", source, got, want)
+		}
+		if line := string(newEventPrinter(io.Discard, false, false).format(e)); !strings.Contains(line, " source="+want+" ") {
+			t.Errorf("source %d in the text record %q, want source=%s", source, line, want)
+		}
 	}
 	var memset bpf.Func
 	for _, f := range bpf.Funcs() {

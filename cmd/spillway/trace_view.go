@@ -309,8 +309,10 @@ var kindNames = map[bpf.Kind]string{
 	bpf.KindUVMFault: "uvm_fault", bpf.KindUVMMigration: "uvm_migration",
 }
 
+// sourceNames spell an alloc probe's source as the summary's keys and the
+// Prometheus labels do.
 var sourceNames = map[int32]string{
-	bpf.SourceCache: "cache", bpf.SourceDevice: "device", bpf.SourcePassThrough: "pass-through",
+	bpf.SourceCache: "cache", bpf.SourceDevice: "device", bpf.SourcePassThrough: "pass_through",
 }
 
 func describe(e *bpf.Event) eventJSON {
