@@ -418,6 +418,13 @@ func ParseSize(name, value string) (uint64, error) {
 	return n, nil
 }
 
+// blanks are what may surround a value: the C front trims exactly these
+// from SPILLWAY_DISABLE, so that a value it does not read as 1 is not read
+// as 1 here. Other spaces (Unicode's no-break space) make a value invalid.
+const blanks = " \t\n\v\f\r"
+
+func trimBlanks(value string) string { return strings.Trim(value, blanks) }
+
 var (
 	numberRE  = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)$`)
 	percentRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)\s*%$`)
@@ -435,7 +442,7 @@ var units = map[string]uint64{
 const sizeHelp = "expected a size such as 512MiB, 8GiB, 8GB or 8G, or a percentage such as 50%"
 
 func parseLimit(value string) (Limit, string) {
-	v := strings.TrimSpace(value)
+	v := trimBlanks(value)
 	if v == "" {
 		return Limit{}, "empty; " + sizeHelp
 	}
@@ -461,7 +468,7 @@ func parseLimit(value string) (Limit, string) {
 }
 
 func parseSize(value string) (uint64, string) {
-	v := strings.TrimSpace(value)
+	v := trimBlanks(value)
 	if v == "" {
 		return 0, "empty; " + sizeHelp
 	}
@@ -501,7 +508,7 @@ const AllocationUnit = 512
 // called name: a size (zero allowed: release every empty segment at once) or
 // a percentage of the quota in [0, 100].
 func ParseThreshold(name, value string) (Limit, error) {
-	v := strings.TrimSpace(value)
+	v := trimBlanks(value)
 	example := name + "=512MiB or " + name + "=25%"
 	if m := percentRE.FindStringSubmatch(v); m != nil {
 		p, err := strconv.ParseFloat(m[1], 64)
@@ -546,7 +553,7 @@ func ParseRuntimeDir(name, value string) (string, error) {
 
 // ParseSpill parses a spill kind given as a flag or variable called name.
 func ParseSpill(name, value string) (Spill, error) {
-	switch s := Spill(strings.ToLower(strings.TrimSpace(value))); s {
+	switch s := Spill(strings.ToLower(trimBlanks(value))); s {
 	case SpillManaged, SpillPinned:
 		return s, nil
 	}
@@ -555,7 +562,7 @@ func ParseSpill(name, value string) (Spill, error) {
 
 // ParseLevel parses a log level given as a flag or variable called name.
 func ParseLevel(name, value string) (Level, error) {
-	switch l := Level(strings.ToLower(strings.TrimSpace(value))); l {
+	switch l := Level(strings.ToLower(trimBlanks(value))); l {
 	case LevelError, LevelWarn, LevelInfo, LevelDebug:
 		return l, nil
 	}
@@ -563,7 +570,7 @@ func ParseLevel(name, value string) (Level, error) {
 }
 
 func parseFormat(name, value string) (Format, error) {
-	switch f := Format(strings.ToLower(strings.TrimSpace(value))); f {
+	switch f := Format(strings.ToLower(trimBlanks(value))); f {
 	case FormatText, FormatJSON:
 		return f, nil
 	}
@@ -571,7 +578,7 @@ func parseFormat(name, value string) (Format, error) {
 }
 
 func parseSwitch(name, value string) (bool, error) {
-	switch strings.TrimSpace(value) {
+	switch trimBlanks(value) {
 	case "1":
 		return true, nil
 	case "0":

@@ -327,3 +327,24 @@ func TestMigrateSwitch(t *testing.T) {
 		}
 	}
 }
+
+// Values are read with the blanks the front trims from SPILLWAY_DISABLE
+// around them (space, tab, newline, vertical tab, form feed, carriage
+// return), and with no other: a value the front does not read as 1 must not
+// be read as 1 here, or the core would run enforcing while configured off.
+// Unicode spaces (no-break space, next line) make a value invalid.
+func TestValuesTrimTheFrontsBlanks(t *testing.T) {
+	cfg, err := Parse([]string{"SPILLWAY_DISABLE= \t1\r\n", "SPILLWAY_MEMORY_LIMIT=\v8GiB\f"})
+	if err != nil || !cfg.Disable || cfg.MemoryLimit.Bytes != 8<<30 {
+		t.Errorf("ASCII blanks around values: disable %v, limit %+v, err %v", cfg.Disable, cfg.MemoryLimit, err)
+	}
+	for _, env := range []string{"SPILLWAY_DISABLE=1\u00a0", "SPILLWAY_DISABLE=\u00851", "SPILLWAY_POOL=0\u00a0",
+		"SPILLWAY_MEMORY_LIMIT=8GiB\u00a0", "SPILLWAY_LOG_LEVEL=\u00a0info", "SPILLWAY_SPILL=pinned\u0085"} {
+		name, value, _ := strings.Cut(env, "=")
+		_, err := Parse([]string{env})
+		var cerr *Error
+		if !errors.As(err, &cerr) || cerr.Name != name || cerr.Value != value || !strings.Contains(err.Error(), "valid example") {
+			t.Errorf("%q: %v; want an error naming the variable, the value and a valid one", env, err)
+		}
+	}
+}

@@ -527,8 +527,9 @@ enum route {
     ROUTE_FAILED,  /* answered already: the device of a call for the core could not be found */
 };
 
-/* SPILLWAY_DISABLE is 1, blanks around it allowed: the core's configuration reads the
- * value so, and a value it takes for 1 must never leave the shim running. */
+/* SPILLWAY_DISABLE is 1, blanks around it allowed: the core's configuration trims the
+ * same blanks (shim/config's blanks), and a value it takes for 1 must never leave the
+ * shim running. */
 static int disabled(void)
 {
     static const char blanks[] = " \t\n\v\f\r";

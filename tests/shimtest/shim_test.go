@@ -538,6 +538,18 @@ func TestDisable(t *testing.T) {
 			t.Errorf("%q still reports the quota: %v", setting, out)
 		}
 	}
+	// A value the front does not read as 1 (a trailing no-break space) is
+	// no 1 to the core either: it is refused as invalid, not read as off
+	// by one side and on by the other.
+	setting := "SPILLWAY_DISABLE=1\u00a0"
+	res, out := harness.RunOK(t, harness.Shimmed(t, []string{setting, "SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t), "m", "4K"))
+	if got := out.Code(t, "m", 0); got != harness.ErrInitialization {
+		t.Errorf("%q: allocation returned %d, want %d (cudaErrorInitializationError)", setting, got, harness.ErrInitialization)
+	}
+	if lines := nonEmptyLines(res.Stderr); len(lines) != 1 || !strings.Contains(lines[0], "invalid SPILLWAY_DISABLE=") ||
+		!strings.Contains(lines[0], `1\\u00a0`) || !strings.Contains(lines[0], "expected 1 (on) or 0 (off)") {
+		t.Errorf("%q: stderr %q, want one line naming the variable, its value and the valid ones", setting, res.Stderr)
+	}
 }
 
 func TestCoreLoadFailure(t *testing.T) {
