@@ -149,8 +149,17 @@ func (c *Core) logFree(p interpose.DevicePtr, async bool) {
 	c.log.Debugf("%s of %#x", name, uint64(p))
 }
 
-// MemGetInfo serves cudaMemGetInfo and cuMemGetInfo.
+// MemGetInfo serves cudaMemGetInfo and cuMemGetInfo. With an invalid
+// configuration, which refuses every allocation, none of the device's
+// memory is free to the process: free 0 and the device's real total, as
+// NVML then reports.
 func (c *Core) MemGetInfo(device int) (free, total uint64, rc interpose.Error) {
+	if c.broken != nil {
+		if _, total, rc = c.mem.rt.MemGetInfo(); rc != interpose.Success {
+			return 0, 0, rc
+		}
+		return 0, total, interpose.Success
+	}
 	return c.mem.memGetInfo(device)
 }
 

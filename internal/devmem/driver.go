@@ -32,10 +32,11 @@ func openRuntime(table unsafe.Pointer) (appRuntime, onDevice, error) {
 }
 
 // TotalMem is what cuDeviceTotalMem reports for a device whose real total
-// is real: its quota when one is set, as cudaMemGetInfo's total is.
+// is real: its quota when one is set, as cudaMemGetInfo's total is (the
+// real total with an invalid configuration, which has no quota to report).
 func (c *Core) TotalMem(ordinal int, real uint64) (uint64, interpose.Error) {
 	if c.broken != nil {
-		return 0, interpose.ErrorInitialization
+		return real, interpose.Success
 	}
 	if d := c.mem.existing(ordinal); d != nil {
 		if d.limited {
@@ -51,7 +52,9 @@ func (c *Core) TotalMem(ordinal int, real uint64) (uint64, interpose.Error) {
 
 // NVMLMemory is NVML's view of a device for a process with a quota there:
 // its quota as the total and what it holds against it as used. Without a
-// quota, NVML's own figures.
+// quota, NVML's own figures. With an invalid configuration it fails with
+// cudaErrorInitializationError, as allocations do: the front then reports
+// none of the device's memory free (see MemGetInfo).
 func (c *Core) NVMLMemory(ordinal int, total, used uint64) (uint64, uint64, interpose.Error) {
 	if c.broken != nil {
 		return 0, 0, interpose.ErrorInitialization

@@ -1274,6 +1274,8 @@ EXPORT cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
         }
     } else {
         rc = real_mem_get_info(free, total);
+        if (rc == cudaSuccess && r == ROUTE_REFUSE && free)
+            *free = 0; /* allocations are refused: none of it is the process's */
     }
     depth--;
     return rc;
@@ -2011,6 +2013,8 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
         }
     } else {
         rc = real_mem_get_info(free, total);
+        if (rc == CUDA_SUCCESS && r == ROUTE_REFUSE && free)
+            *free = 0; /* allocations are refused: none of it is the process's */
     }
     depth--;
     return rc;
@@ -2063,22 +2067,31 @@ static int cuda_ordinal(nvmlDevice_t device)
 /*
  * NVML's memory figures as this process may see them: with a quota on the
  * device, total = the quota and used = what Spillway counts against it.
- * Returns 0 when the figures stand as NVML gave them. Without a quota
- * configured, NVML never loads the core (a monitoring tool that uses only
- * NVML starts no Go runtime).
+ * Returns 0 when the figures stand as NVML gave them, and NVML_NONE_FREE
+ * when every allocation is refused (an invalid configuration, or a quota
+ * and no core): none of the device's memory is the process's, as
+ * cudaMemGetInfo then says.
+ * Without a quota configured, NVML never loads the core (a monitoring tool
+ * that uses only NVML starts no Go runtime).
  */
+#define NVML_NONE_FREE (-1)
 static int nvml_as_limited(nvmlDevice_t device, unsigned long long *total,
                            unsigned long long *used)
 {
     int ordinal;
     if (atomic_load_explicit(&state, memory_order_acquire) != READY && !quota_configured())
         return 0;
-    if (route() != ROUTE_CORE || (ordinal = cuda_ordinal(device)) < 0)
+    enum route r = route();
+    if (r == ROUTE_REFUSE)
+        return NVML_NONE_FREE;
+    if (r != ROUTE_CORE || (ordinal = cuda_ordinal(device)) < 0)
         return 0;
     uint64_t t = *total, u = *used;
     depth++;
     int32_t rc = core.nvml_memory(ordinal, &t, &u);
     depth--;
+    if (rc == cudaErrorInitializationError)
+        return NVML_NONE_FREE;
     if (rc != cudaSuccess || (t == *total && u == *used))
         return 0;
     *total = t;
@@ -2090,7 +2103,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
 {
     REAL(real_memory_info, nvml_memory_info);
     nvmlReturn_t rc = real_memory_info(device, memory);
-    if (rc == NVML_SUCCESS && depth == 0 && nvml_as_limited(device, &memory->total, &memory->used))
+    if (rc != NVML_SUCCESS || depth > 0)
+        return rc;
+    int limited = nvml_as_limited(device, &memory->total, &memory->used);
+    if (limited == NVML_NONE_FREE)
+        memory->used = memory->total;
+    if (limited)
         memory->free = memory->total - memory->used;
     return rc;
 }
@@ -2099,8 +2117,12 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
 {
     REAL(real_memory_info, nvml_memory_info_v2);
     nvmlReturn_t rc = real_memory_info(device, memory);
-    if (rc == NVML_SUCCESS && depth == 0 &&
-        nvml_as_limited(device, &memory->total, &memory->used)) {
+    if (rc != NVML_SUCCESS || depth > 0)
+        return rc;
+    int limited = nvml_as_limited(device, &memory->total, &memory->used);
+    if (limited == NVML_NONE_FREE)
+        memory->used = memory->total;
+    if (limited) {
         memory->reserved = 0;
         memory->free = memory->total - memory->used;
     }
@@ -2114,7 +2136,7 @@ static void own_process_usage(nvmlDevice_t device, unsigned int count, nvmlProce
     for (unsigned int i = 0; infos && i < count; i++)
         if (infos[i].pid == self) {
             unsigned long long total = ~0ull, used = infos[i].usedGpuMemory;
-            if (nvml_as_limited(device, &total, &used))
+            if (nvml_as_limited(device, &total, &used) > 0)
                 infos[i].usedGpuMemory = used;
             return;
         }
@@ -2479,7 +2501,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Mem
     REAL(real_bar1, nvml_bar1_memory_info);
     nvmlReturn_t rc = real_bar1(device, bar1Memory);
     unsigned long long quota = ~0ull, held = 0;
-    if (rc == NVML_SUCCESS && depth == 0 && nvml_as_limited(device, &quota, &held) &&
+    if (rc == NVML_SUCCESS && depth == 0 && nvml_as_limited(device, &quota, &held) > 0 &&
         quota < bar1Memory->bar1Total) {
         bar1Memory->bar1Total = quota;
         if (bar1Memory->bar1Used > quota)
@@ -2499,7 +2521,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
     for (unsigned int i = 0; rc == NVML_SUCCESS && depth == 0 && infos && i < *infoCount; i++)
         if (infos[i].pid == self) {
             unsigned long long total = ~0ull, used = infos[i].usedGpuMemory;
-            if (nvml_as_limited(device, &total, &used))
+            if (nvml_as_limited(device, &total, &used) > 0)
                 infos[i].usedGpuMemory = used;
             break;
         }

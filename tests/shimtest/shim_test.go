@@ -491,6 +491,55 @@ func TestBadConfiguration(t *testing.T) {
 	}
 }
 
+// With an invalid configuration, or a quota and a core that cannot be
+// loaded, every allocation is refused, so no memory is the process's:
+// cudaMemGetInfo and cuMemGetInfo report free 0 with the device's real
+// total, cuDeviceTotalMem the real total, and NVML (once the core has been
+// started) the real total, all of it used. A program that sizes its work
+// from them is not told of memory it cannot get.
+func TestBadConfigurationReportsNoFreeMemory(t *testing.T) {
+	const total = 16 << 30
+	device := "SIMCUDA_DEVICES=1x16GiB"
+	noCore := "SPILLWAY_CORE=" + filepath.Join(t.TempDir(), "libspillway-core.so")
+	for name, bad := range map[string][]string{
+		"invalid quota": {"SPILLWAY_MEMORY_LIMIT=8gigs"}, "invalid switch": {"SPILLWAY_POOL=2"},
+		"no core": {noCore, "SPILLWAY_MEMORY_LIMIT=8GiB"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			bad := append([]string{device}, bad...)
+			_, rt := harness.RunOK(t, harness.Shimmed(t, bad, cudaops(t), "i", "m", "4K", "i"))
+			if rt.Code(t, "m", 0) != harness.ErrInitialization {
+				t.Fatalf("allocation: %v, want it refused", rt)
+			}
+			for i := range 2 {
+				if l := rt.Line(t, "i", i); rt.Code(t, "i", i) != 0 || rt.Num(t, "i", i, 2) != 0 || rt.Num(t, "i", i, 3) != total {
+					t.Errorf("cudaMemGetInfo %d: %v, want success, free 0, the real total %d", i, l, uint64(total))
+				}
+			}
+			_, drv := harness.RunOK(t, harness.Shimmed(t, bad, drvops(t, "dynamic"), "i", "t", "I", "m", "4K"))
+			if drv.Code(t, "m", 0) == 0 {
+				t.Fatalf("cuMemAlloc: %v, want it refused", drv)
+			}
+			if l := drv.Line(t, "i", 0); drv.Code(t, "i", 0) != 0 || drv.Num(t, "i", 0, 2) != 0 || drv.Num(t, "i", 0, 3) != total {
+				t.Errorf("cuMemGetInfo: %v, want success, free 0, the real total", l)
+			}
+			if l := drv.Line(t, "t", 0); drv.Code(t, "t", 0) != 0 || drv.Num(t, "t", 0, 2) != total {
+				t.Errorf("cuDeviceTotalMem: %v, want the real total", l)
+			}
+			if l := drv.Line(t, "I", 0); drv.Code(t, "I", 0) != 0 || drv.Num(t, "I", 0, 2) != 0 || drv.Num(t, "I", 0, 3) != total {
+				t.Errorf("cudaMemGetInfo after the driver's calls: %v, want success, free 0, the real total", l)
+			}
+		})
+	}
+	// NVML alone starts the core when a quota is configured.
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/nvmlonly.c"}, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lnvidia-ml"}})
+	_, nv := harness.RunOK(t, harness.Shimmed(t, []string{device, "SPILLWAY_MEMORY_LIMIT=8gigs"}, prog))
+	if l := nv.Line(t, "t", 0); nv.Num(t, "t", 0, 1) != total || nv.Num(t, "t", 0, 2) != total || nv.Num(t, "t", 0, 3) != 0 {
+		t.Errorf("nvmlDeviceGetMemoryInfo: %v, want the real total, all of it used, none free", l)
+	}
+}
+
 func TestLogSettings(t *testing.T) {
 	prog := cudaops(t)
 	res, _ := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_FORMAT=json"}, prog, "m", "2M"))
