@@ -2081,10 +2081,13 @@ static int nvml_as_limited(nvmlDevice_t device, unsigned long long *total,
     int ordinal;
     if (atomic_load_explicit(&state, memory_order_acquire) != READY && !quota_configured())
         return 0;
+    /* The ordinal first: it loads the driver, which the core starts on in a
+     * process that has used only NVML so far. */
+    ordinal = cuda_ordinal(device);
     enum route r = route();
     if (r == ROUTE_REFUSE)
         return NVML_NONE_FREE;
-    if (r != ROUTE_CORE || (ordinal = cuda_ordinal(device)) < 0)
+    if (r != ROUTE_CORE || ordinal < 0)
         return 0;
     uint64_t t = *total, u = *used;
     depth++;

@@ -58,3 +58,19 @@ func TestNVMLWithoutQuota(t *testing.T) {
 		t.Errorf("an NVML call without a quota loaded the core")
 	}
 }
+
+// TestNVMLOnlyWithQuota: a process that has used only NVML (a monitoring
+// tool started under a quota) sees the quota as the device's total: the
+// core starts on the driver the front loads to match NVML's devices to
+// CUDA's, without a word on standard error.
+func TestNVMLOnlyWithQuota(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/nvmlonly.c"}, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lnvidia-ml"}})
+	res, out := harness.RunOK(t, harness.Shimmed(t, []string{"SIMCUDA_DEVICES=1x16GiB", "SPILLWAY_MEMORY_LIMIT=8GiB"}, prog))
+	if l := out.Line(t, "t", 0); out.Num(t, "t", 0, 1) != 8<<30 || out.Num(t, "t", 0, 3) != 8<<30 {
+		t.Errorf("nvmlDeviceGetMemoryInfo under an 8 GiB quota: %v, want total and free 8 GiB", l)
+	}
+	if res.Stderr != "" {
+		t.Errorf("stderr: %q", res.Stderr)
+	}
+}
