@@ -174,7 +174,9 @@
 // releases every empty segment and reserves a segment, or exactly the
 // request; spills to the host (Options.Oversubscribe); refuses, with an error
 // wrapping ErrQuota and ErrOutOfMemory. A Backing failure with ErrOutOfMemory
-// (the device itself is full) takes the same path.
+// (the device itself is full) takes the same path, granules included, and
+// its refusal wraps the Backing's error instead of ErrQuota; with virtual
+// memory it first returns every free and idle granule to the device.
 //
 // Empty segments are also released, oldest emptied first, while the cached
 // memory (reserved in segments but not live) exceeds Options.ReleaseThreshold,

@@ -50,8 +50,9 @@ const (
 	arenaMax = 64 << 30
 )
 
-// errNoPhysical says that the quota (or the device) cannot hold the granules a
-// placement needs; the caller tries harder before refusing.
+// errNoPhysical says that the quota (or the device, then wrapped with the
+// Backing's ErrOutOfMemory) cannot hold the granules a placement needs; the
+// caller tries harder before spilling or refusing.
 var errNoPhysical = errors.New("no physical granule available")
 
 // granule is one granularity-sized piece of an arena's address range.
@@ -189,8 +190,14 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 	if p.opt.Oversubscribe {
 		return p.spill(size)
 	}
-	if errors.Is(err, errNoPhysical) {
-		return 0, p.refuse(size, nil)
+	if errors.Is(err, errNoPhysical) && !errors.Is(err, ErrOutOfMemory) {
+		return 0, p.refuse(size, nil) // the quota's refusal
+	}
+	if errors.Is(err, ErrOutOfMemory) {
+		// The device itself is full: the granules mapped trying, and the
+		// rest of the cache, go back to it for the GPU's other processes,
+		// as every empty segment does under pressure without virtual memory.
+		p.releaseGranulesWhile(func() bool { return true })
 	}
 	return 0, p.refuse(size, err)
 }
@@ -499,6 +506,12 @@ func (p *Pool) takePhysical() (uint64, error) {
 	h, err := v.back.CreatePhysical(v.gran, TierDevice)
 	if err != nil {
 		p.ledger.Give(v.gran)
+		if errors.Is(err, ErrOutOfMemory) {
+			// The device is full below the quota (other processes hold the
+			// rest): short of granules as a full quota is, so the caller
+			// spills or refuses the same way.
+			return 0, fmt.Errorf("pool: creating a %d-byte granule: %w: %w", v.gran, err, errNoPhysical)
+		}
 		return 0, fmt.Errorf("pool: creating a %d-byte granule: %w", v.gran, err)
 	}
 	v.granule++

@@ -248,14 +248,40 @@ func TestVirtualOff(t *testing.T) {
 }
 
 // TestVirtualDeviceFull: a device out of memory below the quota refuses with
-// its own error and leaves the accounting exact.
+// its own error, counts the refusal, gives back to the device the granules
+// it mapped trying (the GPU's other processes need them more than a request
+// that failed) and leaves the accounting exact.
 func TestVirtualDeviceFull(t *testing.T) {
-	f := pooltest.NewVirtual(6 * miB)
-	h := newVirtualHarness(t, f, virtualOptions(64*miB))
+	f := pooltest.NewVirtual(10 * miB)
+	opt := pool.DefaultOptions(64 * miB) // its release threshold would keep the granules mapped trying
+	h := newVirtualHarness(t, f, opt)
 	h.mustAlloc(5 * miB)
-	_, err := h.alloc(4 * miB)
+	_, err := h.alloc(8 * miB)
 	if !errors.Is(err, pool.ErrOutOfMemory) || errors.Is(err, pool.ErrQuota) {
 		t.Fatalf("allocation beyond the device: %v, want the device's out of memory", err)
+	}
+	if st := h.p.Stats(); st.Refused != 1 || st.ReservedBytes != 6*miB || f.PhysicalBytes() != 6*miB {
+		t.Fatalf("%d refusals, %d bytes reserved, %d physical; want 1 and the three granules of the live block",
+			st.Refused, st.ReservedBytes, f.PhysicalBytes())
+	}
+	h.checkPhysical()
+	h.closeVirtual()
+}
+
+// TestVirtualDeviceFullSpills: with oversubscription, the granules a device
+// out of memory below the quota cannot give (other processes hold the rest)
+// are host memory behind the same range, as beyond the quota.
+func TestVirtualDeviceFullSpills(t *testing.T) {
+	f := pooltest.NewVirtual(6 * miB)
+	opt := virtualOptions(64 * miB)
+	opt.Oversubscribe = true
+	h := newVirtualHarness(t, f, opt)
+	h.mustAlloc(5 * miB) // three granules: the device has room for none more
+	h.mustAlloc(4 * miB)
+	st := h.p.Stats()
+	if st.Refused != 0 || st.SpilledBytes != 2*granule || f.HostBytes() != 2*granule || st.ReservedBytes != 6*miB {
+		t.Fatalf("refused %d, spilled %d, host %d, reserved %d; want nothing refused, two granules on the host and the device's 6 MiB reserved",
+			st.Refused, st.SpilledBytes, f.HostBytes(), st.ReservedBytes)
 	}
 	h.checkPhysical()
 	h.closeVirtual()

@@ -114,9 +114,9 @@ type memory struct {
 	graphs  graphHolds                // blocks freed into CUDA graphs
 	ledgers map[int]*deviceLedger     // by ordinal, for the life of the process; m.mu guards it
 	// One limiter per kind of warning, so that one kind never hides another.
-	spillWarn, hostLimitWarn, releaseWarn, backingWarn, earlyWarn limiter
-	earlyDropped                                                  atomic.Uint64 // allocations passed through while the core started and not counted
-	warned                                                        atomic.Bool   // the managed-to-pinned fallback was logged
+	spillWarn, hostLimitWarn, deviceFullWarn, releaseWarn, backingWarn, earlyWarn limiter
+	earlyDropped                                                                  atomic.Uint64 // allocations passed through while the core started and not counted
+	warned                                                                        atomic.Bool   // the managed-to-pinned fallback was logged
 }
 
 // maxDevices bounds device ordinals, as config does for SPILLWAY_MEMORY_LIMIT_<n>.
@@ -398,6 +398,8 @@ func (m *memory) failed(d *device, kind allocKind, size uint64, err error) inter
 		}
 	} else if errors.Is(err, pool.ErrHostLimit) {
 		m.hostLimitRefused(d, kind, size)
+	} else if errors.Is(err, pool.ErrOutOfMemory) && !errors.Is(err, pool.ErrQuota) {
+		m.deviceFullRefused(d, kind, size)
 	} else if rc == interpose.ErrorMemoryAllocation {
 		m.refused(kind, size, d.ordinal, d.ledger.used(), d.quota)
 	}

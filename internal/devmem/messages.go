@@ -8,6 +8,7 @@ import (
 
 	"github.com/sirupsen/logrus"
 
+	"github.com/spillway-gpu/spillway/interpose"
 	"github.com/spillway-gpu/spillway/shim/config"
 )
 
@@ -32,6 +33,25 @@ func (m *memory) hostLimitRefused(d *device, kind allocKind, size uint64) {
 	}).Warnf("%s of %s refused on device %d: the quota is full and spilling it would pass the host limit (%s=%s; %s spilled)",
 		kind, config.FormatBytes(size), d.ordinal, config.EnvHostLimit, config.FormatBytes(st.HostLimit),
 		config.FormatBytes(st.SpilledBytes))
+}
+
+// deviceFullRefused logs a request refused because the device itself had
+// no room, below the quota: the GPU's other processes (or memory Spillway
+// does not count) hold the rest, which the quota's figures cannot show.
+func (m *memory) deviceFullRefused(d *device, kind allocKind, size uint64) {
+	suppressed, ok := m.deviceFullWarn.allow()
+	if !ok {
+		return
+	}
+	used := d.ledger.used()
+	fields := logrus.Fields{"device": d.ordinal, "requested": size, "used": used, "quota": d.quota, "suppressed": suppressed}
+	free := "unknown"
+	if f, _, rc := m.on(d.ordinal).MemGetInfo(); rc == interpose.Success {
+		fields["device_free"] = f
+		free = config.FormatBytes(f)
+	}
+	m.log.WithFields(fields).Warnf("%s of %s refused on device %d: the device is out of memory (%s free on it) though the quota is not (%s in use of %s)",
+		kind, config.FormatBytes(size), d.ordinal, free, config.FormatBytes(used), config.FormatBytes(d.quota))
 }
 
 // reportJSON is a SPILLWAY_REPORT line in the JSON log format: the line as

@@ -110,32 +110,35 @@ type statJSON struct {
 }
 
 type statDevice struct {
-	Index      int    `json:"index"`
-	Name       string `json:"name"`
-	UUID       string `json:"uuid"`
-	PCIBusID   string `json:"pci_bus_id"`
-	TotalBytes uint64 `json:"total_bytes"`
-	UsedBytes  uint64 `json:"used_bytes"`
-	Processes  []struct {
-		PID      int       `json:"pid"`
-		Command  string    `json:"command"`
-		Updated  time.Time `json:"updated"`
-		Spillway *struct {
-			Ordinal     int     `json:"ordinal"`
-			Limited     bool    `json:"limited"`
-			Quota       uint64  `json:"quota_bytes"`
-			Used        uint64  `json:"used_bytes"`
-			Reserved    uint64  `json:"reserved_bytes"`
-			Cached      uint64  `json:"cached_bytes"`
-			Live        uint64  `json:"live_bytes"`
-			Spilled     uint64  `json:"spilled_bytes"`
-			HostOutside uint64  `json:"host_outside_bytes"`
-			Refused     uint64  `json:"refusals"`
-			PCIBusID    *string `json:"pci_bus_id"`
-		} `json:"spillway"`
-		NVMLUsed  *uint64 `json:"nvml_used_bytes"`
-		MatchedBy string  `json:"matched_by"`
-	} `json:"processes"`
+	Index      int               `json:"index"`
+	Name       string            `json:"name"`
+	UUID       string            `json:"uuid"`
+	PCIBusID   string            `json:"pci_bus_id"`
+	TotalBytes uint64            `json:"total_bytes"`
+	UsedBytes  uint64            `json:"used_bytes"`
+	Processes  []statProcessJSON `json:"processes"`
+}
+
+// statProcessJSON is one process under a device.
+type statProcessJSON struct {
+	PID      int       `json:"pid"`
+	Command  string    `json:"command"`
+	Updated  time.Time `json:"updated"`
+	Spillway *struct {
+		Ordinal     int     `json:"ordinal"`
+		Limited     bool    `json:"limited"`
+		Quota       uint64  `json:"quota_bytes"`
+		Used        uint64  `json:"used_bytes"`
+		Reserved    uint64  `json:"reserved_bytes"`
+		Cached      uint64  `json:"cached_bytes"`
+		Live        uint64  `json:"live_bytes"`
+		Spilled     uint64  `json:"spilled_bytes"`
+		HostOutside uint64  `json:"host_outside_bytes"`
+		Refused     uint64  `json:"refusals"`
+		PCIBusID    *string `json:"pci_bus_id"`
+	} `json:"spillway"`
+	NVMLUsed  *uint64 `json:"nvml_used_bytes"`
+	MatchedBy string  `json:"matched_by"`
 }
 
 func runStat(t *testing.T, e env, args ...string) harness.Result {

@@ -2,7 +2,9 @@
  * hold: allocates on device DEV, frees the first FREED blocks, says
  * "ready", then holds the rest until its standard input closes. A size
  * written vSIZE is physical memory the program creates itself
- * (cuMemCreate, on device DEV), never freed.
+ * (cuMemCreate, on device DEV), never freed; one written ?SIZE may be
+ * refused: the refusal is said on standard error ("hold: cudaMalloc of SIZE
+ * refused: RC") and hold goes on.
  *
  *   hold DEV FREED SIZE...   -> "ready" once allocated
  *
@@ -42,8 +44,15 @@ int main(int argc, char **argv)
             }
             continue;
         }
-        if (cudaMalloc(&p[n], strtoull(argv[i], NULL, 10)) != cudaSuccess) {
-            fprintf(stderr, "hold: cudaMalloc of %s failed\n", argv[i]);
+        int may_fail = argv[i][0] == '?';
+        const char *size = argv[i] + may_fail;
+        cudaError_t rc = cudaMalloc(&p[n], strtoull(size, NULL, 10));
+        if (rc != cudaSuccess && may_fail) {
+            fprintf(stderr, "hold: cudaMalloc of %s refused: %d\n", size, (int)rc);
+            continue;
+        }
+        if (rc != cudaSuccess) {
+            fprintf(stderr, "hold: cudaMalloc of %s failed\n", size);
             return 1;
         }
         n++;
