@@ -2102,6 +2102,18 @@ static int nvml_as_limited(nvmlDevice_t device, unsigned long long *total,
     return 1;
 }
 
+/*
+ * Free under a quota: what is left of it, never more than the device
+ * really has free (the GPU's other processes hold the rest), as
+ * cudaMemGetInfo reports. nvml_as_limited keeps used within total.
+ */
+static unsigned long long quota_free(unsigned long long total, unsigned long long used,
+                                     unsigned long long device_free)
+{
+    unsigned long long left = total - used;
+    return left < device_free ? left : device_free;
+}
+
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
     REAL(real_memory_info, nvml_memory_info);
@@ -2112,7 +2124,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
     if (limited == NVML_NONE_FREE)
         memory->used = memory->total;
     if (limited)
-        memory->free = memory->total - memory->used;
+        memory->free = quota_free(memory->total, memory->used, memory->free);
     return rc;
 }
 
@@ -2127,7 +2139,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
         memory->used = memory->total;
     if (limited) {
         memory->reserved = 0;
-        memory->free = memory->total - memory->used;
+        memory->free = quota_free(memory->total, memory->used, memory->free);
     }
     return rc;
 }

@@ -1,6 +1,8 @@
 package shimtest
 
 import (
+	"bufio"
+	"strings"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
@@ -72,5 +74,48 @@ func TestNVMLOnlyWithQuota(t *testing.T) {
 	}
 	if res.Stderr != "" {
 		t.Errorf("stderr: %q", res.Stderr)
+	}
+}
+
+// TestNVMLFreeWithinDevice: a process with a quota shares its device with
+// another that holds most of it. NVML's free, in every memory report, is
+// what is left of its quota but never more than the device really has free,
+// as cudaMemGetInfo's is; its own entry in each process list is what
+// Spillway counts.
+func TestNVMLFreeWithinDevice(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/nvmlops.c"}, Cudart: true, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lnvidia-ml"}})
+	shared := []string{"SIMCUDA_STATE_DIR=" + t.TempDir(), "SIMCUDA_DEVICES=256MiB"}
+	other := harness.Command(t, prog, "200", "hold")
+	harness.SetEnv(other, shared...)
+	stdin, err := other.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := other.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); other.Wait() }()
+	// It holds its 200 MiB once it has printed its last line.
+	lines := bufio.NewScanner(stdout)
+	for lines.Scan() && !strings.HasPrefix(lines.Text(), "b ") {
+	}
+
+	_, limited := harness.RunOK(t, harness.Shimmed(t, append(shared, "SPILLWAY_MEMORY_LIMIT=128MiB", "SPILLWAY_POOL=0"), prog, "16"))
+	const deviceFree = (256 - 200 - 16) << 20
+	for _, op := range []string{"v1", "v2"} {
+		if total, used, free := limited.Num(t, op, 0, 2), limited.Num(t, op, 0, 3), limited.Num(t, op, 0, 4); total != 128<<20 || used != 16<<20 || free != deviceFree {
+			t.Errorf("%s with a 128 MiB quota, 16 MiB allocated and %d bytes free on the device: total %d used %d free %d",
+				op, deviceFree, total, used, free)
+		}
+	}
+	for _, op := range []string{"p", "p2", "q"} {
+		if own := int64(limited.Num(t, op, 0, 2)); own != 16<<20 {
+			t.Errorf("%s: the process's own entry shows %d bytes, want the 16 MiB Spillway counts", op, own)
+		}
 	}
 }
