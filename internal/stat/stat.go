@@ -8,10 +8,14 @@
 // place under a sequence lock: the writer's owner refreshes it from a ticker,
 // so the allocation path never makes a system call for it. Files live in a
 // runtime directory (/run/spillway as root, $XDG_RUNTIME_DIR/spillway
-// otherwise, or SPILLWAY_RUNTIME_DIR), one per process, named PID.stat,
-// readable by their owner only, and removed at exit. A file whose process
-// is gone (no /proc/PID, or one with another start time: the PID was
-// reused) is stale and ignored.
+// otherwise, or SPILLWAY_RUNTIME_DIR), one per process, named PID-NS.stat
+// (NS: the inode of its PID namespace, so that processes of containers
+// sharing the directory never take each other's file), readable by their
+// owner only, and removed at exit. A file whose process is gone (no
+// /proc/PID, or one with another start time: the PID was reused) is stale:
+// ignored, and removed by the next process that creates its file there. A
+// process of another PID namespace is found by its namespace and its PID
+// there, and shown under the PID the reader sees (which NVML reports).
 //
 // It must never make a system call from Publish, never block its writer on
 // a reader, and never trust a file beyond its fixed layout: a reader checks
@@ -55,6 +59,7 @@ const (
 	offDevices = 48
 	offComm    = 56
 	commSize   = 16
+	offPIDNS   = 72 // the inode of the writer's PID namespace; 0 in files of older versions
 )
 
 // Device is one device's figures, in bytes and counts.
@@ -132,7 +137,7 @@ func deviceFrom(w [deviceWords]uint64) Device {
 
 // Process is one file's contents.
 type Process struct {
-	PID     int       `json:"pid"`
+	PID     int       `json:"pid"` // as the reader sees it, whatever namespace the writer is in
 	Command string    `json:"command"`
 	Updated time.Time `json:"updated"`
 	Devices []Device  `json:"devices"`
@@ -157,7 +162,9 @@ type Writer struct {
 	mem  []byte
 }
 
-// Create makes dir (0700 when new) and the file of process pid in it.
+// Create makes dir (0700 when new) and the file of process pid in it, and
+// removes the files that processes of its PID namespace left there when
+// they were killed.
 func Create(dir string, pid int) (*Writer, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("stat directory: %w", err)
@@ -166,7 +173,12 @@ func Create(dir string, pid int) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	path := filepath.Join(dir, strconv.Itoa(pid)+".stat")
+	ns, err := pidNamespace(strconv.Itoa(pid))
+	if err != nil {
+		return nil, err
+	}
+	removeStale(dir, ns)
+	path := filepath.Join(dir, fmt.Sprintf("%d-%d.stat", pid, ns))
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("stat file %s: %w", path, err)
@@ -189,6 +201,7 @@ func Create(dir string, pid int) (*Writer, error) {
 	binary.LittleEndian.PutUint32(mem[offSlots:], MaxDevices)
 	binary.LittleEndian.PutUint64(mem[offPID:], uint64(pid))
 	binary.LittleEndian.PutUint64(mem[offStart:], start)
+	binary.LittleEndian.PutUint64(mem[offPIDNS:], ns)
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	copy(mem[offComm:offComm+commSize], bytes.TrimSpace(comm))
 	return &Writer{path: path, mem: mem}, nil
@@ -230,6 +243,10 @@ var ErrStale = errors.New("stale: its process has exited")
 
 // Read returns the figures in one file, or ErrStale.
 func Read(path string) (Process, error) {
+	return read(path, &pidResolver{})
+}
+
+func read(path string, pids *pidResolver) (Process, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return Process{}, err
@@ -250,7 +267,7 @@ func Read(path string) (Process, error) {
 		}
 		s := binary.LittleEndian.Uint64(buf[offSeq:])
 		if s%2 == 0 && s == binary.LittleEndian.Uint64(seq[:]) {
-			return parse(path, buf)
+			return parse(path, buf, pids)
 		}
 		time.Sleep(time.Millisecond) // a refresh is under way
 	}
@@ -266,7 +283,8 @@ func otherVersion(path string, head []byte) error {
 		return nil
 	}
 	if v := binary.LittleEndian.Uint32(head[offVersion:]); v != version {
-		if pid, err := strconv.Atoi(strings.TrimSuffix(filepath.Base(path), ".stat")); err == nil {
+		name, _, _ := strings.Cut(strings.TrimSuffix(filepath.Base(path), ".stat"), "-")
+		if pid, err := strconv.Atoi(name); err == nil {
 			if _, err := StartTime(pid); err != nil {
 				return ErrStale
 			}
@@ -276,7 +294,7 @@ func otherVersion(path string, head []byte) error {
 	return nil
 }
 
-func parse(path string, buf []byte) (Process, error) {
+func parse(path string, buf []byte, pids *pidResolver) (Process, error) {
 	le := binary.LittleEndian
 	if err := otherVersion(path, buf); err != nil {
 		return Process{}, err
@@ -292,9 +310,11 @@ func parse(path string, buf []byte) (Process, error) {
 	if u := le.Uint64(buf[offUpdated:]); u > 0 {
 		p.Updated = time.Unix(0, int64(u))
 	}
-	if start, err := StartTime(p.PID); err != nil || start != p.start {
+	pid, ok := pids.resolve(le.Uint64(buf[offPIDNS:]), p.PID, p.start)
+	if !ok {
 		return Process{}, ErrStale
 	}
+	p.PID = pid
 	n := le.Uint64(buf[offDevices:])
 	if n > MaxDevices {
 		return Process{}, fmt.Errorf("%s: %d devices, at most %d", path, n, MaxDevices)
@@ -322,11 +342,12 @@ func ReadDir(dir string) ([]Process, []error) {
 	}
 	var procs []Process
 	var errs []error
+	pids := &pidResolver{}
 	for _, e := range entries {
 		if !strings.HasSuffix(e.Name(), ".stat") {
 			continue
 		}
-		p, err := Read(filepath.Join(dir, e.Name()))
+		p, err := read(filepath.Join(dir, e.Name()), pids)
 		switch {
 		case errors.Is(err, ErrStale):
 		case err != nil:
@@ -364,4 +385,113 @@ func StartTime(pid int) (uint64, error) {
 		return 0, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
 	}
 	return start, nil
+}
+
+// pidNamespace is the inode of the PID namespace of process pid ("self":
+// the caller), which names it while it lives.
+func pidNamespace(pid string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat("/proc/"+pid+"/ns/pid", &st); err != nil {
+		return 0, fmt.Errorf("PID namespace of process %s: %w", pid, err)
+	}
+	return st.Ino, nil
+}
+
+// pidResolver finds, under the PID this process sees, a process named by
+// its PID namespace and its PID there. Processes of other namespaces are
+// looked up in one scan of /proc, made at the first need.
+type pidResolver struct {
+	own     uint64 // this process's PID namespace; 0 until known
+	scanned bool
+	foreign map[[2]uint64]int // (namespace, PID there) -> PID here
+}
+
+// resolve returns the PID here of the process with PID pid in namespace ns
+// (0: a file of an older version, whose PID is taken as this namespace's)
+// that started at start, or false when it is gone or cannot be seen from
+// this namespace.
+func (r *pidResolver) resolve(ns uint64, pid int, start uint64) (int, bool) {
+	if r.own == 0 {
+		r.own, _ = pidNamespace("self")
+	}
+	if ns != 0 && ns != r.own {
+		if !r.scanned {
+			r.scan()
+		}
+		var ok bool
+		if pid, ok = r.foreign[[2]uint64{ns, uint64(pid)}]; !ok {
+			return 0, false
+		}
+	}
+	if s, err := StartTime(pid); err != nil || s != start {
+		return 0, false
+	}
+	return pid, true
+}
+
+// scan records every visible process of another PID namespace by its PID
+// there: the last of the PIDs its status lists (NSpid), from this
+// namespace inwards.
+func (r *pidResolver) scan() {
+	r.scanned = true
+	r.foreign = map[[2]uint64]int{}
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		here, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ns, err := pidNamespace(e.Name())
+		if err != nil || ns == r.own {
+			continue
+		}
+		status, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" {
+				if there, err := strconv.ParseUint(f[len(f)-1], 10, 64); err == nil {
+					r.foreign[[2]uint64{ns, there}] = here
+				}
+			}
+		}
+	}
+}
+
+// initPIDNamespace is the inode of the host's PID namespace (the kernel's
+// PROC_PID_INIT_INO), from which every process can be seen.
+const initPIDNamespace = 0xeffffffc
+
+// removeStale removes the files of dir written by processes that are gone
+// (killed: a process that exits removes its own) of PID namespace ns, or of
+// any namespace when ns is the host's. Those of other namespaces are left
+// otherwise: whether their processes live may not be visible from here.
+func removeStale(dir string, ns uint64) {
+	entries, _ := os.ReadDir(dir)
+	head := make([]byte, headerSize)
+	pids := &pidResolver{}
+	le := binary.LittleEndian
+	for _, e := range entries {
+		if !strings.HasSuffix(e.Name(), ".stat") {
+			continue
+		}
+		path := filepath.Join(dir, e.Name())
+		f, err := os.Open(path)
+		if err != nil {
+			continue
+		}
+		n, _ := f.ReadAt(head, 0)
+		f.Close()
+		if n < headerSize || string(head[:len(magic)]) != magic || le.Uint32(head[offVersion:]) != version {
+			continue
+		}
+		fileNS := le.Uint64(head[offPIDNS:])
+		if fileNS != 0 && fileNS != ns && ns != initPIDNamespace {
+			continue
+		}
+		if _, ok := pids.resolve(fileNS, int(le.Uint64(head[offPID:])), le.Uint64(head[offStart:])); !ok {
+			os.Remove(path)
+		}
+	}
 }

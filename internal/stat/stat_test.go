@@ -155,10 +155,12 @@ func TestReadRejectsOtherFiles(t *testing.T) {
 		t.Errorf("version 1 file of this version's size: %v, want it named", err)
 	}
 	// One left by a process that has exited is stale, whatever its version.
-	dead := filepath.Join(dir, "4194305.stat") // above Linux's largest PID
-	os.WriteFile(dead, old, 0o600)
-	if _, err := Read(dead); !errors.Is(err, ErrStale) {
-		t.Errorf("version 1 file of an exited process: %v, want ErrStale", err)
+	for _, name := range []string{"4194305.stat", "4194305-4026531836.stat"} { // above Linux's largest PID
+		dead := filepath.Join(dir, name)
+		os.WriteFile(dead, old, 0o600)
+		if _, err := Read(dead); !errors.Is(err, ErrStale) {
+			t.Errorf("version 1 file %s of an exited process: %v, want ErrStale", name, err)
+		}
 	}
 	if procs, errs := ReadDir(filepath.Join(dir, "absent")); procs != nil || errs != nil {
 		t.Errorf("missing directory: %v, %v", procs, errs)

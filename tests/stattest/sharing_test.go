@@ -1,9 +1,19 @@
 package stattest
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
 )
 
 // processFigures is what spillway stat publishes for pid on GPU gpu.
@@ -77,5 +87,77 @@ func TestDeviceFullBelowQuotaSpills(t *testing.T) {
 	}
 	if strings.Contains(b.stderr.String(), "refused on device") || strings.Contains(b.stderr.String(), "hold: cudaMalloc") {
 		t.Errorf("b's stderr tells of a refusal:\n%s", b.stderr.String())
+	}
+}
+
+// startInPIDNamespace runs hold under the shim in a PID namespace of its
+// own, where it is PID 1, as a container's main process is (it needs root,
+// and unshare); h.pid is its PID here.
+func startInPIDNamespace(t *testing.T, e env, bin string, extra []string, args ...string) *holder {
+	t.Helper()
+	unshare, err := exec.LookPath("unshare")
+	if err == nil && os.Geteuid() != 0 {
+		err = errors.New("not running as root")
+	}
+	if err != nil {
+		harness.Unavailable(t, "a PID namespace of its own (root and unshare)", err.Error())
+	}
+	h := startWrapped(t, e, extra, unshare, append([]string{"--pid", "--mount-proc", "--kill-child", bin}, args...)...)
+	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", h.cmd.Process.Pid, h.cmd.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h.pid, err = strconv.Atoi(strings.TrimSpace(string(children))); err != nil {
+		t.Fatalf("unshare's children: %q", children)
+	}
+	return h
+}
+
+// Two jobs in containers of their own (PID namespaces, each job PID 1
+// there) share the device and the figures' folder: each has a file of its
+// own, and spillway stat, outside them, lists each under the PID it sees
+// with its own figures. One killed leaves its file, ignored, which the
+// next process to publish from here removes.
+func TestStatPIDNamespaces(t *testing.T) {
+	bin := compileHold(t)
+	e := newEnv(t)
+	a := startInPIDNamespace(t, e, bin, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, "0", "0", strconv.Itoa(8*mib))
+	b := startInPIDNamespace(t, e, bin, []string{"SPILLWAY_MEMORY_LIMIT=32MiB"}, "0", "0", strconv.Itoa(4*mib))
+	files, _ := filepath.Glob(filepath.Join(e.runtime, "1-*.stat"))
+	if len(files) != 2 {
+		t.Fatalf("files of the two PID 1s: %v, want two", files)
+	}
+	s := statAfter(t, e, a, b)
+	for _, c := range []struct {
+		h           *holder
+		quota, used uint64
+	}{{a, 64 * mib, 8 * mib}, {b, 32 * mib, 4 * mib}} {
+		p := processFigures(t, s, 0, c.h.pid)
+		if sp := p.Spillway; sp.Quota != c.quota || sp.Used != c.used || p.Command != "hold" {
+			t.Errorf("pid %d: %s published %+v; want a quota of %d and %d used", c.h.pid, p.Command, sp, c.quota, c.used)
+		}
+	}
+	table := runStat(t, e)
+	for _, h := range []*holder{a, b} {
+		if !regexp.MustCompile(fmt.Sprintf(`(?m)^\s*%d\s+hold\s`, h.pid)).MatchString(table.Stdout) {
+			t.Errorf("table lacks pid %d:\n%s", h.pid, table.Stdout)
+		}
+	}
+
+	syscall.Kill(b.pid, syscall.SIGKILL)
+	b.cmd.Wait()
+	if res := runStat(t, e, "--json"); strings.Contains(res.Stdout, fmt.Sprintf(`"pid":%d,`, b.pid)) {
+		t.Errorf("the killed process is listed: %s", res.Stdout)
+	}
+	c := startHolder(t, e, bin, "16MiB", "0", "0", strconv.Itoa(mib))
+	// What is left: a's file (one of the two PID 1s') and c's.
+	left, _ := filepath.Glob(filepath.Join(e.runtime, "*.stat"))
+	if len(left) != 2 || slices.Contains(files, left[0]) == slices.Contains(files, left[1]) {
+		t.Errorf("files after c started: %v; want a's (one of %v) and c's", left, files)
+	}
+	a.finish(t, 0)
+	c.finish(t, 0)
+	if left, _ := filepath.Glob(filepath.Join(e.runtime, "*.stat")); len(left) != 0 {
+		t.Errorf("files left after exit: %v", left)
 	}
 }

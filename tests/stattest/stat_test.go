@@ -27,6 +27,7 @@ const mib = 1 << 20
 
 // holder is a running testdata/hold.c under the shim.
 type holder struct {
+	pid    int // hold's, as this process sees it
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	stderr strings.Builder
@@ -58,8 +59,18 @@ func startHolder(t *testing.T, e env, bin, limit string, args ...string) *holder
 // startHolderEnv is startHolder with more of the holder's environment.
 func startHolderEnv(t *testing.T, e env, bin string, extra []string, args ...string) *holder {
 	t.Helper()
+	h := startWrapped(t, e, extra, bin, args...)
+	h.pid = h.cmd.Process.Pid
+	return h
+}
+
+// startWrapped runs prog with args under the shim (prog may be a wrapper
+// that runs hold), with extra in its environment, and waits until hold
+// holds its memory; h.pid is left to the caller.
+func startWrapped(t *testing.T, e env, extra []string, prog string, args ...string) *holder {
+	t.Helper()
 	h := &holder{stats: filepath.Join(t.TempDir(), "stats.json")}
-	h.cmd = harness.Shimmed(t, []string{"SPILLWAY_REPORT=1", "SIMCUDA_STATS_FILE=" + h.stats}, bin, args...)
+	h.cmd = harness.Shimmed(t, []string{"SPILLWAY_REPORT=1", "SIMCUDA_STATS_FILE=" + h.stats}, prog, args...)
 	e.apply(h.cmd)
 	harness.SetEnv(h.cmd, extra...)
 	h.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -166,7 +177,7 @@ func statAfter(t *testing.T, e env, hs ...*holder) statJSON {
 		for _, h := range hs {
 			for _, d := range s.Devices {
 				for _, p := range d.Processes {
-					if p.PID == h.cmd.Process.Pid && p.Spillway != nil && p.Updated.After(h.ready) {
+					if p.PID == h.pid && p.Spillway != nil && p.Updated.After(h.ready) {
 						fresh++
 					}
 				}
@@ -394,7 +405,8 @@ func human(n uint64) string {
 	return strconv.FormatFloat(f, 'f', 1, 64) + string(units[j]) + "iB"
 }
 
-// A process killed with SIGKILL leaves its file behind; stat ignores it.
+// A process killed with SIGKILL leaves its file behind; stat ignores it,
+// and the next process to publish there removes it.
 func TestStatIgnoresKilled(t *testing.T) {
 	bin := compileHold(t)
 	e := newEnv(t)
@@ -408,6 +420,11 @@ func TestStatIgnoresKilled(t *testing.T) {
 	res := runStat(t, e, "--json")
 	if res.ExitCode != 0 || strings.Contains(res.Stdout, fmt.Sprintf(`"pid":%d`, h.cmd.Process.Pid)) {
 		t.Errorf("exit %d, the killed process listed: %s\n%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	next := startHolder(t, e, bin, "64MiB", "0", "0", strconv.Itoa(4*mib))
+	left, _ := filepath.Glob(filepath.Join(e.runtime, "*.stat"))
+	if len(left) != 1 || !strings.HasPrefix(filepath.Base(left[0]), strconv.Itoa(next.pid)+"-") {
+		t.Errorf("files once another process published: %v, want only pid %d's", left, next.pid)
 	}
 }
 
