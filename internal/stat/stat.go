@@ -12,8 +12,9 @@
 // (NS: the inode of its PID namespace, so that processes of containers
 // sharing the directory never take each other's file), readable by their
 // owner only, and removed at exit. A file whose process is gone (no
-// /proc/PID, or one with another start time: the PID was reused) is stale:
-// ignored, and removed by the next process that creates its file there. A
+// /proc/PID, or one with another start time: the PID was reused) is stale
+// and ignored. A writer holds a lock on its file while it lives; the next
+// process that creates its file there removes those nobody holds. A
 // process of another PID namespace is found by its namespace and its PID
 // there, and shown under the PID the reader sees (which NVML reports).
 //
@@ -160,11 +161,11 @@ func DefaultDir(euid int, xdgRuntimeDir string) (string, error) {
 type Writer struct {
 	path string
 	mem  []byte
+	fd   int // holds the file's lock, which says its writer lives
 }
 
 // Create makes dir (0700 when new) and the file of process pid in it, and
-// removes the files that processes of its PID namespace left there when
-// they were killed.
+// removes the files there whose writers were killed (removeStale).
 func Create(dir string, pid int) (*Writer, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("stat directory: %w", err)
@@ -177,24 +178,33 @@ func Create(dir string, pid int) (*Writer, error) {
 	if err != nil {
 		return nil, err
 	}
-	removeStale(dir, ns)
+	removeStale(dir)
 	path := filepath.Join(dir, fmt.Sprintf("%d-%d.stat", pid, ns))
-	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	// The file is locked and laid out under a name readers skip, then
+	// renamed into place: a file named .stat always has its header, and
+	// its lock for as long as its writer lives.
+	building := path + ".new"
+	fd, err := unix.Open(building, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return nil, fmt.Errorf("stat file %s: %w", path, err)
+		return nil, fmt.Errorf("stat file %s: %w", building, err)
 	}
-	defer unix.Close(fd)
+	fail := func(err error) (*Writer, error) {
+		unix.Close(fd)
+		os.Remove(building)
+		return nil, fmt.Errorf("stat file %s: %w", building, err)
+	}
 	if err := unix.Fchmod(fd, 0o600); err != nil { // an old file of a reused PID keeps its mode
-		return nil, fmt.Errorf("stat file %s: %w", path, err)
+		return fail(err)
+	}
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return fail(fmt.Errorf("locking it: %w", err))
 	}
 	if err := unix.Ftruncate(fd, fileSize); err != nil {
-		os.Remove(path)
-		return nil, fmt.Errorf("stat file %s: %w", path, err)
+		return fail(err)
 	}
 	mem, err := unix.Mmap(fd, 0, fileSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {
-		os.Remove(path)
-		return nil, fmt.Errorf("stat file %s: %w", path, err)
+		return fail(err)
 	}
 	copy(mem, magic)
 	binary.LittleEndian.PutUint32(mem[offVersion:], version)
@@ -204,7 +214,11 @@ func Create(dir string, pid int) (*Writer, error) {
 	binary.LittleEndian.PutUint64(mem[offPIDNS:], ns)
 	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	copy(mem[offComm:offComm+commSize], bytes.TrimSpace(comm))
-	return &Writer{path: path, mem: mem}, nil
+	if err := os.Rename(building, path); err != nil {
+		unix.Munmap(mem)
+		return fail(err)
+	}
+	return &Writer{path: path, mem: mem, fd: fd}, nil
 }
 
 // Path is the file's path.
@@ -235,6 +249,7 @@ func (w *Writer) Close() error {
 	if rmErr := os.Remove(w.path); rmErr != nil && err == nil {
 		err = rmErr
 	}
+	unix.Close(w.fd)
 	return err
 }
 
@@ -247,7 +262,7 @@ func Read(path string) (Process, error) {
 }
 
 func read(path string, pids *pidResolver) (Process, error) {
-	f, err := os.Open(path)
+	f, err := openRegular(path)
 	if err != nil {
 		return Process{}, err
 	}
@@ -459,39 +474,56 @@ func (r *pidResolver) scan() {
 	}
 }
 
-// initPIDNamespace is the inode of the host's PID namespace (the kernel's
-// PROC_PID_INIT_INO), from which every process can be seen.
-const initPIDNamespace = 0xeffffffc
-
-// removeStale removes the files of dir written by processes that are gone
-// (killed: a process that exits removes its own) of PID namespace ns, or of
-// any namespace when ns is the host's. Those of other namespaces are left
-// otherwise: whether their processes live may not be visible from here.
-func removeStale(dir string, ns uint64) {
-	entries, _ := os.ReadDir(dir)
-	head := make([]byte, headerSize)
-	pids := &pidResolver{}
-	le := binary.LittleEndian
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".stat") {
-			continue
-		}
-		path := filepath.Join(dir, e.Name())
-		f, err := os.Open(path)
-		if err != nil {
-			continue
-		}
-		n, _ := f.ReadAt(head, 0)
+// openRegular opens path for reading if it is a regular file, never
+// blocking: in a folder others can write, a FIFO named like a figures file
+// would stop a reader, or a process publishing, for good.
+func openRegular(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
 		f.Close()
-		if n < headerSize || string(head[:len(magic)]) != magic || le.Uint32(head[offVersion:]) != version {
-			continue
+		return nil, fmt.Errorf("%s: not a regular file", path)
+	}
+	return f, nil
+}
+
+// removeStale removes the files of dir whose writers were killed (a
+// process that exits removes its own): those whose lock nobody holds. The
+// lock tells a live writer in whatever PID, user or time namespace it runs,
+// which its PID and start time, read from here, may not. A file without a
+// namespace, an older version's, has no lock and is left: readers ignore
+// it once its process is gone.
+func removeStale(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if strings.HasSuffix(e.Name(), ".stat") {
+			removeIfUnlocked(filepath.Join(dir, e.Name()))
 		}
-		fileNS := le.Uint64(head[offPIDNS:])
-		if fileNS != 0 && fileNS != ns && ns != initPIDNamespace {
-			continue
-		}
-		if _, ok := pids.resolve(fileNS, int(le.Uint64(head[offPID:])), le.Uint64(head[offStart:])); !ok {
-			os.Remove(path)
-		}
+	}
+}
+
+func removeIfUnlocked(path string) {
+	f, err := openRegular(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	head := make([]byte, headerSize)
+	le := binary.LittleEndian
+	if n, _ := f.ReadAt(head, 0); n < headerSize || string(head[:len(magic)]) != magic ||
+		le.Uint32(head[offVersion:]) != version || le.Uint64(head[offPIDNS:]) == 0 {
+		return
+	}
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return // its writer lives
+	}
+	held, err := f.Stat()
+	if err != nil {
+		return
+	}
+	if named, err := os.Lstat(path); err == nil && os.SameFile(held, named) {
+		os.Remove(path)
 	}
 }

@@ -193,3 +193,67 @@ func BenchmarkPublish(b *testing.B) {
 		w.Publish(devs, now)
 	}
 }
+
+// A process publishing its file removes the files of killed writers, and
+// only those: a live writer holds its file's lock whether or not its
+// process can be found from here (another PID, user or time namespace, a
+// /proc that hides it, a start time read through another boot-time
+// offset), and a file without a namespace (an older version's, which takes
+// no lock) is left for readers to judge.
+func TestCreateRemovesOnlyKilledWritersFiles(t *testing.T) {
+	dir := t.TempDir()
+	live, err := Create(dir, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	live.mem[offStart]++ // its start time as read through another boot-time offset
+	layout, err := os.ReadFile(live.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed := filepath.Join(dir, "4194305-1.stat") // above Linux's largest PID; no writer holds it
+	binary.LittleEndian.PutUint64(layout[offPID:], 4194305)
+	os.WriteFile(killed, layout, 0o600)
+	older := filepath.Join(dir, "4194306.stat") // an older version's, of a process in another namespace
+	binary.LittleEndian.PutUint64(layout[offPID:], 4194306)
+	binary.LittleEndian.PutUint64(layout[offPIDNS:], 0)
+	os.WriteFile(older, layout, 0o600)
+
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer child.Wait()
+	defer child.Process.Kill()
+	w, err := Create(dir, child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for path, want := range map[string]bool{live.Path(): true, older: true, killed: false, w.Path(): true} {
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Errorf("%s: kept %v, want %v", filepath.Base(path), err == nil, want)
+		}
+	}
+}
+
+// A FIFO (or anything else not a regular file) named like a figures file,
+// in a folder others can write, neither blocks a process that publishes
+// nor a reader: the reader names it.
+func TestNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "1-2.stat")
+	if err := unix.Mkfifo(fifo, 0o666); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Create(dir, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	procs, errs := ReadDir(dir)
+	if len(procs) != 1 || len(errs) != 1 || !strings.Contains(errs[0].Error(), fifo) {
+		t.Errorf("ReadDir beside a FIFO: %v, %v; want this process and an error naming %s", procs, errs, fifo)
+	}
+}
