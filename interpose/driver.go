@@ -189,6 +189,33 @@ static CUresult drv_mem_prefetch_async(const struct spillway_real *r, CUcontext 
 	return rc;
 }
 
+// stream_context answers the context stream s was made in.
+static struct drv_out stream_context(const struct spillway_real *r, uint64_t s) {
+	CUcontext ctx = NULL;
+	CUresult rc = r->cu_stream_get_ctx ? r->cu_stream_get_ctx((CUstream)(uintptr_t)s, &ctx) : CUDA_ERROR_NOT_FOUND;
+	return (struct drv_out){(uint64_t)(uintptr_t)ctx, 0, rc};
+}
+
+// record_in_stream_context creates an event in the context stream s was
+// made in and records it on s, that context pushed for the two calls and
+// popped after, so the thread's contexts are left as they were.
+static struct drv_out record_in_stream_context(const struct spillway_real *r, uint64_t s) {
+	CUstream stream = (CUstream)(uintptr_t)s;
+	CUcontext ctx = NULL, popped = NULL;
+	CUevent e = NULL;
+	if (!r->cu_stream_get_ctx || !r->cu_ctx_push_current || !r->cu_ctx_pop_current || !r->cu_event_create ||
+	    !r->cu_event_record || !r->cu_event_destroy)
+		return (struct drv_out){0, 0, CUDA_ERROR_NOT_FOUND};
+	CUresult rc = r->cu_stream_get_ctx(stream, &ctx);
+	if (rc != CUDA_SUCCESS || (rc = r->cu_ctx_push_current(ctx)) != CUDA_SUCCESS)
+		return (struct drv_out){0, 0, rc};
+	if ((rc = r->cu_event_create(&e, CU_EVENT_DISABLE_TIMING)) == CUDA_SUCCESS &&
+	    (rc = r->cu_event_record(e, stream)) != CUDA_SUCCESS)
+		r->cu_event_destroy(e);
+	r->cu_ctx_pop_current(&popped);
+	return (struct drv_out){(uint64_t)(uintptr_t)e, 0, rc};
+}
+
 // Virtual memory management for the core's own granules (VMM below). These
 // call the real functions in the table, never the interposed ones.
 
@@ -499,6 +526,46 @@ func (d *Driver) MemAdvise(p DevicePtr, size uint64, advice Advice, device int) 
 
 func (d *Driver) MemPrefetchAsync(p DevicePtr, size uint64, device int, s Stream) Error {
 	return fromDriver(C.drv_mem_prefetch_async(d.t, d.ctx, C.uint64_t(p), C.uint64_t(size), C.int(device), C.uint64_t(s)))
+}
+
+// Context is the context the calls of a Runtime bound with On run in: the
+// device's primary context, as a number; 0 where it could not be retained
+// or the calls are not bound.
+func (r *Runtime) Context() uint64 { return uint64(uintptr(unsafe.Pointer(r.primary))) }
+
+// Context is the context the calls of a Driver bound with On run in: the
+// device's primary context, as a number; 0 where it could not be retained
+// or the calls are not bound.
+func (d *Driver) Context() uint64 { return uint64(uintptr(unsafe.Pointer(d.ctx))) }
+
+// StreamContext calls cuStreamGetCtx: the context stream s was made in, as
+// a number (the current one for the default streams).
+func (r *Runtime) StreamContext(s Stream) (uint64, Error) { return streamContext(r.t, s) }
+
+// StreamContext calls cuStreamGetCtx: the context stream s was made in, as
+// a number (the current one for the default streams).
+func (d *Driver) StreamContext(s Stream) (uint64, Error) { return streamContext(d.t, s) }
+
+func streamContext(t *C.struct_spillway_real, s Stream) (uint64, Error) {
+	o := C.stream_context(t, C.uint64_t(s))
+	return uint64(o.v), fromDriver(o.rc)
+}
+
+// RecordInStreamContext creates an event without timing in the context
+// stream s was made in and records it on s (cuEventCreate, cuEventRecord
+// with that context pushed), for a stream of another device or context
+// than the bound one, where an event of the bound device cannot be
+// recorded. Query and destroy it as any other event.
+func (r *Runtime) RecordInStreamContext(s Stream) (Event, Error) {
+	return recordInStreamContext(r.t, s)
+}
+
+// RecordInStreamContext: as Runtime's.
+func (d *Driver) RecordInStreamContext(s Stream) (Event, Error) { return recordInStreamContext(d.t, s) }
+
+func recordInStreamContext(t *C.struct_spillway_real, s Stream) (Event, Error) {
+	o := C.record_in_stream_context(t, C.uint64_t(s))
+	return Event(o.v), fromDriver(o.rc)
 }
 
 // VMM calls the driver's virtual memory management (cuMemCreate,

@@ -75,6 +75,21 @@ type Backing interface {
 	DestroyMarker(m Marker)
 }
 
+// ForeignStreamBacking is implemented by a Backing that can mark a foreign
+// stream: one its Synchronize does not wait for (a stream of another
+// device, or of another context than the one the pool's memory lives in),
+// where a marker of its own cannot be recorded. Pool.FreeAsyncForeign needs
+// it. MarkerDone queries its markers as any other.
+type ForeignStreamBacking interface {
+	// RecordForeignMarker records a marker on foreign stream s that
+	// completes once all work queued on s before the call has completed.
+	// It fails with ErrStreamCapture where CUDA forbids it.
+	RecordForeignMarker(s Stream) (Marker, error)
+	// DestroyForeignMarker frees a marker of RecordForeignMarker; the pool
+	// never uses it again.
+	DestroyForeignMarker(m Marker)
+}
+
 // IdleStreamBacking is implemented by a Backing that can say, without
 // waiting, whether a stream has run all the work queued on it
 // (cudaStreamQuery). ReleaseCached asks it where it may not synchronize: a

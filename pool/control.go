@@ -44,12 +44,17 @@ func (p *Pool) SyncEnd(t SyncTicket) error {
 // ForgetStream is called before stream s is destroyed, and when a thread
 // whose per-thread identity names s exits: the blocks freed on it are
 // treated from then on like blocks freed by Free, its marker is destroyed,
-// and nothing of it is left in the pool.
+// and nothing of it is left in the pool. The blocks of a foreign stream
+// (FreeAsyncForeign), which no synchronization of the device covers, wait
+// instead for a marker recorded now on s, unless none can be recorded.
 func (p *Pool) ForgetStream(s Stream) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	c := p.streams[s]
 	if c == nil {
+		return
+	}
+	if c.foreign && c.queue.head != nil && p.detach(c) {
 		return
 	}
 	for b := c.queue.head; b != nil; b = c.queue.head {
@@ -61,6 +66,32 @@ func (p *Pool) ForgetStream(s Stream) {
 	}
 	p.seq++
 	p.dropCache(c)
+}
+
+// detach keeps the blocks of foreign stream cache c, whose stream is about
+// to be destroyed while its work may still run, until a marker covering
+// them all completes (pollMarkers), and frees the stream's name for a new
+// stream. It reports false, having changed nothing, where no such marker
+// can be recorded.
+func (p *Pool) detach(c *streamCache) bool {
+	if !c.hasMarker || c.queue.tail.seq >= c.markerCut {
+		m, err := p.foreign.RecordForeignMarker(c.stream)
+		if err != nil {
+			p.backingFailed(fmt.Errorf("pool: recording a marker on stream %#x before it is destroyed: %w", uint64(c.stream), err))
+			return false
+		}
+		if c.hasMarker {
+			p.destroyMarker(c)
+		}
+		c.marker, c.markerCut, c.hasMarker = m, p.seq, true
+		p.stats.Markers++
+	}
+	delete(p.streams, c.stream)
+	if p.lastCache == c {
+		p.lastCache = nil
+	}
+	c.detached = true
+	return true
 }
 
 // ReleaseCached returns to the device the memory the pool holds that no
@@ -169,9 +200,9 @@ func (p *Pool) Close() error {
 	if err := p.back.Synchronize(); err != nil {
 		errs = append(errs, fmt.Errorf("pool: synchronizing before close: %w", err))
 	}
-	for _, c := range p.streams {
+	for c := p.caches.head; c != nil; c = c.next {
 		if c.hasMarker {
-			p.back.DestroyMarker(c.marker)
+			p.destroyMarker(c)
 		}
 	}
 	for _, b := range p.unreleased {

@@ -141,9 +141,12 @@
 // marker per stream (Backing.RecordMarker) when the stream's cache has blocks
 // and no marker; when a request misses, completed markers move the blocks they
 // cover to the shared index, and new markers are recorded for what remains.
-// A device synchronization covers every stream. Blocks freed on another
-// stream are never waited for while the quota has room: the pool grows
-// instead, so stream-ordered code never blocks on the host.
+// A device synchronization covers every stream of the device's context. A
+// foreign stream (another device's or context's: FreeAsyncForeign) is
+// marked through ForeignStreamBacking, and only its marker or its idleness
+// completes its frees, even once the stream is forgotten. Blocks freed on
+// another stream are never waited for while the quota has room: the pool
+// grows instead, so stream-ordered code never blocks on the host.
 //
 // # The ledger
 //

@@ -152,6 +152,15 @@ func (h *harness) freeAsync(ptr uint64, s pool.Stream) error {
 	return err
 }
 
+// freeAsyncForeign frees on a foreign stream (pooltest.Fake.MakeForeign).
+func (h *harness) freeAsyncForeign(ptr uint64, s pool.Stream) error {
+	h.t.Helper()
+	at := h.f.Tick()
+	err := h.p.FreeAsyncForeign(ptr, s)
+	h.forget(ptr, err, at, s, false)
+	return err
+}
+
 func (h *harness) mustFree(ptr uint64) {
 	h.t.Helper()
 	if err := h.free(ptr); err != nil {

@@ -215,6 +215,14 @@ type streamCache struct {
 	hasMarker  bool
 	idle       bool         // found drained at the last reclaim
 	prev, next *streamCache // Pool.caches, in creation order
+
+	// foreign: the stream is one the device's synchronization does not
+	// cover (FreeAsyncForeign): only its marker, or the stream found idle,
+	// makes its blocks reusable by others.
+	foreign bool
+	// detached: its stream was destroyed (ForgetStream) while its work may
+	// still run; the cache waits for its marker, which covers every block.
+	detached bool
 }
 
 // index returns the cache's index of class k, allocating it at first use.
@@ -240,7 +248,8 @@ type Pool struct {
 	back    Backing
 	host    HostBacking // nil when the Backing cannot spill
 	ordered StreamOrderedBacking
-	virt    *virtualMemory // nil without virtual memory
+	foreign ForeignStreamBacking // nil when the Backing cannot mark foreign streams
+	virt    *virtualMemory       // nil without virtual memory
 	// migration is nil unless Options.Migrate is set.
 	migration *migration
 	ledger    Ledger // admits every device byte (devBytes) the pool holds
@@ -301,6 +310,7 @@ func New(back Backing, opt Options) (*Pool, error) {
 	p.cond.L = &p.mu
 	p.host, _ = back.(HostBacking)
 	p.ordered, _ = back.(StreamOrderedBacking)
+	p.foreign, _ = back.(ForeignStreamBacking)
 	if vb, ok := back.(VirtualBacking); ok && opt.VirtualMemory && opt.Pooling {
 		v, err := newVirtualMemory(vb)
 		if err != nil {
@@ -370,7 +380,24 @@ func (p *Pool) Free(ptr uint64) error {
 // FreeAsync serves cudaFreeAsync: the memory is reusable at once by AllocAsync
 // on s, and by anyone once the free is known complete (a marker recorded on s
 // has completed, or the device was synchronized).
-func (p *Pool) FreeAsync(ptr uint64, s Stream) error {
+func (p *Pool) FreeAsync(ptr uint64, s Stream) error { return p.freeAsync(ptr, s, false) }
+
+// FreeAsyncForeign serves cudaFreeAsync on a foreign stream: one that the
+// device's synchronization does not wait for (a stream of another device,
+// or of another context than the one the pool's memory lives in). As
+// FreeAsync, except that the memory becomes reusable by others only once a
+// marker recorded on s has completed (ForeignStreamBacking) or s is found
+// idle: a synchronization of the pool's device does not cover it, and if
+// s is forgotten, its blocks wait for a marker recorded then. It needs a
+// Backing that implements ForeignStreamBacking.
+func (p *Pool) FreeAsyncForeign(ptr uint64, s Stream) error {
+	if p.foreign == nil {
+		return errors.New("pool: a free on a foreign stream needs a backing that implements ForeignStreamBacking")
+	}
+	return p.freeAsync(ptr, s, true)
+}
+
+func (p *Pool) freeAsync(ptr uint64, s Stream, foreign bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	b, err := p.findLive(ptr)
@@ -388,6 +415,9 @@ func (p *Pool) FreeAsync(ptr uint64, s Stream) error {
 	if c == nil {
 		c = p.newCache(s)
 	}
+	// A stream never changes context; once foreign, a cache stays so,
+	// which only ever waits longer.
+	c.foreign = c.foreign || foreign
 	b.state = stateStream
 	b.cache = c
 	b.seq = p.seq
@@ -420,8 +450,7 @@ func (p *Pool) newCache(s Stream) *streamCache {
 // dropCache forgets a stream cache, which must hold no block.
 func (p *Pool) dropCache(c *streamCache) {
 	if c.hasMarker {
-		p.back.DestroyMarker(c.marker)
-		c.hasMarker = false
+		p.destroyMarker(c)
 	}
 	if c.prev != nil {
 		c.prev.next = c.next
@@ -434,7 +463,9 @@ func (p *Pool) dropCache(c *streamCache) {
 		p.caches.tail = c.prev
 	}
 	c.prev, c.next = nil, nil
-	delete(p.streams, c.stream)
+	if p.streams[c.stream] == c { // a detached cache's stream may name a new one
+		delete(p.streams, c.stream)
+	}
 	if p.lastCache == c {
 		p.lastCache = nil
 	}

@@ -204,6 +204,91 @@ func TestForgetStreamTurnsItsBlocksIntoPendingFrees(t *testing.T) {
 	h.close()
 }
 
+// TestForeignStreamFreeWaitsForItsStream: a block freed on a foreign stream
+// (one of another device, which the device's synchronization does not wait
+// for) is not handed out again after synchronizations, the application's
+// or the pool's under pressure; once the stream has run its work, the
+// marker recorded there makes it reusable. No marker of the device is
+// tried on the foreign stream.
+func TestForeignStreamFreeWaitsForItsStream(t *testing.T) {
+	f := pooltest.New(0)
+	opt := pool.DefaultOptions(8 * miB)
+	opt.ReleaseThreshold = 8 * miB
+	h := newHarness(t, f, opt)
+	const foreign pool.Stream = 0x900
+	f.MakeForeign(foreign)
+	a := h.mustAlloc(miB)
+	if err := h.freeAsyncForeign(a, foreign); err != nil {
+		t.Fatal(err)
+	}
+	h.appSync()
+	var held []uint64
+	for {
+		p, err := h.alloc(miB) // the harness fails the test if a comes back
+		if err != nil {
+			break
+		}
+		held = append(held, p)
+	}
+	if f.Counts().Syncs == 0 {
+		t.Fatalf("the pool never synchronized under pressure")
+	}
+	for _, p := range held {
+		h.mustFree(p)
+	}
+	h.appSync()
+	f.Complete(foreign)
+	found := false
+	for range 8 { // the quota: the last one only with a's memory
+		found = found || h.mustAlloc(miB) == a
+	}
+	if !found {
+		t.Fatalf("block freed on a foreign stream not reused once the stream completed")
+	}
+	if st := h.p.Stats(); st.BackingErrors != 0 {
+		t.Fatalf("%d backing errors: a marker of the device tried on the foreign stream?", st.BackingErrors)
+	}
+	h.close()
+}
+
+// TestForgetForeignStreamWaitsForItsMarker: a foreign stream destroyed
+// with blocks freed on it (its work still runs) keeps them until a marker
+// recorded before the destruction completes, not until the device's next
+// synchronization; a new stream given the same handle meanwhile gets a
+// cache of its own.
+func TestForgetForeignStreamWaitsForItsMarker(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	const foreign pool.Stream = 0x900
+	f.MakeForeign(foreign)
+	a := h.mustAlloc(64 * kiB)
+	if err := h.freeAsyncForeign(a, foreign); err != nil {
+		t.Fatal(err)
+	}
+	h.p.ForgetStream(foreign)
+	h.appSync()
+	for range 40 {
+		h.mustAlloc(64 * kiB) // the harness fails the test if a comes back
+	}
+	b := h.mustAlloc(64 * kiB)
+	if err := h.freeAsyncForeign(b, foreign); err != nil { // the handle, reused
+		t.Fatal(err)
+	}
+	f.Complete(foreign)
+	h.appSync()
+	found := false
+	for range 200 {
+		if h.mustAlloc(64*kiB) == a {
+			found = true
+			break
+		}
+	}
+	if !found {
+		t.Fatalf("block of a destroyed foreign stream not reused once its marker completed")
+	}
+	h.close()
+}
+
 func TestReleaseUnderQuotaPressure(t *testing.T) {
 	f := pooltest.New(0)
 	opt := pool.DefaultOptions(8 * miB)

@@ -53,8 +53,8 @@ func (p *Pool) synchronize() error {
 }
 
 // synced completes a synchronization that began at cut: it makes reusable
-// every pending or stream-owned block freed with seq < cut, reports them and
-// applies the release threshold.
+// every pending or stream-owned block freed with seq < cut, except those of
+// foreign streams, reports them and applies the release threshold.
 func (p *Pool) synced(cut uint64) {
 	p.syncedCut = max(p.syncedCut, cut)
 	var made uint64
@@ -66,10 +66,11 @@ func (p *Pool) synced(cut uint64) {
 	}
 	for c := p.caches.head; c != nil; {
 		next := c.next
-		made += p.drain(c, cut)
-		if c.hasMarker && c.markerCut <= cut {
-			p.back.DestroyMarker(c.marker)
-			c.hasMarker = false
+		if !c.foreign {
+			made += p.drain(c, cut)
+			if c.hasMarker && c.markerCut <= cut {
+				p.destroyMarker(c)
+			}
 		}
 		p.dropIfDrained(c)
 		c = next
@@ -102,7 +103,7 @@ func (p *Pool) drainIdleStreams() {
 		return
 	}
 	for c := p.caches.head; c != nil; c = c.next {
-		if c.queue.head == nil {
+		if c.queue.head == nil || c.detached {
 			continue
 		}
 		if idle, err := ib.StreamIdle(c.stream); err != nil {
@@ -139,7 +140,13 @@ func (p *Pool) streamBytes() uint64 {
 // a FailureObserver unless it is stream capture, where CUDA forbids the
 // marker.
 func (p *Pool) recordMarker(c *streamCache) {
-	m, err := p.back.RecordMarker(c.stream)
+	var m Marker
+	var err error
+	if c.foreign {
+		m, err = p.foreign.RecordForeignMarker(c.stream)
+	} else {
+		m, err = p.back.RecordMarker(c.stream)
+	}
 	if err != nil {
 		if errors.Is(err, ErrStreamCapture) {
 			p.stats.CaptureSkips++
@@ -150,6 +157,16 @@ func (p *Pool) recordMarker(c *streamCache) {
 	}
 	c.marker, c.markerCut, c.hasMarker = m, p.seq, true
 	p.stats.Markers++
+}
+
+// destroyMarker destroys c's marker through the Backing that recorded it.
+func (p *Pool) destroyMarker(c *streamCache) {
+	if c.foreign {
+		p.foreign.DestroyForeignMarker(c.marker)
+	} else {
+		p.back.DestroyMarker(c.marker)
+	}
+	c.hasMarker = false
 }
 
 // pollMarkers moves the blocks covered by completed markers to the pool and
@@ -166,14 +183,13 @@ func (p *Pool) pollMarkers() bool {
 				p.backingFailed(fmt.Errorf("pool: querying a marker of stream %#x: %w", uint64(c.stream), err))
 			}
 			if done {
-				p.back.DestroyMarker(c.marker)
-				c.hasMarker = false
+				p.destroyMarker(c)
 				if p.drain(c, c.markerCut) > 0 {
 					moved = true
 				}
 			}
 		}
-		if c.queue.head != nil && !c.hasMarker {
+		if c.queue.head != nil && !c.hasMarker && !c.detached {
 			p.recordMarker(c)
 		}
 		p.dropIfDrained(c)

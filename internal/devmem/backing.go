@@ -42,6 +42,11 @@ type backing struct {
 	// promoted are the managed blocks moved to the device: device bytes.
 	promoted map[uint64]uint64
 	spare    []interpose.Event // markers destroyed, ready for reuse
+	// contexts finds a stream's context and marks foreign streams; nil
+	// (a fake runtime) counts every stream as the device's own. ctx is
+	// the context the device's calls run in, as it names it; 0: unknown.
+	contexts streamContexts
+	ctx      uint64
 
 	// mu guards what the core also reaches outside the pool's lock.
 	mu sync.Mutex
@@ -58,6 +63,14 @@ type inflightFree struct {
 	done    interpose.Event
 	size    uint64                 // device bytes the ledger keeps until done
 	release func() interpose.Error // the free to make once done; nil: made already
+}
+
+// streamContexts is a runtime that can tell the context a stream was made
+// in and record an event there (*interpose.Runtime, *interpose.Driver).
+type streamContexts interface {
+	Context() uint64
+	StreamContext(s interpose.Stream) (uint64, interpose.Error)
+	RecordInStreamContext(s interpose.Stream) (interpose.Event, interpose.Error)
 }
 
 func newBacking(rt realRuntime, d *device, index *addrIndex) *backing {
@@ -284,6 +297,39 @@ func (b *backing) RecordMarker(s pool.Stream) (pool.Marker, error) {
 		return 0, cudaErr(fmt.Sprintf("recording an event on stream %#x of device %d", uint64(s), b.ordinal), rc)
 	}
 	return pool.Marker(e), nil
+}
+
+// foreign reports whether a stream made in context ctx (0: unknown) is
+// foreign to the device: one its synchronization does not wait for, whose
+// frees the pool must not take as complete at the device's next
+// synchronization.
+func (b *backing) foreign(ctx uint64) bool {
+	return ctx != 0 && b.ctx != 0 && ctx != b.ctx
+}
+
+// RecordForeignMarker records a marker on a stream of another device or
+// context, with an event made in the stream's context, since one of the
+// device's own cannot be recorded there. It costs an event created and
+// destroyed per marker, on this rare path only.
+func (b *backing) RecordForeignMarker(s pool.Stream) (pool.Marker, error) {
+	on := interpose.Stream(s)
+	if b.capturing(on) {
+		return 0, fmt.Errorf("recording an event on stream %#x for device %d: %w", uint64(s), b.ordinal, pool.ErrStreamCapture)
+	}
+	if b.contexts == nil {
+		return 0, fmt.Errorf("recording an event on stream %#x for device %d: the runtime cannot find a stream's context", uint64(s), b.ordinal)
+	}
+	e, rc := b.contexts.RecordInStreamContext(on)
+	if rc != interpose.Success {
+		return 0, cudaErr(fmt.Sprintf("recording an event in the context of stream %#x for device %d", uint64(s), b.ordinal), rc)
+	}
+	return pool.Marker(e), nil
+}
+
+// DestroyForeignMarker destroys the event: it belongs to another context
+// than the device's, so it is not kept for the device's markers.
+func (b *backing) DestroyForeignMarker(m pool.Marker) {
+	b.rt.EventDestroy(interpose.Event(m))
 }
 
 // StreamIdle calls cudaStreamQuery. A per-thread identity names another

@@ -246,6 +246,9 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	opt.Observer = &observer{d: d, probes: m.probes, failed: m.backingFailed(d)}
 	opt.Ledger = d.ledger
 	d.back = newBacking(relaxedCalls{rt}, d, m.index)
+	if sc, ok := rt.(streamContexts); ok {
+		d.back.contexts, d.back.ctx = sc, sc.Context()
+	}
 	d.back.releaseFailed = m.releaseFailed(d)
 	var back pool.Backing = d.back
 	vb := m.virtualBacking(d)
@@ -362,7 +365,7 @@ func (m *memory) malloc(r request) (interpose.DevicePtr, interpose.Error) {
 		var p uint64
 		var err error
 		if r.kind == kindAsync {
-			if rc := m.checkStream(d, r.stream); rc != interpose.Success {
+			if _, rc := m.checkStream(d, r.stream); rc != interpose.Success {
 				return 0, rc
 			}
 			p, err = d.pool.AllocAsync(r.size, stream(r.stream))
@@ -469,19 +472,25 @@ func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) int
 	if d == nil {
 		return m.realFreeUnknown(p, s, async)
 	}
+	foreign := false
 	if async {
-		if rc := m.checkStream(d, s); rc != interpose.Success {
+		ctx, rc := m.checkStream(d, s)
+		if rc != interpose.Success {
 			return rc
 		}
+		foreign = d.back.foreign(ctx)
 	}
 	if d.pool != nil {
 		if async && m.heldByGraph(d, p, s) {
 			return interpose.Success
 		}
 		var err error
-		if async {
+		switch {
+		case foreign:
+			err = d.pool.FreeAsyncForeign(uint64(p), stream(s))
+		case async:
 			err = d.pool.FreeAsync(uint64(p), stream(s))
-		} else {
+		default:
 			err = d.pool.Free(uint64(p))
 		}
 		switch {
@@ -673,25 +682,26 @@ func (m *memory) report(w io.Writer, format config.Format) {
 }
 
 // streamSet holds the application's streams found valid, each checked once
-// with a real call and remembered until it is destroyed.
+// with a real call and remembered until it is destroyed, with the context
+// it was made in (0: unknown).
 type streamSet struct {
 	mu    sync.RWMutex
-	valid map[interpose.Stream]struct{}
+	valid map[interpose.Stream]uint64
 }
 
-func (ss *streamSet) has(s interpose.Stream) bool {
+func (ss *streamSet) context(s interpose.Stream) (uint64, bool) {
 	ss.mu.RLock()
-	_, ok := ss.valid[s]
+	ctx, ok := ss.valid[s]
 	ss.mu.RUnlock()
-	return ok
+	return ctx, ok
 }
 
-func (ss *streamSet) add(s interpose.Stream) {
+func (ss *streamSet) add(s interpose.Stream, ctx uint64) {
 	ss.mu.Lock()
 	if ss.valid == nil {
-		ss.valid = map[interpose.Stream]struct{}{}
+		ss.valid = map[interpose.Stream]uint64{}
 	}
-	ss.valid[s] = struct{}{}
+	ss.valid[s] = ctx
 	ss.mu.Unlock()
 }
 
@@ -703,22 +713,34 @@ func (ss *streamSet) forget(s interpose.Stream) {
 
 // checkStream answers cudaErrorInvalidResourceHandle for a stream that is
 // not valid (never created, or destroyed), as cudaMallocAsync and
-// cudaFreeAsync do. The default streams are always valid. The check asks
-// cudaStreamGetCaptureInfo, which a capturing stream allows, or else
-// cudaStreamQuery; a runtime with neither is trusted.
-func (m *memory) checkStream(d *device, s interpose.Stream) interpose.Error {
-	if s == 0 || s == interpose.StreamLegacy || s == interpose.StreamPerThread || s&perThreadBit != 0 || m.streams.has(s) {
-		return interpose.Success
+// cudaFreeAsync do, and otherwise the context the stream was made in (0 for
+// the default streams, or where it is unknown). The default streams are
+// always valid. The check asks cudaStreamGetCaptureInfo, which a capturing
+// stream allows, or else cudaStreamQuery; a runtime with neither is
+// trusted. Its answer and the stream's context (cuStreamGetCtx) are kept
+// until the stream is destroyed, so a stream costs these calls once.
+func (m *memory) checkStream(d *device, s interpose.Stream) (uint64, interpose.Error) {
+	if s == 0 || s == interpose.StreamLegacy || s == interpose.StreamPerThread || s&perThreadBit != 0 {
+		return 0, interpose.Success
+	}
+	if ctx, ok := m.streams.context(s); ok {
+		return ctx, interpose.Success
 	}
 	_, _, rc := d.back.rt.StreamCapture(s)
 	if rc == interpose.ErrorSymbolNotFound {
 		rc = d.back.rt.StreamQuery(s)
 	}
-	switch rc {
-	case interpose.ErrorInvalidResourceHandle:
-		return rc
-	case interpose.Success, interpose.ErrorNotReady:
-		m.streams.add(s)
+	if rc == interpose.ErrorInvalidResourceHandle {
+		return 0, rc
 	}
-	return interpose.Success
+	var ctx uint64
+	if d.back.contexts != nil {
+		if c, crc := d.back.contexts.StreamContext(s); crc == interpose.Success {
+			ctx = c
+		}
+	}
+	if rc == interpose.Success || rc == interpose.ErrorNotReady {
+		m.streams.add(s, ctx)
+	}
+	return ctx, interpose.Success
 }

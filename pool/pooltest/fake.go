@@ -45,6 +45,7 @@ type Fake struct {
 	clock     uint64
 	lastSync  uint64
 	completed map[pool.Stream]uint64
+	foreign   map[pool.Stream]bool
 	segments  map[uint64]uint64 // device reservations: base -> size
 	host      map[uint64]hostBlock
 	markers   map[pool.Marker]marker
@@ -61,8 +62,9 @@ type hostBlock struct {
 }
 
 type marker struct {
-	stream pool.Stream
-	at     uint64
+	stream  pool.Stream
+	at      uint64
+	foreign bool // recorded by RecordForeignMarker
 }
 
 // Counts are the calls the fake has served.
@@ -79,6 +81,7 @@ func New(capacity uint64) *Fake {
 		Capacity:  capacity,
 		next:      0x7f00_0000_0000,
 		completed: make(map[pool.Stream]uint64),
+		foreign:   make(map[pool.Stream]bool),
 		segments:  make(map[uint64]uint64),
 		host:      make(map[uint64]hostBlock),
 		markers:   make(map[pool.Marker]marker),
@@ -102,6 +105,15 @@ func (f *Fake) Complete(s pool.Stream) {
 	f.completed[s] = f.clock
 }
 
+// MakeForeign makes s a foreign stream, as one of another device is:
+// Synchronize does not wait for it, RecordMarker fails on it, and only
+// RecordForeignMarker marks it.
+func (f *Fake) MakeForeign(s pool.Stream) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.foreign[s] = true
+}
+
 // DestroyStream forgets what the fake knows of stream s, which must hold
 // no marker and no queued work the caller still cares about.
 func (f *Fake) DestroyStream(s pool.Stream) {
@@ -111,12 +123,12 @@ func (f *Fake) DestroyStream(s pool.Stream) {
 }
 
 // SafeSince reports whether work queued at time t on stream s (or on every
-// stream, when anyStream) is known complete: a synchronization began after t,
-// or s completed after t.
+// stream, when anyStream) is known complete: a synchronization began after t
+// (not for a foreign stream), or s completed after t.
 func (f *Fake) SafeSince(t uint64, s pool.Stream, anyStream bool) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.lastSync > t {
+	if f.lastSync > t && (anyStream || !f.foreign[s]) {
 		return true
 	}
 	return !anyStream && f.completed[s] > t
@@ -216,11 +228,37 @@ func (f *Fake) RecordMarker(s pool.Stream) (pool.Marker, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.foreign[s] {
+		return 0, fmt.Errorf("fake device: a marker of the device on foreign stream %d", s)
+	}
+	return f.record(s, false), nil
+}
+
+// record records a marker on s; f.mu is held.
+func (f *Fake) record(s pool.Stream, foreign bool) pool.Marker {
 	f.clock++
 	f.markerID++
-	f.markers[f.markerID] = marker{stream: s, at: f.clock}
+	f.markers[f.markerID] = marker{stream: s, at: f.clock, foreign: foreign}
 	f.counts.Markers++
-	return f.markerID, nil
+	return f.markerID
+}
+
+// RecordForeignMarker implements pool.ForeignStreamBacking: it fails on a
+// stream that is not foreign (MakeForeign), where the pool has no reason
+// to call it.
+func (f *Fake) RecordForeignMarker(s pool.Stream) (pool.Marker, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.foreign[s] {
+		return 0, fmt.Errorf("fake device: a foreign marker on stream %d, the device's own", s)
+	}
+	return f.record(s, true), nil
+}
+
+// DestroyForeignMarker implements pool.ForeignStreamBacking; destroying an
+// unknown marker, or one of RecordMarker, panics, as it is a bug in the pool.
+func (f *Fake) DestroyForeignMarker(m pool.Marker) {
+	f.destroy(m, true)
 }
 
 // MarkerDone implements pool.Backing.
@@ -232,16 +270,21 @@ func (f *Fake) MarkerDone(m pool.Marker) (bool, error) {
 		return false, fmt.Errorf("fake device: query of unknown marker %d", m)
 	}
 	f.counts.MarkerQueries++
-	return f.lastSync >= mk.at || f.completed[mk.stream] >= mk.at, nil
+	return (!mk.foreign && f.lastSync >= mk.at) || f.completed[mk.stream] >= mk.at, nil
 }
 
-// DestroyMarker implements pool.Backing; destroying an unknown marker panics,
-// as it is a bug in the pool.
+// DestroyMarker implements pool.Backing; destroying an unknown marker, or
+// one of RecordForeignMarker, panics, as it is a bug in the pool.
 func (f *Fake) DestroyMarker(m pool.Marker) {
+	f.destroy(m, false)
+}
+
+func (f *Fake) destroy(m pool.Marker, foreign bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.markers[m]; !ok {
-		panic(fmt.Sprintf("fake device: destroy of unknown marker %d", m))
+	mk, ok := f.markers[m]
+	if !ok || mk.foreign != foreign {
+		panic(fmt.Sprintf("fake device: destroy of unknown marker %d (foreign %v)", m, foreign))
 	}
 	delete(f.markers, m)
 }

@@ -41,3 +41,40 @@ func TestAsyncAllocOnStreamDevice(t *testing.T) {
 		})
 	}
 }
+
+// TestAsyncFreeOnOtherDevice: CUDA lets memory of device 0 be freed in
+// stream order on a stream of device 1, and frees it when that stream
+// reaches the free. With a memset of the block queued on a held stream of
+// device 1 before the free, device 0's synchronization does not make the
+// block reusable: the next cudaMalloc on device 0 gets other memory, and
+// what the program writes there stays as written once the stream runs.
+// For cudaFreeAsync, cuMemFreeAsync and cuMemFreeAsync_ptsz, with virtual
+// memory and fixed segments, and with the stream destroyed right after the
+// free (its work still runs). Once the stream has reached the free, the
+// block is reused: 40 MiB more fit under the 64 MiB quota only with the
+// 40 MiB freed.
+func TestAsyncFreeOnOtherDevice(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/crossfree.c"}, Cudart: true,
+		ProjectHeaders: true, Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}})
+	for _, c := range []struct{ name, kind, vmm, mib string }{
+		{"rt", "rt", "1", "1"}, {"drv", "drv", "1", "1"}, {"drvpt", "drvpt", "1", "1"},
+		{"rt-segments", "rt", "0", "1"}, {"rtdestroy", "rtdestroy", "1", "1"},
+		{"rt-reuse", "rt", "1", "40"}, {"rtdestroy-reuse", "rtdestroy", "1", "40"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SIMCUDA_DEVICES=2x1GiB", "SIMCUDA_PEER=1",
+				"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_VMM=" + c.vmm}, prog, c.kind, c.mib))
+			checkSteps(t, out, []step{
+				{"A", 0, 0}, {"F", 0, 0}, {"Y", 0, 0}, {"B", 0, 0}, {"P", 0, 0}, {"H", 0, 0},
+				{"V", 0, 0}, {"C", 0, 0},
+			})
+			if same := out.Num(t, "B", 0, 3); same != 0 {
+				t.Errorf("cudaMalloc handed out %#x again while device 1's stream had not reached its free\n%v",
+					out.Num(t, "B", 0, 2), out)
+			}
+			if wrong := out.Num(t, "V", 0, 2); wrong != 0 {
+				t.Errorf("%d of 4096 bytes overwritten by a memset queued on device 1 before the free\n%v", wrong, out)
+			}
+		})
+	}
+}
