@@ -47,6 +47,7 @@ type backing struct {
 	// the context the device's calls run in, as it names it; 0: unknown.
 	contexts streamContexts
 	ctx      uint64
+	streams  *streamSet // the application's streams, with their contexts
 
 	// mu guards what the core also reaches outside the pool's lock.
 	mu sync.Mutex
@@ -63,6 +64,9 @@ type inflightFree struct {
 	done    interpose.Event
 	size    uint64                 // device bytes the ledger keeps until done
 	release func() interpose.Error // the free to make once done; nil: made already
+	// foreign: ordered on a stream of another device or context, which
+	// the device's synchronization does not wait for: only done settles it.
+	foreign bool
 }
 
 // streamContexts is a runtime that can tell the context a stream was made
@@ -143,11 +147,15 @@ func (b *backing) ReleaseAsync(base, size uint64, s pool.Stream) error {
 }
 
 // afterStream settles f once the device reaches the work queued on stream
-// on so far: at an event recorded there, or at once after synchronizing the
+// on so far: at an event recorded there (in the stream's context, for a
+// stream of another device or context), or at once after synchronizing the
 // stream if no event can be recorded, returning then how f's release went.
 func (b *backing) afterStream(on interpose.Stream, f inflightFree) interpose.Error {
-	done, rc := b.rt.EventCreate(interpose.EventDisableTiming)
-	if rc == interpose.Success {
+	var done interpose.Event
+	var rc interpose.Error
+	if f.foreign = b.foreignStream(on); f.foreign {
+		done, rc = b.contexts.RecordInStreamContext(on)
+	} else if done, rc = b.rt.EventCreate(interpose.EventDisableTiming); rc == interpose.Success {
 		if rc = b.rt.EventRecord(done, on); rc != interpose.Success {
 			b.rt.EventDestroy(done)
 		}
@@ -229,15 +237,21 @@ func (b *backing) settle(f inflightFree) {
 	b.ledger.Give(f.size)
 }
 
-// settleAll finishes every free in flight; the device was synchronized.
+// settleAll finishes every free in flight on the device's own streams; the
+// device was synchronized.
 func (b *backing) settleAll() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	kept := b.inflight[:0]
 	for _, f := range b.inflight {
+		if f.foreign {
+			kept = append(kept, f)
+			continue
+		}
 		b.settle(f)
 	}
-	clear(b.inflight)
-	b.inflight = b.inflight[:0]
+	clear(b.inflight[len(kept):])
+	b.inflight = kept
 }
 
 // capturing reports whether stream s (0: the legacy stream, which a
@@ -305,6 +319,16 @@ func (b *backing) RecordMarker(s pool.Stream) (pool.Marker, error) {
 // synchronization.
 func (b *backing) foreign(ctx uint64) bool {
 	return ctx != 0 && b.ctx != 0 && ctx != b.ctx
+}
+
+// foreignStream reports whether stream on, one the application's streams
+// were checked for, is foreign to the device.
+func (b *backing) foreignStream(on interpose.Stream) bool {
+	if b.streams == nil {
+		return false
+	}
+	ctx, ok := b.streams.context(on)
+	return ok && b.foreign(ctx)
 }
 
 // RecordForeignMarker records a marker on a stream of another device or

@@ -249,6 +249,7 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	if sc, ok := rt.(streamContexts); ok {
 		d.back.contexts, d.back.ctx = sc, sc.Context()
 	}
+	d.back.streams = &m.streams
 	d.back.releaseFailed = m.releaseFailed(d)
 	var back pool.Backing = d.back
 	vb := m.virtualBacking(d)

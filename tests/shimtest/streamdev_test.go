@@ -49,21 +49,23 @@ func TestAsyncAllocOnStreamDevice(t *testing.T) {
 // block reusable: the next cudaMalloc on device 0 gets other memory, and
 // what the program writes there stays as written once the stream runs.
 // For cudaFreeAsync, cuMemFreeAsync and cuMemFreeAsync_ptsz, with virtual
-// memory and fixed segments, and with the stream destroyed right after the
-// free (its work still runs). Once the stream has reached the free, the
+// memory and fixed segments, with the stream destroyed right after the
+// free (its work still runs), and without pooling (SPILLWAY_POOL=0), where
+// the free must not wait on the host for the held stream. Once the stream has reached the free, the
 // block is reused: 40 MiB more fit under the 64 MiB quota only with the
 // 40 MiB freed.
 func TestAsyncFreeOnOtherDevice(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/crossfree.c"}, Cudart: true,
 		ProjectHeaders: true, Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}})
-	for _, c := range []struct{ name, kind, vmm, mib string }{
-		{"rt", "rt", "1", "1"}, {"drv", "drv", "1", "1"}, {"drvpt", "drvpt", "1", "1"},
-		{"rt-segments", "rt", "0", "1"}, {"rtdestroy", "rtdestroy", "1", "1"},
-		{"rt-reuse", "rt", "1", "40"}, {"rtdestroy-reuse", "rtdestroy", "1", "40"},
+	for _, c := range []struct{ name, kind, vmm, pooled, mib string }{
+		{"rt", "rt", "1", "1", "1"}, {"drv", "drv", "1", "1", "1"}, {"drvpt", "drvpt", "1", "1", "1"},
+		{"rt-segments", "rt", "0", "1", "1"}, {"rtdestroy", "rtdestroy", "1", "1", "1"},
+		{"rt-reuse", "rt", "1", "1", "40"}, {"rtdestroy-reuse", "rtdestroy", "1", "1", "40"},
+		{"rt-passthrough", "rt", "1", "0", "40"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SIMCUDA_DEVICES=2x1GiB", "SIMCUDA_PEER=1",
-				"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_VMM=" + c.vmm}, prog, c.kind, c.mib))
+				"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_VMM=" + c.vmm, "SPILLWAY_POOL=" + c.pooled}, prog, c.kind, c.mib))
 			checkSteps(t, out, []step{
 				{"A", 0, 0}, {"F", 0, 0}, {"Y", 0, 0}, {"B", 0, 0}, {"P", 0, 0}, {"H", 0, 0},
 				{"V", 0, 0}, {"C", 0, 0},
