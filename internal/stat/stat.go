@@ -165,16 +165,24 @@ type Writer struct {
 }
 
 // Create makes dir (0700 when new) and the file of process pid in it, and
-// removes the files there whose writers were killed (removeStale).
+// removes the files there whose writers were killed (removeStale). pid is
+// the caller's (os.Getpid()), or in tests a child's.
 func Create(dir string, pid int) (*Writer, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("stat directory: %w", err)
 	}
-	start, err := StartTime(pid)
+	// The caller reads its own identity from /proc/self: in a PID
+	// namespace without a /proc of its own, /proc/PID (PID as it sees it)
+	// is another process.
+	proc := strconv.Itoa(pid)
+	if pid == os.Getpid() {
+		proc = "self"
+	}
+	start, err := startTime(proc)
 	if err != nil {
 		return nil, err
 	}
-	ns, err := pidNamespace(strconv.Itoa(pid))
+	ns, err := pidNamespace(proc)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +220,7 @@ func Create(dir string, pid int) (*Writer, error) {
 	binary.LittleEndian.PutUint64(mem[offPID:], uint64(pid))
 	binary.LittleEndian.PutUint64(mem[offStart:], start)
 	binary.LittleEndian.PutUint64(mem[offPIDNS:], ns)
-	comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	comm, _ := os.ReadFile("/proc/" + proc + "/comm")
 	copy(mem[offComm:offComm+commSize], bytes.TrimSpace(comm))
 	if err := os.Rename(building, path); err != nil {
 		unix.Munmap(mem)
@@ -378,26 +386,31 @@ func ReadDir(dir string) ([]Process, []error) {
 // boot (field 22 of /proc/PID/stat), which tells a process from a later
 // one with the same PID; ErrStale when it has exited but is not yet reaped.
 func StartTime(pid int) (uint64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	return startTime(strconv.Itoa(pid))
+}
+
+// startTime is StartTime of process pid ("self": the caller).
+func startTime(pid string) (uint64, error) {
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
 		return 0, err
 	}
 	// The command (field 2) is in parentheses and may hold anything.
 	i := bytes.LastIndexByte(data, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command field", pid)
+		return 0, fmt.Errorf("/proc/%s/stat: no command field", pid)
 	}
 	fields := strings.Fields(string(data[i+1:]))
 	const startField = 22 - 3 // fields after the command start at field 3
 	if len(fields) <= startField {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields)+2)
+		return 0, fmt.Errorf("/proc/%s/stat: %d fields", pid, len(fields)+2)
 	}
 	if fields[0] == "Z" || fields[0] == "X" {
-		return 0, fmt.Errorf("process %d: %w", pid, ErrStale) // exited, not yet reaped
+		return 0, fmt.Errorf("process %s: %w", pid, ErrStale) // exited, not yet reaped
 	}
 	start, err := strconv.ParseUint(fields[startField], 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+		return 0, fmt.Errorf("/proc/%s/stat: start time: %w", pid, err)
 	}
 	return start, nil
 }

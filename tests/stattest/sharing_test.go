@@ -92,8 +92,10 @@ func TestDeviceFullBelowQuotaSpills(t *testing.T) {
 
 // startInPIDNamespace runs hold under the shim in a PID namespace of its
 // own, where it is PID 1, as a container's main process is (it needs root,
-// and unshare); h.pid is its PID here.
-func startInPIDNamespace(t *testing.T, e env, bin string, extra []string, args ...string) *holder {
+// and unshare); h.pid is its PID here. With ownProc the namespace mounts a
+// /proc of its own; without, hold sees this one, where /proc/1 is another
+// process.
+func startInPIDNamespace(t *testing.T, e env, bin string, ownProc bool, extra []string, args ...string) *holder {
 	t.Helper()
 	unshare, err := exec.LookPath("unshare")
 	if err == nil && os.Geteuid() != 0 {
@@ -102,7 +104,11 @@ func startInPIDNamespace(t *testing.T, e env, bin string, extra []string, args .
 	if err != nil {
 		harness.Unavailable(t, "a PID namespace of its own (root and unshare)", err.Error())
 	}
-	h := startWrapped(t, e, extra, unshare, append([]string{"--pid", "--mount-proc", "--kill-child", bin}, args...)...)
+	flags := []string{"--pid", "--fork", "--kill-child"}
+	if ownProc {
+		flags = append(flags, "--mount-proc")
+	}
+	h := startWrapped(t, e, extra, unshare, append(append(flags, bin), args...)...)
 	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", h.cmd.Process.Pid, h.cmd.Process.Pid))
 	if err != nil {
 		t.Fatal(err)
@@ -121,8 +127,8 @@ func startInPIDNamespace(t *testing.T, e env, bin string, extra []string, args .
 func TestStatPIDNamespaces(t *testing.T) {
 	bin := compileHold(t)
 	e := newEnv(t)
-	a := startInPIDNamespace(t, e, bin, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, "0", "0", strconv.Itoa(8*mib))
-	b := startInPIDNamespace(t, e, bin, []string{"SPILLWAY_MEMORY_LIMIT=32MiB"}, "0", "0", strconv.Itoa(4*mib))
+	a := startInPIDNamespace(t, e, bin, true, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, "0", "0", strconv.Itoa(8*mib))
+	b := startInPIDNamespace(t, e, bin, true, []string{"SPILLWAY_MEMORY_LIMIT=32MiB"}, "0", "0", strconv.Itoa(4*mib))
 	files, _ := filepath.Glob(filepath.Join(e.runtime, "1-*.stat"))
 	if len(files) != 2 {
 		t.Fatalf("files of the two PID 1s: %v, want two", files)
@@ -160,4 +166,28 @@ func TestStatPIDNamespaces(t *testing.T) {
 	if left, _ := filepath.Glob(filepath.Join(e.runtime, "*.stat")); len(left) != 0 {
 		t.Errorf("files left after exit: %v", left)
 	}
+}
+
+// A job in a PID namespace without a /proc of its own (unshare --pid
+// without --mount-proc) sees this /proc, where its PID there, 1, is another
+// process: its file still names its own namespace and start time, so
+// spillway stat lists it under the PID it has here, with its figures.
+func TestStatPIDNamespaceWithoutItsOwnProc(t *testing.T) {
+	bin := compileHold(t)
+	e := newEnv(t)
+	h := startInPIDNamespace(t, e, bin, false, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, "0", "0", strconv.Itoa(8*mib))
+	var ns syscall.Stat_t
+	if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/pid", h.pid), &ns); err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(e.runtime, fmt.Sprintf("1-%d.stat", ns.Ino))
+	if files, _ := filepath.Glob(filepath.Join(e.runtime, "*.stat")); len(files) != 1 || files[0] != want {
+		t.Fatalf("figures files %v; want %s alone; hold's stderr:\n%s", files, want, h.stderr.String())
+	}
+	s := statAfter(t, e, h)
+	p := processFigures(t, s, 0, h.pid)
+	if sp := p.Spillway; sp.Quota != 64*mib || sp.Used != 8*mib || p.Command != "hold" {
+		t.Errorf("pid %d: %s published %+v; want hold with a quota of 64MiB and 8MiB used", h.pid, p.Command, sp)
+	}
+	h.finish(t, 0)
 }
