@@ -139,11 +139,12 @@ func statMain(args []string) int {
 	}
 	defer lib.Shutdown()
 	dirs, dirErr := statDirs()
+	var files stat.Reader // one for every refresh: it keeps what it learned of other PID namespaces
 	snapshot := func() (*statReport, error) {
 		if dirErr != nil {
 			return nil, dirErr
 		}
-		return collect(lib, dirs)
+		return collect(lib, &files, dirs)
 	}
 	if o.metricsAddr != "" {
 		return serveStatMetrics(o.metricsAddr, snapshot)
@@ -250,11 +251,12 @@ const (
 	matchedByIndex = "index"      // the process published no location: its ordinal, which CUDA_VISIBLE_DEVICES may renumber
 )
 
-// collect joins NVML's devices and processes with the published files.
+// collect joins NVML's devices and processes with the files published in
+// dirs, read by files.
 // A published device is matched to NVML's by its PCI location, which names
 // the same GPU whatever ordinal the process's CUDA_VISIBLE_DEVICES gave it;
 // by its ordinal only when the process published no location.
-func collect(lib nvml.Interface, dirs []string) (*statReport, error) {
+func collect(lib nvml.Interface, files *stat.Reader, dirs []string) (*statReport, error) {
 	r := &statReport{Time: time.Now()}
 	count, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
@@ -291,33 +293,31 @@ func collect(lib nvml.Interface, dirs []string) (*statReport, error) {
 	}
 	seen := map[int]bool{}
 	var unlisted []*statGPU
-	for _, dir := range dirs {
-		procs, errs := stat.ReadDir(dir)
-		r.unreadable = append(r.unreadable, errs...)
-		for _, p := range procs {
-			if seen[p.PID] {
-				continue
-			}
-			seen[p.PID] = true
-			for _, d := range p.Devices {
-				var g *statGPU
-				by := matchedByPCI
-				switch {
-				case d.PCI != nil:
-					if g = byPCI[*d.PCI]; g == nil { // a location NVML does not list
-						text, _ := d.PCI.MarshalText()
-						g = &statGPU{Index: -1, PCIBusID: string(text)}
-						byPCI[*d.PCI] = g
-						unlisted = append(unlisted, g)
-					}
-				case gpus[d.Ordinal] != nil:
-					g, by = gpus[d.Ordinal], matchedByIndex
-				default: // an ordinal NVML does not know
-					g, by = &statGPU{Index: d.Ordinal}, matchedByIndex
-					gpus[d.Ordinal] = g
+	procs, errs := files.ReadDirs(dirs...)
+	r.unreadable = errs
+	for _, p := range procs {
+		if seen[p.PID] {
+			continue
+		}
+		seen[p.PID] = true
+		for _, d := range p.Devices {
+			var g *statGPU
+			by := matchedByPCI
+			switch {
+			case d.PCI != nil:
+				if g = byPCI[*d.PCI]; g == nil { // a location NVML does not list
+					text, _ := d.PCI.MarshalText()
+					g = &statGPU{Index: -1, PCIBusID: string(text)}
+					byPCI[*d.PCI] = g
+					unlisted = append(unlisted, g)
 				}
-				g.attach(p, d, by)
+			case gpus[d.Ordinal] != nil:
+				g, by = gpus[d.Ordinal], matchedByIndex
+			default: // an ordinal NVML does not know
+				g, by = &statGPU{Index: d.Ordinal}, matchedByIndex
+				gpus[d.Ordinal] = g
 			}
+			g.attach(p, d, by)
 		}
 	}
 	all := unlisted
@@ -427,7 +427,7 @@ func serveStatMetrics(addr string, snapshot func() (*statReport, error)) int {
 		fmt.Fprintf(os.Stderr, "spillway stat: --metrics-addr %s: %v\n", addr, err)
 		return 1
 	}
-	var mu sync.Mutex // NVML calls from one request at a time
+	var mu sync.Mutex // NVML calls, and the figures' reader, for one request at a time
 	mux := http.NewServeMux()
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()

@@ -61,7 +61,7 @@ func TestCollectJoinsByPCILocation(t *testing.T) {
 	elsewhere := publishAs(t, dir, stat.Device{Ordinal: 0, Quota: 3, PCI: &stat.PCILocation{Domain: 1, Bus: 0x40, Device: 2}})
 	lib := fakeNVML([]uint32{0x18, 0x19}, map[int][]nvml.ProcessInfo{1: {{Pid: uint32(renumbered), UsedGpuMemory: 5}}})
 
-	r, err := collect(lib, []string{dir})
+	r, err := collect(lib, new(stat.Reader), []string{dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,7 +114,7 @@ func TestCollectJoinsByPCILocation(t *testing.T) {
 // A device without processes lists them as [] in JSON, as every list is,
 // never null (which the README keeps for fields that are unknown).
 func TestCollectEmptyProcessesAreAList(t *testing.T) {
-	r, err := collect(fakeNVML([]uint32{0x18}, nil), []string{filepath.Join(t.TempDir(), "spillway")})
+	r, err := collect(fakeNVML([]uint32{0x18}, nil), new(stat.Reader), []string{filepath.Join(t.TempDir(), "spillway")})
 	if err != nil {
 		t.Fatal(err)
 	}

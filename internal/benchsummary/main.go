@@ -37,6 +37,7 @@ var described = map[string]string{
 	"BenchmarkFaultRecordRate":           "page-fault records a session sustains",
 	"BenchmarkNVMLMemoryInfo":            "simcuda's nvmlDeviceGetMemoryInfo",
 	"BenchmarkPublish":                   "one refresh of the figures file spillway stat reads (8 devices)",
+	"BenchmarkReadDirsOtherNamespaces":   "one refresh of spillway stat --watch, jobs in containers among N processes: kept vs scanning /proc",
 }
 
 // result is one benchmark line.

@@ -174,9 +174,9 @@ func Create(dir string, pid int) (*Writer, error) {
 	// The caller reads its own identity from /proc/self: in a PID
 	// namespace without a /proc of its own, /proc/PID (PID as it sees it)
 	// is another process.
-	proc := strconv.Itoa(pid)
+	proc := "/proc/" + strconv.Itoa(pid)
 	if pid == os.Getpid() {
-		proc = "self"
+		proc = "/proc/self"
 	}
 	start, err := startTime(proc)
 	if err != nil {
@@ -220,7 +220,7 @@ func Create(dir string, pid int) (*Writer, error) {
 	binary.LittleEndian.PutUint64(mem[offPID:], uint64(pid))
 	binary.LittleEndian.PutUint64(mem[offStart:], start)
 	binary.LittleEndian.PutUint64(mem[offPIDNS:], ns)
-	comm, _ := os.ReadFile("/proc/" + proc + "/comm")
+	comm, _ := os.ReadFile(proc + "/comm")
 	copy(mem[offComm:offComm+commSize], bytes.TrimSpace(comm))
 	if err := os.Rename(building, path); err != nil {
 		unix.Munmap(mem)
@@ -352,31 +352,42 @@ func parse(path string, buf []byte, pids *pidResolver) (Process, error) {
 	return p, nil
 }
 
-// ReadDir returns the live processes published in dir, by PID; stale files
-// are skipped, unreadable ones (another user's) are returned as errors
-// beside the rest. A missing dir publishes nothing.
-func ReadDir(dir string) ([]Process, []error) {
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, []error{err}
-	}
+// Reader reads the files of runtime directories, refresh after refresh. It
+// keeps what it learned of the processes of other PID namespaces, so that
+// a steady refresh reads each file and its process's stat, never all of
+// /proc again. Its zero value is ready; one goroutine at a time may use it.
+type Reader struct {
+	pids pidResolver
+}
+
+// ReadDirs returns the live processes published in dirs, dir by dir, in
+// one refresh; stale files are skipped, unreadable ones (another user's)
+// are returned as errors beside the rest. A missing dir publishes nothing.
+func (r *Reader) ReadDirs(dirs ...string) ([]Process, []error) {
+	defer r.pids.refreshed()
 	var procs []Process
 	var errs []error
-	pids := &pidResolver{}
-	for _, e := range entries {
-		if !strings.HasSuffix(e.Name(), ".stat") {
+	for _, dir := range dirs {
+		entries, err := os.ReadDir(dir)
+		if errors.Is(err, os.ErrNotExist) {
 			continue
 		}
-		p, err := read(filepath.Join(dir, e.Name()), pids)
-		switch {
-		case errors.Is(err, ErrStale):
-		case err != nil:
+		if err != nil {
 			errs = append(errs, err)
-		default:
-			procs = append(procs, p)
+			continue
+		}
+		for _, e := range entries {
+			if !strings.HasSuffix(e.Name(), ".stat") {
+				continue
+			}
+			p, err := read(filepath.Join(dir, e.Name()), &r.pids)
+			switch {
+			case errors.Is(err, ErrStale):
+			case err != nil:
+				errs = append(errs, err)
+			default:
+				procs = append(procs, p)
+			}
 		}
 	}
 	return procs, errs
@@ -386,52 +397,84 @@ func ReadDir(dir string) ([]Process, []error) {
 // boot (field 22 of /proc/PID/stat), which tells a process from a later
 // one with the same PID; ErrStale when it has exited but is not yet reaped.
 func StartTime(pid int) (uint64, error) {
-	return startTime(strconv.Itoa(pid))
+	return startTime("/proc/" + strconv.Itoa(pid))
 }
 
-// startTime is StartTime of process pid ("self": the caller).
-func startTime(pid string) (uint64, error) {
-	data, err := os.ReadFile("/proc/" + pid + "/stat")
+// startTime is StartTime of the process /proc describes at proc
+// (/proc/PID, /proc/self).
+func startTime(proc string) (uint64, error) {
+	path := proc + "/stat"
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return 0, err
 	}
 	// The command (field 2) is in parentheses and may hold anything.
 	i := bytes.LastIndexByte(data, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%s/stat: no command field", pid)
+		return 0, fmt.Errorf("%s: no command field", path)
 	}
 	fields := strings.Fields(string(data[i+1:]))
 	const startField = 22 - 3 // fields after the command start at field 3
 	if len(fields) <= startField {
-		return 0, fmt.Errorf("/proc/%s/stat: %d fields", pid, len(fields)+2)
+		return 0, fmt.Errorf("%s: %d fields", path, len(fields)+2)
 	}
 	if fields[0] == "Z" || fields[0] == "X" {
-		return 0, fmt.Errorf("process %s: %w", pid, ErrStale) // exited, not yet reaped
+		return 0, fmt.Errorf("%s: %w", proc, ErrStale) // exited, not yet reaped
 	}
 	start, err := strconv.ParseUint(fields[startField], 10, 64)
 	if err != nil {
-		return 0, fmt.Errorf("/proc/%s/stat: start time: %w", pid, err)
+		return 0, fmt.Errorf("%s: start time: %w", path, err)
 	}
 	return start, nil
 }
 
-// pidNamespace is the inode of the PID namespace of process pid ("self":
-// the caller), which names it while it lives.
-func pidNamespace(pid string) (uint64, error) {
+// pidNamespace is the inode of the PID namespace of the process /proc
+// describes at proc, which names the namespace while it lives.
+func pidNamespace(proc string) (uint64, error) {
 	var st unix.Stat_t
-	if err := unix.Stat("/proc/"+pid+"/ns/pid", &st); err != nil {
-		return 0, fmt.Errorf("PID namespace of process %s: %w", pid, err)
+	if err := unix.Stat(proc+"/ns/pid", &st); err != nil {
+		return 0, fmt.Errorf("PID namespace of %s: %w", proc, err)
 	}
 	return st.Ino, nil
 }
 
 // pidResolver finds, under the PID this process sees, a process named by
-// its PID namespace and its PID there. Processes of other namespaces are
-// looked up in one scan of /proc, made at the first need.
+// its PID namespace and its PID there. A process of another namespace is
+// looked up in a scan of /proc, made at most once a refresh and only for a
+// file not met before; what it found is kept while the file is read at
+// each refresh, and checked by the process's start time alone.
 type pidResolver struct {
+	proc    string // where /proc is mounted; "" is /proc
 	own     uint64 // this process's PID namespace; 0 until known
-	scanned bool
-	foreign map[[2]uint64]int // (namespace, PID there) -> PID here
+	known   map[foreignKey]foreignPID
+	met     map[foreignKey]foreignPID // in this refresh: known in the next
+	scanned map[foreignKey]int        // this refresh's scan of /proc; nil until made
+}
+
+// foreignKey is a process of another namespace: the namespace and its PID there.
+type foreignKey struct {
+	ns  uint64
+	pid int
+}
+
+// foreignPID is what was learned of the process that started at start: its
+// PID here, or 0 when it is gone or cannot be seen from here (for good: a
+// process that started then is never seen again).
+type foreignPID struct {
+	here  int
+	start uint64
+}
+
+func (r *pidResolver) procDir(pid string) string {
+	if r.proc == "" {
+		return "/proc/" + pid
+	}
+	return r.proc + "/" + pid
+}
+
+// refreshed ends a refresh: what it met is what the next one knows.
+func (r *pidResolver) refreshed() {
+	r.known, r.met, r.scanned = r.met, nil, nil
 }
 
 // resolve returns the PID here of the process with PID pid in namespace ns
@@ -440,47 +483,55 @@ type pidResolver struct {
 // this namespace.
 func (r *pidResolver) resolve(ns uint64, pid int, start uint64) (int, bool) {
 	if r.own == 0 {
-		r.own, _ = pidNamespace("self")
+		r.own, _ = pidNamespace(r.procDir("self"))
 	}
-	if ns != 0 && ns != r.own {
-		if !r.scanned {
+	if ns == 0 || ns == r.own {
+		s, err := startTime(r.procDir(strconv.Itoa(pid)))
+		return pid, err == nil && s == start
+	}
+	key := foreignKey{ns, pid}
+	f, ok := r.known[key]
+	if !ok || f.start != start {
+		if r.scanned == nil {
 			r.scan()
 		}
-		var ok bool
-		if pid, ok = r.foreign[[2]uint64{ns, uint64(pid)}]; !ok {
-			return 0, false
+		f = foreignPID{here: r.scanned[key], start: start}
+	}
+	if f.here != 0 {
+		if s, err := startTime(r.procDir(strconv.Itoa(f.here))); err != nil || s != start {
+			f.here = 0 // it exited; its PID here may be another's now
 		}
 	}
-	if s, err := StartTime(pid); err != nil || s != start {
-		return 0, false
+	if r.met == nil {
+		r.met = map[foreignKey]foreignPID{}
 	}
-	return pid, true
+	r.met[key] = f
+	return f.here, f.here != 0
 }
 
 // scan records every visible process of another PID namespace by its PID
 // there: the last of the PIDs its status lists (NSpid), from this
 // namespace inwards.
 func (r *pidResolver) scan() {
-	r.scanned = true
-	r.foreign = map[[2]uint64]int{}
-	entries, _ := os.ReadDir("/proc")
+	r.scanned = map[foreignKey]int{}
+	entries, _ := os.ReadDir(r.procDir(""))
 	for _, e := range entries {
 		here, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		ns, err := pidNamespace(e.Name())
+		ns, err := pidNamespace(r.procDir(e.Name()))
 		if err != nil || ns == r.own {
 			continue
 		}
-		status, err := os.ReadFile("/proc/" + e.Name() + "/status")
+		status, err := os.ReadFile(r.procDir(e.Name()) + "/status")
 		if err != nil {
 			continue
 		}
 		for _, line := range strings.Split(string(status), "\n") {
 			if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" {
-				if there, err := strconv.ParseUint(f[len(f)-1], 10, 64); err == nil {
-					r.foreign[[2]uint64{ns, there}] = here
+				if there, err := strconv.Atoi(f[len(f)-1]); err == nil {
+					r.scanned[foreignKey{ns, there}] = here
 				}
 			}
 		}

@@ -40,7 +40,7 @@ func TestPublishRead(t *testing.T) {
 	if n := w.Publish(devs, now); n != 2 {
 		t.Fatalf("published %d devices", n)
 	}
-	procs, errs := ReadDir(dir)
+	procs, errs := new(Reader).ReadDirs(dir)
 	if len(errs) > 0 || len(procs) != 1 {
 		t.Fatalf("ReadDir: %v, %v", procs, errs)
 	}
@@ -99,7 +99,7 @@ func TestStaleIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.Publish([]Device{{Quota: 1}}, time.Now())
-	if procs, errs := ReadDir(dir); len(procs) != 1 || len(errs) > 0 {
+	if procs, errs := new(Reader).ReadDirs(dir); len(procs) != 1 || len(errs) > 0 {
 		t.Fatalf("live child: %v, %v", procs, errs)
 	}
 	child.Process.Kill()
@@ -107,7 +107,7 @@ func TestStaleIgnored(t *testing.T) {
 	if err := unix.Waitid(unix.P_PID, child.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
 		t.Fatal(err)
 	}
-	if procs, errs := ReadDir(dir); len(procs) != 0 || len(errs) > 0 {
+	if procs, errs := new(Reader).ReadDirs(dir); len(procs) != 0 || len(errs) > 0 {
 		t.Errorf("zombie child listed: %v, %v", procs, errs)
 	}
 	child.Wait()
@@ -133,7 +133,7 @@ func TestReadRejectsOtherFiles(t *testing.T) {
 	if err := os.WriteFile(bad, make([]byte, fileSize), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, errs := ReadDir(dir); len(errs) != 1 {
+	if _, errs := new(Reader).ReadDirs(dir); len(errs) != 1 {
 		t.Errorf("zeroed file: errors %v, want one", errs)
 	}
 	os.WriteFile(bad, []byte("short"), 0o600)
@@ -162,7 +162,7 @@ func TestReadRejectsOtherFiles(t *testing.T) {
 			t.Errorf("version 1 file %s of an exited process: %v, want ErrStale", name, err)
 		}
 	}
-	if procs, errs := ReadDir(filepath.Join(dir, "absent")); procs != nil || errs != nil {
+	if procs, errs := new(Reader).ReadDirs(filepath.Join(dir, "absent")); procs != nil || errs != nil {
 		t.Errorf("missing directory: %v, %v", procs, errs)
 	}
 }
@@ -252,7 +252,7 @@ func TestNotARegularFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	procs, errs := ReadDir(dir)
+	procs, errs := new(Reader).ReadDirs(dir)
 	if len(procs) != 1 || len(errs) != 1 || !strings.Contains(errs[0].Error(), fifo) {
 		t.Errorf("ReadDir beside a FIFO: %v, %v; want this process and an error naming %s", procs, errs, fifo)
 	}

@@ -1,0 +1,170 @@
+package stat
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// fakeProc is a /proc of processes made up by a test: each has a stat (its
+// start time), a status (its PIDs, NSpid) and an ns/pid, a link to a file
+// standing for its PID namespace, which the file's inode names. self is
+// the reader, in the namespace "".
+type fakeProc struct {
+	tb   testing.TB
+	root string
+}
+
+func newFakeProc(tb testing.TB) fakeProc {
+	p := fakeProc{tb: tb, root: tb.TempDir()}
+	p.add("self", 1, "", 0)
+	return p
+}
+
+// namespace is the inode of namespace name, made at the first need.
+func (p fakeProc) namespace(name string) (path string, ino uint64) {
+	path = filepath.Join(p.root, "namespace-"+name)
+	if _, err := os.Stat(path); err != nil {
+		if err := os.WriteFile(path, nil, 0o600); err != nil {
+			p.tb.Fatal(err)
+		}
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		p.tb.Fatal(err)
+	}
+	return path, st.Ino
+}
+
+// add makes (or replaces) process here, started at start, in namespace ns
+// ("": the reader's), where its PID is there.
+func (p fakeProc) add(here string, start uint64, ns string, there int) {
+	dir := filepath.Join(p.root, here)
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(filepath.Join(dir, "ns"), 0o700); err != nil {
+		p.tb.Fatal(err)
+	}
+	nsFile, _ := p.namespace(ns)
+	nspid := here
+	if ns != "" {
+		nspid = fmt.Sprintf("%s\t%d", here, there)
+	}
+	for name, text := range map[string]string{
+		"stat":   fmt.Sprintf("%s (job) S%s %d 0 0\n", here, strings.Repeat(" 0", 18), start),
+		"status": fmt.Sprintf("Name:\tjob\nState:\tS (sleeping)\nNSpid:\t%s\n", nspid),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o600); err != nil {
+			p.tb.Fatal(err)
+		}
+	}
+	if err := os.Link(nsFile, filepath.Join(dir, "ns", "pid")); err != nil {
+		p.tb.Fatal(err)
+	}
+}
+
+// writeFigures writes the figures file of the process with PID pid in
+// namespace ns that started at start, as its writer would.
+func writeFigures(tb testing.TB, dir string, ns uint64, pid int, start uint64) {
+	tb.Helper()
+	buf := make([]byte, fileSize)
+	le := binary.LittleEndian
+	copy(buf, magic)
+	le.PutUint32(buf[offVersion:], version)
+	le.PutUint32(buf[offSlots:], MaxDevices)
+	le.PutUint64(buf[offPID:], uint64(pid))
+	le.PutUint64(buf[offStart:], start)
+	le.PutUint64(buf[offPIDNS:], ns)
+	if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("%d-%d.stat", pid, ns)), buf, 0o600); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// A reader keeps what its scan of /proc learned of a process of another
+// namespace from one refresh to the next, checking it by the process's
+// start time alone: no scan sees the status files again until a file
+// names a process not met before.
+func TestReaderKeepsWhatItsScanLearned(t *testing.T) {
+	proc := newFakeProc(t)
+	_, own := proc.namespace("")
+	_, container := proc.namespace("container")
+	proc.add("100", 50, "", 0)
+	proc.add("101", 500, "container", 1)
+	dir := t.TempDir()
+	writeFigures(t, dir, own, 100, 50)
+	writeFigures(t, dir, container, 1, 500)
+	r := Reader{pids: pidResolver{proc: proc.root}}
+	refresh := func(when string, want ...int) {
+		t.Helper()
+		procs, errs := r.ReadDirs(dir)
+		var pids []int
+		for _, p := range procs {
+			pids = append(pids, p.PID)
+		}
+		slices.Sort(pids)
+		if len(errs) > 0 || !slices.Equal(pids, want) {
+			t.Errorf("%s: PIDs %v, errors %v; want %v", when, pids, errs, want)
+		}
+	}
+	refresh("first refresh", 100, 101)
+
+	for _, pid := range []string{"100", "101"} {
+		os.Remove(filepath.Join(proc.root, pid, "status")) // a scan now finds no process of another namespace
+	}
+	refresh("with no status left to scan", 100, 101)
+
+	proc.add("101", 700, "", 0) // it exited and a later process took its PID here
+	refresh("its PID here taken", 100)
+
+	proc.add("102", 800, "container", 2) // a new job in the container: a file not met before
+	writeFigures(t, dir, container, 2, 800)
+	refresh("a new job", 100, 102)
+}
+
+// The cost of one refresh of spillway stat --watch over seven jobs in
+// containers of their own (each PID 1 there), a file a killed one left, and
+// a process of the host, among n processes: kept, the reader learned the
+// jobs' PIDs here at the first refresh; fresh, each refresh scans /proc
+// again (a namespace and a status read per process).
+func BenchmarkReadDirsOtherNamespaces(b *testing.B) {
+	for _, n := range []int{256, 4096} {
+		proc := newFakeProc(b)
+		dir := b.TempDir()
+		for here := 1000; here < 1000+n; here++ {
+			proc.add(fmt.Sprint(here), uint64(here), "", 0)
+		}
+		for job := range 7 {
+			name := fmt.Sprint("job", job)
+			proc.add(fmt.Sprint(100+job), uint64(100+job), name, 1)
+			_, ns := proc.namespace(name)
+			writeFigures(b, dir, ns, 1, uint64(100+job))
+		}
+		_, killed := proc.namespace("killed")
+		writeFigures(b, dir, killed, 1, 99)
+		_, own := proc.namespace("")
+		writeFigures(b, dir, own, 1000, 1000)
+
+		for _, kept := range []bool{true, false} {
+			name := fmt.Sprintf("processes=%d/fresh", n)
+			if kept {
+				name = fmt.Sprintf("processes=%d/kept", n)
+			}
+			b.Run(name, func(b *testing.B) {
+				r := &Reader{pids: pidResolver{proc: proc.root}}
+				for b.Loop() {
+					if !kept {
+						r = &Reader{pids: pidResolver{proc: proc.root}}
+					}
+					if procs, errs := r.ReadDirs(dir); len(procs) != 8 || len(errs) > 0 {
+						b.Fatalf("%d processes, errors %v; want 8", len(procs), errs)
+					}
+				}
+			})
+		}
+	}
+}
