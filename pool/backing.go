@@ -188,6 +188,11 @@ var (
 	// ErrHostLimit is wrapped (together with ErrOutOfMemory) by a refusal
 	// because spilling the request would pass Options.HostLimit.
 	ErrHostLimit = errors.New("host spill limit exceeded")
+	// ErrDeviceFull is wrapped by a failed spill when the device itself (a
+	// Backing's ErrOutOfMemory), not the quota, had no room for the request:
+	// the GPU's other processes hold the rest. (A refusal for that, without
+	// oversubscription, wraps the Backing's error instead of ErrQuota.)
+	ErrDeviceFull = errors.New("device out of memory below the quota")
 	// ErrNotOwned: the pointer was never handed out by this pool, so it
 	// belongs to whoever else allocated it.
 	ErrNotOwned = errors.New("pointer not allocated by this pool")

@@ -48,8 +48,10 @@
 //	SPILLWAY_REPORT=1            Stats().String() at exit
 //
 // Errors map to CUDA's: ErrOutOfMemory (wrapped by every refusal, with
-// ErrQuota or ErrHostLimit) and ErrTooLarge to cudaErrorMemoryAllocation,
-// ErrInvalidFree (double free, interior pointer) to cudaErrorInvalidValue.
+// ErrQuota or ErrHostLimit; a failed spill of what the device, not the
+// quota, could not hold also wraps ErrDeviceFull) and ErrTooLarge to
+// cudaErrorMemoryAllocation, ErrInvalidFree (double free, interior pointer)
+// to cudaErrorInvalidValue.
 // A Stream value must name one stream for the pool's lifetime: the per-thread
 // default stream (handle 2) is a different stream in every thread, so the
 // shim passes a per-thread identity for it. The probe points are fired by an

@@ -7,15 +7,16 @@ import (
 
 func isOOM(err error) bool { return errors.Is(err, ErrOutOfMemory) }
 
-// spill serves a request from host memory.
-func (p *Pool) spill(size uint64) (uint64, error) {
+// spill serves a request from host memory: the quota could not hold it, or
+// with deviceFull the device could not, below the quota.
+func (p *Pool) spill(size uint64, deviceFull bool) (uint64, error) {
 	if p.hostBytes+size > p.opt.HostLimit {
 		p.stats.Refused++
 		if p.obs != nil {
 			p.obs.Refuse(size, p.devBytes, p.opt.Quota)
 		}
-		return 0, fmt.Errorf("pool: spilling %d bytes with %d of a %d-byte host limit used: %w: %w",
-			size, p.hostBytes, p.opt.HostLimit, ErrHostLimit, ErrOutOfMemory)
+		return 0, spillFailed(deviceFull, fmt.Errorf("pool: spilling %d bytes with %d of a %d-byte host limit used: %w: %w",
+			size, p.hostBytes, p.opt.HostLimit, ErrHostLimit, ErrOutOfMemory))
 	}
 	tier := p.opt.SpillTier
 	base, err := p.host.ReserveHost(size, tier)
@@ -23,7 +24,7 @@ func (p *Pool) spill(size uint64) (uint64, error) {
 		if !isOOM(err) {
 			p.stats.BackingErrors++
 		}
-		return 0, fmt.Errorf("pool: spilling %d bytes to %v host memory: %w", size, tier, err)
+		return 0, spillFailed(deviceFull, fmt.Errorf("pool: spilling %d bytes to %v host memory: %w", size, tier, err))
 	}
 	b := p.newBlock()
 	b.base, b.size, b.used, b.state, b.tier = base, size, size, stateLive, tier
@@ -39,6 +40,15 @@ func (p *Pool) spill(size uint64) (uint64, error) {
 	}
 	p.addLive(b, SourceDevice)
 	return base, nil
+}
+
+// spillFailed is err, a spill's failure, wrapping ErrDeviceFull when the
+// device, not the quota, had no room for the request.
+func spillFailed(deviceFull bool, err error) error {
+	if deviceFull {
+		return fmt.Errorf("%w: %w", err, ErrDeviceFull)
+	}
+	return err
 }
 
 // TakeHost admits size bytes of host memory that the application holds

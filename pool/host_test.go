@@ -359,3 +359,41 @@ func TestOversubscriptionNeedsAHostBacking(t *testing.T) {
 		t.Fatal("oversubscription accepted over a backing without host memory")
 	}
 }
+
+// TestSpillFailureSaysWhatWasFull: a spill that fails (here past the host
+// limit) wraps ErrDeviceFull when the device, below the quota, is what sent
+// the request to the host, and not when the quota is, with fixed segments
+// and with virtual memory.
+func TestSpillFailureSaysWhatWasFull(t *testing.T) {
+	for _, c := range []struct {
+		name            string
+		virtual         bool
+		capacity, quota uint64
+		held, requested uint64
+		deviceFull      bool
+	}{
+		{"quota full, segments", false, 0, 8 * miB, 6 * miB, 4 * miB, false},
+		{"device full, segments", false, 8 * miB, 64 * miB, 6 * miB, 4 * miB, true},
+		{"quota full, virtual memory", true, 0, 8 * miB, 6 * miB, 8 * miB, false},
+		{"device full, virtual memory", true, 10 * miB, 64 * miB, 5 * miB, 8 * miB, true},
+	} {
+		opt := oversubscribed(c.quota, pool.TierManaged)
+		opt.HostLimit = granule
+		var h *harness
+		if c.virtual {
+			h = newVirtualHarness(t, pooltest.NewVirtual(c.capacity), opt)
+		} else {
+			h = newHarness(t, pooltest.New(c.capacity), opt)
+		}
+		h.mustAlloc(c.held)
+		_, err := h.alloc(c.requested)
+		if !errors.Is(err, pool.ErrHostLimit) || errors.Is(err, pool.ErrDeviceFull) != c.deviceFull {
+			t.Errorf("%s: %v; want ErrHostLimit, and ErrDeviceFull %v", c.name, err, c.deviceFull)
+		}
+		if c.virtual {
+			h.closeVirtual()
+		} else {
+			h.close()
+		}
+	}
+}

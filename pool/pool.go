@@ -663,7 +663,7 @@ func (p *Pool) allocUnderPressure(size uint64, class int, async bool, s Stream, 
 		}
 	}
 	if p.opt.Oversubscribe {
-		return p.spill(size)
+		return p.spill(size, deviceFull != nil)
 	}
 	return 0, p.refuse(size, deviceFull)
 }

@@ -9,7 +9,7 @@ import "fmt"
 func (p *Pool) passThrough(size uint64, async bool, s Stream) (uint64, error) {
 	if !p.ledger.Take(size) {
 		if p.opt.Oversubscribe {
-			return p.spill(size)
+			return p.spill(size, false)
 		}
 		return 0, p.refuse(size, nil)
 	}
@@ -23,7 +23,7 @@ func (p *Pool) passThrough(size uint64, async bool, s Stream) (uint64, error) {
 	if err != nil {
 		p.ledger.Give(size)
 		if p.opt.Oversubscribe && isOOM(err) {
-			return p.spill(size)
+			return p.spill(size, true)
 		}
 		if isOOM(err) {
 			return 0, p.refuse(size, err)

@@ -180,6 +180,8 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 		return p.hand(b, size, SourceDevice), nil
 	}
 	defer p.arenaEmptied(b) // if nothing was placed in it
+	// The device, not the quota, had no granule left.
+	deviceFull := errors.Is(err, ErrOutOfMemory)
 	if p.opt.Oversubscribe && errors.Is(err, errNoPhysical) {
 		// Page-granular spill: the granules the quota cannot hold are
 		// host-located, behind the same range as the device ones.
@@ -188,12 +190,12 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 		}
 	}
 	if p.opt.Oversubscribe {
-		return p.spill(size)
+		return p.spill(size, deviceFull)
 	}
-	if errors.Is(err, errNoPhysical) && !errors.Is(err, ErrOutOfMemory) {
+	if errors.Is(err, errNoPhysical) && !deviceFull {
 		return 0, p.refuse(size, nil) // the quota's refusal
 	}
-	if errors.Is(err, ErrOutOfMemory) {
+	if deviceFull {
 		// The device itself is full: the granules mapped trying, and the
 		// rest of the cache, go back to it for the GPU's other processes,
 		// as every empty segment does under pressure without virtual memory.

@@ -397,11 +397,9 @@ func (m *memory) failed(d *device, kind allocKind, size uint64, err error) inter
 	rc := cudaError(err)
 	var spill *spillError
 	if errors.As(err, &spill) {
-		if suppressed, ok := m.spillWarn.allow(); ok {
-			m.log.WithField("suppressed", suppressed).Warnf("%s of %s on device %d failed: the quota is full and %v", kind, config.FormatBytes(size), d.ordinal, spill)
-		}
+		m.spillFailed(d, kind, size, errors.Is(err, pool.ErrDeviceFull), spill)
 	} else if errors.Is(err, pool.ErrHostLimit) {
-		m.hostLimitRefused(d, kind, size)
+		m.hostLimitRefused(d, kind, size, errors.Is(err, pool.ErrDeviceFull))
 	} else if errors.Is(err, pool.ErrOutOfMemory) && !errors.Is(err, pool.ErrQuota) {
 		m.deviceFullRefused(d, kind, size)
 	} else if rc == interpose.ErrorMemoryAllocation {

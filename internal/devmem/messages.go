@@ -21,18 +21,34 @@ func refusalMessage(kind allocKind, size uint64, device int, used, quota uint64)
 
 // hostLimitRefused logs a request refused because spilling it would pass
 // the host limit: the limit reached is SPILLWAY_HOST_LIMIT, not the quota.
-func (m *memory) hostLimitRefused(d *device, kind allocKind, size uint64) {
+// deviceFull: what sent the request to the host was the device being full,
+// below the quota.
+func (m *memory) hostLimitRefused(d *device, kind allocKind, size uint64, deviceFull bool) {
 	suppressed, ok := m.hostLimitWarn.allow()
 	if !ok {
 		return
 	}
 	st := d.pool.Stats()
-	m.log.WithFields(logrus.Fields{
+	fields := logrus.Fields{
 		"device": d.ordinal, "requested": size, "spilled": st.SpilledBytes, "host_limit": st.HostLimit,
 		"suppressed": suppressed,
-	}).Warnf("%s of %s refused on device %d: the quota is full and spilling it would pass the host limit (%s=%s; %s spilled)",
-		kind, config.FormatBytes(size), d.ordinal, config.EnvHostLimit, config.FormatBytes(st.HostLimit),
+	}
+	full := m.whatIsFull(d, deviceFull, fields)
+	m.log.WithFields(fields).Warnf("%s of %s refused on device %d: %s and spilling it would pass the host limit (%s=%s; %s spilled)",
+		kind, config.FormatBytes(size), d.ordinal, full, config.EnvHostLimit, config.FormatBytes(st.HostLimit),
 		config.FormatBytes(st.SpilledBytes))
+}
+
+// spillFailed logs a request whose spill failed: making host memory for it
+// did. deviceFull as for hostLimitRefused.
+func (m *memory) spillFailed(d *device, kind allocKind, size uint64, deviceFull bool, spill *spillError) {
+	suppressed, ok := m.spillWarn.allow()
+	if !ok {
+		return
+	}
+	fields := logrus.Fields{"device": d.ordinal, "requested": size, "suppressed": suppressed}
+	full := m.whatIsFull(d, deviceFull, fields)
+	m.log.WithFields(fields).Warnf("%s of %s on device %d failed: %s and %v", kind, config.FormatBytes(size), d.ordinal, full, spill)
 }
 
 // deviceFullRefused logs a request refused because the device itself had
@@ -43,15 +59,27 @@ func (m *memory) deviceFullRefused(d *device, kind allocKind, size uint64) {
 	if !ok {
 		return
 	}
+	fields := logrus.Fields{"device": d.ordinal, "requested": size, "suppressed": suppressed}
+	full := m.whatIsFull(d, true, fields)
+	m.log.WithFields(fields).Warnf("%s of %s refused on device %d: %s", kind, config.FormatBytes(size), d.ordinal, full)
+}
+
+// whatIsFull words what had no room for a request on d: the quota, or with
+// deviceFull the device itself, with what is free on it and what the
+// quota still allows, whose exact bytes it adds to fields.
+func (m *memory) whatIsFull(d *device, deviceFull bool, fields logrus.Fields) string {
+	if !deviceFull {
+		return "the quota is full"
+	}
 	used := d.ledger.used()
-	fields := logrus.Fields{"device": d.ordinal, "requested": size, "used": used, "quota": d.quota, "suppressed": suppressed}
+	fields["used"], fields["quota"] = used, d.quota
 	free := "unknown"
 	if f, _, rc := m.on(d.ordinal).MemGetInfo(); rc == interpose.Success {
 		fields["device_free"] = f
 		free = config.FormatBytes(f)
 	}
-	m.log.WithFields(fields).Warnf("%s of %s refused on device %d: the device is out of memory (%s free on it) though the quota is not (%s in use of %s)",
-		kind, config.FormatBytes(size), d.ordinal, free, config.FormatBytes(used), config.FormatBytes(d.quota))
+	return fmt.Sprintf("the device is out of memory (%s free on it) though the quota is not (%s in use of %s)",
+		free, config.FormatBytes(used), config.FormatBytes(d.quota))
 }
 
 // reportJSON is a SPILLWAY_REPORT line in the JSON log format: the line as

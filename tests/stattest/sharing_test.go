@@ -90,6 +90,37 @@ func TestDeviceFullBelowQuotaSpills(t *testing.T) {
 	}
 }
 
+// With oversubscription, a spill that cannot be made for what the full
+// device cannot give below the quota is said to be the device's doing, with
+// what is free on it, as the refusal without oversubscription is: not the
+// quota's. The first spill passes its host limit; the second's host memory
+// cannot be made.
+func TestDeviceFullBelowQuotaSpillFails(t *testing.T) {
+	bin := compileHold(t)
+	e := newEnv(t)
+	a := startHolder(t, e, bin, "200MiB", "0", "0", strconv.Itoa(192*mib))
+	deviceFull := "the device is out of memory (32MiB free on it) though the quota is not (32MiB in use of 128MiB) and "
+	for _, c := range []struct {
+		name, want string
+		env        []string
+	}{
+		{"past the host limit", "cudaMalloc of 64MiB refused on device 0: " + deviceFull +
+			"spilling it would pass the host limit (SPILLWAY_HOST_LIMIT=16MiB; 0B spilled)",
+			[]string{"SPILLWAY_VMM=0", "SPILLWAY_HOST_LIMIT=16MiB"}},
+		{"host memory failing", "cudaMalloc of 64MiB on device 0 failed: " + deviceFull + "spilling 67108864 bytes to managed memory",
+			[]string{"SPILLWAY_VMM=0", "SIMCUDA_FAIL=cudaMallocManaged:1"}},
+	} {
+		b := startHolderEnv(t, e, bin, append([]string{"SPILLWAY_MEMORY_LIMIT=128MiB", "SPILLWAY_OVERSUBSCRIBE=1"}, c.env...),
+			"0", "0", strconv.Itoa(32*mib), "?"+strconv.Itoa(64*mib))
+		b.finish(t, 0)
+		if stderr := b.stderr.String(); !strings.Contains(stderr, c.want) || strings.Contains(stderr, "quota is full") ||
+			!strings.Contains(stderr, "hold: cudaMalloc of 67108864 refused: 2") {
+			t.Errorf("%s: stderr lacks %q:\n%s", c.name, c.want, stderr)
+		}
+	}
+	a.finish(t, 0)
+}
+
 // startInPIDNamespace runs hold under the shim in a PID namespace of its
 // own, where it is PID 1, as a container's main process is (it needs root,
 // and unshare); h.pid is its PID here. With ownProc the namespace mounts a
