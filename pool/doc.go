@@ -181,7 +181,8 @@
 // wrapping ErrQuota and ErrOutOfMemory. A Backing failure with ErrOutOfMemory
 // (the device itself is full) takes the same path, granules included, and
 // its refusal wraps the Backing's error instead of ErrQuota; with virtual
-// memory it first returns every free and idle granule to the device.
+// memory it first returns every free and idle granule to the device, as
+// does a spill of such a request that fails.
 //
 // Empty segments are also released, oldest emptied first, while the cached
 // memory (reserved in segments but not live) exceeds Options.ReleaseThreshold,

@@ -190,7 +190,13 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 		}
 	}
 	if p.opt.Oversubscribe {
-		return p.spill(size, deviceFull)
+		base, err := p.spill(size, deviceFull)
+		if err != nil && deviceFull {
+			// Refused after all: the device gets its granules back, as
+			// without oversubscription (below).
+			p.releaseGranulesWhile(func() bool { return true })
+		}
+		return base, err
 	}
 	if errors.Is(err, errNoPhysical) && !deviceFull {
 		return 0, p.refuse(size, nil) // the quota's refusal

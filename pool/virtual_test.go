@@ -287,6 +287,27 @@ func TestVirtualDeviceFullSpills(t *testing.T) {
 	h.closeVirtual()
 }
 
+// TestVirtualDeviceFullSpillRefused: with oversubscription, a request the
+// full device cannot hold whose spill fails too (past the host limit) gives
+// back to the device the granules it mapped trying, as its refusal without
+// oversubscription does.
+func TestVirtualDeviceFullSpillRefused(t *testing.T) {
+	f := pooltest.NewVirtual(10 * miB)
+	opt := oversubscribed(64*miB, pool.TierManaged) // its release threshold would keep the granules mapped trying
+	opt.HostLimit = granule
+	h := newVirtualHarness(t, f, opt)
+	h.mustAlloc(5 * miB)
+	if _, err := h.alloc(8 * miB); !errors.Is(err, pool.ErrHostLimit) {
+		t.Fatalf("allocation beyond the device and the host limit: %v, want ErrHostLimit", err)
+	}
+	if st := h.p.Stats(); st.Refused != 1 || st.ReservedBytes != 6*miB || f.PhysicalBytes() != 6*miB || f.HostBytes() != 0 {
+		t.Fatalf("%d refusals, %d bytes reserved, %d physical, %d on the host; want 1 and the three granules of the live block",
+			st.Refused, st.ReservedBytes, f.PhysicalBytes(), f.HostBytes())
+	}
+	h.checkPhysical()
+	h.closeVirtual()
+}
+
 // FuzzPoolVirtual is FuzzPool on a device with virtual memory, checking
 // besides the reference model that every unmapped granule is free of queued
 // work and that the pool's granules are the device's physical memory. With

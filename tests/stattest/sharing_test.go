@@ -109,10 +109,18 @@ func TestDeviceFullBelowQuotaSpillFails(t *testing.T) {
 			[]string{"SPILLWAY_VMM=0", "SPILLWAY_HOST_LIMIT=16MiB"}},
 		{"host memory failing", "cudaMalloc of 64MiB on device 0 failed: " + deviceFull + "spilling 67108864 bytes to managed memory",
 			[]string{"SPILLWAY_VMM=0", "SIMCUDA_FAIL=cudaMallocManaged:1"}},
+		// The granules mapped trying go back to the device, as without
+		// oversubscription: they are neither in use nor held from a.
+		{"past the host limit, virtual memory", "cudaMalloc of 64MiB refused on device 0: " + deviceFull +
+			"spilling it would pass the host limit (SPILLWAY_HOST_LIMIT=16MiB; 0B spilled)",
+			[]string{"SPILLWAY_HOST_LIMIT=16MiB"}},
 	} {
 		b := startHolderEnv(t, e, bin, append([]string{"SPILLWAY_MEMORY_LIMIT=128MiB", "SPILLWAY_OVERSUBSCRIBE=1"}, c.env...),
 			"0", "0", strconv.Itoa(32*mib), "?"+strconv.Itoa(64*mib))
-		b.finish(t, 0)
+		rb, _ := b.finish(t, 0)
+		if rb.Reserved != 32*mib {
+			t.Errorf("%s: b's report %+v; want the 32MiB it holds reserved, nothing cached", c.name, rb)
+		}
 		if stderr := b.stderr.String(); !strings.Contains(stderr, c.want) || strings.Contains(stderr, "quota is full") ||
 			!strings.Contains(stderr, "hold: cudaMalloc of 67108864 refused: 2") {
 			t.Errorf("%s: stderr lacks %q:\n%s", c.name, c.want, stderr)
