@@ -42,9 +42,14 @@ type spillEntry struct {
 // current reports whether s is the granule's Spill still in force.
 func (s spillEntry) current() bool { return s.g.spillN == s.n }
 
-// spilledGranule reports the host granule g to the Observer.
+// spilledGranule counts the host granule g, now holding the application's
+// bytes, as spilled and reports it to the Observer. A host granule made for
+// a placement or a move that then fails never comes here: it was never
+// spilled, only made and given back.
 func (p *Pool) spilledGranule(g *granule) {
 	v := p.virt
+	p.stats.PeakSpilledBytes = max(p.stats.PeakSpilledBytes, p.stats.SpilledBytes)
+	p.stats.SpilledTotal += v.gran
 	v.spills++
 	v.spilledNow++
 	g.spillN = v.spills
@@ -153,7 +158,6 @@ func (p *Pool) demoteGranule(g *granule) error {
 	}
 	if err := p.migration.mover.MoveGranule(g.va, v.gran, g.handle, h); err != nil {
 		p.stats.BackingErrors++
-		p.stats.SpilledTotal -= v.gran
 		p.releaseHostGranule(h)
 		return fmt.Errorf("pool: demoting the granule at %#x: %w", g.va, err)
 	}

@@ -541,9 +541,9 @@ func (p *Pool) createHostGranule() (uint64, error) {
 	}
 	p.hostBytes += v.gran
 	p.segBytes += v.gran // live bytes on it count in segLive
+	// In the peak and the total only once it holds the application's bytes
+	// (spilledGranule): a placement that fails gives it back unspilled.
 	p.stats.SpilledBytes += v.gran
-	p.stats.PeakSpilledBytes = max(p.stats.PeakSpilledBytes, p.stats.SpilledBytes)
-	p.stats.SpilledTotal += v.gran
 	return h, nil
 }
 

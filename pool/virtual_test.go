@@ -308,6 +308,52 @@ func TestVirtualDeviceFullSpillRefused(t *testing.T) {
 	h.closeVirtual()
 }
 
+// TestVirtualFailedSpillCountsNothing: a request the full device cannot
+// hold whose page-granular spill fails partway (past the host limit, or the
+// host cannot make the memory) and whose whole-block spill fails too gives
+// back every host granule it mapped trying, and counts and reports nothing
+// as spilled; a spill that then succeeds counts only its own granules.
+func TestVirtualFailedSpillCountsNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		hostLimit    uint64
+		hostCapacity uint64
+		want         error
+	}{
+		{"host limit", granule, 0, pool.ErrHostLimit},
+		{"host out of memory", 64 * miB, granule, pool.ErrOutOfMemory},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := pooltest.NewVirtual(10 * miB)
+			f.HostCapacity = tc.hostCapacity
+			opt := oversubscribed(64*miB, pool.TierManaged)
+			opt.HostLimit = tc.hostLimit
+			obs := &spillRanges{recorder: recorder{sources: map[pool.Source]int{}}, ranges: map[uint64]uint64{}}
+			opt.Observer = obs
+			h := newVirtualHarness(t, f, opt)
+			h.mustAlloc(5 * miB) // three granules: the device has room for two more
+			if _, err := h.alloc(8 * miB); !errors.Is(err, tc.want) || !errors.Is(err, pool.ErrDeviceFull) {
+				t.Fatalf("allocation beyond the device and the host: %v, want %v and ErrDeviceFull", err, tc.want)
+			}
+			if st := h.p.Stats(); st.SpilledBytes != 0 || st.PeakSpilledBytes != 0 || st.SpilledTotal != 0 || len(obs.spills) != 0 {
+				t.Fatalf("after a failed spill: spilled %d, peak %d, total %d, %d Spill events; want none",
+					st.SpilledBytes, st.PeakSpilledBytes, st.SpilledTotal, len(obs.spills))
+			}
+			if n, host := f.HostBytes(), f.HostGranules(); n != 0 || len(host) != 0 {
+				t.Fatalf("after a failed spill: %d host bytes, host granules %v left", n, host)
+			}
+			h.checkPhysical()
+			h.mustAlloc(6 * miB) // two granules on the device, one on the host
+			if st := h.p.Stats(); st.SpilledBytes != granule || st.PeakSpilledBytes != granule || st.SpilledTotal != granule {
+				t.Fatalf("after a spill of one granule: spilled %d, peak %d, total %d; want %d each",
+					st.SpilledBytes, st.PeakSpilledBytes, st.SpilledTotal, granule)
+			}
+			obs.check(t, f, "after the spill")
+			h.closeVirtual()
+		})
+	}
+}
+
 // FuzzPoolVirtual is FuzzPool on a device with virtual memory, checking
 // besides the reference model that every unmapped granule is free of queued
 // work and that the pool's granules are the device's physical memory. With
