@@ -11,17 +11,16 @@ func isOOM(err error) bool { return errors.Is(err, ErrOutOfMemory) }
 // with deviceFull the device could not, below the quota.
 func (p *Pool) spill(size uint64, deviceFull bool) (uint64, error) {
 	if p.hostBytes+size > p.opt.HostLimit {
-		p.stats.Refused++
-		if p.obs != nil {
-			p.obs.Refuse(size, p.devBytes, p.opt.Quota)
-		}
+		p.countRefusal(size)
 		return 0, spillFailed(deviceFull, fmt.Errorf("pool: spilling %d bytes with %d of a %d-byte host limit used: %w: %w",
 			size, p.hostBytes, p.opt.HostLimit, ErrHostLimit, ErrOutOfMemory))
 	}
 	tier := p.opt.SpillTier
 	base, err := p.host.ReserveHost(size, tier)
 	if err != nil {
-		if !isOOM(err) {
+		if isOOM(err) {
+			p.countRefusal(size) // the host, not the host limit, is full
+		} else {
 			p.stats.BackingErrors++
 		}
 		return 0, spillFailed(deviceFull, fmt.Errorf("pool: spilling %d bytes to %v host memory: %w", size, tier, err))

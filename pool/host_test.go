@@ -114,6 +114,33 @@ func TestHostReservationFailureIsAnError(t *testing.T) {
 	h.close()
 }
 
+// TestHostOutOfMemoryIsARefusal: a spill the host cannot make the memory
+// for is a refusal, counted and told to the Observer as one past the host
+// limit is, pooled or passed through.
+func TestHostOutOfMemoryIsARefusal(t *testing.T) {
+	for _, pooling := range []bool{true, false} {
+		t.Run(fmt.Sprintf("pooling=%v", pooling), func(t *testing.T) {
+			f := pooltest.New(0)
+			f.HostCapacity = 2 * miB
+			rec := &recorder{sources: map[pool.Source]int{}}
+			opt := oversubscribed(4*miB, pool.TierManaged)
+			opt.Pooling = pooling
+			opt.Observer = rec
+			h := newHarness(t, f, opt)
+			h.mustAlloc(4 * miB)
+			_, err := h.alloc(4 * miB)
+			if !errors.Is(err, pool.ErrOutOfMemory) || errors.Is(err, pool.ErrHostLimit) {
+				t.Fatalf("host out of memory: %v, want ErrOutOfMemory, not ErrHostLimit", err)
+			}
+			if st := h.p.Stats(); st.Refused != 1 || rec.refusals != 1 || st.BackingErrors != 0 || st.SpilledTotal != 0 {
+				t.Fatalf("%d refusals counted, %d told, %d backing errors, %d bytes spilled; want one refusal, nothing else",
+					st.Refused, rec.refusals, st.BackingErrors, st.SpilledTotal)
+			}
+			h.close()
+		})
+	}
+}
+
 func TestPromotionOldestFirstWhileItFits(t *testing.T) {
 	f := pooltest.New(0)
 	rec := &recorder{sources: map[pool.Source]int{}}

@@ -671,15 +671,21 @@ func (p *Pool) allocUnderPressure(size uint64, class int, async bool, s Stream, 
 // refuse counts and reports a refusal. deviceFull is the Backing's error when
 // the device, not the quota, had no room.
 func (p *Pool) refuse(size uint64, deviceFull error) error {
-	p.stats.Refused++
-	if p.obs != nil {
-		p.obs.Refuse(size, p.devBytes, p.opt.Quota)
-	}
+	p.countRefusal(size)
 	if deviceFull != nil {
 		return fmt.Errorf("pool: %d bytes requested with %d bytes reserved: %w", size, p.devBytes, deviceFull)
 	}
 	return fmt.Errorf("pool: %d bytes requested with %d of a %d-byte quota reserved (%d live) and %d more admitted by the ledger: %w: %w",
 		size, p.devBytes, p.opt.Quota, p.stats.LiveBytes, p.ledger.Headroom(), ErrQuota, ErrOutOfMemory)
+}
+
+// countRefusal counts a refused request of size bytes and tells the
+// Observer.
+func (p *Pool) countRefusal(size uint64) {
+	p.stats.Refused++
+	if p.obs != nil {
+		p.obs.Refuse(size, p.devBytes, p.opt.Quota)
+	}
 }
 
 // How far fromCache searches.

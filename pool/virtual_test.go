@@ -354,6 +354,45 @@ func TestVirtualFailedSpillCountsNothing(t *testing.T) {
 	}
 }
 
+// TestVirtualHostOutOfMemoryIsARefusal: with virtual memory, a request
+// beyond the quota, or beyond a full device below it, whose host granules
+// and whole-block spill the host cannot make is a refusal, counted and told
+// to the Observer as one past the host limit is.
+func TestVirtualHostOutOfMemoryIsARefusal(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		capacity uint64 // of the device
+	}{
+		{"quota", 0},
+		{"device full", 10 * miB},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := pooltest.NewVirtual(tc.capacity)
+			f.HostCapacity = granule
+			rec := &recorder{sources: map[pool.Source]int{}}
+			quota := uint64(6 * miB)
+			if tc.capacity != 0 {
+				quota = 64 * miB
+			}
+			opt := oversubscribed(quota, pool.TierManaged)
+			opt.HostLimit = 64 * miB
+			opt.Observer = rec
+			h := newVirtualHarness(t, f, opt)
+			h.mustAlloc(5 * miB) // three granules
+			_, err := h.alloc(12 * miB)
+			if !errors.Is(err, pool.ErrOutOfMemory) || errors.Is(err, pool.ErrHostLimit) {
+				t.Fatalf("host out of memory: %v, want ErrOutOfMemory, not ErrHostLimit", err)
+			}
+			if st := h.p.Stats(); st.Refused != 1 || rec.refusals != 1 || st.BackingErrors != 0 || f.HostBytes() != 0 {
+				t.Fatalf("%d refusals counted, %d told, %d backing errors, %d host bytes left; want one refusal, nothing else",
+					st.Refused, rec.refusals, st.BackingErrors, f.HostBytes())
+			}
+			h.checkPhysical()
+			h.closeVirtual()
+		})
+	}
+}
+
 // FuzzPoolVirtual is FuzzPool on a device with virtual memory, checking
 // besides the reference model that every unmapped granule is free of queued
 // work and that the pool's granules are the device's physical memory. With
