@@ -118,8 +118,8 @@ func TestDeviceFullBelowQuotaSpillFails(t *testing.T) {
 		b := startHolderEnv(t, e, bin, append([]string{"SPILLWAY_MEMORY_LIMIT=128MiB", "SPILLWAY_OVERSUBSCRIBE=1"}, c.env...),
 			"0", "0", strconv.Itoa(32*mib), "?"+strconv.Itoa(64*mib))
 		rb, _ := b.finish(t, 0)
-		if rb.Reserved != 32*mib {
-			t.Errorf("%s: b's report %+v; want the 32MiB it holds reserved, nothing cached", c.name, rb)
+		if rb.Reserved != 32*mib || rb.Refused != 1 || rb.Spilled != 0 || rb.SpilledTotal != 0 {
+			t.Errorf("%s: b's report %+v; want the 32MiB it holds reserved, nothing cached, one refusal and nothing spilled", c.name, rb)
 		}
 		if stderr := b.stderr.String(); !strings.Contains(stderr, c.want) || strings.Contains(stderr, "quota is full") ||
 			!strings.Contains(stderr, "hold: cudaMalloc of 67108864 refused: 2") {
