@@ -237,14 +237,15 @@ func (b *backing) settle(f inflightFree) {
 	b.ledger.Give(f.size)
 }
 
-// settleAll finishes every free in flight on the device's own streams; the
-// device was synchronized.
-func (b *backing) settleAll() {
+// settleAll finishes every free in flight on the device's own streams, the
+// device having been synchronized, and with foreign those on streams of
+// other devices or contexts too, the device's memory being freed by a reset.
+func (b *backing) settleAll(foreign bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	kept := b.inflight[:0]
 	for _, f := range b.inflight {
-		if f.foreign {
+		if f.foreign && !foreign {
 			kept = append(kept, f)
 			continue
 		}
@@ -278,7 +279,7 @@ func (b *backing) Synchronize() error {
 	if rc := b.rt.DeviceSynchronize(); rc != interpose.Success {
 		return cudaErr(fmt.Sprintf("cudaDeviceSynchronize on device %d", b.ordinal), rc)
 	}
-	b.settleAll()
+	b.settleAll(false)
 	return nil
 }
 

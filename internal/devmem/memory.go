@@ -605,7 +605,9 @@ func (m *memory) deviceReset(ordinal int, reset func() interpose.Error) interpos
 				m.log.Debugf("closing the pool of device %d before cudaDeviceReset: %v", ordinal, err)
 			}
 		}
-		d.back.settleAll() // the pool synchronized the device as it closed
+		// The pool synchronized the device as it closed, and the reset
+		// frees what streams of other devices or contexts have yet to.
+		d.back.settleAll(true)
 		d.outside.Lock()
 		d.reset = true
 		d.ledger.primaryReset()
@@ -625,7 +627,7 @@ func (m *memory) deviceSynchronize(ordinal int) interpose.Error {
 	t := d.pool.SyncBegin()
 	rc := m.rt.DeviceSynchronize()
 	if rc == interpose.Success {
-		d.back.settleAll()
+		d.back.settleAll(false)
 		_ = d.pool.SyncEnd(t) // fails only once the pool is closed
 	}
 	return rc
