@@ -124,7 +124,7 @@ SPILLWAY_REAL(CUresult, cu_ctx_set_current, cuCtxSetCurrent, (CUcontext ctx))
 SPILLWAY_REAL(CUresult, cu_primary_ctx_retain, cuDevicePrimaryCtxRetain,
               (CUcontext * pctx, CUdevice dev))
 SPILLWAY_REAL(CUresult, cu_stream_synchronize, cuStreamSynchronize, (CUstream hStream))
-SPILLWAY_REAL(CUresult, cu_stream_destroy, cuStreamDestroy_v2, (CUstream hStream))
+SPILLWAY_INTERPOSED(CUresult, cu_stream_destroy, cuStreamDestroy_v2, (CUstream hStream))
 SPILLWAY_REAL(CUresult, cu_event_create, cuEventCreate, (CUevent * phEvent, unsigned int Flags))
 SPILLWAY_REAL(CUresult, cu_event_record, cuEventRecord, (CUevent hEvent, CUstream hStream))
 SPILLWAY_REAL(CUresult, cu_event_query, cuEventQuery, (CUevent hEvent))
@@ -295,6 +295,9 @@ SPILLWAY_ENTRY(device_reset, (int32_t device))
 SPILLWAY_ENTRY(device_synchronize, (int32_t device))
 /* Makes the pools forget the stream, then destroys it. */
 SPILLWAY_ENTRY(stream_destroy, (uint64_t stream))
+/* Makes the pools forget the stream, which the front destroys next
+ * (cuStreamDestroy_v2); CUresult. */
+SPILLWAY_ENTRY(cu_stream_forget, (uint64_t stream))
 /* Prints the SPILLWAY_REPORT lines; the front calls it at exit. */
 SPILLWAY_ENTRY(report, (void))
 /* Hands over an allocation the front passed through while the core was starting. */

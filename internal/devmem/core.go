@@ -181,6 +181,10 @@ func (c *Core) DeviceSynchronize(device int) interpose.Error { return c.mem.devi
 // StreamDestroy serves cudaStreamDestroy.
 func (c *Core) StreamDestroy(s interpose.Stream) interpose.Error { return c.mem.streamDestroy(s) }
 
+// StreamForget makes the pools forget stream s, which the caller destroys
+// next itself (cuStreamDestroy).
+func (c *Core) StreamForget(s interpose.Stream) { c.mem.forgetStream(s) }
+
 // Report prints the pools' statistics at exit when SPILLWAY_REPORT=1, on
 // the log's output whatever the log level.
 func (c *Core) Report() {

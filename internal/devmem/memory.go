@@ -637,16 +637,24 @@ func (m *memory) deviceSynchronize(ordinal int) interpose.Error {
 // per-thread identity (perThreadBit) is retired by the front when its
 // thread exits: the pools forget it, and there is no real stream to destroy.
 func (m *memory) streamDestroy(s interpose.Stream) interpose.Error {
+	m.forgetStream(s)
+	if s&perThreadBit != 0 {
+		return interpose.Success
+	}
+	return m.rt.StreamDestroy(s)
+}
+
+// forgetStream drops what the core knows of stream s, about to be
+// destroyed: its check and context, and the pools' caches of it (a
+// foreign stream's blocks then wait for a marker recorded now). A new
+// stream given the same handle is checked afresh.
+func (m *memory) forgetStream(s interpose.Stream) {
 	m.streams.forget(s)
 	for _, d := range *m.live.Load() {
 		if d.pool != nil {
 			d.pool.ForgetStream(stream(s))
 		}
 	}
-	if s&perThreadBit != 0 {
-		return interpose.Success
-	}
-	return m.rt.StreamDestroy(s)
 }
 
 // adopt accounts an allocation the front passed through while the core was

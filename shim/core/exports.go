@@ -99,6 +99,13 @@ func spillway_core_stream_destroy(stream C.uint64_t) (rc C.int32_t) {
 	return answer(running().StreamDestroy(interpose.Stream(stream)))
 }
 
+//export spillway_core_cu_stream_forget
+func spillway_core_cu_stream_forget(stream C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuStreamDestroy")
+	running().StreamForget(interpose.Stream(stream))
+	return 0
+}
+
 //export spillway_core_report
 func spillway_core_report() (rc C.int32_t) {
 	defer recoverTo(&rc, "report")

@@ -1332,6 +1332,21 @@ EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
     return real_stream_destroy(stream);
 }
 
+/* The driver's form: the pools forget the stream, as for cudaStreamDestroy,
+ * then the real call destroys it; so a new stream given the same handle is
+ * not taken for the old one, and the blocks freed on a stream of another
+ * device or context get their marker while the stream still exists. */
+EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+    REAL(real_destroy, cu_stream_destroy);
+    if (core_listens() && hStream != CU_STREAM_PER_THREAD && hStream != CU_STREAM_LEGACY && hStream != NULL) {
+        depth++;
+        core.cu_stream_forget((uint64_t)(uintptr_t)hStream);
+        depth--;
+    }
+    return real_destroy(hStream);
+}
+
 /*
  * CUDA graphs: the core keeps a block freed during a stream capture until the
  * graph and every executable graph instantiated from it are destroyed. It
