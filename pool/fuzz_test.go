@@ -58,7 +58,7 @@ func FuzzPool(f *testing.F) {
 					t.Fatalf("foreign free: %v", err)
 				}
 			case 2:
-				h.p.ForgetStream(d.stream())
+				h.forgetStream(d.stream())
 			case 3:
 				if _, err := h.p.Promote(); err != nil {
 					t.Fatalf("Promote: %v", err)
@@ -66,15 +66,17 @@ func FuzzPool(f *testing.F) {
 			}
 		}
 		d.run()
+		d.settle()
 		h.close()
 	})
 }
 
 // fuzzOps decodes the operation sequence the fuzzers run on a harness, one
 // byte at a time: allocations (cudaMalloc, cudaMallocAsync) with sizes from
-// 1 byte to 64 MiB, frees of a live block (cudaFree, cudaFreeAsync), an
-// announced synchronization, the completion of a stream's work, and misc,
-// whose byte each fuzzer reads its own way. The hooks let a fuzzer check
+// 1 byte to 64 MiB, frees of a live block (cudaFree, cudaFreeAsync; on
+// foreignStream, one of another device, FreeAsyncForeign), an announced
+// synchronization, the completion of a stream's work, and misc, whose byte
+// each fuzzer reads its own way. The hooks let a fuzzer check
 // more; afterOp runs after every operation.
 type fuzzOps struct {
 	t           *testing.T
@@ -104,10 +106,15 @@ func (d *fuzzOps) size() uint64 {
 	return 1 + (v>>4)<<(v&15)
 }
 
-func (d *fuzzOps) stream() pool.Stream { return pool.Stream(1 + d.next()%3) }
+// The streams the operations use are 1 to foreignStream, the last one a
+// stream of another device (pooltest.Fake.MakeForeign).
+const foreignStream pool.Stream = 4
+
+func (d *fuzzOps) stream() pool.Stream { return pool.Stream(1 + d.next()%byte(foreignStream)) }
 
 func (d *fuzzOps) run() {
 	t, h := d.t, d.h
+	d.fake.MakeForeign(foreignStream)
 	for len(d.data) > 0 {
 		switch op := d.next() % 8; {
 		case op <= 2:
@@ -130,10 +137,13 @@ func (d *fuzzOps) run() {
 		case op <= 4 && len(d.ptrs) > 0:
 			i := int(d.next()) % len(d.ptrs)
 			var err error
-			if op == 3 {
+			switch s := d.stream(); {
+			case op == 3:
 				err = h.free(d.ptrs[i])
-			} else {
-				err = h.freeAsync(d.ptrs[i], d.stream())
+			case s == foreignStream:
+				err = h.freeAsyncForeign(d.ptrs[i], s)
+			default:
+				err = h.freeAsync(d.ptrs[i], s)
 			}
 			if err != nil {
 				t.Fatalf("free of a live block: %v", err)
@@ -155,5 +165,27 @@ func (d *fuzzOps) run() {
 			d.misc(d.next())
 		}
 		d.afterOp()
+	}
+}
+
+// settle lets every stream run its work and the device synchronize, then
+// reclaims until the pool has nothing waiting: every block freed, on a
+// forgotten foreign stream too, is then free, and no marker is left. No
+// marker of the device was ever tried on the foreign stream.
+func (d *fuzzOps) settle() {
+	t, h := d.t, d.h
+	for range 3 {
+		for s := pool.Stream(1); s <= foreignStream; s++ {
+			d.fake.Complete(s)
+		}
+		h.appSync()
+		h.p.TrimTo(^uint64(0))
+		h.check()
+	}
+	if st := h.p.Stats(); st.PendingBytes != 0 || st.BackingErrors != 0 {
+		t.Fatalf("with every stream complete, %d bytes still wait and %d backing errors", st.PendingBytes, st.BackingErrors)
+	}
+	if n := d.fake.LiveMarkers(); n != 0 {
+		t.Fatalf("with every stream complete, %d markers left", n)
 	}
 }

@@ -32,6 +32,9 @@ type dirtyRange struct {
 	at        uint64
 	stream    pool.Stream
 	anyStream bool
+	// gone: its stream was forgotten (destroyed); a new stream given the
+	// same handle is another stream, whose order does not follow the free.
+	gone bool
 }
 
 func newHarness(t testing.TB, f *pooltest.Fake, opt pool.Options) *harness {
@@ -109,7 +112,7 @@ func (h *harness) admit(ptr, size uint64, err error, async bool, s pool.Stream) 
 			continue
 		}
 		overlaps := ptr < d.hi && d.lo < ptr+n
-		if overlaps && async && !d.anyStream && d.stream == s {
+		if overlaps && async && !d.anyStream && !d.gone && d.stream == s {
 			// Reuse in the order of the same stream: the new owner's work
 			// follows the old, and its own free must be ordered after its
 			// work, so this range is now the new owner's concern. What lies
@@ -159,6 +162,20 @@ func (h *harness) freeAsyncForeign(ptr uint64, s pool.Stream) error {
 	err := h.p.FreeAsyncForeign(ptr, s)
 	h.forget(ptr, err, at, s, false)
 	return err
+}
+
+// forgetStream destroys stream s: the pool forgets it, and the ranges
+// freed on it are no longer in the order of whatever stream takes its
+// handle next.
+func (h *harness) forgetStream(s pool.Stream) {
+	h.t.Helper()
+	for i := range h.dirty {
+		if !h.dirty[i].anyStream && h.dirty[i].stream == s {
+			h.dirty[i].gone = true
+		}
+	}
+	h.p.ForgetStream(s)
+	h.check()
 }
 
 func (h *harness) mustFree(ptr uint64) {

@@ -430,7 +430,7 @@ func FuzzPoolVirtual(f *testing.F) {
 		d.misc = func(sel byte) {
 			switch sel % 3 {
 			case 0:
-				h.p.ForgetStream(d.stream())
+				h.forgetStream(d.stream())
 			case 1:
 				if _, err := h.p.Promote(); err != nil {
 					t.Fatalf("Promote: %v", err)
@@ -458,6 +458,7 @@ func FuzzPoolVirtual(f *testing.F) {
 			}
 		}
 		d.run()
+		d.settle()
 		h.closeVirtual()
 	})
 }
