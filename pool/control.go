@@ -68,6 +68,24 @@ func (p *Pool) ForgetStream(s Stream) {
 	p.dropCache(c)
 }
 
+// ForgetFinishedStream is called once stream s is gone with all its work
+// done: the device or context it was made in was reset or destroyed, which
+// waited for that work. The blocks freed on it are free at once: a marker
+// on it can no longer be recorded, nor one of its context complete.
+func (p *Pool) ForgetFinishedStream(s Stream) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	c := p.streams[s]
+	if c == nil {
+		return
+	}
+	made := p.drain(c, p.seq)
+	p.dropCache(c)
+	if made > 0 {
+		p.trim()
+	}
+}
+
 // detach keeps the blocks of foreign stream cache c, whose stream is about
 // to be destroyed while its work may still run, until a marker covering
 // them all completes (pollMarkers), and frees the stream's name for a new

@@ -289,6 +289,33 @@ func TestForgetForeignStreamWaitsForItsMarker(t *testing.T) {
 	h.close()
 }
 
+// TestForgetFinishedStreamFreesItsBlocks: once a foreign stream is gone
+// with its work done (its device reset), what was freed on it, covered by
+// its marker or not, is free at once, and its marker is destroyed.
+func TestForgetFinishedStreamFreesItsBlocks(t *testing.T) {
+	f := pooltest.New(0)
+	opt := pool.DefaultOptions(4 * miB)
+	h := newHarness(t, f, opt)
+	const foreign pool.Stream = 0x900
+	f.MakeForeign(foreign)
+	a, b := h.mustAlloc(2*miB), h.mustAlloc(2*miB)
+	for _, p := range []uint64{a, b} {
+		if err := h.freeAsyncForeign(p, foreign); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Complete(foreign) // the reset waited for the stream's work
+	h.p.ForgetFinishedStream(foreign)
+	if st := h.p.Stats(); st.PendingBytes != 0 {
+		t.Fatalf("%d bytes still wait for a stream that is gone", st.PendingBytes)
+	}
+	if n := f.LiveMarkers(); n != 0 {
+		t.Fatalf("%d markers left for a stream that is gone", n)
+	}
+	h.mustAlloc(4 * miB) // the whole quota: both blocks' memory
+	h.close()
+}
+
 func TestReleaseUnderQuotaPressure(t *testing.T) {
 	f := pooltest.New(0)
 	opt := pool.DefaultOptions(8 * miB)

@@ -614,7 +614,11 @@ func (m *memory) deviceReset(ordinal int, reset func() interpose.Error) interpos
 		d.outside.Unlock()
 		m.index.removeDevice(d)
 	}
-	return reset()
+	rc := reset()
+	if sc, ok := m.on(ordinal).(streamContexts); ok && rc == interpose.Success {
+		m.forgetContextStreams(sc.Context())
+	}
+	return rc
 }
 
 // deviceSynchronize tells the pool about the application's synchronization,
@@ -653,6 +657,23 @@ func (m *memory) forgetStream(s interpose.Stream) {
 	for _, d := range *m.live.Load() {
 		if d.pool != nil {
 			d.pool.ForgetStream(stream(s))
+		}
+	}
+}
+
+// forgetContextStreams drops the streams made in context ctx, gone with
+// all their work done (the device reset, or the context destroyed): the
+// pools make what was freed on them free at once, since no marker of
+// theirs can complete any more.
+func (m *memory) forgetContextStreams(ctx uint64) {
+	if ctx == 0 {
+		return
+	}
+	for _, s := range m.streams.forgetContext(ctx) {
+		for _, d := range *m.live.Load() {
+			if d.pool != nil {
+				d.pool.ForgetFinishedStream(stream(s))
+			}
 		}
 	}
 }
@@ -712,6 +733,20 @@ func (ss *streamSet) add(s interpose.Stream, ctx uint64) {
 	}
 	ss.valid[s] = ctx
 	ss.mu.Unlock()
+}
+
+// forgetContext forgets the streams made in context ctx and returns them.
+func (ss *streamSet) forgetContext(ctx uint64) []interpose.Stream {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	var gone []interpose.Stream
+	for s, c := range ss.valid {
+		if c == ctx {
+			gone = append(gone, s)
+			delete(ss.valid, s)
+		}
+	}
+	return gone
 }
 
 func (ss *streamSet) forget(s interpose.Stream) {

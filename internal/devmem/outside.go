@@ -139,8 +139,10 @@ func (c *Core) CtxForget(p interpose.DevicePtr) (ContextBlock, bool) {
 	return b, ok
 }
 
-// CtxDestroyed gives back what ctx held: destroying a context frees its memory.
+// CtxDestroyed gives back what ctx held: destroying a context frees its
+// memory and ends its streams, whose work it waited for.
 func (c *Core) CtxDestroyed(ctx uint64) int {
+	c.mem.forgetContextStreams(ctx)
 	l := &c.contexts
 	l.mu.Lock()
 	defer l.mu.Unlock()
