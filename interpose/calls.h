@@ -289,7 +289,9 @@ SPILLWAY_ENTRY(malloc_pitch,
                (int32_t device, uint64_t width, uint64_t height, uint64_t *ptr, uint64_t *pitch))
 SPILLWAY_ENTRY(malloc_async, (int32_t device, uint64_t size, uint64_t stream, uint64_t *ptr))
 SPILLWAY_ENTRY(free, (uint64_t ptr))
-SPILLWAY_ENTRY(free_async, (uint64_t ptr, uint64_t stream))
+/* current: the current context where stream is a default stream (which CUDA
+ * takes as the current context's), else 0. */
+SPILLWAY_ENTRY(free_async, (uint64_t ptr, uint64_t stream, uint64_t current))
 SPILLWAY_ENTRY(mem_get_info, (int32_t device, uint64_t *free, uint64_t *total))
 SPILLWAY_ENTRY(device_reset, (int32_t device))
 SPILLWAY_ENTRY(device_synchronize, (int32_t device))
@@ -310,7 +312,7 @@ SPILLWAY_ENTRY(cu_malloc_managed, (int32_t device, uint64_t size, uint32_t flags
 SPILLWAY_ENTRY(cu_malloc_pitch,
                (int32_t device, uint64_t width, uint64_t height, uint64_t *ptr, uint64_t *pitch))
 SPILLWAY_ENTRY(cu_malloc_async, (int32_t device, uint64_t size, uint64_t stream, uint64_t *ptr))
-SPILLWAY_ENTRY(cu_free_async, (uint64_t ptr, uint64_t stream))
+SPILLWAY_ENTRY(cu_free_async, (uint64_t ptr, uint64_t stream, uint64_t current))
 /* total: the device's real total in, what the process may see of it out. */
 SPILLWAY_ENTRY(cu_device_total_mem, (int32_t device, uint64_t *total))
 SPILLWAY_ENTRY(cu_device_reset, (int32_t device))

@@ -216,6 +216,40 @@ static struct drv_out record_in_stream_context(const struct spillway_real *r, ui
 	return (struct drv_out){(uint64_t)(uintptr_t)e, 0, rc};
 }
 
+// record_in_context creates an event in context ctx and records it on that
+// context's legacy stream, which completes after the work queued before it
+// on every blocking stream of the context, the per-thread ones included;
+// ctx pushed for the two calls and popped after.
+static struct drv_out record_in_context(const struct spillway_real *r, uint64_t c) {
+	CUcontext ctx = (CUcontext)(uintptr_t)c, popped = NULL;
+	CUevent e = NULL;
+	if (!r->cu_ctx_push_current || !r->cu_ctx_pop_current || !r->cu_event_create ||
+	    !r->cu_event_record || !r->cu_event_destroy)
+		return (struct drv_out){0, 0, CUDA_ERROR_NOT_FOUND};
+	CUresult rc = r->cu_ctx_push_current(ctx);
+	if (rc != CUDA_SUCCESS)
+		return (struct drv_out){0, 0, rc};
+	if ((rc = r->cu_event_create(&e, CU_EVENT_DISABLE_TIMING)) == CUDA_SUCCESS &&
+	    (rc = r->cu_event_record(e, CU_STREAM_LEGACY)) != CUDA_SUCCESS)
+		r->cu_event_destroy(e);
+	r->cu_ctx_pop_current(&popped);
+	return (struct drv_out){(uint64_t)(uintptr_t)e, 0, rc};
+}
+
+// free_async_in_context frees p in stream order on context ctx's legacy
+// stream, ctx pushed for the call.
+static CUresult free_async_in_context(const struct spillway_real *r, uint64_t c, uint64_t p) {
+	CUcontext ctx = (CUcontext)(uintptr_t)c, popped = NULL;
+	if (!r->cu_ctx_push_current || !r->cu_ctx_pop_current || !r->cu_mem_free_async)
+		return CUDA_ERROR_NOT_FOUND;
+	CUresult rc = r->cu_ctx_push_current(ctx);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	rc = r->cu_mem_free_async((CUdeviceptr)p, CU_STREAM_LEGACY);
+	r->cu_ctx_pop_current(&popped);
+	return rc;
+}
+
 // Virtual memory management for the core's own granules (VMM below). These
 // call the real functions in the table, never the interposed ones.
 
@@ -566,6 +600,32 @@ func (d *Driver) RecordInStreamContext(s Stream) (Event, Error) { return recordI
 func recordInStreamContext(t *C.struct_spillway_real, s Stream) (Event, Error) {
 	o := C.record_in_stream_context(t, C.uint64_t(s))
 	return Event(o.v), fromDriver(o.rc)
+}
+
+// RecordInContext creates an event without timing in context ctx and
+// records it on that context's legacy stream, for a free made on a default
+// stream while ctx, not the bound one, was current. Query and destroy it as
+// any other event.
+func (r *Runtime) RecordInContext(ctx uint64) (Event, Error) { return recordInContext(r.t, ctx) }
+
+// RecordInContext: as Runtime's.
+func (d *Driver) RecordInContext(ctx uint64) (Event, Error) { return recordInContext(d.t, ctx) }
+
+func recordInContext(t *C.struct_spillway_real, ctx uint64) (Event, Error) {
+	o := C.record_in_context(t, C.uint64_t(ctx))
+	return Event(o.v), fromDriver(o.rc)
+}
+
+// FreeAsyncInContext calls cuMemFreeAsync on context ctx's legacy stream,
+// ctx pushed for the call: the stream a free made on a default stream while
+// ctx was current is ordered on.
+func (r *Runtime) FreeAsyncInContext(ctx uint64, p DevicePtr) Error {
+	return fromDriver(C.free_async_in_context(r.t, C.uint64_t(ctx), C.uint64_t(p)))
+}
+
+// FreeAsyncInContext: as Runtime's.
+func (d *Driver) FreeAsyncInContext(ctx uint64, p DevicePtr) Error {
+	return fromDriver(C.free_async_in_context(d.t, C.uint64_t(ctx), C.uint64_t(p)))
 }
 
 // VMM calls the driver's virtual memory management (cuMemCreate,

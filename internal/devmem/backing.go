@@ -16,6 +16,31 @@ import (
 // addresses and never have it.
 const perThreadBit = 1 << 63
 
+// contextDefaultBit marks the default streams of a context: a free made on
+// a default stream (0, legacy, per-thread) while another context than the
+// memory's device's primary one is current is ordered, as CUDA orders it,
+// on that context's default stream, which the pool knows as this bit plus
+// the context. It cannot be a real stream handle (a user address), the
+// default handles or a per-thread identity, so the device's own default
+// streams never share its blocks. Its markers go on the context's legacy
+// stream, which follows the work queued before on every blocking stream of
+// the context, the per-thread ones included.
+const contextDefaultBit = 1 << 62
+
+// contextDefaultStream names the default streams of context ctx.
+func contextDefaultStream(ctx uint64) interpose.Stream {
+	return interpose.Stream(contextDefaultBit | ctx)
+}
+
+// defaultStreamContext returns the context whose default streams s names,
+// if it names them.
+func defaultStreamContext(s interpose.Stream) (uint64, bool) {
+	if s&perThreadBit != 0 || s&contextDefaultBit == 0 {
+		return 0, false
+	}
+	return uint64(s &^ contextDefaultBit), true
+}
+
 // backing is a pool.Backing (with stream-ordered and host reservation) over
 // the real runtime for one device. The pool calls it with its lock held,
 // from whichever thread made the call. Its runtime is bound to the device
@@ -75,6 +100,8 @@ type streamContexts interface {
 	Context() uint64
 	StreamContext(s interpose.Stream) (uint64, interpose.Error)
 	RecordInStreamContext(s interpose.Stream) (interpose.Event, interpose.Error)
+	RecordInContext(ctx uint64) (interpose.Event, interpose.Error)
+	FreeAsyncInContext(ctx uint64, p interpose.DevicePtr) interpose.Error
 }
 
 func newBacking(rt realRuntime, d *device, index *addrIndex) *backing {
@@ -135,7 +162,13 @@ func (b *backing) ReserveAsync(size uint64, s pool.Stream) (uint64, error) {
 // until an event recorded after the free completes.
 func (b *backing) ReleaseAsync(base, size uint64, s pool.Stream) error {
 	on := asyncStream(s)
-	if rc := b.rt.FreeAsync(interpose.DevicePtr(base), on); rc != interpose.Success {
+	var rc interpose.Error
+	if ctx, ok := defaultStreamContext(on); ok && b.contexts != nil {
+		rc = b.contexts.FreeAsyncInContext(ctx, interpose.DevicePtr(base))
+	} else {
+		rc = b.rt.FreeAsync(interpose.DevicePtr(base), on)
+	}
+	if rc != interpose.Success {
 		err := cudaErr(fmt.Sprintf("cudaFreeAsync(%#x) on device %d", base, b.ordinal), rc)
 		b.releaseFailed(err, false)
 		return err
@@ -154,14 +187,14 @@ func (b *backing) afterStream(on interpose.Stream, f inflightFree) interpose.Err
 	var done interpose.Event
 	var rc interpose.Error
 	if f.foreign = b.foreignStream(on); f.foreign {
-		done, rc = b.contexts.RecordInStreamContext(on)
+		done, rc = b.recordForeign(on)
 	} else if done, rc = b.rt.EventCreate(interpose.EventDisableTiming); rc == interpose.Success {
 		if rc = b.rt.EventRecord(done, on); rc != interpose.Success {
 			b.rt.EventDestroy(done)
 		}
 	}
 	if rc != interpose.Success {
-		b.rt.StreamSynchronize(on) // the free is complete when this returns
+		b.synchronizeStream(on) // the free is complete when this returns
 		if f.release != nil {
 			if rc := f.release(); rc != interpose.Success {
 				return rc
@@ -325,11 +358,36 @@ func (b *backing) foreign(ctx uint64) bool {
 // foreignStream reports whether stream on, one the application's streams
 // were checked for, is foreign to the device.
 func (b *backing) foreignStream(on interpose.Stream) bool {
+	if ctx, ok := defaultStreamContext(on); ok {
+		return b.foreign(ctx)
+	}
 	if b.streams == nil {
 		return false
 	}
 	ctx, ok := b.streams.context(on)
 	return ok && b.foreign(ctx)
+}
+
+// recordForeign creates an event in the context of foreign stream on and
+// records it there.
+func (b *backing) recordForeign(on interpose.Stream) (interpose.Event, interpose.Error) {
+	if ctx, ok := defaultStreamContext(on); ok {
+		return b.contexts.RecordInContext(ctx)
+	}
+	return b.contexts.RecordInStreamContext(on)
+}
+
+// synchronizeStream waits for stream on; a context's default streams are
+// waited for at an event recorded on its legacy stream.
+func (b *backing) synchronizeStream(on interpose.Stream) {
+	if _, ok := defaultStreamContext(on); !ok {
+		b.rt.StreamSynchronize(on)
+		return
+	}
+	if e, rc := b.recordForeign(on); rc == interpose.Success {
+		b.rt.EventSynchronize(e)
+		b.rt.EventDestroy(e)
+	}
 }
 
 // RecordForeignMarker records a marker on a stream of another device or
@@ -338,11 +396,21 @@ func (b *backing) foreignStream(on interpose.Stream) bool {
 // destroyed per marker, on this rare path only.
 func (b *backing) RecordForeignMarker(s pool.Stream) (pool.Marker, error) {
 	on := interpose.Stream(s)
-	if b.capturing(on) {
-		return 0, fmt.Errorf("recording an event on stream %#x for device %d: %w", uint64(s), b.ordinal, pool.ErrStreamCapture)
-	}
 	if b.contexts == nil {
 		return 0, fmt.Errorf("recording an event on stream %#x for device %d: the runtime cannot find a stream's context", uint64(s), b.ordinal)
+	}
+	if ctx, ok := defaultStreamContext(on); ok {
+		e, rc := b.contexts.RecordInContext(ctx)
+		if rc >= interpose.ErrorStreamCaptureUnsupported && rc <= interpose.ErrorStreamCaptureUnsupported+8 {
+			return 0, fmt.Errorf("recording an event on the legacy stream of context %#x for device %d: %w", ctx, b.ordinal, pool.ErrStreamCapture)
+		}
+		if rc != interpose.Success {
+			return 0, cudaErr(fmt.Sprintf("recording an event on the legacy stream of context %#x for device %d", ctx, b.ordinal), rc)
+		}
+		return pool.Marker(e), nil
+	}
+	if b.capturing(on) {
+		return 0, fmt.Errorf("recording an event on stream %#x for device %d: %w", uint64(s), b.ordinal, pool.ErrStreamCapture)
 	}
 	e, rc := b.contexts.RecordInStreamContext(on)
 	if rc != interpose.Success {
@@ -358,11 +426,12 @@ func (b *backing) DestroyForeignMarker(m pool.Marker) {
 }
 
 // StreamIdle calls cudaStreamQuery. A per-thread identity names another
-// thread's stream, which this thread cannot query, and a capturing stream
-// has no answer: neither is known idle.
+// thread's stream, which this thread cannot query, a context's default
+// streams are not the device's to query, and a capturing stream has no
+// answer: none is known idle.
 func (b *backing) StreamIdle(s pool.Stream) (bool, error) {
 	on := interpose.Stream(s)
-	if s&perThreadBit != 0 || b.capturing(on) {
+	if _, ok := defaultStreamContext(on); ok || s&perThreadBit != 0 || b.capturing(on) {
 		return false, nil
 	}
 	switch rc := b.rt.StreamQuery(on); rc {

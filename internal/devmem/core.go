@@ -133,12 +133,22 @@ func (c *Core) MallocPitch(device int, width, height uint64) (interpose.DevicePt
 	return c.mem.mallocPitch(device, width, height)
 }
 
-// Free serves cudaFree, cudaFreeAsync (async, on s) and their driver forms.
-func (c *Core) Free(p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
+// Free serves cudaFree and cuMemFree.
+func (c *Core) Free(p interpose.DevicePtr) interpose.Error {
 	if c.debug {
-		c.logFree(p, async)
+		c.logFree(p, false)
 	}
-	return c.mem.free(p, s, async)
+	return c.mem.free(p, 0, false)
+}
+
+// FreeAsync serves cudaFreeAsync and cuMemFreeAsync on stream s, made while
+// context current was current (0: unknown), which orders a free on a
+// default stream.
+func (c *Core) FreeAsync(p interpose.DevicePtr, s interpose.Stream, current uint64) interpose.Error {
+	if c.debug {
+		c.logFree(p, true)
+	}
+	return c.mem.freeIn(p, s, true, current)
 }
 
 func (c *Core) logFree(p interpose.DevicePtr, async bool) {

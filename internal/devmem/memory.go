@@ -464,6 +464,15 @@ func (m *memory) mallocPitch(device int, width, height uint64) (interpose.Device
 // The pool's observer fires the free probe point, under the pool's lock and
 // before the memory is released.
 func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) interpose.Error {
+	return m.freeIn(p, s, async, 0)
+}
+
+// freeIn is free, made while context current is current (0: unknown). CUDA
+// orders a free on a default stream on the current context's stream of that
+// name: where that context is not the primary context of p's device, the
+// pool orders it on that context's default streams, as on a stream of
+// another device.
+func (m *memory) freeIn(p interpose.DevicePtr, s interpose.Stream, async bool, current uint64) interpose.Error {
 	if p == 0 {
 		return interpose.Success
 	}
@@ -472,10 +481,14 @@ func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) int
 		return m.realFreeUnknown(p, s, async)
 	}
 	foreign := false
+	ordered := s // the stream the pool orders the free on
 	if async {
 		ctx, rc := m.checkStream(d, s)
 		if rc != interpose.Success {
 			return rc
+		}
+		if isDefaultStream(s) && d.back.foreign(current) {
+			ctx, ordered = current, contextDefaultStream(current)
 		}
 		foreign = d.back.foreign(ctx)
 	}
@@ -486,7 +499,7 @@ func (m *memory) free(p interpose.DevicePtr, s interpose.Stream, async bool) int
 		var err error
 		switch {
 		case foreign:
-			err = d.pool.FreeAsyncForeign(uint64(p), stream(s))
+			err = d.pool.FreeAsyncForeign(uint64(p), stream(ordered))
 		case async:
 			err = d.pool.FreeAsync(uint64(p), stream(s))
 		default:
@@ -755,6 +768,12 @@ func (ss *streamSet) forget(s interpose.Stream) {
 	ss.mu.Unlock()
 }
 
+// isDefaultStream reports whether s is a default stream: 0, the legacy or
+// the per-thread handle, or a per-thread identity.
+func isDefaultStream(s interpose.Stream) bool {
+	return s == 0 || s == interpose.StreamLegacy || s == interpose.StreamPerThread || s&perThreadBit != 0
+}
+
 // checkStream answers cudaErrorInvalidResourceHandle for a stream that is
 // not valid (never created, or destroyed), as cudaMallocAsync and
 // cudaFreeAsync do, and otherwise the context the stream was made in (0 for
@@ -764,7 +783,7 @@ func (ss *streamSet) forget(s interpose.Stream) {
 // trusted. Its answer and the stream's context (cuStreamGetCtx) are kept
 // until the stream is destroyed, so a stream costs these calls once.
 func (m *memory) checkStream(d *device, s interpose.Stream) (uint64, interpose.Error) {
-	if s == 0 || s == interpose.StreamLegacy || s == interpose.StreamPerThread || s&perThreadBit != 0 {
+	if isDefaultStream(s) {
 		return 0, interpose.Success
 	}
 	if ctx, ok := m.streams.context(s); ok {

@@ -62,13 +62,13 @@ func spillway_core_malloc_async(device C.int32_t, size, stream C.uint64_t, ptr *
 //export spillway_core_free
 func spillway_core_free(ptr C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaFree")
-	return answer(running().Free(interpose.DevicePtr(ptr), 0, false))
+	return answer(running().Free(interpose.DevicePtr(ptr)))
 }
 
 //export spillway_core_free_async
-func spillway_core_free_async(ptr, stream C.uint64_t) (rc C.int32_t) {
+func spillway_core_free_async(ptr, stream, current C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaFreeAsync")
-	return answer(running().Free(interpose.DevicePtr(ptr), interpose.Stream(stream), true))
+	return answer(running().FreeAsync(interpose.DevicePtr(ptr), interpose.Stream(stream), uint64(current)))
 }
 
 //export spillway_core_mem_get_info
@@ -160,7 +160,7 @@ func spillway_core_cu_malloc(device C.int32_t, size C.uint64_t, ptr *C.uint64_t)
 //export spillway_core_cu_free
 func spillway_core_cu_free(ptr C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemFree")
-	return driverAnswer(running().Free(interpose.DevicePtr(ptr), 0, false))
+	return driverAnswer(running().Free(interpose.DevicePtr(ptr)))
 }
 
 //export spillway_core_cu_mem_get_info
@@ -228,9 +228,9 @@ func spillway_core_cu_malloc_async(device C.int32_t, size, stream C.uint64_t, pt
 }
 
 //export spillway_core_cu_free_async
-func spillway_core_cu_free_async(ptr, stream C.uint64_t) (rc C.int32_t) {
+func spillway_core_cu_free_async(ptr, stream, current C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemFreeAsync")
-	return driverAnswer(running().Free(interpose.DevicePtr(ptr), interpose.Stream(stream), true))
+	return driverAnswer(running().FreeAsync(interpose.DevicePtr(ptr), interpose.Stream(stream), uint64(current)))
 }
 
 //export spillway_core_cu_device_total_mem

@@ -1235,6 +1235,25 @@ EXPORT cudaError_t cudaFree(void *devPtr)
     return rc;
 }
 
+/*
+ * The context a stream-ordered free on stream is ordered in, for the core:
+ * the current one for a default stream (CUDA takes 0, the legacy and the
+ * per-thread handles as the current context's, which need not be the
+ * memory's device's), at the cost of a cuCtxGetCurrent; 0 for another
+ * stream, whose own context the core finds.
+ */
+static uint64_t free_context(CUstream stream)
+{
+    if (stream && stream != CU_STREAM_LEGACY && stream != CU_STREAM_PER_THREAD)
+        return 0;
+    __typeof__(real.cu_ctx_get_current) get_current =
+        (__typeof__(real.cu_ctx_get_current))resolve(R_cu_ctx_get_current);
+    CUcontext ctx = NULL;
+    if (!get_current || get_current(&ctx) != CUDA_SUCCESS)
+        return 0;
+    return (uint64_t)(uintptr_t)ctx;
+}
+
 EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
 {
     REAL(real_free_async, free_async);
@@ -1244,8 +1263,9 @@ EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
     enum route r = route();
     depth++;
     enum route fr = free_route(r, p, &b);
-    rc = fr == ROUTE_CORE ? (cudaError_t)core.free_async(p, stream_id(stream))
-                          : real_free_async(devPtr, stream);
+    rc = fr == ROUTE_CORE
+             ? (cudaError_t)core.free_async(p, stream_id(stream), free_context((CUstream)stream))
+             : real_free_async(devPtr, stream);
     if (fr == ROUTE_CONTEXT)
         context_freed_async(rc, p, &b, (CUstream)stream);
     depth--;
@@ -1718,7 +1738,8 @@ static CUresult mem_free_async(CUdeviceptr dptr, CUstream stream, int per_thread
     depth++;
     enum route fr = free_route(r, (uint64_t)dptr, &b);
     rc = fr == ROUTE_CORE
-             ? (CUresult)core.cu_free_async((uint64_t)dptr, driver_stream(stream, per_thread))
+             ? (CUresult)core.cu_free_async((uint64_t)dptr, driver_stream(stream, per_thread),
+                                            free_context(stream))
              : real_free(dptr, stream);
     if (fr == ROUTE_CONTEXT)
         context_freed_async(rc, (uint64_t)dptr, &b,

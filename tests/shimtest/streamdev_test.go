@@ -98,3 +98,41 @@ func TestAsyncFreeOnOtherDeviceStreamDestroyed(t *testing.T) {
 		})
 	}
 }
+
+// TestAsyncFreeOnOtherDeviceDefaultStream: CUDA orders a stream-ordered
+// free on a default stream (0, cudaStreamLegacy, cudaStreamPerThread, the
+// driver's stream 0 and its _ptsz form) on the current context's stream of
+// that name, whatever device the memory is on. Memory of device 0 freed so
+// while device 1 is current, after a memset queued on device 1's held
+// default stream, is not made reusable by device 0's synchronization: the
+// next cudaMalloc on device 0 gets other memory, and what the program
+// writes there stays as written once the stream runs. With pooling and
+// without it (SPILLWAY_POOL=0); once the stream has reached the free, 40 MiB
+// more fit under the 64 MiB quota only with the 40 MiB freed.
+func TestAsyncFreeOnOtherDeviceDefaultStream(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/defaultfree.c"}, Cudart: true,
+		ProjectHeaders: true, Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}})
+	for _, c := range []struct{ name, kind, vmm, pooled, mib string }{
+		{"rt", "rt", "1", "1", "1"}, {"legacy", "legacy", "1", "1", "1"},
+		{"perthread", "perthread", "1", "1", "1"}, {"drv", "drv", "1", "1", "1"},
+		{"drvpt", "drvpt", "1", "1", "1"}, {"rt-segments", "rt", "0", "1", "1"},
+		{"rt-reuse", "rt", "1", "1", "40"}, {"perthread-reuse", "perthread", "1", "1", "40"},
+		{"rt-passthrough", "rt", "1", "0", "40"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SIMCUDA_DEVICES=2x1GiB", "SIMCUDA_PEER=1",
+				"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_VMM=" + c.vmm, "SPILLWAY_POOL=" + c.pooled}, prog, c.kind, c.mib))
+			checkSteps(t, out, []step{
+				{"A", 0, 0}, {"F", 0, 0}, {"Y", 0, 0}, {"B", 0, 0}, {"P", 0, 0}, {"H", 0, 0},
+				{"V", 0, 0}, {"C", 0, 0},
+			})
+			if same := out.Num(t, "B", 0, 3); same != 0 {
+				t.Errorf("cudaMalloc handed out %#x again while device 1's default stream had not reached its free\n%v",
+					out.Num(t, "B", 0, 2), out)
+			}
+			if wrong := out.Num(t, "V", 0, 2); wrong != 0 {
+				t.Errorf("%d of 4096 bytes overwritten by a memset queued on device 1's default stream before the free\n%v", wrong, out)
+			}
+		})
+	}
+}
