@@ -106,7 +106,7 @@ func TestExportSurface(t *testing.T) {
 		"cuMemFreeAsync_ptsz", "cuMemFree_v2", "cuMemGetInfo_v2", "cuMemImportFromShareableHandle",
 		"cuMemMap", "cuMemPoolCreate", "cuMemPoolDestroy", "cuMemPoolGetAttribute",
 		"cuMemPoolSetAttribute", "cuMemPoolTrimTo", "cuMemRelease", "cuMemRetainAllocationHandle", "cuMemUnmap",
-		"cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz",
+		"cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz", "cuStreamDestroy_v2",
 		"cuStreamEndCapture", "cuStreamEndCapture_ptsz",
 		"cudaDeviceReset", "cudaDeviceSynchronize", "cudaFree", "cudaFreeAsync",
 		"cudaGetDriverEntryPoint", "cudaGetDriverEntryPointByVersion", "cudaGraphDestroy",
