@@ -68,19 +68,27 @@ func (p *Pool) ForgetStream(s Stream) {
 	p.dropCache(c)
 }
 
-// ForgetFinishedStream is called once stream s is gone with all its work
-// done: the device or context it was made in was reset or destroyed, which
-// waited for that work. The blocks freed on it are free at once: a marker
-// on it can no longer be recorded, nor one of its context complete.
-func (p *Pool) ForgetFinishedStream(s Stream) {
+// ForgetFinishedContext is called once a context is gone (a device reset,
+// or a context destroyed): no work queued in it can touch memory any more,
+// and its markers, which are its events, are gone with it. The blocks
+// waiting on a stream of it that finishedStream names (one not forgotten,
+// or a name for its default streams), or on a marker of it that
+// finishedMarker names (a forgotten stream's included), are free at once;
+// those markers are dropped without being queried or destroyed again.
+func (p *Pool) ForgetFinishedContext(finishedStream func(Stream) bool, finishedMarker func(Marker) bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	c := p.streams[s]
-	if c == nil {
-		return
+	var made uint64
+	for c := p.caches.head; c != nil; {
+		next := c.next
+		deadMarker := c.hasMarker && finishedMarker(c.marker)
+		if deadMarker || (!c.detached && finishedStream(c.stream)) {
+			c.hasMarker = false // its event went with its context
+			made += p.drain(c, p.seq)
+			p.dropCache(c)
+		}
+		c = next
 	}
-	made := p.drain(c, p.seq)
-	p.dropCache(c)
 	if made > 0 {
 		p.trim()
 	}

@@ -146,7 +146,8 @@
 // A device synchronization covers every stream of the device's context. A
 // foreign stream (another device's or context's: FreeAsyncForeign) is
 // marked through ForeignStreamBacking, and only its marker or its idleness
-// completes its frees, even once the stream is forgotten. Blocks freed on
+// completes its frees, even once the stream is forgotten, until its context
+// is gone (ForgetFinishedContext). Blocks freed on
 // another stream are never waited for while the quota has room: the pool
 // grows instead, so stream-ordered code never blocks on the host.
 //

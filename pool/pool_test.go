@@ -289,30 +289,43 @@ func TestForgetForeignStreamWaitsForItsMarker(t *testing.T) {
 	h.close()
 }
 
-// TestForgetFinishedStreamFreesItsBlocks: once a foreign stream is gone
-// with its work done (its device reset), what was freed on it, covered by
-// its marker or not, is free at once, and its marker is destroyed.
-func TestForgetFinishedStreamFreesItsBlocks(t *testing.T) {
+// TestForgetFinishedContextFreesItsBlocks: once the context of foreign
+// streams is gone (destroyed, or its device reset), what was freed on them
+// is free at once: on a stream of it, covered by its marker or not, and on
+// a stream of it already forgotten, whose blocks wait on a marker. Those
+// markers went with the context: the pool neither queries nor destroys
+// them (the fake fails the query and panics at the destruction). A stream
+// of another context keeps its block and its marker.
+func TestForgetFinishedContextFreesItsBlocks(t *testing.T) {
 	f := pooltest.New(0)
-	opt := pool.DefaultOptions(4 * miB)
-	h := newHarness(t, f, opt)
-	const foreign pool.Stream = 0x900
-	f.MakeForeign(foreign)
-	a, b := h.mustAlloc(2*miB), h.mustAlloc(2*miB)
-	for _, p := range []uint64{a, b} {
-		if err := h.freeAsyncForeign(p, foreign); err != nil {
+	h := newHarness(t, f, pool.DefaultOptions(8*miB))
+	const ended, forgotten, other pool.Stream = 0x900, 0x901, 0x902
+	for _, s := range []pool.Stream{ended, forgotten, other} {
+		f.MakeForeign(s)
+	}
+	a, b, c, d := h.mustAlloc(2*miB), h.mustAlloc(2*miB), h.mustAlloc(2*miB), h.mustAlloc(2*miB)
+	for _, free := range []struct {
+		ptr uint64
+		s   pool.Stream
+	}{{a, ended}, {b, ended}, {c, forgotten}, {d, other}} {
+		if err := h.freeAsyncForeign(free.ptr, free.s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	f.Complete(foreign) // the reset waited for the stream's work
-	h.p.ForgetFinishedStream(foreign)
-	if st := h.p.Stats(); st.PendingBytes != 0 {
-		t.Fatalf("%d bytes still wait for a stream that is gone", st.PendingBytes)
+	h.forgetStream(forgotten)
+	f.EndContext(ended, forgotten)
+	h.p.ForgetFinishedContext(func(s pool.Stream) bool { return s == ended }, f.Lost)
+	if st := h.p.Stats(); st.PendingBytes != 2*miB {
+		t.Fatalf("%d bytes wait, want the 2 MiB freed on the other context's stream", st.PendingBytes)
 	}
-	if n := f.LiveMarkers(); n != 0 {
-		t.Fatalf("%d markers left for a stream that is gone", n)
+	if n := f.LiveMarkers(); n != 1 {
+		t.Fatalf("%d markers live, want the other context's", n)
 	}
-	h.mustAlloc(4 * miB) // the whole quota: both blocks' memory
+	h.mustAlloc(6 * miB) // the quota, less the block still waiting
+	h.p.TrimTo(0)        // queries the markers left
+	if st := h.p.Stats(); st.BackingErrors != 0 {
+		t.Fatalf("%d backing errors: a marker of the ended context queried?", st.BackingErrors)
+	}
 	h.close()
 }
 

@@ -79,6 +79,9 @@ type backing struct {
 	// inflight are stream-ordered frees the device has not reached yet: the
 	// device still holds their bytes, so the ledger keeps them.
 	inflight []inflightFree
+	// foreignMarkers are the pool's markers on foreign streams, with the
+	// context each was recorded in: they die with it (markersOf).
+	foreignMarkers map[pool.Marker]uint64
 }
 
 // maxInflight is how many frees in flight are kept before the completed
@@ -407,6 +410,7 @@ func (b *backing) RecordForeignMarker(s pool.Stream) (pool.Marker, error) {
 		if rc != interpose.Success {
 			return 0, cudaErr(fmt.Sprintf("recording an event on the legacy stream of context %#x for device %d", ctx, b.ordinal), rc)
 		}
+		b.keepForeignMarker(pool.Marker(e), ctx)
 		return pool.Marker(e), nil
 	}
 	if b.capturing(on) {
@@ -416,13 +420,44 @@ func (b *backing) RecordForeignMarker(s pool.Stream) (pool.Marker, error) {
 	if rc != interpose.Success {
 		return 0, cudaErr(fmt.Sprintf("recording an event in the context of stream %#x for device %d", uint64(s), b.ordinal), rc)
 	}
+	if ctx, ok := b.streams.context(on); ok {
+		b.keepForeignMarker(pool.Marker(e), ctx)
+	}
 	return pool.Marker(e), nil
+}
+
+// keepForeignMarker files marker m under context ctx, which it dies with.
+func (b *backing) keepForeignMarker(m pool.Marker, ctx uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.foreignMarkers == nil {
+		b.foreignMarkers = map[pool.Marker]uint64{}
+	}
+	b.foreignMarkers[m] = ctx
 }
 
 // DestroyForeignMarker destroys the event: it belongs to another context
 // than the device's, so it is not kept for the device's markers.
 func (b *backing) DestroyForeignMarker(m pool.Marker) {
+	b.mu.Lock()
+	delete(b.foreignMarkers, m)
+	b.mu.Unlock()
 	b.rt.EventDestroy(interpose.Event(m))
+}
+
+// markersOf forgets the foreign markers recorded in context ctx, gone with
+// it, and returns them: the pool drops them without destroying them.
+func (b *backing) markersOf(ctx uint64) map[pool.Marker]bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	gone := map[pool.Marker]bool{}
+	for m, c := range b.foreignMarkers {
+		if c == ctx {
+			gone[m] = true
+			delete(b.foreignMarkers, m)
+		}
+	}
+	return gone
 }
 
 // StreamIdle calls cudaStreamQuery. A per-thread identity names another

@@ -9,17 +9,28 @@ import (
 // contextsRuntime is fakeRuntime with streams of other contexts than the
 // device's (context 1): a stream made in another context (contexts) is
 // foreign to the device, and a held stream has not yet run its work, so an
-// event recorded there is not complete until release.
+// event recorded there is not complete until release. An event made in
+// another context (on one of its streams, or on its legacy stream, named
+// here as the core names its default streams) dies with the context, as
+// with CUDA: querying it fails, and destroying it is counted in
+// deadDestroyed, since its handle may already name another event.
 type contextsRuntime struct {
 	*fakeRuntime
-	contexts map[interpose.Stream]uint64
-	held     map[interpose.Stream]bool
-	pending  map[interpose.Event]interpose.Stream // events recorded on a held stream
+	contexts      map[interpose.Stream]uint64
+	held          map[interpose.Stream]bool
+	pending       map[interpose.Event]interpose.Stream // events recorded on a held stream
+	eventContext  map[interpose.Event]uint64           // events made in another context
+	destroyed     map[uint64]bool                      // contexts destroyed
+	lastEvent     interpose.Event
+	deadDestroyed int
 }
+
+var _ streamContexts = (*contextsRuntime)(nil)
 
 func newContextsRuntime(capacity uint64) *contextsRuntime {
 	return &contextsRuntime{fakeRuntime: newFake(capacity), contexts: map[interpose.Stream]uint64{},
-		held: map[interpose.Stream]bool{}, pending: map[interpose.Event]interpose.Stream{}}
+		held: map[interpose.Stream]bool{}, pending: map[interpose.Event]interpose.Stream{},
+		eventContext: map[interpose.Event]uint64{}, destroyed: map[uint64]bool{}, lastEvent: 0x10000}
 }
 
 func (r *contextsRuntime) Context() uint64 { return 1 }
@@ -37,12 +48,30 @@ func (r *contextsRuntime) StreamContext(s interpose.Stream) (uint64, interpose.E
 }
 
 func (r *contextsRuntime) RecordInStreamContext(s interpose.Stream) (interpose.Event, interpose.Error) {
-	e, rc := r.EventCreate(interpose.EventDisableTiming)
+	ctx, rc := r.StreamContext(s)
 	if rc != interpose.Success {
 		return 0, rc
 	}
+	return r.recordIn(ctx, s), interpose.Success
+}
+
+func (r *contextsRuntime) RecordInContext(ctx uint64) (interpose.Event, interpose.Error) {
+	return r.recordIn(ctx, contextDefaultStream(ctx)), interpose.Success
+}
+
+func (r *contextsRuntime) FreeAsyncInContext(_ uint64, p interpose.DevicePtr) interpose.Error {
+	return r.fakeRuntime.release(p, "device")
+}
+
+// recordIn makes an event in context ctx and records it on stream s.
+func (r *contextsRuntime) recordIn(ctx uint64, s interpose.Stream) interpose.Event {
+	r.mu.Lock()
+	r.lastEvent++
+	e := r.lastEvent
+	r.eventContext[e] = ctx
+	r.mu.Unlock()
 	r.EventRecord(e, s)
-	return e, interpose.Success
+	return e
 }
 
 func (r *contextsRuntime) EventRecord(e interpose.Event, s interpose.Stream) interpose.Error {
@@ -58,9 +87,28 @@ func (r *contextsRuntime) EventRecord(e interpose.Event, s interpose.Stream) int
 func (r *contextsRuntime) EventQuery(e interpose.Event) interpose.Error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if ctx, ok := r.eventContext[e]; ok && r.destroyed[ctx] {
+		return interpose.ErrorInvalidResourceHandle
+	}
 	if _, ok := r.pending[e]; ok {
 		return interpose.ErrorNotReady
 	}
+	return interpose.Success
+}
+
+func (r *contextsRuntime) EventDestroy(e interpose.Event) interpose.Error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ctx, ok := r.eventContext[e]
+	if !ok {
+		r.events--
+		return interpose.Success
+	}
+	if r.destroyed[ctx] {
+		r.deadDestroyed++
+		return interpose.ErrorInvalidResourceHandle
+	}
+	delete(r.eventContext, e)
 	return interpose.Success
 }
 
@@ -68,10 +116,29 @@ func (r *contextsRuntime) EventQuery(e interpose.Event) interpose.Error {
 func (r *contextsRuntime) release(s interpose.Stream) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.releaseLocked(s)
+}
+
+func (r *contextsRuntime) releaseLocked(s interpose.Stream) {
 	delete(r.held, s)
 	for e, on := range r.pending {
 		if on == s {
 			delete(r.pending, e)
+		}
+	}
+}
+
+// destroyContext destroys context ctx, as cuCtxDestroy does once its work
+// is done: its streams are no longer valid, and its events are gone.
+func (r *contextsRuntime) destroyContext(ctx uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.destroyed[ctx] = true
+	r.releaseLocked(contextDefaultStream(ctx))
+	for s, c := range r.contexts {
+		if c == ctx {
+			r.releaseLocked(s)
+			r.invalid[s] = true
 		}
 	}
 }
@@ -98,5 +165,55 @@ func TestDeviceResetSettlesForeignFreesInFlight(t *testing.T) {
 	}
 	if _, rc := m.malloc(request{size: 40 << 20}); rc != interpose.Success {
 		t.Fatalf("40 MiB of a 64 MiB quota after a reset of the device: %v", rc)
+	}
+}
+
+// TestContextDestroyedFreesWhatWaitsOnIt: blocks freed in stream order in a
+// created context, on a stream of it, on a stream of it destroyed before
+// the context (its block waits on a marker recorded then), and on the
+// context's default stream while it was current, are reused once the
+// context is destroyed, though its work held them until then: the
+// destruction ended that work, and the markers died with the context, so
+// none is queried or destroyed after it.
+func TestContextDestroyedFreesWhatWaitsOnIt(t *testing.T) {
+	rt := newContextsRuntime(1 << 30)
+	const created = 2
+	const kept, destroyed = interpose.Stream(0x500), interpose.Stream(0x600)
+	for _, s := range []interpose.Stream{kept, destroyed} {
+		rt.contexts[s], rt.held[s] = created, true
+	}
+	rt.held[contextDefaultStream(created)] = true
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB")
+	c := &Core{mem: m.memory}
+	var blocks []interpose.DevicePtr
+	for range 3 {
+		p, rc := m.malloc(request{size: 20 << 20})
+		if rc != interpose.Success {
+			t.Fatal(rc)
+		}
+		blocks = append(blocks, p)
+	}
+	if rc := m.free(blocks[0], kept, true); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.free(blocks[1], destroyed, true); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.streamDestroy(destroyed); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.freeIn(blocks[2], 0, true, created); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	rt.destroyContext(created)
+	c.CtxDestroyed(created)
+	if _, rc := m.malloc(request{size: 60 << 20}); rc != interpose.Success {
+		t.Fatalf("60 MiB of a 64 MiB quota once the context the blocks waited on is destroyed: %v", rc)
+	}
+	if st := m.existing(0).pool.Stats(); st.BackingErrors != 0 {
+		t.Errorf("%d backing errors: a marker of the destroyed context queried?", st.BackingErrors)
+	}
+	if rt.deadDestroyed != 0 {
+		t.Errorf("%d events of the destroyed context destroyed after it", rt.deadDestroyed)
 	}
 }

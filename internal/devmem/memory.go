@@ -662,32 +662,39 @@ func (m *memory) streamDestroy(s interpose.Stream) interpose.Error {
 }
 
 // forgetStream drops what the core knows of stream s, about to be
-// destroyed: its check and context, and the pools' caches of it (a
-// foreign stream's blocks then wait for a marker recorded now). A new
-// stream given the same handle is checked afresh.
+// destroyed: the pools' caches of it (a foreign stream's blocks then wait
+// for a marker recorded now, filed under the stream's context), then its
+// check and context. A new stream given the same handle is checked afresh.
 func (m *memory) forgetStream(s interpose.Stream) {
-	m.streams.forget(s)
 	for _, d := range *m.live.Load() {
 		if d.pool != nil {
 			d.pool.ForgetStream(stream(s))
 		}
 	}
+	m.streams.forget(s)
 }
 
-// forgetContextStreams drops the streams made in context ctx, gone with
-// all their work done (the device reset, or the context destroyed): the
-// pools make what was freed on them free at once, since no marker of
-// theirs can complete any more.
+// forgetContextStreams drops what the core knows of context ctx, gone
+// (its device reset, or the context destroyed): no work of it can touch
+// memory any more, and its events are gone. The pools make free at once
+// what was freed on its streams, its default streams included, and what
+// waits on a marker recorded in it (a destroyed stream's too), without
+// querying or destroying those markers.
 func (m *memory) forgetContextStreams(ctx uint64) {
 	if ctx == 0 {
 		return
 	}
+	gone := map[pool.Stream]bool{stream(contextDefaultStream(ctx)): true}
 	for _, s := range m.streams.forgetContext(ctx) {
-		for _, d := range *m.live.Load() {
-			if d.pool != nil {
-				d.pool.ForgetFinishedStream(stream(s))
-			}
+		gone[stream(s)] = true
+	}
+	for _, d := range *m.live.Load() {
+		if d.pool == nil {
+			continue
 		}
+		markers := d.back.markersOf(ctx)
+		d.pool.ForgetFinishedContext(func(s pool.Stream) bool { return gone[s] },
+			func(mk pool.Marker) bool { return markers[mk] })
 	}
 }
 

@@ -7,6 +7,7 @@ package pooltest
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/spillway-gpu/spillway/pool"
@@ -49,6 +50,7 @@ type Fake struct {
 	segments  map[uint64]uint64 // device reservations: base -> size
 	host      map[uint64]hostBlock
 	markers   map[pool.Marker]marker
+	lost      map[pool.Marker]bool // markers gone with their context (EndContext)
 	markerID  pool.Marker
 	devBytes  uint64
 	hostBytes uint64
@@ -85,6 +87,7 @@ func New(capacity uint64) *Fake {
 		segments:  make(map[uint64]uint64),
 		host:      make(map[uint64]hostBlock),
 		markers:   make(map[pool.Marker]marker),
+		lost:      make(map[pool.Marker]bool),
 	}
 }
 
@@ -112,6 +115,32 @@ func (f *Fake) MakeForeign(s pool.Stream) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.foreign[s] = true
+}
+
+// EndContext ends the context of streams ss, as destroying it or resetting
+// its device does: their work completes, and the markers recorded on them
+// are gone, so that querying one fails and destroying one panics, as it is
+// a bug in the pool. Lost names them.
+func (f *Fake) EndContext(ss ...pool.Stream) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clock++
+	for _, s := range ss {
+		f.completed[s] = f.clock
+	}
+	for m, mk := range f.markers {
+		if slices.Contains(ss, mk.stream) {
+			delete(f.markers, m)
+			f.lost[m] = true
+		}
+	}
+}
+
+// Lost reports whether marker m went with its context (EndContext).
+func (f *Fake) Lost(m pool.Marker) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lost[m]
 }
 
 // DestroyStream forgets what the fake knows of stream s, which must hold
