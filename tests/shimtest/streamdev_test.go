@@ -84,13 +84,15 @@ func TestAsyncFreeOnOtherDevice(t *testing.T) {
 // TestAsyncFreeOnOtherDeviceStreamDestroyed: two blocks of device 0 freed
 // in stream order on a held stream of device 1, which is destroyed at once
 // (its work still runs), with cudaStreamDestroy or the driver's
-// cuStreamDestroy, or destroyed by device 1's reset once let go: once the
-// stream has run its work, both blocks are reused, so 60 MiB fit under the
-// 64 MiB quota.
+// cuStreamDestroy, or destroyed by device 1's reset once let go; or freed
+// on the default stream while device 1 is current, then device 1 reset, or
+// while a context created on device 1 is current, then that context
+// destroyed: once the stream has run its work, both blocks are reused, so
+// 60 MiB fit under the 64 MiB quota.
 func TestAsyncFreeOnOtherDeviceStreamDestroyed(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/crossdestroy.c"}, Cudart: true,
 		ProjectHeaders: true, Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}})
-	for _, kind := range []string{"rt", "drv", "reset"} {
+	for _, kind := range []string{"rt", "drv", "reset", "default", "created"} {
 		t.Run(kind, func(t *testing.T) {
 			_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SIMCUDA_DEVICES=2x1GiB", "SIMCUDA_PEER=1",
 				"SPILLWAY_MEMORY_LIMIT=64MiB"}, prog, kind))
