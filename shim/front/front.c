@@ -23,7 +23,7 @@
  * If the core cannot be loaded, or comes from another build (its ABI version,
  * abi.h, differs), one line says why and how to fix it; with a quota
  * configured, allocations then fail instead of running unlimited.
- * cudaDeviceSynchronize, cudaStreamDestroy and the memory-pool calls
+ * cudaDeviceSynchronize, cudaStreamDestroy, cuStreamDestroy_v2 and the memory-pool calls
  * (attributes, trimming) are interposed for the pool's sake only: they
  * reach the core once it runs and never load it. The
  * per-thread default stream crosses as a per-thread identity (abi.h). Once
