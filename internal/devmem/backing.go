@@ -301,10 +301,16 @@ func (b *backing) capturing(s interpose.Stream) bool {
 	switch {
 	case rc == interpose.Success:
 		return status != interpose.CaptureNone
-	case rc >= interpose.ErrorStreamCaptureUnsupported && rc <= interpose.ErrorStreamCaptureUnsupported+8:
-		return true // cudaErrorStreamCapture* (900-908): the legacy stream during another stream's capture
+	case captureForbids(rc):
+		return true // the legacy stream during another stream's capture
 	}
 	return false
+}
+
+// captureForbids reports whether rc is one of cudaErrorStreamCapture*
+// (900-908): the call is not allowed while a stream captures.
+func captureForbids(rc interpose.Error) bool {
+	return rc >= interpose.ErrorStreamCaptureUnsupported && rc <= interpose.ErrorStreamCaptureUnsupported+8
 }
 
 // Synchronize calls cudaDeviceSynchronize, unless a capture forbids it.
@@ -404,7 +410,7 @@ func (b *backing) RecordForeignMarker(s pool.Stream) (pool.Marker, error) {
 	}
 	if ctx, ok := defaultStreamContext(on); ok {
 		e, rc := b.contexts.RecordInContext(ctx)
-		if rc >= interpose.ErrorStreamCaptureUnsupported && rc <= interpose.ErrorStreamCaptureUnsupported+8 {
+		if captureForbids(rc) {
 			return 0, fmt.Errorf("recording an event on the legacy stream of context %#x for device %d: %w", ctx, b.ordinal, pool.ErrStreamCapture)
 		}
 		if rc != interpose.Success {
