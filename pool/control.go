@@ -123,15 +123,17 @@ func (p *Pool) detach(c *streamCache) bool {
 // ReleaseCached returns to the device the memory the pool holds that no
 // block uses: every empty segment and every free and idle granule, whatever
 // Options.ReleaseThreshold says. With synchronize, and if freed blocks wait
-// for a synchronization or a marker, it first synchronizes the device
-// through the Backing (not under stream capture), so that they are
-// released too; a caller that cannot vouch that the Backing's
-// synchronization covers the pool's work (a thread in another CUDA context)
-// passes false; blocks freed on streams the Backing reports idle
-// (IdleStreamBacking) are then released all the same. It returns how many
-// device bytes it gave back to the ledger. Whoever shares the pool's Ledger
-// calls it when a request of its own does not fit; it takes the pool's
-// lock, so a Backing, Ledger or Observer method never calls it.
+// for a synchronization, it first synchronizes the device through the
+// Backing (not under stream capture), so that they are released too, and
+// it releases the blocks of foreign streams whose markers have completed,
+// which no synchronization of the device completes. A caller that cannot
+// vouch that the Backing's synchronization covers the pool's work (a
+// thread in another CUDA context) passes false; blocks freed on streams
+// the Backing reports idle (IdleStreamBacking) are then released all the
+// same. It returns how many device bytes it gave back to the ledger.
+// Whoever shares the pool's Ledger calls it when a request of its own does
+// not fit; it takes the pool's lock, so a Backing, Ledger or Observer
+// method never calls it.
 func (p *Pool) ReleaseCached(synchronize bool) uint64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -139,12 +141,15 @@ func (p *Pool) ReleaseCached(synchronize bool) uint64 {
 		return 0
 	}
 	before := p.stats.BytesReleased
-	if synchronize && (p.pending.bytes > 0 || p.streamBytes() > 0) {
-		// A failure is counted in Stats; what is already free goes back.
-		if err := p.synchronize(); errors.Is(err, ErrClosed) {
-			return p.stats.BytesReleased - before
+	if synchronize {
+		if p.syncableBytes() > 0 {
+			// A failure is counted in Stats; what is already free goes back.
+			if err := p.synchronize(); errors.Is(err, ErrClosed) {
+				return p.stats.BytesReleased - before
+			}
 		}
-	} else if !synchronize {
+		p.pollMarkers() // foreign streams' blocks, which no synchronization completes
+	} else {
 		p.drainIdleStreams()
 	}
 	p.releaseEmptyWhile(func() bool { return true })

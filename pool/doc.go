@@ -167,7 +167,8 @@
 // a user of the ledger whose request does not fit calls ReleaseCached,
 // which returns every empty segment and every free and idle granule (after
 // a synchronization, if the caller allows one and freed blocks wait for
-// it), and tries once more. The ledger
+// it, and what completed markers of foreign streams free), and tries once
+// more. The ledger
 // is called with the pool's lock held and must never call back into the
 // pool; ReleaseCached takes the lock, so it is called from outside.
 // Host memory (spilling) is not the ledger's: Options.HostLimit bounds it.
@@ -175,7 +176,9 @@
 // # Growth, release and the quota
 //
 // A miss, after the steps above, reserves a segment if the quota holds it.
-// Otherwise the pool, in order: synchronizes if anything is pending; searches
+// Otherwise the pool, in order: synchronizes if a synchronization would
+// complete any free (blocks of foreign streams alone never force one) and
+// moves the blocks of completed markers to the shared index; searches
 // every class for any block that fits (scanning the request's class in full);
 // releases every empty segment and reserves a segment, or exactly the
 // request; spills to the host (Options.Oversubscribe); refuses, with an error
@@ -275,7 +278,8 @@
 // mapped is memory not held, or not taken from under another free range, and a
 // driver call not made. A host granule (below) counts as an unmapped one, so a
 // block on device granules alone is preferred to one on either. If the quota
-// cannot give the granules the pool synchronizes for everything freed, then
+// cannot give the granules the pool synchronizes for everything freed (if a
+// synchronization would complete any of it), then
 // places the block in the free block of any class where it needs the fewest
 // granules (a scan of every free block: the free parts of partly used granules
 // serve requests of any class), else in an arena of its own, rounded up to the

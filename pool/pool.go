@@ -631,16 +631,18 @@ func (p *Pool) allocate(size uint64, async bool, s Stream) (uint64, error) {
 }
 
 // allocUnderPressure serves a request when growing by a whole segment is
-// impossible, trying in order: a synchronization for everything freed, any
-// free block of any class, releasing every empty segment and growing by a
-// segment or by exactly the request, spilling to the host.
+// impossible, trying in order: a synchronization for everything it can
+// complete and the completed markers of the rest, any free block of any
+// class, releasing every empty segment and growing by a segment or by
+// exactly the request, spilling to the host.
 func (p *Pool) allocUnderPressure(size uint64, class int, async bool, s Stream, captured bool) (uint64, error) {
-	if !captured && (p.pending.bytes > 0 || p.streamBytes() > 0) {
+	if !captured && p.syncableBytes() > 0 {
 		// Under stream capture the pool grows or refuses instead.
 		if err := p.synchronize(); err != nil && !errors.Is(err, ErrStreamCapture) {
 			return 0, err
 		}
 	}
+	p.pollMarkers() // foreign streams' blocks, which no synchronization completes
 	var c *streamCache
 	if async {
 		c = p.cacheOf(s)

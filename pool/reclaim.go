@@ -127,6 +127,20 @@ func (p *Pool) dropIfDrained(c *streamCache) {
 	}
 }
 
+// syncableBytes is what a synchronization of the device can make reusable:
+// the bytes freed by Free and those freed on streams the synchronization
+// covers. The blocks of foreign streams wait for their markers whatever it
+// does, so a synchronization for them alone waits for the device in vain.
+func (p *Pool) syncableBytes() uint64 {
+	n := p.pending.bytes
+	for c := p.caches.head; c != nil; c = c.next {
+		if !c.foreign {
+			n += c.queue.bytes
+		}
+	}
+	return n
+}
+
 func (p *Pool) streamBytes() uint64 {
 	var n uint64
 	for c := p.caches.head; c != nil; c = c.next {

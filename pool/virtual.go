@@ -155,9 +155,11 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 	if !errors.Is(err, errNoPhysical) {
 		return 0, err
 	}
-	// Quota pressure: synchronize for everything freed, then place the
-	// block where it needs the fewest granules, in an arena of its own.
-	if p.pending.bytes > 0 || p.streamBytes() > 0 {
+	// Quota pressure: synchronize for everything that would complete (a
+	// placement polls the markers of foreign streams, which no
+	// synchronization completes), then place the block where it needs the
+	// fewest granules, in an arena of its own.
+	if p.syncableBytes() > 0 {
 		if err := p.synchronize(); err != nil {
 			return 0, err
 		}
