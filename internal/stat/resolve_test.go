@@ -3,6 +3,7 @@ package stat
 import (
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -166,5 +167,81 @@ func BenchmarkReadDirsOtherNamespaces(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// holdLock takes the lock of the figures file at path on an open file
+// description of its own, as its writer does, until the test ends or
+// release is called.
+func holdLock(tb testing.TB, path string) (release func()) {
+	tb.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { f.Close() })
+	return func() { f.Close() }
+}
+
+// A file whose lock is held belongs to a live writer even when /proc
+// cannot show its process (a /proc mounted with hidepid, another user's
+// /proc/PID/ns, a start time read through another time namespace's
+// offset): it is listed, under the PID it records, marked as its own
+// namespace's when that is not the reader's. An unlocked file /proc does
+// not confirm is stale, and so is one of an older layout, which has no
+// lock.
+func TestReaderListsLockedFilesProcCannotShow(t *testing.T) {
+	proc := newFakeProc(t)
+	_, own := proc.namespace("")
+	_, container := proc.namespace("container")
+	proc.add("100", 70, "", 0) // its writer recorded 50: another time namespace
+	dir := t.TempDir()
+	path := func(ns uint64, pid int) string { return filepath.Join(dir, fmt.Sprintf("%d-%d.stat", pid, ns)) }
+	releases := map[int]func(){}
+	for _, f := range []struct {
+		ns     uint64
+		pid    int
+		locked bool
+	}{
+		{own, 100, true},      // its start time read through another offset
+		{own, 200, true},      // hidden by hidepid
+		{container, 7, true},  // its namespace unreadable from here
+		{own, 300, false},     // killed
+		{container, 8, false}, // killed
+		{0, 400, true},        // an older layout's, whose process is gone: a lock another program took says nothing
+	} {
+		writeFigures(t, dir, f.ns, f.pid, 50)
+		if f.locked {
+			releases[f.pid] = holdLock(t, path(f.ns, f.pid))
+		}
+	}
+
+	r := Reader{pids: pidResolver{proc: proc.root}}
+	listed := func() map[int]bool {
+		t.Helper()
+		procs, errs := r.ReadDirs(dir)
+		if len(errs) > 0 {
+			t.Errorf("errors %v", errs)
+		}
+		pids := map[int]bool{}
+		for _, p := range procs {
+			pids[p.PID] = p.PIDInItsNamespace
+		}
+		return pids
+	}
+	want := map[int]bool{100: false, 200: false, 7: true}
+	if got := listed(); !maps.Equal(got, want) {
+		t.Errorf("listed (PID: in its namespace) %v; want %v", got, want)
+	}
+	if got := listed(); !maps.Equal(got, want) {
+		t.Errorf("at the next refresh: %v; want %v", got, want)
+	}
+	releases[7]() // its writer killed
+	delete(want, 7)
+	if got := listed(); !maps.Equal(got, want) {
+		t.Errorf("its lock released: %v; want %v", got, want)
 	}
 }

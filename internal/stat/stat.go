@@ -11,12 +11,16 @@
 // otherwise, or SPILLWAY_RUNTIME_DIR), one per process, named PID-NS.stat
 // (NS: the inode of its PID namespace, so that processes of containers
 // sharing the directory never take each other's file), readable by their
-// owner only, and removed at exit. A file whose process is gone (no
+// owner only, and removed at exit. A writer holds a lock on its file while
+// it lives; the next process that creates its file there removes those
+// nobody holds. A process of another PID namespace is found by its
+// namespace and its PID there, and shown under the PID the reader sees
+// (which NVML reports). A file whose process /proc does not show (no
 // /proc/PID, or one with another start time: the PID was reused) is stale
-// and ignored. A writer holds a lock on its file while it lives; the next
-// process that creates its file there removes those nobody holds. A
-// process of another PID namespace is found by its namespace and its PID
-// there, and shown under the PID the reader sees (which NVML reports).
+// and ignored, unless its lock is held: then its writer lives where /proc
+// cannot show it (another user's /proc/PID/ns, a /proc mounted with
+// hidepid, another time namespace), and it is shown under the PID it
+// records, as its process sees it when that is another namespace's.
 //
 // It must never make a system call from Publish, never block its writer on
 // a reader, and never trust a file beyond its fixed layout: a reader checks
@@ -138,11 +142,15 @@ func deviceFrom(w [deviceWords]uint64) Device {
 
 // Process is one file's contents.
 type Process struct {
-	PID     int       `json:"pid"` // as the reader sees it, whatever namespace the writer is in
-	Command string    `json:"command"`
-	Updated time.Time `json:"updated"`
-	Devices []Device  `json:"devices"`
-	start   uint64
+	PID int `json:"pid"` // as the reader sees it, whatever namespace the writer is in, unless PIDInItsNamespace
+	// PIDInItsNamespace says PID is as the process sees it in another PID
+	// namespace, where the reader could not find it: it is alive (its file
+	// is locked) but hidden from this /proc.
+	PIDInItsNamespace bool      `json:"pid_in_its_namespace"`
+	Command           string    `json:"command"`
+	Updated           time.Time `json:"updated"`
+	Devices           []Device  `json:"devices"`
+	start             uint64
 }
 
 // DefaultDir is the runtime directory for a process of effective user euid
@@ -290,7 +298,7 @@ func read(path string, pids *pidResolver) (Process, error) {
 		}
 		s := binary.LittleEndian.Uint64(buf[offSeq:])
 		if s%2 == 0 && s == binary.LittleEndian.Uint64(seq[:]) {
-			return parse(path, buf, pids)
+			return parse(path, buf, pids, func() bool { return lockHeld(f) })
 		}
 		time.Sleep(time.Millisecond) // a refresh is under way
 	}
@@ -317,7 +325,9 @@ func otherVersion(path string, head []byte) error {
 	return nil
 }
 
-func parse(path string, buf []byte, pids *pidResolver) (Process, error) {
+// parse reads a file's contents; locked says whether its writer holds its
+// lock, asked only when /proc does not show the process.
+func parse(path string, buf []byte, pids *pidResolver, locked func() bool) (Process, error) {
 	le := binary.LittleEndian
 	if err := otherVersion(path, buf); err != nil {
 		return Process{}, err
@@ -333,11 +343,16 @@ func parse(path string, buf []byte, pids *pidResolver) (Process, error) {
 	if u := le.Uint64(buf[offUpdated:]); u > 0 {
 		p.Updated = time.Unix(0, int64(u))
 	}
-	pid, ok := pids.resolve(le.Uint64(buf[offPIDNS:]), p.PID, p.start)
-	if !ok {
+	ns := le.Uint64(buf[offPIDNS:])
+	pid, ok := pids.resolve(ns, p.PID, p.start)
+	switch {
+	case ok:
+		p.PID = pid
+	case ns != 0 && locked(): // a file without a namespace, an older version's, has no lock
+		p.PIDInItsNamespace = ns != pids.own
+	default:
 		return Process{}, ErrStale
 	}
-	p.PID = pid
 	n := le.Uint64(buf[offDevices:])
 	if n > MaxDevices {
 		return Process{}, fmt.Errorf("%s: %d devices, at most %d", path, n, MaxDevices)
@@ -536,6 +551,20 @@ func (r *pidResolver) scan() {
 			}
 		}
 	}
+}
+
+// lockHeld reports whether another open file description holds f's lock,
+// as a live writer does. The attempt is shared and released at once: it
+// never stands in a writer's way, which takes its lock before its file has
+// a name a reader opens, and it works for a reader of any user that can
+// read the file.
+func lockHeld(f *os.File) bool {
+	fd := int(f.Fd())
+	if err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return errors.Is(err, unix.EWOULDBLOCK)
+	}
+	unix.Flock(fd, unix.LOCK_UN)
+	return false
 }
 
 // openRegular opens path for reading if it is a regular file, never

@@ -86,8 +86,8 @@ func TestTooManyDevices(t *testing.T) {
 	}
 }
 
-// A file left by a process that has exited (SIGKILL) is ignored, and so is
-// one whose PID now belongs to another process.
+// A file left by a process that has exited (SIGKILL), its lock released,
+// is ignored, and so is one whose PID now belongs to another process.
 func TestStaleIgnored(t *testing.T) {
 	dir := t.TempDir()
 	child := exec.Command("sleep", "60")
@@ -103,7 +103,8 @@ func TestStaleIgnored(t *testing.T) {
 		t.Fatalf("live child: %v, %v", procs, errs)
 	}
 	child.Process.Kill()
-	var info unix.Siginfo // wait until it is a zombie, without reaping it
+	unix.Flock(w.fd, unix.LOCK_UN) // its writer's lock goes with it
+	var info unix.Siginfo          // wait until it is a zombie, without reaping it
 	if err := unix.Waitid(unix.P_PID, child.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -121,6 +122,7 @@ func TestStaleIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer mine.Close()
+	unix.Flock(mine.fd, unix.LOCK_UN) // the file a killed writer left
 	mine.mem[offStart]++
 	if _, err := Read(mine.Path()); !errors.Is(err, ErrStale) {
 		t.Errorf("reused PID: %v, want ErrStale", err)
