@@ -237,12 +237,16 @@ type statGPU struct {
 // statProcess is one process on a device: Spillway's figures when it
 // publishes them, NVML's when NVML lists it.
 type statProcess struct {
-	PID           int          `json:"pid"`
-	Command       string       `json:"command"`
-	Updated       *time.Time   `json:"updated"`              // when the process last refreshed its figures
-	Spillway      *stat.Device `json:"spillway"`             // null: not running under Spillway (or not readable)
-	NVMLUsedBytes *uint64      `json:"nvml_used_bytes"`      // null: NVML does not list it on this device
-	MatchedBy     string       `json:"matched_by,omitempty"` // how its figures found this device: pci_bus_id, or index
+	PID int `json:"pid"`
+	// PIDInItsNamespace: PID is as the process sees it in another PID
+	// namespace, which this /proc does not show (its file's lock says it
+	// lives): not the PID NVML would list it under.
+	PIDInItsNamespace bool         `json:"pid_in_its_namespace"`
+	Command           string       `json:"command"`
+	Updated           *time.Time   `json:"updated"`              // when the process last refreshed its figures
+	Spillway          *stat.Device `json:"spillway"`             // null: not running under Spillway (or not readable)
+	NVMLUsedBytes     *uint64      `json:"nvml_used_bytes"`      // null: NVML does not list it on this device
+	MatchedBy         string       `json:"matched_by,omitempty"` // how its figures found this device: pci_bus_id, or index
 }
 
 // How a process's published device is matched to NVML's.
@@ -251,12 +255,18 @@ const (
 	matchedByIndex = "index"      // the process published no location: its ordinal, which CUDA_VISIBLE_DEVICES may renumber
 )
 
+// figuresReader reads the figures files of runtime directories (a
+// stat.Reader).
+type figuresReader interface {
+	ReadDirs(dirs ...string) ([]stat.Process, []error)
+}
+
 // collect joins NVML's devices and processes with the files published in
 // dirs, read by files.
 // A published device is matched to NVML's by its PCI location, which names
 // the same GPU whatever ordinal the process's CUDA_VISIBLE_DEVICES gave it;
 // by its ordinal only when the process published no location.
-func collect(lib nvml.Interface, files *stat.Reader, dirs []string) (*statReport, error) {
+func collect(lib nvml.Interface, files figuresReader, dirs []string) (*statReport, error) {
 	r := &statReport{Time: time.Now()}
 	count, ret := lib.DeviceGetCount()
 	if ret != nvml.SUCCESS {
@@ -296,10 +306,12 @@ func collect(lib nvml.Interface, files *stat.Reader, dirs []string) (*statReport
 	procs, errs := files.ReadDirs(dirs...)
 	r.unreadable = errs
 	for _, p := range procs {
-		if seen[p.PID] {
-			continue
+		if !p.PIDInItsNamespace { // PIDs of other namespaces may repeat, each another process
+			if seen[p.PID] {
+				continue
+			}
+			seen[p.PID] = true
 		}
-		seen[p.PID] = true
 		for _, d := range p.Devices {
 			var g *statGPU
 			by := matchedByPCI
@@ -326,7 +338,7 @@ func collect(lib nvml.Interface, files *stat.Reader, dirs []string) (*statReport
 	}
 	for _, g := range all {
 		for i := range g.Processes {
-			if g.Processes[i].Command == "" {
+			if g.Processes[i].Command == "" && !g.Processes[i].PIDInItsNamespace {
 				g.Processes[i].Command = processCommand(g.Processes[i].PID)
 			}
 		}
@@ -346,12 +358,14 @@ func collect(lib nvml.Interface, files *stat.Reader, dirs []string) (*statReport
 func (g *statGPU) attach(p stat.Process, d stat.Device, by string) {
 	updated := p.Updated
 	for i := range g.Processes {
-		if q := &g.Processes[i]; q.PID == p.PID {
+		// NVML's processes are this namespace's: a PID of another is not theirs.
+		if q := &g.Processes[i]; q.PID == p.PID && !q.PIDInItsNamespace && !p.PIDInItsNamespace {
 			q.Command, q.Spillway, q.Updated, q.MatchedBy = p.Command, &d, &updated, by
 			return
 		}
 	}
-	g.Processes = append(g.Processes, statProcess{PID: p.PID, Command: p.Command, Updated: &updated, Spillway: &d, MatchedBy: by})
+	g.Processes = append(g.Processes, statProcess{PID: p.PID, PIDInItsNamespace: p.PIDInItsNamespace, Command: p.Command,
+		Updated: &updated, Spillway: &d, MatchedBy: by})
 }
 
 // processCommand is a process's command name, or "?" when it cannot be read.
@@ -414,6 +428,9 @@ func writeStatTable(w io.Writer, r *statReport) {
 			if p.MatchedBy == matchedByIndex {
 				fmt.Fprintf(w, "  PID %d is shown by its device ordinal %d: it published no PCI location (wrong if CUDA_VISIBLE_DEVICES renumbers its devices)\n",
 					p.PID, p.Spillway.Ordinal)
+			}
+			if p.PIDInItsNamespace {
+				fmt.Fprintf(w, "  PID %d (%s) is its PID in another PID namespace, where this /proc cannot find it\n", p.PID, p.Command)
 			}
 		}
 	}

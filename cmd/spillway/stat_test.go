@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -141,5 +142,53 @@ func TestStatDirsChecksRuntimeDir(t *testing.T) {
 	t.Setenv("SPILLWAY_RUNTIME_DIR", dir)
 	if dirs, err := statDirs(); err != nil || len(dirs) != 1 || dirs[0] != dir {
 		t.Errorf("SPILLWAY_RUNTIME_DIR=%q: dirs %v, error %v", dir, dirs, err)
+	}
+}
+
+// fixedFigures is a figures reader that returns procs.
+type fixedFigures []stat.Process
+
+func (f fixedFigures) ReadDirs(...string) ([]stat.Process, []error) { return f, nil }
+
+// Jobs of containers this /proc cannot show, listed under their PIDs
+// there (both 1), are rows of their own, said so: neither the other nor
+// the process NVML lists under the same PID here.
+func TestCollectKeepsPIDsOfOtherNamespacesApart(t *testing.T) {
+	pci := &stat.PCILocation{Bus: 0x18}
+	procs := fixedFigures{
+		{PID: 1, PIDInItsNamespace: true, Command: "train", Devices: []stat.Device{{Quota: 1, PCI: pci}}},
+		{PID: 1, PIDInItsNamespace: true, Command: "serve", Devices: []stat.Device{{Quota: 2, PCI: pci}}},
+	}
+	lib := fakeNVML([]uint32{0x18}, map[int][]nvml.ProcessInfo{0: {{Pid: 1, UsedGpuMemory: 5}}})
+	r, err := collect(lib, procs, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Devices) != 1 || len(r.Devices[0].Processes) != 3 {
+		t.Fatalf("devices %+v; want one with 3 processes", r.Devices)
+	}
+	var quotas []uint64
+	for _, p := range r.Devices[0].Processes {
+		switch {
+		case p.PIDInItsNamespace && p.Spillway != nil && p.NVMLUsedBytes == nil:
+			quotas = append(quotas, p.Spillway.Quota)
+		case !p.PIDInItsNamespace && p.Spillway == nil && p.NVMLUsedBytes != nil:
+		default:
+			t.Errorf("process %+v: figures joined across namespaces", p)
+		}
+	}
+	if slices.Sort(quotas); !slices.Equal(quotas, []uint64{1, 2}) {
+		t.Errorf("quotas of the jobs in containers %v; want [1 2]", quotas)
+	}
+	out, _ := json.Marshal(r.Devices)
+	if strings.Count(string(out), `"pid_in_its_namespace":true`) != 2 || strings.Count(string(out), `"pid_in_its_namespace":false`) != 1 {
+		t.Errorf("JSON %s; want pid_in_its_namespace true for the two jobs in containers, false for NVML's", out)
+	}
+	var b strings.Builder
+	writeStatTable(&b, r)
+	for _, line := range []string{"PID 1 (train) is its PID in another PID namespace", "PID 1 (serve) is its PID in another PID namespace"} {
+		if !strings.Contains(b.String(), line) {
+			t.Errorf("table lacks %q:\n%s", line, b.String())
+		}
 	}
 }
