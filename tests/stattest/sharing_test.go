@@ -136,17 +136,25 @@ func TestDeviceFullBelowQuotaSpillFails(t *testing.T) {
 // process.
 func startInPIDNamespace(t *testing.T, e env, bin string, ownProc bool, extra []string, args ...string) *holder {
 	t.Helper()
+	flags := []string{"--pid"}
+	if ownProc {
+		flags = append(flags, "--mount-proc")
+	}
+	return startUnshared(t, e, bin, flags, extra, args...)
+}
+
+// startUnshared runs hold under the shim in the namespaces unshare's flags
+// make (it needs root, and unshare); h.pid is its PID here.
+func startUnshared(t *testing.T, e env, bin string, flags, extra []string, args ...string) *holder {
+	t.Helper()
 	unshare, err := exec.LookPath("unshare")
 	if err == nil && os.Geteuid() != 0 {
 		err = errors.New("not running as root")
 	}
 	if err != nil {
-		harness.Unavailable(t, "a PID namespace of its own (root and unshare)", err.Error())
+		harness.Unavailable(t, "namespaces of its own (root and unshare)", err.Error())
 	}
-	flags := []string{"--pid", "--fork", "--kill-child"}
-	if ownProc {
-		flags = append(flags, "--mount-proc")
-	}
+	flags = append([]string{"--fork", "--kill-child"}, flags...)
 	h := startWrapped(t, e, extra, unshare, append(append(flags, bin), args...)...)
 	children, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", h.cmd.Process.Pid, h.cmd.Process.Pid))
 	if err != nil {
@@ -229,4 +237,36 @@ func TestStatPIDNamespaceWithoutItsOwnProc(t *testing.T) {
 		t.Errorf("pid %d: %s published %+v; want hold with a quota of 64MiB and 8MiB used", h.pid, p.Command, sp)
 	}
 	h.finish(t, 0)
+}
+
+// A job in another time namespace, whose boot time is a day later, reads
+// its start time through that offset, so /proc here shows another: its
+// file's lock says it lives, and spillway stat lists it. In this PID
+// namespace it is under its PID here; in a PID namespace of its own, which
+// /proc here cannot match, under its PID there, 1, said so.
+func TestStatTimeNamespace(t *testing.T) {
+	if _, err := os.Stat("/proc/self/ns/time"); err != nil {
+		harness.Unavailable(t, "time namespaces", err.Error())
+	}
+	bin := compileHold(t)
+	e := newEnv(t)
+	later := []string{"--time", "--boottime", "86400"}
+	a := startUnshared(t, e, bin, later, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, "0", "0", strconv.Itoa(8*mib))
+	b := startUnshared(t, e, bin, append(later, "--pid", "--mount-proc"), []string{"SPILLWAY_MEMORY_LIMIT=32MiB"},
+		"0", "0", strconv.Itoa(4*mib))
+	b.pid = 1 // as it sees itself: this /proc cannot map it
+	s := statAfter(t, e, a, b)
+	for _, c := range []struct {
+		h           *holder
+		quota, used uint64
+		own         bool
+	}{{a, 64 * mib, 8 * mib, false}, {b, 32 * mib, 4 * mib, true}} {
+		p := processFigures(t, s, 0, c.h.pid)
+		if sp := p.Spillway; sp.Quota != c.quota || sp.Used != c.used || p.Command != "hold" || p.PIDInItsNamespace != c.own {
+			t.Errorf("pid %d: %s published %+v, pid_in_its_namespace %v; want a quota of %d, %d used, pid_in_its_namespace %v",
+				c.h.pid, p.Command, sp, p.PIDInItsNamespace, c.quota, c.used, c.own)
+		}
+	}
+	a.finish(t, 0)
+	b.finish(t, 0)
 }

@@ -132,10 +132,11 @@ type statDevice struct {
 
 // statProcessJSON is one process under a device.
 type statProcessJSON struct {
-	PID      int       `json:"pid"`
-	Command  string    `json:"command"`
-	Updated  time.Time `json:"updated"`
-	Spillway *struct {
+	PID               int       `json:"pid"`
+	PIDInItsNamespace bool      `json:"pid_in_its_namespace"`
+	Command           string    `json:"command"`
+	Updated           time.Time `json:"updated"`
+	Spillway          *struct {
 		Ordinal     int     `json:"ordinal"`
 		Limited     bool    `json:"limited"`
 		Quota       uint64  `json:"quota_bytes"`
