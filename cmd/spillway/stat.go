@@ -241,12 +241,14 @@ type statProcess struct {
 	// PIDInItsNamespace: PID is as the process sees it in another PID
 	// namespace, which this /proc does not show (its file's lock says it
 	// lives): not the PID NVML would list it under.
-	PIDInItsNamespace bool         `json:"pid_in_its_namespace"`
-	Command           string       `json:"command"`
-	Updated           *time.Time   `json:"updated"`              // when the process last refreshed its figures
-	Spillway          *stat.Device `json:"spillway"`             // null: not running under Spillway (or not readable)
-	NVMLUsedBytes     *uint64      `json:"nvml_used_bytes"`      // null: NVML does not list it on this device
-	MatchedBy         string       `json:"matched_by,omitempty"` // how its figures found this device: pci_bus_id, or index
+	PIDInItsNamespace bool `json:"pid_in_its_namespace"`
+	// PIDNamespace: that namespace (its inode), when PIDInItsNamespace.
+	PIDNamespace  uint64       `json:"pid_namespace,omitempty"`
+	Command       string       `json:"command"`
+	Updated       *time.Time   `json:"updated"`              // when the process last refreshed its figures
+	Spillway      *stat.Device `json:"spillway"`             // null: not running under Spillway (or not readable)
+	NVMLUsedBytes *uint64      `json:"nvml_used_bytes"`      // null: NVML does not list it on this device
+	MatchedBy     string       `json:"matched_by,omitempty"` // how its figures found this device: pci_bus_id, or index
 }
 
 // How a process's published device is matched to NVML's.
@@ -364,7 +366,7 @@ func (g *statGPU) attach(p stat.Process, d stat.Device, by string) {
 			return
 		}
 	}
-	g.Processes = append(g.Processes, statProcess{PID: p.PID, PIDInItsNamespace: p.PIDInItsNamespace, Command: p.Command,
+	g.Processes = append(g.Processes, statProcess{PID: p.PID, PIDInItsNamespace: p.PIDInItsNamespace, PIDNamespace: p.PIDNamespace, Command: p.Command,
 		Updated: &updated, Spillway: &d, MatchedBy: by})
 }
 
@@ -532,7 +534,11 @@ func writeStatMetrics(w io.Writer, r *statReport) {
 			for j := range g.Processes {
 				p := &g.Processes[j]
 				if v, ok := m.proc(p); ok {
-					fmt.Fprintf(w, "%s{%s,pid=%q,command=%q} %d\n", m.name, labels, strconv.Itoa(p.PID), p.Command, v)
+					pid := fmt.Sprintf("pid=%q", strconv.Itoa(p.PID))
+					if p.PIDInItsNamespace { // its own namespace's PID, which another may repeat
+						pid += fmt.Sprintf(",pid_namespace=%q", strconv.FormatUint(p.PIDNamespace, 10))
+					}
+					fmt.Fprintf(w, "%s{%s,%s,command=%q} %d\n", m.name, labels, pid, p.Command, v)
 				}
 			}
 		}

@@ -156,8 +156,8 @@ func (f fixedFigures) ReadDirs(...string) ([]stat.Process, []error) { return f, 
 func TestCollectKeepsPIDsOfOtherNamespacesApart(t *testing.T) {
 	pci := &stat.PCILocation{Bus: 0x18}
 	procs := fixedFigures{
-		{PID: 1, PIDInItsNamespace: true, Command: "train", Devices: []stat.Device{{Quota: 1, PCI: pci}}},
-		{PID: 1, PIDInItsNamespace: true, Command: "serve", Devices: []stat.Device{{Quota: 2, PCI: pci}}},
+		{PID: 1, PIDInItsNamespace: true, PIDNamespace: 4026532001, Command: "python", Devices: []stat.Device{{Quota: 1, PCI: pci}}},
+		{PID: 1, PIDInItsNamespace: true, PIDNamespace: 4026532002, Command: "python", Devices: []stat.Device{{Quota: 2, PCI: pci}}},
 	}
 	lib := fakeNVML([]uint32{0x18}, map[int][]nvml.ProcessInfo{0: {{Pid: 1, UsedGpuMemory: 5}}})
 	r, err := collect(lib, procs, nil)
@@ -186,9 +186,19 @@ func TestCollectKeepsPIDsOfOtherNamespacesApart(t *testing.T) {
 	}
 	var b strings.Builder
 	writeStatTable(&b, r)
-	for _, line := range []string{"PID 1 (train) is its PID in another PID namespace", "PID 1 (serve) is its PID in another PID namespace"} {
-		if !strings.Contains(b.String(), line) {
-			t.Errorf("table lacks %q:\n%s", line, b.String())
+	if line := "PID 1 (python) is its PID in another PID namespace"; strings.Count(b.String(), line) != 2 {
+		t.Errorf("table lacks %q twice:\n%s", line, b.String())
+	}
+	// Two jobs with one PID and one command in two containers are two
+	// series, told apart by their namespace; NVML's PID 1 has none.
+	b.Reset()
+	writeStatMetrics(&b, r)
+	for _, series := range []string{
+		`spillway_process_quota_bytes{gpu="0",UUID="GPU-a",modelName="Sim GPU",pid="1",pid_namespace="4026532001",command="python"} 1`,
+		`spillway_process_quota_bytes{gpu="0",UUID="GPU-a",modelName="Sim GPU",pid="1",pid_namespace="4026532002",command="python"} 2`,
+	} {
+		if !strings.Contains(b.String(), series) {
+			t.Errorf("metrics lack %s:\n%s", series, b.String())
 		}
 	}
 }

@@ -17,10 +17,13 @@
 // namespace and its PID there, and shown under the PID the reader sees
 // (which NVML reports). A file whose process /proc does not show (no
 // /proc/PID, or one with another start time: the PID was reused) is stale
-// and ignored, unless its lock is held: then its writer lives where /proc
-// cannot show it (another user's /proc/PID/ns, a /proc mounted with
-// hidepid, another time namespace), and it is shown under the PID it
-// records, as its process sees it when that is another namespace's.
+// and ignored, unless its lock is held and its process, if of the reader's
+// namespace, still has a /proc entry: then its writer lives where /proc
+// cannot show it (another user's /proc/PID/ns, another time namespace),
+// and it is shown under the PID it records, as its process sees it when
+// that is another namespace's. (A child forked without exec keeps its
+// parent's lock: a killed parent of this namespace is told by its missing
+// /proc entry.)
 //
 // It must never make a system call from Publish, never block its writer on
 // a reader, and never trust a file beyond its fixed layout: a reader checks
@@ -32,6 +35,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -146,11 +150,14 @@ type Process struct {
 	// PIDInItsNamespace says PID is as the process sees it in another PID
 	// namespace, where the reader could not find it: it is alive (its file
 	// is locked) but hidden from this /proc.
-	PIDInItsNamespace bool      `json:"pid_in_its_namespace"`
-	Command           string    `json:"command"`
-	Updated           time.Time `json:"updated"`
-	Devices           []Device  `json:"devices"`
-	start             uint64
+	PIDInItsNamespace bool `json:"pid_in_its_namespace"`
+	// PIDNamespace names that namespace (its inode) when PIDInItsNamespace:
+	// two such processes may have the same PID.
+	PIDNamespace uint64    `json:"pid_namespace,omitempty"`
+	Command      string    `json:"command"`
+	Updated      time.Time `json:"updated"`
+	Devices      []Device  `json:"devices"`
+	start        uint64
 }
 
 // DefaultDir is the runtime directory for a process of effective user euid
@@ -348,8 +355,10 @@ func parse(path string, buf []byte, pids *pidResolver, locked func() bool) (Proc
 	switch {
 	case ok:
 		p.PID = pid
-	case ns != 0 && locked(): // a file without a namespace, an older version's, has no lock
-		p.PIDInItsNamespace = ns != pids.own
+	case ns != 0 && !pids.goneHere(ns, p.PID) && locked(): // an older version's file, without a namespace, has no lock
+		if p.PIDInItsNamespace = ns != pids.own; p.PIDInItsNamespace {
+			p.PIDNamespace = ns
+		}
 	default:
 		return Process{}, ErrStale
 	}
@@ -522,6 +531,19 @@ func (r *pidResolver) resolve(ns uint64, pid int, start uint64) (int, bool) {
 	}
 	r.met[key] = f
 	return f.here, f.here != 0
+}
+
+// goneHere reports whether the process with PID pid of the reader's own
+// namespace has no /proc entry: it has exited, whatever its file's lock
+// says, since the children it forked without exec keep that lock, and a
+// reader that can read its file (its user, or root) sees it in /proc while
+// it lives.
+func (r *pidResolver) goneHere(ns uint64, pid int) bool {
+	if ns != r.own {
+		return false
+	}
+	_, err := os.Stat(r.procDir(strconv.Itoa(pid)))
+	return errors.Is(err, fs.ErrNotExist)
 }
 
 // scan records every visible process of another PID namespace by its PID
