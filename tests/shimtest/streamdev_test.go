@@ -57,12 +57,25 @@ func TestAsyncAllocOnStreamDevice(t *testing.T) {
 func TestAsyncFreeOnOtherDevice(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/crossfree.c"}, Cudart: true,
 		ProjectHeaders: true, Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}})
-	for _, c := range []struct{ name, kind, vmm, pooled, mib string }{
+	runHeldFrees(t, prog, "device 1's stream", []heldFree{
 		{"rt", "rt", "1", "1", "1"}, {"drv", "drv", "1", "1", "1"}, {"drvpt", "drvpt", "1", "1", "1"},
 		{"rt-segments", "rt", "0", "1", "1"}, {"rtdestroy", "rtdestroy", "1", "1", "1"},
 		{"rt-reuse", "rt", "1", "1", "40"}, {"rtdestroy-reuse", "rtdestroy", "1", "1", "40"},
 		{"rt-passthrough", "rt", "1", "0", "40"},
-	} {
+	})
+}
+
+// heldFree is a case of a program built on testdata/heldfree.h: its KIND
+// argument, SPILLWAY_VMM and SPILLWAY_POOL, and its SIZE in MiB.
+type heldFree struct{ name, kind, vmm, pooled, mib string }
+
+// runHeldFrees runs prog for each case under a 64 MiB quota on two peer
+// devices: every step succeeds, the block freed on the held stream (of
+// device 1, named by held) is not handed out again before that stream
+// reaches its free, and what the program wrote in the new block survives
+// the memset queued before the free.
+func runHeldFrees(t *testing.T, prog, held string, cases []heldFree) {
+	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SIMCUDA_DEVICES=2x1GiB", "SIMCUDA_PEER=1",
 				"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_VMM=" + c.vmm, "SPILLWAY_POOL=" + c.pooled}, prog, c.kind, c.mib))
@@ -71,11 +84,11 @@ func TestAsyncFreeOnOtherDevice(t *testing.T) {
 				{"V", 0, 0}, {"C", 0, 0},
 			})
 			if same := out.Num(t, "B", 0, 3); same != 0 {
-				t.Errorf("cudaMalloc handed out %#x again while device 1's stream had not reached its free\n%v",
-					out.Num(t, "B", 0, 2), out)
+				t.Errorf("cudaMalloc handed out %#x again while %s had not reached its free\n%v",
+					out.Num(t, "B", 0, 2), held, out)
 			}
 			if wrong := out.Num(t, "V", 0, 2); wrong != 0 {
-				t.Errorf("%d of 4096 bytes overwritten by a memset queued on device 1 before the free\n%v", wrong, out)
+				t.Errorf("%d of 4096 bytes overwritten by a memset queued on %s before the free\n%v", wrong, held, out)
 			}
 		})
 	}
@@ -114,27 +127,11 @@ func TestAsyncFreeOnOtherDeviceStreamDestroyed(t *testing.T) {
 func TestAsyncFreeOnOtherDeviceDefaultStream(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/defaultfree.c"}, Cudart: true,
 		ProjectHeaders: true, Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}})
-	for _, c := range []struct{ name, kind, vmm, pooled, mib string }{
+	runHeldFrees(t, prog, "device 1's default stream", []heldFree{
 		{"rt", "rt", "1", "1", "1"}, {"legacy", "legacy", "1", "1", "1"},
 		{"perthread", "perthread", "1", "1", "1"}, {"drv", "drv", "1", "1", "1"},
 		{"drvpt", "drvpt", "1", "1", "1"}, {"rt-segments", "rt", "0", "1", "1"},
 		{"rt-reuse", "rt", "1", "1", "40"}, {"perthread-reuse", "perthread", "1", "1", "40"},
 		{"rt-passthrough", "rt", "1", "0", "40"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SIMCUDA_DEVICES=2x1GiB", "SIMCUDA_PEER=1",
-				"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_VMM=" + c.vmm, "SPILLWAY_POOL=" + c.pooled}, prog, c.kind, c.mib))
-			checkSteps(t, out, []step{
-				{"A", 0, 0}, {"F", 0, 0}, {"Y", 0, 0}, {"B", 0, 0}, {"P", 0, 0}, {"H", 0, 0},
-				{"V", 0, 0}, {"C", 0, 0},
-			})
-			if same := out.Num(t, "B", 0, 3); same != 0 {
-				t.Errorf("cudaMalloc handed out %#x again while device 1's default stream had not reached its free\n%v",
-					out.Num(t, "B", 0, 2), out)
-			}
-			if wrong := out.Num(t, "V", 0, 2); wrong != 0 {
-				t.Errorf("%d of 4096 bytes overwritten by a memset queued on device 1's default stream before the free\n%v", wrong, out)
-			}
-		})
-	}
+	})
 }

@@ -20,22 +20,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <spillway/cuda.h>
 #include <spillway/cuda_runtime.h>
 
+#include "gate.h"
+
 #define MIB (1ull << 20)
 
-static int gate[2]; /* the host function holding the stream waits for a byte here */
-
-static void wait_gate(void *arg)
-{
-    (void)arg;
-    char c;
-    if (read(gate[0], &c, 1) != 1)
-        abort();
-}
 
 int main(int argc, char **argv)
 {
@@ -47,7 +39,7 @@ int main(int argc, char **argv)
     int on_default = strcmp(argv[1], "default") == 0, created = strcmp(argv[1], "created") == 0;
     cudaStream_t s1 = 0; /* default, created: the default stream */
     CUcontext ctx = NULL, popped = NULL;
-    int rc = pipe(gate) == 0 ? cudaSetDevice(1) : cudaErrorUnknown;
+    int rc = make_gate() == 0 ? cudaSetDevice(1) : cudaErrorUnknown;
     if (rc == cudaSuccess && created) {
         if ((rc = cuCtxCreate_v2(&ctx, 0, 1)) == CUDA_SUCCESS &&
             (rc = cuLaunchHostFunc(NULL, wait_gate, NULL)) == CUDA_SUCCESS)
@@ -82,7 +74,7 @@ int main(int argc, char **argv)
         rc = cudaSetDevice(0);
     printf("F %d\n", rc);
 
-    rc = write(gate[1], "x", 1) == 1 ? cudaSetDevice(1) : cudaErrorUnknown;
+    rc = open_gate() == 0 ? cudaSetDevice(1) : cudaErrorUnknown;
     if (rc == cudaSuccess && created)
         rc = cuCtxDestroy_v2(ctx);
     else if (rc == cudaSuccess)

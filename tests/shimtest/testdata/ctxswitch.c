@@ -32,10 +32,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <spillway/cuda.h>
 #include <spillway/cuda_runtime.h>
+
+#include "gate.h"
 
 #define MAX 256
 #define CHUNK 4096
@@ -46,7 +47,6 @@ static void *slot[MAX];
 static int nslots;
 static cudaStream_t streams[MAX];
 static int nstreams, blocked;
-static int gate[2]; /* the host functions of B wait for a byte here */
 
 static size_t size_arg(const char *s)
 {
@@ -87,17 +87,9 @@ static void print_context(CUcontext ctx)
     printf(" unknown\n");
 }
 
-static void wait_gate(void *arg)
-{
-    (void)arg;
-    char c;
-    if (read(gate[0], &c, 1) != 1)
-        abort();
-}
-
 int main(int argc, char **argv)
 {
-    if (pipe(gate) != 0 || cudaSetDevice(0) != cudaSuccess || cudaFree(NULL) != cudaSuccess ||
+    if (make_gate() != 0 || cudaSetDevice(0) != cudaSuccess || cudaFree(NULL) != cudaSuccess ||
         cuDeviceGetCount(&ndev) != CUDA_SUCCESS || ndev > MAX) {
         fprintf(stderr, "ctxswitch: cannot start the runtime on device 0\n");
         return 2;
@@ -185,7 +177,7 @@ int main(int argc, char **argv)
         case 'H': {
             int rc = 0;
             for (; blocked > 0; blocked--)
-                if (write(gate[1], "x", 1) != 1)
+                if (open_gate() != 0)
                     rc = 1;
             printf("H %d\n", rc);
             break;

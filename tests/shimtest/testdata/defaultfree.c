@@ -23,23 +23,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include <spillway/cuda.h>
 #include <spillway/cuda_runtime.h>
 
-#define MIB (1ull << 20)
-#define CHUNK 4096
+#include "heldfree.h"
 
-static int gate[2]; /* the host function holding the stream waits for a byte here */
-
-static void wait_gate(void *arg)
-{
-    (void)arg;
-    char c;
-    if (read(gate[0], &c, 1) != 1)
-        abort();
-}
 
 /* The default stream KIND frees on, as the runtime names it. */
 static cudaStream_t kind_stream(const char *kind)
@@ -72,12 +61,12 @@ int main(int argc, char **argv)
     }
     size_t size = strtoull(argv[2], NULL, 10) * MIB;
     cudaStream_t s = kind_stream(argv[1]);
-    if (pipe(gate) != 0 || cudaSetDevice(0) != cudaSuccess) {
+    if (make_gate() != 0 || cudaSetDevice(0) != cudaSuccess) {
         fprintf(stderr, "defaultfree: cannot begin\n");
         return 2;
     }
 
-    void *a = NULL, *b = NULL, *c = NULL;
+    void *a = NULL;
     int rc = cudaMalloc(&a, size);
     printf("A %d %lu\n", rc, (unsigned long)(uintptr_t)a);
 
@@ -92,27 +81,6 @@ int main(int argc, char **argv)
         rc = cudaSetDevice(0);
     printf("F %d\n", rc);
 
-    printf("Y %d\n", cudaDeviceSynchronize());
-    rc = cudaMalloc(&b, MIB);
-    printf("B %d %lu %d\n", rc, (unsigned long)(uintptr_t)b, rc == cudaSuccess && b == a);
-
-    unsigned char buf[CHUNK];
-    memset(buf, 0x55, sizeof buf);
-    printf("P %d\n", cudaMemcpy(b, buf, sizeof buf, cudaMemcpyHostToDevice));
-
-    rc = write(gate[1], "x", 1) == 1 ? cudaSetDevice(1) : cudaErrorUnknown;
-    if (rc == cudaSuccess)
-        rc = cudaDeviceSynchronize();
-    if (rc == cudaSuccess)
-        rc = cudaSetDevice(0);
-    printf("H %d\n", rc);
-
-    rc = cudaMemcpy(buf, b, sizeof buf, cudaMemcpyDeviceToHost);
-    int wrong = 0;
-    for (size_t k = 0; k < sizeof buf; k++)
-        wrong += buf[k] != 0x55;
-    printf("V %d %d\n", rc, wrong);
-
-    printf("C %d\n", cudaMalloc(&c, size));
+    reuse_after_held_free(a, size);
     return 0;
 }
