@@ -116,13 +116,16 @@ int front_dlclose_real(void *handle)
 
 unsigned int front_unloads;
 
-/* Whether the file at path is libcuda, libcudart or libnvidia-ml. */
-static int cuda_library(const char *path)
+/* The prefix of the CUDA library whose file is at path, or NULL. */
+static const char *cuda_library(const char *path)
 {
+    static const char *const libraries[] = {"libcuda.", "libcudart", "libnvidia-ml"};
     const char *base = strrchr(path, '/');
     base = base ? base + 1 : path;
-    return strncmp(base, "libcuda.", 8) == 0 || strncmp(base, "libcudart", 9) == 0 ||
-           strncmp(base, "libnvidia-ml", 12) == 0;
+    for (size_t i = 0; i < sizeof libraries / sizeof libraries[0]; i++)
+        if (strncmp(base, libraries[i], strlen(libraries[i])) == 0)
+            return libraries[i];
+    return NULL;
 }
 
 /* Whether handle is one of dlopen's handles of libcuda, libcudart or libnvidia-ml. */
@@ -132,14 +135,13 @@ static int cuda_handle(void *handle)
     if (handle == RTLD_DEFAULT || handle == RTLD_NEXT || dlinfo(handle, RTLD_DI_LINKMAP, &map) != 0 ||
         !map || !map->l_name)
         return 0;
-    return cuda_library(map->l_name);
+    return cuda_library(map->l_name) != NULL;
 }
 
-/* Whether f, found by a lookup, is a function of one of those libraries. */
-static int in_cuda_library(void *f)
+__attribute__((visibility("hidden"))) const char *front_library_holding(void *f)
 {
     Dl_info info;
-    return f && dladdr(f, &info) && info.dli_fname && cuda_library(info.dli_fname);
+    return f && dladdr(f, &info) && info.dli_fname ? cuda_library(info.dli_fname) : NULL;
 }
 
 static __thread int answering __attribute__((tls_model("initial-exec")));
@@ -159,8 +161,9 @@ __attribute__((visibility("hidden"))) void *front_dlsym_answer(void *handle, con
     answering = 1;
     void *answer = NULL;
     void *found = front_dlsym_real(handle, name);
-    if (in_cuda_library(found))
-        answer = front_wrapper_of(found);
+    const char *library = front_library_holding(found);
+    if (library)
+        answer = front_wrapper_of(found, library);
     answering = 0;
     return answer;
 }

@@ -11,7 +11,14 @@ __attribute__((visibility("hidden"))) int front_dlclose_real(void *handle);
 /* How many times a CUDA library (libcuda, libcudart, libnvidia-ml) was closed. */
 __attribute__((visibility("hidden"))) extern unsigned int front_unloads;
 
-/* The front's function that stands for the real function f, or NULL. */
-__attribute__((visibility("hidden"))) void *front_wrapper_of(void *f);
+/*
+ * The prefix of the CUDA library (library_of's: "libcuda.", "libcudart",
+ * "libnvidia-ml") function f lies in, or NULL when it lies in none of
+ * them (a static runtime in the executable).
+ */
+__attribute__((visibility("hidden"))) const char *front_library_holding(void *f);
+
+/* The front's function that stands for the real function f of library, or NULL. */
+__attribute__((visibility("hidden"))) void *front_wrapper_of(void *f, const char *library);
 
 #endif

@@ -2231,32 +2231,14 @@ static const struct {
 };
 
 /*
- * The library prefix (library_of's) of the CUDA library f lies in, or NULL
- * when f lies in none of them (a static runtime in the executable).
- */
-static const char *library_holding(void *f)
-{
-    static const char *const libraries[] = {"libcuda.", "libcudart", "libnvidia-ml"};
-    Dl_info info;
-    if (!dladdr(f, &info) || !info.dli_fname)
-        return NULL;
-    const char *base = strrchr(info.dli_fname, '/');
-    base = base ? base + 1 : info.dli_fname;
-    for (size_t i = 0; i < sizeof libraries / sizeof libraries[0]; i++)
-        if (strncmp(base, libraries[i], strlen(libraries[i])) == 0)
-            return libraries[i];
-    return NULL;
-}
-
-/*
  * The front's function standing for the real function f, or NULL; driver_only: among the driver's.
- * Where f lies in a CUDA library, only that library's functions are compared: resolving one of a
+ * Where f lies in a CUDA library (library, front_library_holding's answer; NULL: none), only that
+ * library's functions are compared: resolving one of a
  * library the process has not loaded searches every loaded object again at each lookup, which
  * cost tens of microseconds per cuGetProcAddress (the runtime makes hundreds as it starts).
  */
-static void *wrapper_of(void *f, int driver_only)
+static void *wrapper_of(void *f, const char *library, int driver_only)
 {
-    const char *library = f ? library_holding(f) : NULL;
     for (size_t i = 0; f && i < sizeof interposed / sizeof interposed[0]; i++) {
         const char *name = real_names[interposed[i].index];
         if (driver_only && strncmp(name, "cuda", 4) == 0)
@@ -2269,9 +2251,9 @@ static void *wrapper_of(void *f, int driver_only)
     return NULL;
 }
 
-void *front_wrapper_of(void *f)
+void *front_wrapper_of(void *f, const char *library)
 {
-    return wrapper_of(f, 0);
+    return wrapper_of(f, library, 0);
 }
 
 /*
@@ -2283,7 +2265,7 @@ void *front_wrapper_of(void *f)
  */
 static void exchange_real(void **pfn)
 {
-    void *wrapper = pfn ? wrapper_of(*pfn, 1) : NULL;
+    void *wrapper = pfn && *pfn ? wrapper_of(*pfn, front_library_holding(*pfn), 1) : NULL;
     if (wrapper)
         *pfn = wrapper;
 }
