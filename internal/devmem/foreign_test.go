@@ -112,13 +112,8 @@ func (r *contextsRuntime) EventDestroy(e interpose.Event) interpose.Error {
 	return interpose.Success
 }
 
-// release lets held stream s run its work: the events recorded there complete.
-func (r *contextsRuntime) release(s interpose.Stream) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.releaseLocked(s)
-}
-
+// releaseLocked lets held stream s run its work: the events recorded there
+// complete. r.mu is held.
 func (r *contextsRuntime) releaseLocked(s interpose.Stream) {
 	delete(r.held, s)
 	for e, on := range r.pending {
