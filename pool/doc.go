@@ -142,7 +142,8 @@
 // nothing behind, and a miss visits only the streams holding blocks. For the other streams the pool records one
 // marker per stream (Backing.RecordMarker) when the stream's cache has blocks
 // and no marker; when a request misses, completed markers move the blocks they
-// cover to the shared index, and new markers are recorded for what remains.
+// cover to the shared index, and new markers are recorded for what remains
+// (where one cannot be, the stream is asked whether it is idle instead).
 // A device synchronization covers every stream of the device's context. A
 // foreign stream (another device's or context's: FreeAsyncForeign) is
 // marked through ForeignStreamBacking, and only its marker or its idleness

@@ -149,7 +149,7 @@ func (h *harness) free(ptr uint64) error {
 
 func (h *harness) freeAsync(ptr uint64, s pool.Stream) error {
 	h.t.Helper()
-	at := h.f.Tick()
+	at := h.f.Enqueue(s)
 	err := h.p.FreeAsync(ptr, s)
 	h.forget(ptr, err, at, s, false)
 	return err
@@ -158,7 +158,7 @@ func (h *harness) freeAsync(ptr uint64, s pool.Stream) error {
 // freeAsyncForeign frees on a foreign stream (pooltest.Fake.MakeForeign).
 func (h *harness) freeAsyncForeign(ptr uint64, s pool.Stream) error {
 	h.t.Helper()
-	at := h.f.Tick()
+	at := h.f.Enqueue(s)
 	err := h.p.FreeAsyncForeign(ptr, s)
 	h.forget(ptr, err, at, s, false)
 	return err

@@ -349,6 +349,65 @@ func TestPressurePollsForeignMarkers(t *testing.T) {
 	h.close()
 }
 
+// TestPressureAsksIdleForeignStreams: under a quota full but for a block
+// freed on a foreign stream whose marker could not be recorded, a request
+// that needs its bytes gets the block once the stream has run its work (as
+// cudaStreamQuery tells), without a synchronization, which could not
+// complete that free, and without waiting for a marker that may never be.
+func TestPressureAsksIdleForeignStreams(t *testing.T) {
+	const foreign pool.Stream = 0x900
+	for _, virtual := range []bool{false, true} {
+		t.Run(fmt.Sprintf("virtual=%v", virtual), func(t *testing.T) {
+			var h *harness
+			var f *pooltest.Fake
+			block := uint64(miB)
+			if virtual {
+				block = granule
+				vf := pooltest.NewVirtual(0)
+				f = vf.Fake
+				h = newVirtualHarness(t, vf, virtualOptions(4*block))
+			} else {
+				f = pooltest.New(0)
+				opt := pool.DefaultOptions(4 * block)
+				opt.ReleaseThreshold = 4 * block
+				h = newHarness(t, f, opt)
+			}
+			f.MakeForeign(foreign)
+			f.FailRecordMarker = func(s pool.Stream) error {
+				if s == foreign {
+					return errors.New("out of events")
+				}
+				return nil
+			}
+			var held []uint64
+			for range 4 {
+				held = append(held, h.mustAlloc(block))
+			}
+			if err := h.freeAsyncForeign(held[0], foreign); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.alloc(block); !errors.Is(err, pool.ErrQuota) {
+				t.Fatalf("Alloc(%d) with the foreign stream's work still queued: %v, want a refusal", block, err)
+			}
+			f.Complete(foreign)
+			if ptr, err := h.alloc(block); err != nil {
+				t.Fatalf("Alloc(%d) once the foreign stream ran its work: %v, want its block's memory", block, err)
+			} else if !virtual && ptr != held[0] {
+				t.Fatalf("Alloc(%d) = %#x, want the block freed on the idle foreign stream, %#x", block, ptr, held[0])
+			}
+			if n := f.Counts().Syncs; n != 0 {
+				t.Fatalf("%d synchronizations forced for a block only its foreign stream completes", n)
+			}
+			f.FailRecordMarker = nil
+			if virtual {
+				h.closeVirtual()
+			} else {
+				h.close()
+			}
+		})
+	}
+}
+
 // TestForgetForeignStreamWaitsForItsMarker: a foreign stream destroyed
 // with blocks freed on it (its work still runs) keeps them until a marker
 // recorded before the destruction completes, not until the device's next

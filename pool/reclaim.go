@@ -98,20 +98,29 @@ func (p *Pool) drain(c *streamCache, cut uint64) uint64 {
 // application's own cudaStreamSynchronize or event wait completed, which
 // the pool does not see.
 func (p *Pool) drainIdleStreams() {
+	for c := p.caches.head; c != nil; c = c.next {
+		if c.queue.head != nil && !c.detached {
+			p.drainIfIdle(c)
+		}
+	}
+}
+
+// drainIfIdle makes free the blocks of c if its stream has run all the work
+// queued on it, and returns the bytes it made free.
+func (p *Pool) drainIfIdle(c *streamCache) uint64 {
 	ib, ok := p.back.(IdleStreamBacking)
 	if !ok {
-		return
+		return 0
 	}
-	for c := p.caches.head; c != nil; c = c.next {
-		if c.queue.head == nil || c.detached {
-			continue
-		}
-		if idle, err := ib.StreamIdle(c.stream); err != nil {
-			p.backingFailed(fmt.Errorf("pool: querying stream %#x: %w", uint64(c.stream), err))
-		} else if idle {
-			p.drain(c, p.seq)
-		}
+	idle, err := ib.StreamIdle(c.stream)
+	if err != nil {
+		p.backingFailed(fmt.Errorf("pool: querying stream %#x: %w", uint64(c.stream), err))
+		return 0
 	}
+	if !idle {
+		return 0
+	}
+	return p.drain(c, p.seq)
 }
 
 // dropIfDrained drops a stream cache found with no block and no marker at
@@ -184,7 +193,9 @@ func (p *Pool) destroyMarker(c *streamCache) {
 }
 
 // pollMarkers moves the blocks covered by completed markers to the pool and
-// records new markers for what remains; drained caches are dropped. It
+// records new markers for what remains; where a marker cannot be recorded,
+// it asks whether the stream is idle instead, since that is the only other
+// way a foreign stream's blocks come back. Drained caches are dropped. It
 // reports whether any block moved. Backing errors leave the blocks where
 // they are, to be reclaimed by the next synchronization.
 func (p *Pool) pollMarkers() bool {
@@ -205,6 +216,9 @@ func (p *Pool) pollMarkers() bool {
 		}
 		if c.queue.head != nil && !c.hasMarker && !c.detached {
 			p.recordMarker(c)
+			if !c.hasMarker && p.drainIfIdle(c) > 0 {
+				moved = true
+			}
 		}
 		p.dropIfDrained(c)
 		c = next

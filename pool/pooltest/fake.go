@@ -34,7 +34,8 @@ type Fake struct {
 	FailReleaseHost func(base, size uint64) error
 	// FailSynchronize: Synchronize fails, and nothing completes.
 	FailSynchronize func() error
-	// FailRecordMarker: RecordMarker on s fails, recording nothing.
+	// FailRecordMarker: RecordMarker or RecordForeignMarker on s fails,
+	// recording nothing.
 	FailRecordMarker func(s pool.Stream) error
 	// FailPromote: an error wrapping pool.ErrNotMoved, pool.ErrOutOfMemory
 	// or pool.ErrStreamCapture fails Promote before anything moves; any other
@@ -46,6 +47,7 @@ type Fake struct {
 	clock     uint64
 	lastSync  uint64
 	completed map[pool.Stream]uint64
+	queued    map[pool.Stream]uint64 // when work was last queued on a stream (Enqueue)
 	foreign   map[pool.Stream]bool
 	segments  map[uint64]uint64 // device reservations: base -> size
 	host      map[uint64]hostBlock
@@ -83,6 +85,7 @@ func New(capacity uint64) *Fake {
 		Capacity:  capacity,
 		next:      0x7f00_0000_0000,
 		completed: make(map[pool.Stream]uint64),
+		queued:    make(map[pool.Stream]uint64),
 		foreign:   make(map[pool.Stream]bool),
 		segments:  make(map[uint64]uint64),
 		host:      make(map[uint64]hostBlock),
@@ -98,6 +101,27 @@ func (f *Fake) Tick() uint64 {
 	defer f.mu.Unlock()
 	f.clock++
 	return f.clock
+}
+
+// Enqueue advances the clock, as Tick does, and notes that work (a free
+// ordered on the stream) is queued on s at the new time, which it returns:
+// s is not idle (StreamIdle) until Complete(s).
+func (f *Fake) Enqueue(s pool.Stream) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.clock++
+	f.queued[s] = f.clock
+	return f.clock
+}
+
+// StreamIdle implements pool.IdleStreamBacking: s is idle when it completed
+// (Complete) after the last work queued on it (Enqueue). A stream nothing
+// was queued on through Enqueue is never idle, since the fake cannot tell.
+func (f *Fake) StreamIdle(s pool.Stream) (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	q, ok := f.queued[s]
+	return ok && f.completed[s] > q, nil
 }
 
 // Complete makes all work queued on s so far complete.
@@ -149,6 +173,7 @@ func (f *Fake) DestroyStream(s pool.Stream) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	delete(f.completed, s)
+	delete(f.queued, s)
 }
 
 // SafeSince reports whether work queued at time t on stream s (or on every
@@ -276,6 +301,11 @@ func (f *Fake) record(s pool.Stream, foreign bool) pool.Marker {
 // stream that is not foreign (MakeForeign), where the pool has no reason
 // to call it.
 func (f *Fake) RecordForeignMarker(s pool.Stream) (pool.Marker, error) {
+	if f.FailRecordMarker != nil {
+		if err := f.FailRecordMarker(s); err != nil {
+			return 0, err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if !f.foreign[s] {
