@@ -276,6 +276,15 @@ SPILLWAY_INTERPOSED(CUresult, cu_mem_pool_destroy, cuMemPoolDestroy, (CUmemoryPo
 SPILLWAY_INTERPOSED(cudaError_t, mem_pool_create, cudaMemPoolCreate,
                     (cudaMemPool_t * memPool, const struct cudaMemPoolProps *poolProps))
 SPILLWAY_INTERPOSED(cudaError_t, mem_pool_destroy, cudaMemPoolDestroy, (cudaMemPool_t memPool))
+/* Contexts created with execution affinity (CUDA 11.4: cuGetProcAddress's
+ * cuCtxCreate from then on) or creation parameters (CUDA 12.5; CUDA 13's
+ * cuCtxCreate) are created contexts too. */
+SPILLWAY_INTERPOSED(CUresult, cu_ctx_create_v3, cuCtxCreate_v3,
+                    (CUcontext * pctx, CUexecAffinityParam *paramsArray, int numParams,
+                     unsigned int flags, CUdevice dev))
+SPILLWAY_INTERPOSED(CUresult, cu_ctx_create_v4, cuCtxCreate_v4,
+                    (CUcontext * pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags,
+                     CUdevice dev))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */

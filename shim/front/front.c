@@ -2323,6 +2323,26 @@ EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev
     return rc;
 }
 
+EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                               unsigned int flags, CUdevice dev)
+{
+    REAL(real_create, cu_ctx_create_v3);
+    CUresult rc = real_create(pctx, paramsArray, numParams, flags, dev);
+    if (rc == CUDA_SUCCESS && depth == 0)
+        created_add(*pctx);
+    return rc;
+}
+
+EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+                               unsigned int flags, CUdevice dev)
+{
+    REAL(real_create, cu_ctx_create_v4);
+    CUresult rc = real_create(pctx, ctxCreateParams, flags, dev);
+    if (rc == CUDA_SUCCESS && depth == 0)
+        created_add(*pctx);
+    return rc;
+}
+
 /* ctx is gone: the core gives back what was allocated in it. */
 static void context_gone(CUcontext ctx)
 {

@@ -255,6 +255,27 @@ func TestInternalCallsKeepCreatedContext(t *testing.T) {
 	}
 }
 
+// TestCreatedContextForms: a context created with cuCtxCreate_v3 (what
+// cuGetProcAddress answers for cuCtxCreate from CUDA 11.4 on) or
+// cuCtxCreate_v4 (CUDA 13's cuCtxCreate) is a created context like one of
+// cuCtxCreate_v2: what is allocated in it is counted on its device, served
+// by CUDA in that context rather than from the primary context's pool, and
+// given back when it is destroyed.
+func TestCreatedContextForms(t *testing.T) {
+	for _, form := range []string{"v3", "v4", "proc"} {
+		t.Run(form, func(t *testing.T) {
+			out := runSwitch(t, []string{"SIMCUDA_DEVICES=2x1GiB", "SPILLWAY_MEMORY_LIMIT=64MiB"},
+				"N", form, "1", // a created context on device 1, current
+				"R", "64M", "R", "1M", // device 1's quota, taken in it
+				"X", "0", "U", "p1", "R", "64M") // destroyed: its memory is given back
+			checkSteps(t, out, []step{
+				{"C", 0, cuSuccess}, {"R", 0, 0}, {"R", 1, harness.ErrMemoryAllocation},
+				{"X", 0, cuSuccess}, {"U", 0, cuSuccess}, {"R", 2, 0},
+			})
+		})
+	}
+}
+
 // TestCreatedContextSyncKeepsPoolPending: a synchronization made while a
 // created context is current (cudaDeviceSynchronize, cuCtxSynchronize)
 // waits for that context's work only, as in CUDA, so it does not complete

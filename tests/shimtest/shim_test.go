@@ -97,7 +97,7 @@ func TestProbePointsStartWithNOP(t *testing.T) {
 
 func TestExportSurface(t *testing.T) {
 	want := []string{
-		"cuCtxAttach", "cuCtxCreate_v2", "cuCtxDestroy_v2", "cuCtxDetach",
+		"cuCtxAttach", "cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4", "cuCtxDestroy_v2", "cuCtxDetach",
 		"cuCtxSynchronize", "cuDevicePrimaryCtxReset_v2", "cuDeviceTotalMem_v2",
 		"cuGetProcAddress", "cuGetProcAddress_v2", "cuGraphDestroy", "cuGraphExecDestroy",
 		"cuGraphInstantiateWithFlags", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",

@@ -793,9 +793,9 @@ SIM_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 	return CUDA_SUCCESS;
 }
 
-SIM_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+/* Creates a context on dev, pushed on the calling thread's stack. */
+static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
-	ENTER(ENTER_INIT);
 	if (pctx == NULL || (flags & ~CTX_VALID_FLAGS) || (flags & 7u) == 3u || (flags & 7u) > 4u)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (!sim_valid_device(dev))
@@ -834,6 +834,52 @@ SIM_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice de
 	ctx_stack[ctx_depth++] = ctx;
 	*pctx = ctx;
 	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	return ctx_create(pctx, flags, dev);
+}
+
+/*
+ * The execution affinity a context is created with: none, or none that
+ * simcuda supports, since it limits SMs only under MPS and simcuda has no
+ * SMs to limit (cuDeviceGetExecAffinitySupport would answer 0).
+ */
+static CUresult exec_affinity(const CUexecAffinityParam *params, int n)
+{
+	if (n < 0 || (params == NULL) != (n == 0))
+		return CUDA_ERROR_INVALID_VALUE;
+	for (int i = 0; i < n; i++)
+		if (params[i].type < 0 || params[i].type >= CU_EXEC_AFFINITY_TYPE_MAX)
+			return CUDA_ERROR_INVALID_VALUE;
+	return n == 0 ? CUDA_SUCCESS : CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+}
+
+SIM_API CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+				unsigned int flags, CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	CUresult rc = exec_affinity(paramsArray, numParams);
+	return rc != CUDA_SUCCESS ? rc : ctx_create(pctx, flags, dev);
+}
+
+/* NULL parameters, or neither affinity nor CIG, make a regular context; CIG (a
+ * D3D12 or Vulkan client's shared data) is not supported. */
+SIM_API CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+				unsigned int flags, CUdevice dev)
+{
+	ENTER(ENTER_INIT);
+	if (ctxCreateParams == NULL)
+		return ctx_create(pctx, flags, dev);
+	if (ctxCreateParams->execAffinityParams != NULL && ctxCreateParams->cigParams != NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	if (ctxCreateParams->cigParams != NULL)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult rc = exec_affinity(ctxCreateParams->execAffinityParams,
+				    ctxCreateParams->numExecAffinityParams);
+	return rc != CUDA_SUCCESS ? rc : ctx_create(pctx, flags, dev);
 }
 
 /* Finds created context ctx (sim.lock held); NULL when it is unknown, destroyed or primary. */
@@ -1041,6 +1087,8 @@ static const struct {
 	{CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
 	{CUDA_ERROR_ALREADY_ACQUIRED, "CUDA_ERROR_ALREADY_ACQUIRED", "resource already acquired"},
 	{CUDA_ERROR_NOT_MAPPED, "CUDA_ERROR_NOT_MAPPED", "resource not mapped"},
+	{CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY, "CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY",
+	 "the provided execution affinity is not supported"},
 	{CUDA_ERROR_INVALID_SOURCE, "CUDA_ERROR_INVALID_SOURCE", "device kernel image is invalid"},
 	{CUDA_ERROR_FILE_NOT_FOUND, "CUDA_ERROR_FILE_NOT_FOUND", "file not found"},
 	{CUDA_ERROR_OPERATING_SYSTEM, "CUDA_ERROR_OPERATING_SYSTEM", "OS call failed or operation not supported on this OS"},
@@ -1433,6 +1481,7 @@ static const struct proc procs[] = {
 	P("cuCtxGetDevice", 2000, cuCtxGetDevice),
 	P("cuCtxSynchronize", 2000, cuCtxSynchronize),
 	P("cuCtxCreate", 3020, cuCtxCreate_v2),
+	P("cuCtxCreate", 11040, cuCtxCreate_v3),
 	P("cuCtxDestroy", 4000, cuCtxDestroy_v2),
 	P("cuCtxPushCurrent", 4000, cuCtxPushCurrent_v2),
 	P("cuCtxPopCurrent", 4000, cuCtxPopCurrent_v2),

@@ -33,6 +33,7 @@ func TestContexts(t *testing.T) {
 		{"attributes", []string{"SIMCUDA_DEVICES=80GiB"}, "every CUdevice_attribute of CUDA 12.4 answers, nothing beyond"},
 		{"synchronize", nil, "cuCtxSynchronize waits for the current context's streams, not another context's"},
 		{"stream_context", []string{"SIMCUDA_DEVICES=2x1GiB"}, "cuStreamGetCtx names a stream's context; cuMemAllocAsync allocates on the stream's device, an explicit pool on its own"},
+		{"create_forms", nil, "cuCtxCreate_v3 and _v4 make regular contexts without affinity, refuse affinity and CIG; cuGetProcAddress gives _v3 from CUDA 11.4"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

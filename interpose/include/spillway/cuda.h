@@ -61,6 +61,7 @@ typedef enum cudaError_enum {
     CUDA_ERROR_NO_BINARY_FOR_GPU = 209,
     CUDA_ERROR_ALREADY_ACQUIRED = 210,
     CUDA_ERROR_NOT_MAPPED = 211,
+    CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY = 224,
     CUDA_ERROR_INVALID_SOURCE = 300,
     CUDA_ERROR_FILE_NOT_FOUND = 301,
     CUDA_ERROR_OPERATING_SYSTEM = 304,
@@ -417,7 +418,33 @@ typedef struct CUipcMemHandle_st {
 
 typedef void (*CUstreamCallback)(CUstream hStream, CUresult status, void *userData);
 
+/* Execution affinity (CUDA 11.4) and the creation parameters of CUDA 12.5,
+ * which CUDA 13's cuCtxCreate takes. */
+typedef enum CUexecAffinityType_enum {
+    CU_EXEC_AFFINITY_TYPE_SM_COUNT = 0,
+    CU_EXEC_AFFINITY_TYPE_MAX
+} CUexecAffinityType;
+typedef struct CUexecAffinitySmCount_st {
+    unsigned int val;
+} CUexecAffinitySmCount;
+typedef struct CUexecAffinityParam_st {
+    CUexecAffinityType type;
+    union {
+        CUexecAffinitySmCount smCount;
+    } param;
+} CUexecAffinityParam;
+typedef struct CUctxCigParam_st CUctxCigParam; /* CUDA in graphics: never read here */
+typedef struct CUctxCreateParams_st {
+    CUexecAffinityParam *execAffinityParams;
+    int numExecAffinityParams;
+    CUctxCigParam *cigParams;
+} CUctxCreateParams;
+
 CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                        unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags,
+                        CUdevice dev);
 CUresult cuCtxDestroy_v2(CUcontext ctx);
 CUresult cuCtxPushCurrent_v2(CUcontext ctx);
 CUresult cuCtxPopCurrent_v2(CUcontext *pctx);

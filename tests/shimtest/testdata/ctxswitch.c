@@ -5,6 +5,10 @@
  * device 0's primary context current, as the runtime makes it.
  *
  *   C DEV        cuCtxCreate_v2 on device DEV (pushed) -> "C RC CTX"
+ *   N FORM DEV   the same with another form: v3 (cuCtxCreate_v3, no affinity),
+ *                v4 (cuCtxCreate_v4, parameters of neither kind), or proc
+ *                (cuGetProcAddress's cuCtxCreate for CUDA 12.4, which is
+ *                cuCtxCreate_v3)                     -> "C RC CTX"
  *   X CTX        cuCtxDestroy_v2                     -> "X RC"
  *   U WHO        cuCtxPushCurrent_v2 of WHO: cN, created context N; pN,
  *                device N's primary context          -> "U RC"
@@ -111,6 +115,25 @@ int main(int argc, char **argv)
             printf("C %d %d\n", rc, nctx);
             nctx += rc == CUDA_SUCCESS;
             i++;
+            break;
+        }
+        case 'N': {
+            CUresult rc = CUDA_ERROR_INVALID_VALUE;
+            CUctxCreateParams params = {NULL, 0, NULL};
+            __typeof__(cuCtxCreate_v3) *create = NULL;
+            CUdriverProcAddressQueryResult status;
+            if (strcmp(a, "v3") == 0)
+                rc = cuCtxCreate_v3(&ctxs[nctx], NULL, 0, 0, atoi(b));
+            else if (strcmp(a, "v4") == 0)
+                rc = cuCtxCreate_v4(&ctxs[nctx], &params, 0, atoi(b));
+            else if (strcmp(a, "proc") == 0 &&
+                     cuGetProcAddress_v2("cuCtxCreate", (void **)&create, 12040, 0, &status) ==
+                         CUDA_SUCCESS &&
+                     create)
+                rc = create(&ctxs[nctx], NULL, 0, 0, atoi(b));
+            printf("C %d %d\n", rc, nctx);
+            nctx += rc == CUDA_SUCCESS;
+            i += 2;
             break;
         }
         case 'X':

@@ -382,6 +382,57 @@ static void stream_context(void)
 	EXPECT(cuDevicePrimaryCtxRelease_v2(1), CUDA_SUCCESS);
 }
 
+/*
+ * cuCtxCreate_v3 (execution affinity) and cuCtxCreate_v4 (creation
+ * parameters) make regular contexts when given no affinity; an affinity is
+ * unsupported (MPS only), CIG parameters too, and malformed parameters are
+ * invalid. cuGetProcAddress's cuCtxCreate is cuCtxCreate_v3 from CUDA 11.4
+ * on, cuCtxCreate_v2 before.
+ */
+static void create_forms(void)
+{
+	CUcontext a, got;
+	CUexecAffinityParam sms = {CU_EXEC_AFFINITY_TYPE_SM_COUNT, {{4}}};
+	CUexecAffinityParam bad = {CU_EXEC_AFFINITY_TYPE_MAX, {{4}}};
+	CUctxCreateParams params = {NULL, 0, NULL};
+	CUctxCigParam *cig = (CUctxCigParam *)&params; /* any non-NULL pointer: never read */
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	EXPECT(cuCtxCreate_v3(&a, NULL, 0, CU_CTX_SCHED_YIELD, 0), CUDA_SUCCESS);
+	unsigned int flags;
+	EXPECT(cuCtxGetFlags(&flags), CUDA_SUCCESS);
+	CHECK(flags == CU_CTX_SCHED_YIELD);
+	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+	EXPECT(cuCtxCreate_v3(&a, &sms, 1, 0, 0), CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
+	EXPECT(cuCtxCreate_v3(&a, &bad, 1, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuCtxCreate_v3(&a, NULL, 1, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuCtxCreate_v3(&a, &sms, -1, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuCtxCreate_v3(NULL, NULL, 0, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuCtxCreate_v3(&a, NULL, 0, 0, 7), CUDA_ERROR_INVALID_DEVICE);
+
+	EXPECT(cuCtxCreate_v4(&a, NULL, 0, 0), CUDA_SUCCESS);
+	EXPECT(cuCtxGetCurrent(&got), CUDA_SUCCESS);
+	CHECK(got == a);
+	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+	EXPECT(cuCtxCreate_v4(&a, &params, 0, 0), CUDA_SUCCESS);
+	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+	params.execAffinityParams = &sms;
+	params.numExecAffinityParams = 1;
+	EXPECT(cuCtxCreate_v4(&a, &params, 0, 0), CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY);
+	params.cigParams = cig;
+	EXPECT(cuCtxCreate_v4(&a, &params, 0, 0), CUDA_ERROR_INVALID_VALUE);
+	params.execAffinityParams = NULL;
+	params.numExecAffinityParams = 0;
+	EXPECT(cuCtxCreate_v4(&a, &params, 0, 0), CUDA_ERROR_NOT_SUPPORTED);
+
+	void *fn = NULL;
+	CUdriverProcAddressQueryResult status;
+	EXPECT(cuGetProcAddress_v2("cuCtxCreate", &fn, 11040, 0, &status), CUDA_SUCCESS);
+	CHECK(fn == (void *)cuCtxCreate_v3);
+	EXPECT(cuGetProcAddress_v2("cuCtxCreate", &fn, 11030, 0, &status), CUDA_SUCCESS);
+	CHECK(fn == (void *)cuCtxCreate_v2);
+}
+
 static const struct test_case cases[] = {
 	{"stack", stack},
 	{"per_thread", per_thread},
@@ -391,6 +442,7 @@ static const struct test_case cases[] = {
 	{"attributes", attributes},
 	{"synchronize", synchronize},
 	{"stream_context", stream_context},
+	{"create_forms", create_forms},
 };
 
 int main(int argc, char **argv)
