@@ -13,7 +13,7 @@ SIMCUDA_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -pthread -fvisibil
 SIMCUDA_HEADERS := $(wildcard tests/simcuda/*.h) $(wildcard interpose/include/spillway/*.h) \
 	build/simcuda.mk
 SIMCUDA_DRIVER_SRCS := tests/simcuda/driver.c tests/simcuda/memory.c tests/simcuda/streams.c \
-	tests/simcuda/devices.c tests/simcuda/state.c tests/simcuda/vmm.c
+	tests/simcuda/devices.c tests/simcuda/state.c tests/simcuda/vmm.c tests/simcuda/arrays.c
 
 .PHONY: simcuda demo-simcuda
 all: simcuda

@@ -472,7 +472,7 @@ static const int h100_attributes[ATTRIBUTE_MAX] = {
 	[109] = 134213632, /* MAX_ACCESS_POLICY_WINDOW_SIZE */
 	[110] = 0,     /* GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: answered by vmm.c */
 	[111] = 1024,  /* RESERVED_SHARED_MEMORY_PER_BLOCK */
-	[112] = 0,     /* SPARSE_CUDA_ARRAY_SUPPORTED: no arrays */
+	[112] = 0,     /* SPARSE_CUDA_ARRAY_SUPPORTED: no sparse arrays (arrays.c) */
 	[113] = 0,     /* READ_ONLY_HOST_REGISTER_SUPPORTED: no cuMemHostRegister */
 	[114] = 0,     /* TIMELINE_SEMAPHORE_INTEROP_SUPPORTED */
 	[CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED] = 1,
@@ -481,7 +481,7 @@ static const int h100_attributes[ATTRIBUTE_MAX] = {
 	[118] = 0,     /* GPU_DIRECT_RDMA_WRITES_ORDERING: none */
 	[119] = 0,     /* MEMPOOL_SUPPORTED_HANDLE_TYPES: none (no pool export) */
 	[120] = 1,     /* CLUSTER_LAUNCH */
-	[121] = 0,     /* DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED: no arrays */
+	[121] = 1,     /* DEFERRED_MAPPING_CUDA_ARRAY_SUPPORTED: made, never mapped (arrays.c) */
 	[122] = 0,     /* CAN_USE_64_BIT_STREAM_MEM_OPS: no stream memory operations */
 	[123] = 0,     /* CAN_USE_STREAM_WAIT_VALUE_NOR */
 	[124] = 0,     /* DMA_BUF_SUPPORTED */
@@ -496,6 +496,11 @@ static const int h100_attributes[ATTRIBUTE_MAX] = {
 	[133] = 0,     /* MPS_ENABLED */
 	[134] = -1,    /* HOST_NUMA_ID: no NUMA */
 };
+
+int sim_device_limit(int attrib)
+{
+	return h100_attributes[attrib];
+}
 
 SIM_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
 {
@@ -1283,7 +1288,7 @@ SIM_API CUresult cuProfilerStop(void)
  * ---- exported, not simulated ----
  * What Debian's pycuda binds when it loads and what numba's ctypes binding
  * looks up, beyond what simcuda implements: kernels (modules, functions,
- * launches, linking, occupancy), arrays and textures, 2D/3D copies, 16/32-bit
+ * launches, linking, occupancy), textures, 2D/3D and array copies, 16/32-bit
  * memsets, OpenGL interop, IPC events, host registration, peer access. Each
  * returns CUDA_ERROR_NOT_SUPPORTED without looking at its arguments (so one
  * definition serves every signature) and is counted like any call.
@@ -1296,11 +1301,6 @@ SIM_API CUresult cuProfilerStop(void)
 		return CUDA_ERROR_NOT_SUPPORTED; \
 	}
 
-NOT_SUPPORTED(cuArray3DCreate_v2)
-NOT_SUPPORTED(cuArray3DGetDescriptor_v2)
-NOT_SUPPORTED(cuArrayCreate_v2)
-NOT_SUPPORTED(cuArrayDestroy)
-NOT_SUPPORTED(cuArrayGetDescriptor_v2)
 NOT_SUPPORTED(cuCtxDisablePeerAccess)
 NOT_SUPPORTED(cuCtxEnablePeerAccess)
 NOT_SUPPORTED(cuFuncGetAttribute)
@@ -1585,6 +1585,13 @@ static const struct proc procs[] = {
 	P("cuMemGetAllocationPropertiesFromHandle", 10020, cuMemGetAllocationPropertiesFromHandle),
 	P("cuMemExportToShareableHandle", 10020, cuMemExportToShareableHandle),
 	P("cuMemImportFromShareableHandle", 10020, cuMemImportFromShareableHandle),
+	/* Arrays (arrays.c). */
+	P("cuArrayCreate", 3020, cuArrayCreate_v2),
+	P("cuArray3DCreate", 3020, cuArray3DCreate_v2),
+	P("cuArrayDestroy", 2000, cuArrayDestroy),
+	P("cuArrayGetDescriptor", 3020, cuArrayGetDescriptor_v2),
+	P("cuArray3DGetDescriptor", 3020, cuArray3DGetDescriptor_v2),
+	P("cuArrayGetMemoryRequirements", 11060, cuArrayGetMemoryRequirements),
 };
 
 static CUresult proc_address(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
@@ -1725,10 +1732,12 @@ __attribute__((destructor)) static void write_stats(void)
 			"%s{\"ordinal\":%d,\"capacity_bytes\":%" PRIu64 ",\"device_bytes\":%" PRIu64
 			",\"device_bytes_peak\":%" PRIu64 ",\"managed_device_bytes\":%" PRIu64
 			",\"managed_host_bytes\":%" PRIu64 ",\"host_pinned_bytes\":%" PRIu64
-			",\"live_allocations\":%" PRIu64 ",\"vmm_physical_bytes\":%" PRIu64 "}",
+			",\"live_allocations\":%" PRIu64 ",\"vmm_physical_bytes\":%" PRIu64
+			",\"array_bytes\":%" PRIu64 "}",
 			i ? "," : "", i, sim.initialized ? d->capacity : config_devices.capacity[visible[i]],
 			sim.initialized ? mem_used(i) : 0, d->peak, d->managed_dev_bytes,
-			d->managed_host_bytes, d->pinned_bytes, d->live_allocs, d->vmm_bytes);
+			d->managed_host_bytes, d->pinned_bytes, d->live_allocs, d->vmm_bytes,
+			array_device_bytes(i));
 	}
 	fprintf(f, "],\"calls\":{");
 	write_calls(f);

@@ -145,6 +145,8 @@ CUresult sim_current_device(int *device);
 /* The calling thread's current context, or NULL. */
 struct CUctx_st *sim_current_ctx(void);
 int sim_valid_device(int device);
+/* The device attribute table's value of attrib (a texture limit: the same on every device). */
+int sim_device_limit(int attrib);
 
 /* memory.c; all with sim.lock held. */
 struct alloc *mem_find(uintptr_t addr);
@@ -155,7 +157,7 @@ int mem_make_room(int device, uint64_t need, const struct alloc *keep);
 CUresult mem_alloc(int device, size_t size, enum alloc_kind kind, unsigned int flags,
 		   struct alloc **out);
 void mem_release(struct alloc *a);
-/* Frees every allocation made in ctx; for a primary context also evicts managed blocks from its device. */
+/* Frees every allocation and array made in ctx; for a primary context also evicts managed blocks from its device. */
 void mem_release_context(const struct CUctx_st *ctx);
 void mem_managed_access(struct alloc *a, size_t off, size_t len, int device);
 void mem_managed_prefetch(struct alloc *a, size_t off, size_t len, int location);
@@ -193,6 +195,12 @@ struct vmm_totals {
 	uint64_t handles;        /* live physical allocations */
 };
 void vmm_get_totals(struct vmm_totals *out);
+
+/* arrays.c; with sim.lock held. */
+/* Destroys the arrays made in ctx. */
+void array_release_context(const struct CUctx_st *ctx);
+/* Bytes the live arrays take on device (part of plain_bytes). */
+uint64_t array_device_bytes(int device);
 
 /* streams.c */
 enum op_type { OP_COPY, OP_MEMSET, OP_HOST_FN, OP_EVENT, OP_BARRIER, OP_FREE, OP_PREFETCH };

@@ -329,6 +329,7 @@ void mem_release(struct alloc *a)
 
 void mem_release_context(const struct CUctx_st *ctx)
 {
+	array_release_context(ctx);
 	for (size_t i = sim.nallocs; i-- > 0;) {
 		struct alloc *a = sim.allocs[i];
 		if (a->ctx == ctx) {

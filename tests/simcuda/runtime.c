@@ -48,7 +48,8 @@
 	X(cudaGraphDestroy) X(cudaGetDriverEntryPoint) X(cudaGetDriverEntryPointByVersion) \
 	X(cudaMemPoolCreate) X(cudaMemPoolDestroy) X(cudaDeviceGetDefaultMemPool)           \
 	X(cudaMallocFromPoolAsync) X(cudaMemPoolSetAttribute) X(cudaMemPoolGetAttribute)    \
-	X(cudaMemPoolTrimTo) X(cudaDeviceGetMemPool)
+	X(cudaMemPoolTrimTo) X(cudaDeviceGetMemPool) X(cudaMallocArray) X(cudaMalloc3DArray)    \
+	X(cudaFreeArray) X(cudaArrayGetInfo) X(cudaArrayGetMemoryRequirements)
 
 #define API_ID(name) API_##name,
 enum { RUNTIME_APIS(API_ID) API_COUNT };
@@ -128,6 +129,10 @@ static struct {
 	CUresult (*GraphLaunch)(CUgraphExec, CUstream);
 	CUresult (*GraphExecDestroy)(CUgraphExec);
 	CUresult (*GraphDestroy)(CUgraph);
+	CUresult (*Array3DCreate)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *);
+	CUresult (*ArrayDestroy)(CUarray);
+	CUresult (*Array3DGetDescriptor)(CUDA_ARRAY3D_DESCRIPTOR *, CUarray);
+	CUresult (*ArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_REQUIREMENTS *, CUarray, CUdevice);
 	/* Kept for cudaGetDriverEntryPoint. */
 	CUresult (*GetProcAddress)(const char *, void **, int, cuuint64_t,
 				   CUdriverProcAddressQueryResult *);
@@ -178,6 +183,9 @@ static const struct {
 	DRV("cuThreadExchangeStreamCaptureMode", ThreadExchangeStreamCaptureMode),
 	DRV("cuGraphInstantiateWithFlags", GraphInstantiate), DRV("cuGraphLaunch", GraphLaunch),
 	DRV("cuGraphExecDestroy", GraphExecDestroy), DRV("cuGraphDestroy", GraphDestroy),
+	DRV("cuArray3DCreate", Array3DCreate), DRV("cuArrayDestroy", ArrayDestroy),
+	DRV("cuArray3DGetDescriptor", Array3DGetDescriptor),
+	DRV("cuArrayGetMemoryRequirements", ArrayGetMemoryRequirements),
 };
 
 static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -1167,4 +1175,145 @@ RT_API cudaError_t cudaGetDriverEntryPointByVersion(const char *symbol, void **f
 	if (cudaVersion > INT32_MAX)
 		return done(cudaErrorInvalidValue);
 	return driver_entry_point(symbol, funcPtr, (int)cudaVersion, flags, driverStatus);
+}
+
+/* ---- arrays: the driver's CUarray, made and described with cuArray3DCreate_v2 ---- */
+
+/*
+ * The driver's format and channel count of a channel descriptor: 1, 2 or 4
+ * components from x on, all of one size (8, 16 or 32 bits; float: 16 or
+ * 32). cudaErrorInvalidChannelDescriptor otherwise, cudaErrorNotSupported
+ * for NV12 (as the driver for CU_AD_FORMAT_NV12).
+ */
+static cudaError_t channel_format(const struct cudaChannelFormatDesc *desc, CUarray_format *format,
+				  unsigned int *channels)
+{
+	const int bits[4] = {desc->x, desc->y, desc->z, desc->w};
+	unsigned int n = 0;
+
+	if (desc->f == cudaChannelFormatKindNV12)
+		return cudaErrorNotSupported;
+	while (n < 4 && bits[n] != 0)
+		n++;
+	for (unsigned int i = 0; i < 4; i++)
+		if (bits[i] != (i < n ? bits[0] : 0))
+			return cudaErrorInvalidChannelDescriptor;
+	if (n == 0 || n == 3)
+		return cudaErrorInvalidChannelDescriptor;
+	*channels = n;
+	switch (desc->f) {
+	case cudaChannelFormatKindSigned:
+	case cudaChannelFormatKindUnsigned: {
+		int sign = desc->f == cudaChannelFormatKindSigned;
+		switch (bits[0]) {
+		case 8: *format = sign ? CU_AD_FORMAT_SIGNED_INT8 : CU_AD_FORMAT_UNSIGNED_INT8; return cudaSuccess;
+		case 16: *format = sign ? CU_AD_FORMAT_SIGNED_INT16 : CU_AD_FORMAT_UNSIGNED_INT16; return cudaSuccess;
+		case 32: *format = sign ? CU_AD_FORMAT_SIGNED_INT32 : CU_AD_FORMAT_UNSIGNED_INT32; return cudaSuccess;
+		}
+		break;
+	}
+	case cudaChannelFormatKindFloat:
+		if (bits[0] == 16 || bits[0] == 32) {
+			*format = bits[0] == 16 ? CU_AD_FORMAT_HALF : CU_AD_FORMAT_FLOAT;
+			return cudaSuccess;
+		}
+		break;
+	default:
+		break;
+	}
+	return cudaErrorInvalidChannelDescriptor;
+}
+
+static cudaError_t malloc_array(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+				struct cudaExtent extent, unsigned int flags)
+{
+	CUDA_ARRAY3D_DESCRIPTOR d = {.Width = extent.width, .Height = extent.height,
+				     .Depth = extent.depth, .Flags = flags};
+
+	if (array == NULL || desc == NULL)
+		return done(cudaErrorInvalidValue);
+	cudaError_t err = channel_format(desc, &d.Format, &d.NumChannels);
+	if (err != cudaSuccess)
+		return done(err);
+	return DRIVER(drv.Array3DCreate((CUarray *)array, &d));
+}
+
+RT_API cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+				   size_t width, size_t height, unsigned int flags)
+{
+	ENTER(cudaMallocArray, NEED_CONTEXT);
+	/* A 1D or 2D array: the layered and cubemap shapes are cudaMalloc3DArray's. */
+	if (flags & (cudaArrayLayered | cudaArrayCubemap))
+		return done(cudaErrorInvalidValue);
+	return malloc_array(array, desc, (struct cudaExtent){width, height, 0}, flags);
+}
+
+RT_API cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+				     struct cudaExtent extent, unsigned int flags)
+{
+	ENTER(cudaMalloc3DArray, NEED_CONTEXT);
+	return malloc_array(array, desc, extent, flags);
+}
+
+RT_API cudaError_t cudaFreeArray(cudaArray_t array)
+{
+	ENTER(cudaFreeArray, NEED_CONTEXT);
+	if (array == NULL)
+		return cudaSuccess; /* documented: no operation */
+	return DRIVER(drv.ArrayDestroy((CUarray)array));
+}
+
+/* The channel descriptor of a driver format and channel count (made by channel_format). */
+static struct cudaChannelFormatDesc channel_desc(CUarray_format format, unsigned int channels)
+{
+	struct cudaChannelFormatDesc desc = {0};
+	int bits = 32;
+
+	switch (format) {
+	case CU_AD_FORMAT_SIGNED_INT8:
+	case CU_AD_FORMAT_UNSIGNED_INT8: bits = 8; break;
+	case CU_AD_FORMAT_SIGNED_INT16:
+	case CU_AD_FORMAT_UNSIGNED_INT16:
+	case CU_AD_FORMAT_HALF: bits = 16; break;
+	default: break;
+	}
+	desc.f = format == CU_AD_FORMAT_HALF || format == CU_AD_FORMAT_FLOAT ? cudaChannelFormatKindFloat
+		 : format == CU_AD_FORMAT_SIGNED_INT8 || format == CU_AD_FORMAT_SIGNED_INT16 ||
+				 format == CU_AD_FORMAT_SIGNED_INT32
+			 ? cudaChannelFormatKindSigned
+			 : cudaChannelFormatKindUnsigned;
+	desc.x = bits;
+	desc.y = channels >= 2 ? bits : 0;
+	desc.z = channels >= 4 ? bits : 0;
+	desc.w = channels >= 4 ? bits : 0;
+	return desc;
+}
+
+/* Any of desc, extent and flags may be NULL, as documented. */
+RT_API cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExtent *extent,
+				    unsigned int *flags, cudaArray_t array)
+{
+	CUDA_ARRAY3D_DESCRIPTOR d;
+
+	ENTER(cudaArrayGetInfo, NEED_DRIVER);
+	CUresult rc = drv.Array3DGetDescriptor(&d, (CUarray)array);
+	if (rc != CUDA_SUCCESS)
+		return DRIVER(rc);
+	if (desc != NULL)
+		*desc = channel_desc(d.Format, d.NumChannels);
+	if (extent != NULL)
+		*extent = (struct cudaExtent){d.Width, d.Height, d.Depth};
+	if (flags != NULL)
+		*flags = d.Flags;
+	return cudaSuccess;
+}
+
+RT_API cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements,
+						  cudaArray_t array, int device)
+{
+	_Static_assert(sizeof(struct cudaArrayMemoryRequirements) == sizeof(CUDA_ARRAY_MEMORY_REQUIREMENTS),
+		       "cudaArrayMemoryRequirements is laid out as CUDA_ARRAY_MEMORY_REQUIREMENTS");
+	ENTER(cudaArrayGetMemoryRequirements, NEED_DRIVER);
+	return DRIVER(drv.ArrayGetMemoryRequirements((CUDA_ARRAY_MEMORY_REQUIREMENTS *)memoryRequirements,
+						     (CUarray)array, device));
 }
