@@ -285,6 +285,21 @@ SPILLWAY_INTERPOSED(CUresult, cu_ctx_create_v3, cuCtxCreate_v3,
 SPILLWAY_INTERPOSED(CUresult, cu_ctx_create_v4, cuCtxCreate_v4,
                     (CUcontext * pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags,
                      CUdevice dev))
+/* CUDA arrays: counted on their context's device from creation until
+ * destroyed, with their context or by a reset of the primary context. The
+ * runtime's forms call the driver's (through cuGetProcAddress), below them. */
+SPILLWAY_INTERPOSED(CUresult, cu_array_create, cuArrayCreate_v2,
+                    (CUarray * pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray))
+SPILLWAY_INTERPOSED(CUresult, cu_array_3d_create, cuArray3DCreate_v2,
+                    (CUarray * pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray))
+SPILLWAY_INTERPOSED(CUresult, cu_array_destroy, cuArrayDestroy, (CUarray hArray))
+SPILLWAY_INTERPOSED(cudaError_t, malloc_array, cudaMallocArray,
+                    (cudaArray_t * array, const struct cudaChannelFormatDesc *desc, size_t width,
+                     size_t height, unsigned int flags))
+SPILLWAY_INTERPOSED(cudaError_t, malloc_3d_array, cudaMalloc3DArray,
+                    (cudaArray_t * array, const struct cudaChannelFormatDesc *desc,
+                     struct cudaExtent extent, unsigned int flags))
+SPILLWAY_INTERPOSED(cudaError_t, free_array, cudaFreeArray, (cudaArray_t array))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */
@@ -383,6 +398,14 @@ SPILLWAY_ENTRY(graph_keep, (uint64_t graph, int32_t device, uint64_t size))
 SPILLWAY_ENTRY(mempool_usage, (int32_t device, int32_t attr, uint64_t *value))
 SPILLWAY_ENTRY(mempool_reset_high, (int32_t device, int32_t attr))
 SPILLWAY_ENTRY(mempool_trim, (int32_t device, uint64_t keep))
+/* CUDA arrays, after the real call succeeded: array_created records one
+ * whose size bytes were taken on device (SPILLWAY_TAKE_ARRAY or
+ * SPILLWAY_TAKE_RUNTIME_ARRAY), made in ctx, a context the application
+ * created, or 0 for the device's primary context; array_destroyed gives its
+ * bytes back (a handle not recorded is ignored). Destroying a created
+ * context, or resetting the primary one, gives back the arrays made in it. */
+SPILLWAY_ENTRY(array_created, (uint64_t handle, uint64_t ctx, int32_t device, uint64_t size))
+SPILLWAY_ENTRY(array_destroyed, (uint64_t handle))
 
 #undef SPILLWAY_REAL
 #undef SPILLWAY_INTERPOSED

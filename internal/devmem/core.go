@@ -29,9 +29,10 @@ type Core struct {
 	debug    bool
 	refusals limiter    // the quota's refusal warnings
 	stat     *publisher // the figures file for spillway stat; nil without one
-	// Memory counted outside the pools (outside.go, vmm.go).
+	// Memory counted outside the pools (outside.go, vmm.go, arrays.go).
 	contexts contextLedger
 	vmm      vmmLedger
+	arrays   arrayLedger
 }
 
 // Start starts the core over the front's tables of real functions and
@@ -175,14 +176,24 @@ func (c *Core) MemGetInfo(device int) (free, total uint64, rc interpose.Error) {
 
 // DeviceReset serves cudaDeviceReset of the current device, device.
 func (c *Core) DeviceReset(device int) interpose.Error {
-	return c.mem.deviceReset(device, c.mem.rt.DeviceReset)
+	return c.primaryReset(device, c.mem.rt.DeviceReset)
 }
 
 // PrimaryCtxReset serves cuDevicePrimaryCtxReset of device, which need not
 // be current: through the runtime where the process has one, else the
 // driver.
 func (c *Core) PrimaryCtxReset(device int) interpose.Error {
-	return c.mem.deviceReset(device, c.mem.on(device).DeviceReset)
+	return c.primaryReset(device, c.mem.on(device).DeviceReset)
+}
+
+// primaryReset resets device's primary context with reset, which destroys
+// the memory and arrays made in it.
+func (c *Core) primaryReset(device int, reset func() interpose.Error) interpose.Error {
+	rc := c.mem.deviceReset(device, reset)
+	if rc == interpose.Success {
+		c.arraysGone(0, device)
+	}
+	return rc
 }
 
 // DeviceSynchronize serves cudaDeviceSynchronize and cuCtxSynchronize.

@@ -28,6 +28,10 @@ const (
 	// TakeVMMHost: a cuMemCreate the quota refused, to be made host-located
 	// under oversubscription; its bytes count against the host limit.
 	TakeVMMHost TakeKind = 5
+	// TakeArray and TakeRuntimeArray: a CUDA array (arrays.go), the
+	// driver's and the runtime's.
+	TakeArray        TakeKind = 6
+	TakeRuntimeArray TakeKind = 7
 	// TakeQuiet, or'ed into a kind, keeps a refusal out of the log and the
 	// probes: the caller has another way (TakeVMMHost), which reports.
 	TakeQuiet TakeKind = 0x100
@@ -41,6 +45,8 @@ func (k TakeKind) String() string {
 		return "cuMemCreate (nor could the host limit hold it)"
 	case TakePool, TakeRuntimePool:
 		return "an allocation from an explicit memory pool"
+	case TakeArray, TakeRuntimeArray:
+		return "a CUDA array"
 	}
 	return "an allocation in a created context"
 }
@@ -49,7 +55,7 @@ func (k TakeKind) String() string {
 // becomes the thread's last error) rather than a CUresult.
 func (k TakeKind) Runtime() bool {
 	k &^= TakeQuiet
-	return k == TakeRuntime || k == TakeRuntimePool
+	return k == TakeRuntime || k == TakeRuntimePool || k == TakeRuntimeArray
 }
 
 // Take admits size bytes on device outside the pool, the pool returning
@@ -143,6 +149,7 @@ func (c *Core) CtxForget(p interpose.DevicePtr) (ContextBlock, bool) {
 // memory and ends its streams, whose work it waited for.
 func (c *Core) CtxDestroyed(ctx uint64) int {
 	c.mem.forgetContextStreams(ctx)
+	c.arraysGone(ctx, 0)
 	l := &c.contexts
 	l.mu.Lock()
 	defer l.mu.Unlock()

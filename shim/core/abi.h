@@ -30,7 +30,7 @@
  * The front asks the core for its version before anything else, and passes
  * its own to spillway_core_init, so each side refuses the other's.
  */
-#define SPILLWAY_CORE_ABI 14
+#define SPILLWAY_CORE_ABI 15
 
 /* spillway_core_take's kinds: what the bytes are for. */
 #define SPILLWAY_TAKE_CONTEXT 0 /* an allocation in a context the application created */
@@ -45,6 +45,10 @@
 /* A cuMemCreate the quota refused, made host-located instead when the
  * device oversubscribes: bytes of the host limit, not of the quota. */
 #define SPILLWAY_TAKE_VMM_HOST 5
+/* A CUDA array: the driver's (cuArrayCreate_v2, cuArray3DCreate_v2) and the
+ * runtime's (cudaMallocArray, cudaMalloc3DArray: a cudaError_t and its last error). */
+#define SPILLWAY_TAKE_ARRAY 6
+#define SPILLWAY_TAKE_RUNTIME_ARRAY 7
 /* Or'ed into a kind: a refusal is not reported (no log line, no probe),
  * as the caller has another way, which reports. */
 #define SPILLWAY_TAKE_QUIET 0x100

@@ -277,6 +277,8 @@ var (
 	_ = [1]struct{}{}[devmem.TakePool-C.SPILLWAY_TAKE_POOL]
 	_ = [1]struct{}{}[devmem.TakeRuntimePool-C.SPILLWAY_TAKE_RUNTIME_POOL]
 	_ = [1]struct{}{}[devmem.TakeVMMHost-C.SPILLWAY_TAKE_VMM_HOST]
+	_ = [1]struct{}{}[devmem.TakeArray-C.SPILLWAY_TAKE_ARRAY]
+	_ = [1]struct{}{}[devmem.TakeRuntimeArray-C.SPILLWAY_TAKE_RUNTIME_ARRAY]
 	_ = [1]struct{}{}[devmem.TakeQuiet-C.SPILLWAY_TAKE_QUIET]
 )
 
@@ -436,4 +438,18 @@ func spillway_core_mempool_trim(device C.int32_t, keep C.uint64_t) (rc C.int32_t
 		return 0
 	}
 	return 1
+}
+
+//export spillway_core_array_created
+func spillway_core_array_created(handle, ctx C.uint64_t, device C.int32_t, size C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuArray3DCreate")
+	running().ArrayCreated(uint64(handle), uint64(ctx), int(device), uint64(size))
+	return C.CUDA_SUCCESS
+}
+
+//export spillway_core_array_destroyed
+func spillway_core_array_destroyed(handle C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuArrayDestroy")
+	running().ArrayDestroyed(uint64(handle))
+	return C.CUDA_SUCCESS
 }

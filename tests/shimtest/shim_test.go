@@ -97,6 +97,7 @@ func TestProbePointsStartWithNOP(t *testing.T) {
 
 func TestExportSurface(t *testing.T) {
 	want := []string{
+		"cuArray3DCreate_v2", "cuArrayCreate_v2", "cuArrayDestroy",
 		"cuCtxAttach", "cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4", "cuCtxDestroy_v2", "cuCtxDetach",
 		"cuCtxSynchronize", "cuDevicePrimaryCtxReset_v2", "cuDeviceTotalMem_v2",
 		"cuGetProcAddress", "cuGetProcAddress_v2", "cuGraphDestroy", "cuGraphExecDestroy",
@@ -108,10 +109,10 @@ func TestExportSurface(t *testing.T) {
 		"cuMemPoolSetAttribute", "cuMemPoolTrimTo", "cuMemRelease", "cuMemRetainAllocationHandle", "cuMemUnmap",
 		"cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz", "cuStreamDestroy_v2",
 		"cuStreamEndCapture", "cuStreamEndCapture_ptsz",
-		"cudaDeviceReset", "cudaDeviceSynchronize", "cudaFree", "cudaFreeAsync",
+		"cudaDeviceReset", "cudaDeviceSynchronize", "cudaFree", "cudaFreeArray", "cudaFreeAsync",
 		"cudaGetDriverEntryPoint", "cudaGetDriverEntryPointByVersion", "cudaGraphDestroy",
 		"cudaGraphExecDestroy", "cudaGraphInstantiate", "cudaGraphInstantiateWithFlags", "cudaMalloc",
-		"cudaMallocAsync", "cudaMallocFromPoolAsync", "cudaMallocManaged", "cudaMallocPitch", "cudaMemGetInfo",
+		"cudaMalloc3DArray", "cudaMallocArray", "cudaMallocAsync", "cudaMallocFromPoolAsync", "cudaMallocManaged", "cudaMallocPitch", "cudaMemGetInfo",
 		"cudaMemPoolCreate", "cudaMemPoolDestroy", "cudaMemPoolGetAttribute", "cudaMemPoolSetAttribute",
 		"cudaMemPoolTrimTo",
 		"cudaStreamBeginCapture", "cudaStreamDestroy", "cudaStreamEndCapture", "dlclose", "dlsym",

@@ -1,0 +1,159 @@
+package shimtest
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+// CUDA arrays under a quota: testdata/arrays.c scripts them with the
+// driver's and the runtime's calls. Its arrays are of float4 elements, so
+// 1024 x 1024 takes 16 MiB.
+
+const arrayMiB = 1 << 20
+
+// arrayTruth is simcuda's ground truth for device 0 at exit.
+type arrayTruth struct {
+	DeviceBytes     uint64 `json:"device_bytes"`
+	DeviceBytesPeak uint64 `json:"device_bytes_peak"`
+	ArrayBytes      uint64 `json:"array_bytes"`
+}
+
+// runArrays runs the array script under quota with vars set, and returns
+// its output, its stderr and simcuda's ground truth, checking that the
+// device never held more than the quota.
+func runArrays(t *testing.T, quota uint64, vars []string, ops ...string) (harness.Output, string, arrayTruth) {
+	t.Helper()
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/arrays.c"}, ProjectHeaders: true,
+		Cudart: true, Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}})
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env := append([]string{"SPILLWAY_MEMORY_LIMIT=" + sizeArg(quota), "SIMCUDA_STATS_FILE=" + stats}, vars...)
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, prog, ops...))
+	data, err := os.ReadFile(stats)
+	if err != nil {
+		t.Fatalf("read simcuda stats: %v", err)
+	}
+	var s struct{ Devices []arrayTruth }
+	if err := json.Unmarshal(data, &s); err != nil || len(s.Devices) == 0 {
+		t.Fatalf("parse simcuda stats %s: %v\n%s", stats, err, data)
+	}
+	truth := s.Devices[0]
+	if truth.DeviceBytesPeak > quota {
+		t.Errorf("simcuda held %d bytes at its peak, above the quota of %d\n%v", truth.DeviceBytesPeak, quota, out)
+	}
+	return out, res.Stderr, truth
+}
+
+// checkInfo checks the free bytes the i-th line of op (i or I) reports.
+func checkInfo(t *testing.T, out harness.Output, op string, i int, want uint64) {
+	t.Helper()
+	if rc := out.Code(t, op, i); rc != 0 {
+		t.Fatalf("%s #%d: %d\n%v", op, i, rc, out)
+	}
+	if free := out.Num(t, op, i, 2); free != want {
+		t.Errorf("%s #%d reports %d MiB free, want %d MiB", op, i, free/arrayMiB, want/arrayMiB)
+	}
+}
+
+// TestArrayQuotaDriver: the driver's arrays (2D, 1D-form and 3D) fill the
+// quota and the next is refused with CUDA's out-of-memory code and the
+// shim's warning; a destroyed one gives its room back; cuMemGetInfo counts
+// them; and what the shim counts is what simcuda holds.
+func TestArrayQuotaDriver(t *testing.T) {
+	out, stderr, truth := runArrays(t, 64*arrayMiB, nil,
+		"a", "1024", "1024", "0", "k", "1024", "1024", "a", "1024", "512", "2", "a", "1024", "1024", "0",
+		"i", "a", "1", "1", "1", "d", "1", "i", "a", "1024", "1024", "0", "i")
+	checkSteps(t, out, []step{{"a", 0, cuSuccess}, {"k", 0, cuSuccess}, {"a", 1, cuSuccess}, {"a", 2, cuSuccess},
+		{"a", 3, cuOutOfMemory}, {"d", 0, cuSuccess}, {"a", 4, cuSuccess}})
+	checkInfo(t, out, "i", 0, 0)
+	checkInfo(t, out, "i", 1, 16*arrayMiB)
+	checkInfo(t, out, "i", 2, 0)
+	if !strings.Contains(stderr, "a CUDA array of 16B refused on device 0: 64MiB in use of a quota of 64MiB") {
+		t.Errorf("no warning names the refused array:\n%s", stderr)
+	}
+	if truth.ArrayBytes != 64*arrayMiB || truth.DeviceBytes != 64*arrayMiB {
+		t.Errorf("simcuda holds %d MiB of arrays (%d MiB in all) at exit, want the 64 MiB the shim counts",
+			truth.ArrayBytes/arrayMiB, truth.DeviceBytes/arrayMiB)
+	}
+}
+
+// TestArrayQuotaThroughProcAddress: cuArray3DCreate_v2 obtained with
+// cuGetProcAddress is counted like the one the program links.
+func TestArrayQuotaThroughProcAddress(t *testing.T) {
+	out, _, _ := runArrays(t, 32*arrayMiB, nil,
+		"g", "1024", "1024", "0", "g", "1024", "1024", "0", "g", "1024", "1024", "0", "i")
+	checkSteps(t, out, []step{{"g", 0, cuSuccess}, {"g", 1, cuSuccess}, {"g", 2, cuOutOfMemory}})
+	checkInfo(t, out, "i", 0, 0)
+}
+
+// TestArrayQuotaRuntime: cudaMallocArray and cudaMalloc3DArray are counted
+// once each (the runtime makes them with the driver's calls, which the shim
+// also interposes: counted twice, only two would fit), refused with
+// cudaErrorMemoryAllocation as the thread's last error, and
+// cudaFreeArray gives the room back.
+func TestArrayQuotaRuntime(t *testing.T) {
+	out, stderr, truth := runArrays(t, 64*arrayMiB, nil,
+		"A", "1024", "1024", "A", "1024", "1024", "A", "1024", "1024", "T", "1024", "512", "2",
+		"I", "A", "1", "1", "e", "F", "0", "I", "T", "1024", "1024", "1", "I", "i")
+	checkSteps(t, out, []step{{"A", 0, cuSuccess}, {"A", 1, cuSuccess}, {"A", 2, cuSuccess}, {"T", 0, cuSuccess},
+		{"A", 3, harness.ErrMemoryAllocation}, {"e", 0, harness.ErrMemoryAllocation}, {"F", 0, cuSuccess},
+		{"T", 1, cuSuccess}})
+	checkInfo(t, out, "I", 0, 0)
+	checkInfo(t, out, "I", 1, 16*arrayMiB)
+	checkInfo(t, out, "I", 2, 0)
+	checkInfo(t, out, "i", 0, 0)
+	if !strings.Contains(stderr, "a CUDA array of 16B refused on device 0") {
+		t.Errorf("no warning names the refused array:\n%s", stderr)
+	}
+	if truth.ArrayBytes != 64*arrayMiB || truth.DeviceBytes != 64*arrayMiB {
+		t.Errorf("simcuda holds %d MiB of arrays (%d MiB in all) at exit, want the 64 MiB the shim counts",
+			truth.ArrayBytes/arrayMiB, truth.DeviceBytes/arrayMiB)
+	}
+}
+
+// TestArraysGivenBackWithContext: destroying the context an array was made
+// in, resetting the primary context (cuDevicePrimaryCtxReset_v2,
+// cudaDeviceReset) gives its room back, as CUDA destroys the array; the
+// quota then holds exactly as many again.
+func TestArraysGivenBackWithContext(t *testing.T) {
+	out, _, truth := runArrays(t, 64*arrayMiB, nil,
+		"C", "a", "1024", "1024", "0", "i", "X", "0", "i",
+		"a", "1024", "1024", "0", "D", "i",
+		"A", "1024", "1024", "T", "1024", "1024", "1", "R", "I",
+		"a", "1024", "1024", "0", "a", "1024", "1024", "0", "a", "1024", "1024", "0", "a", "1024", "1024", "0",
+		"a", "1", "1", "1")
+	checkSteps(t, out, []step{{"C", 0, cuSuccess}, {"a", 0, cuSuccess}, {"X", 0, cuSuccess}, {"a", 1, cuSuccess},
+		{"D", 0, cuSuccess}, {"A", 0, cuSuccess}, {"T", 0, cuSuccess}, {"R", 0, cuSuccess},
+		{"a", 2, cuSuccess}, {"a", 5, cuSuccess}, {"a", 6, cuOutOfMemory}})
+	checkInfo(t, out, "i", 0, 48*arrayMiB)
+	checkInfo(t, out, "i", 1, 64*arrayMiB)
+	checkInfo(t, out, "i", 2, 64*arrayMiB)
+	checkInfo(t, out, "I", 0, 64*arrayMiB)
+	if truth.ArrayBytes != 64*arrayMiB {
+		t.Errorf("simcuda holds %d MiB of arrays at exit, want 64", truth.ArrayBytes/arrayMiB)
+	}
+}
+
+// TestArraysOversubscribed: an array cannot live on the host, so with
+// oversubscription one past the quota is still refused.
+func TestArraysOversubscribed(t *testing.T) {
+	out, _, _ := runArrays(t, 32*arrayMiB, []string{"SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_HOST_LIMIT=64MiB"},
+		"a", "1024", "1024", "0", "a", "1024", "1024", "0", "a", "1024", "1024", "0", "A", "1024", "1024", "i")
+	checkSteps(t, out, []step{{"a", 0, cuSuccess}, {"a", 1, cuSuccess}, {"a", 2, cuOutOfMemory},
+		{"A", 0, harness.ErrMemoryAllocation}})
+	checkInfo(t, out, "i", 0, 0)
+}
+
+// TestArrayDeferredMappingNotCounted: an array made with
+// CUDA_ARRAY3D_DEFERRED_MAPPING has no memory of its own (it is mapped
+// onto cuMemCreate memory, counted there): it takes nothing from the quota.
+func TestArrayDeferredMappingNotCounted(t *testing.T) {
+	out, _, _ := runArrays(t, 16*arrayMiB, nil, "f", "4096", "4096", "0", "i", "d", "0", "i")
+	checkSteps(t, out, []step{{"f", 0, cuSuccess}, {"d", 0, cuSuccess}})
+	checkInfo(t, out, "i", 0, 16*arrayMiB)
+	checkInfo(t, out, "i", 1, 16*arrayMiB)
+}

@@ -1,0 +1,174 @@
+/*
+ * arrays: runs the CUDA array operations named on its command line on
+ * device 0, one line of output each, so that tests can script arrays under
+ * the shim. It starts in device 0's primary context. Arrays are of float4
+ * elements (16 bytes) unless said otherwise; slots number them in order.
+ *
+ *   a W H D  cuArray3DCreate_v2              -> "a RC SLOT"
+ *   k W H    cuArrayCreate_v2                -> "k RC SLOT"
+ *   f W H D  cuArray3DCreate_v2 with CUDA_ARRAY3D_DEFERRED_MAPPING -> "f RC SLOT"
+ *   g W H D  cuArray3DCreate_v2 as cuGetProcAddress_v2 hands it out -> "g RC SLOT"
+ *   d SLOT   cuArrayDestroy                  -> "d RC"
+ *   A W H    cudaMallocArray                 -> "A RC SLOT"
+ *   T W H D  cudaMalloc3DArray               -> "T RC SLOT"
+ *   F SLOT   cudaFreeArray                   -> "F RC"
+ *   e        cudaGetLastError                -> "e RC"
+ *   i        cuMemGetInfo_v2                 -> "i RC FREE TOTAL"
+ *   I        cudaMemGetInfo                  -> "I RC FREE TOTAL"
+ *   C        cuCtxCreate_v2 (current)        -> "C RC CTX" (CTX: its number)
+ *   X CTX    cuCtxDestroy_v2, then the primary context current -> "X RC"
+ *   D        cuDevicePrimaryCtxReset_v2 of device 0, then its primary context again -> "D RC"
+ *   R        cudaDeviceReset                 -> "R RC"
+ */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <spillway/cuda.h>
+#include <spillway/cuda_runtime.h>
+
+#define MAX_SLOTS 64
+
+static CUarray slots[MAX_SLOTS];
+static int nslots;
+static CUcontext ctxs[8];
+static int nctx;
+
+static int keep(CUarray a)
+{
+    if (nslots == MAX_SLOTS) {
+        fprintf(stderr, "arrays: out of slots\n");
+        exit(2);
+    }
+    slots[nslots] = a;
+    return nslots++;
+}
+
+static void driver_array(char op, const char *w, const char *h, const char *d, unsigned int flags)
+{
+    CUDA_ARRAY3D_DESCRIPTOR desc = {strtoull(w, NULL, 0), strtoull(h, NULL, 0), strtoull(d, NULL, 0),
+                                    CU_AD_FORMAT_FLOAT, 4, flags};
+    CUarray a = NULL;
+    CUresult rc = cuArray3DCreate_v2(&a, &desc);
+    printf("%c %d %d\n", op, rc, rc == CUDA_SUCCESS ? keep(a) : -1);
+}
+
+static const struct cudaChannelFormatDesc float4 = {32, 32, 32, 32, cudaChannelFormatKindFloat};
+
+int main(int argc, char **argv)
+{
+    CUdevice dev;
+    CUcontext primary;
+    if (cuInit(0) != CUDA_SUCCESS || cuDeviceGet(&dev, 0) != CUDA_SUCCESS ||
+        cuDevicePrimaryCtxRetain(&primary, dev) != CUDA_SUCCESS ||
+        cuCtxSetCurrent(primary) != CUDA_SUCCESS) {
+        fprintf(stderr, "arrays: cannot make device 0's primary context current\n");
+        return 2;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *op = argv[i];
+        const char *a = i + 1 < argc ? argv[i + 1] : "0";
+        const char *b = i + 2 < argc ? argv[i + 2] : "0";
+        const char *c = i + 3 < argc ? argv[i + 3] : "0";
+        switch (op[0]) {
+        case 'a':
+            driver_array('a', a, b, c, 0);
+            i += 3;
+            break;
+        case 'f':
+            driver_array('f', a, b, c, CUDA_ARRAY3D_DEFERRED_MAPPING);
+            i += 3;
+            break;
+        case 'g': {
+            CUresult (*create)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *) = NULL;
+            CUdriverProcAddressQueryResult status;
+            CUresult rc = cuGetProcAddress_v2("cuArray3DCreate", (void **)&create, 12040, 0, &status);
+            CUDA_ARRAY3D_DESCRIPTOR desc = {strtoull(a, NULL, 0), strtoull(b, NULL, 0), strtoull(c, NULL, 0),
+                                            CU_AD_FORMAT_FLOAT, 4, 0};
+            CUarray arr = NULL;
+            if (rc == CUDA_SUCCESS)
+                rc = create ? create(&arr, &desc) : CUDA_ERROR_NOT_FOUND;
+            printf("g %d %d\n", rc, rc == CUDA_SUCCESS ? keep(arr) : -1);
+            i += 3;
+            break;
+        }
+        case 'k': {
+            CUDA_ARRAY_DESCRIPTOR desc = {strtoull(a, NULL, 0), strtoull(b, NULL, 0), CU_AD_FORMAT_FLOAT, 4};
+            CUarray arr = NULL;
+            CUresult rc = cuArrayCreate_v2(&arr, &desc);
+            printf("k %d %d\n", rc, rc == CUDA_SUCCESS ? keep(arr) : -1);
+            i += 2;
+            break;
+        }
+        case 'd':
+            printf("d %d\n", cuArrayDestroy(slots[atoi(a)]));
+            i++;
+            break;
+        case 'A': {
+            cudaArray_t arr = NULL;
+            cudaError_t rc = cudaMallocArray(&arr, &float4, strtoull(a, NULL, 0), strtoull(b, NULL, 0), 0);
+            printf("A %d %d\n", rc, rc == cudaSuccess ? keep((CUarray)arr) : -1);
+            i += 2;
+            break;
+        }
+        case 'T': {
+            cudaArray_t arr = NULL;
+            struct cudaExtent extent = {strtoull(a, NULL, 0), strtoull(b, NULL, 0), strtoull(c, NULL, 0)};
+            cudaError_t rc = cudaMalloc3DArray(&arr, &float4, extent, 0);
+            printf("T %d %d\n", rc, rc == cudaSuccess ? keep((CUarray)arr) : -1);
+            i += 3;
+            break;
+        }
+        case 'F':
+            printf("F %d\n", cudaFreeArray((cudaArray_t)slots[atoi(a)]));
+            i++;
+            break;
+        case 'e':
+            printf("e %d\n", cudaGetLastError());
+            break;
+        case 'i': {
+            size_t free_bytes = 0, total = 0;
+            CUresult rc = cuMemGetInfo_v2(&free_bytes, &total);
+            printf("i %d %zu %zu\n", rc, free_bytes, total);
+            break;
+        }
+        case 'I': {
+            size_t free_bytes = 0, total = 0;
+            cudaError_t rc = cudaMemGetInfo(&free_bytes, &total);
+            printf("I %d %zu %zu\n", rc, free_bytes, total);
+            break;
+        }
+        case 'C': {
+            CUresult rc = cuCtxCreate_v2(&ctxs[nctx], 0, dev);
+            printf("C %d %d\n", rc, nctx);
+            if (rc == CUDA_SUCCESS)
+                nctx++;
+            break;
+        }
+        case 'X': {
+            CUresult rc = cuCtxDestroy_v2(ctxs[atoi(a)]);
+            if (rc == CUDA_SUCCESS)
+                rc = cuCtxSetCurrent(primary);
+            printf("X %d\n", rc);
+            i++;
+            break;
+        }
+        case 'D': {
+            CUresult rc = cuDevicePrimaryCtxReset_v2(dev);
+            if (rc == CUDA_SUCCESS)
+                rc = cuDevicePrimaryCtxRetain(&primary, dev);
+            if (rc == CUDA_SUCCESS)
+                rc = cuCtxSetCurrent(primary);
+            printf("D %d\n", rc);
+            break;
+        }
+        case 'R':
+            printf("R %d\n", cudaDeviceReset());
+            break;
+        default:
+            fprintf(stderr, "arrays: unknown operation %s\n", op);
+            return 2;
+        }
+        fflush(stdout);
+    }
+    return 0;
+}
