@@ -55,8 +55,14 @@ func (p *publisher) run(c *Core) {
 	defer tick.Stop()
 	warned := false
 	for {
+		// Stamped before the figures are read, which takes no lock over
+		// them all: a reader that waits for a stamp later than an event
+		// then sees figures read after it, never one read while the event
+		// was still under way (a pool's allocation blocks its Stats, not
+		// its ledger).
+		now := time.Now()
 		devs := c.mem.figures()
-		if n := p.w.Publish(devs, time.Now()); n < len(devs) && !warned {
+		if n := p.w.Publish(devs, now); n < len(devs) && !warned {
 			warned = true
 			c.log.Warnf("spillway stat lists the first %d of the %d devices in use", n, len(devs))
 		}
