@@ -354,7 +354,7 @@ func (p *Pool) AllocAsync(size uint64, s Stream) (uint64, error) {
 func (p *Pool) Free(ptr uint64) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b, err := p.findLive(ptr)
+	b, err := p.takeLive(ptr)
 	if err != nil || b == nil {
 		return err
 	}
@@ -400,7 +400,7 @@ func (p *Pool) FreeAsyncForeign(ptr uint64, s Stream) error {
 func (p *Pool) freeAsync(ptr uint64, s Stream, foreign bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	b, err := p.findLive(ptr)
+	b, err := p.takeLive(ptr)
 	if err != nil || b == nil {
 		return err
 	}
@@ -512,16 +512,17 @@ func (p *Pool) mergeStreamNeighbours(b *block) {
 	}
 }
 
-// findLive returns the live block at ptr, or (nil, nil) for ptr 0, as
-// cudaFree(NULL) succeeds.
-func (p *Pool) findLive(ptr uint64) (*block, error) {
+// takeLive removes the live block at ptr from the pointer map and returns
+// it, or (nil, nil) for ptr 0, as cudaFree(NULL) succeeds; the caller
+// retires it.
+func (p *Pool) takeLive(ptr uint64) (*block, error) {
 	if p.closed {
 		return nil, ErrClosed
 	}
 	if ptr == 0 {
 		return nil, nil
 	}
-	b := p.live.get(ptr)
+	b := p.live.take(ptr)
 	if b == nil {
 		if p.segmentOf(ptr) != nil {
 			return nil, fmt.Errorf("pool: free of %#x: %w", ptr, ErrInvalidFree)
@@ -531,9 +532,8 @@ func (p *Pool) findLive(ptr uint64) (*block, error) {
 	return b, nil
 }
 
-// retire removes a live block from the pointer map and accounts its free.
+// retire accounts the free of a live block takeLive has taken.
 func (p *Pool) retire(b *block) {
-	p.live.remove(b)
 	p.stats.LiveBytes -= b.used
 	p.stats.LiveBlocks--
 	p.stats.Frees++

@@ -60,21 +60,22 @@ func (m *ptrMap) put(key uint64, b *block) {
 	}
 }
 
-// del removes key, shifting back the entries of its probe run so lookups
-// never need tombstones.
-func (m *ptrMap) del(key uint64) {
+// del removes key and returns its block, or nil if key is absent, shifting
+// back the entries of its probe run so lookups never need tombstones.
+func (m *ptrMap) del(key uint64) *block {
 	if m.count == 0 {
-		return
+		return nil
 	}
 	slots := m.slots
 	mask := len(slots) - 1
 	i := m.home(key)
 	for slots[i].key != key {
 		if slots[i].key == 0 {
-			return
+			return nil
 		}
 		i = (i + 1) & mask
 	}
+	b := slots[i].b
 	m.count--
 	for j := (i + 1) & mask; ; j = (j + 1) & mask {
 		s := slots[j]
@@ -89,6 +90,7 @@ func (m *ptrMap) del(key uint64) {
 		}
 	}
 	slots[i] = ptrSlot{}
+	return b
 }
 
 func (m *ptrMap) resize(n int) {
@@ -156,15 +158,16 @@ func (m *liveMap) put(b *block) {
 	m.young.put(b.base, b)
 }
 
-// remove removes b, which is in the map: from the table its ringSlot names.
-func (m *liveMap) remove(b *block) {
-	if b.ringSlot == 0 {
-		m.old.del(b.base)
-		return
+// take removes the block at key and returns it, or nil if there is none:
+// one probe of each table where a lookup followed by a removal would make
+// two.
+func (m *liveMap) take(key uint64) *block {
+	if b := m.young.del(key); b != nil {
+		m.order[b.ringSlot-1] = nil
+		b.ringSlot = 0
+		return b
 	}
-	m.young.del(b.base)
-	m.order[b.ringSlot-1] = nil
-	b.ringSlot = 0
+	return m.old.del(key)
 }
 
 func (m *liveMap) each(f func(*block)) {

@@ -27,7 +27,9 @@ func TestPtrMapAgreesWithABuiltInMap(t *testing.T) {
 			k := keys[j]
 			keys[j] = keys[len(keys)-1]
 			keys = keys[:len(keys)-1]
-			m.del(k)
+			if got := m.del(k); got != ref[k] {
+				t.Fatalf("del(%#x) = %p, want %p", k, got, ref[k])
+			}
 			delete(ref, k)
 		}
 		if i%1000 == 0 {
@@ -83,7 +85,9 @@ func TestLiveMapAgreesWithABuiltInMap(t *testing.T) {
 			}
 			k := keys[j]
 			keys = append(keys[:j], keys[j+1:]...)
-			m.remove(ref[k])
+			if got := m.take(k); got != ref[k] {
+				t.Fatalf("step %d: take(%#x) = %p, want %p", i, k, got, ref[k])
+			}
 			freed = append(freed, ref[k])
 			delete(ref, k)
 		}
