@@ -145,11 +145,11 @@ func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
 // pending, may give granules back before the pool creates more. Only when the
 // quota cannot provide the granules does the pressure path run.
 func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, error) {
-	b, src, err := p.placeVirtual(size, class, c)
+	b, short, src, err := p.placeVirtual(size, class, c)
 	if err != nil {
 		return 0, err
 	}
-	if err = p.commit(b, size, false); err == nil {
+	if err = p.commit(b, size, short, false); err == nil {
 		return p.hand(b, size, src), nil
 	}
 	if !errors.Is(err, errNoPhysical) {
@@ -163,22 +163,22 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 		if err := p.synchronize(); err != nil {
 			return 0, err
 		}
-		if b, src, err = p.placeVirtual(size, class, c); err != nil {
+		if b, short, src, err = p.placeVirtual(size, class, c); err != nil {
 			return 0, err
 		}
-		if err = p.commit(b, size, false); err == nil {
+		if err = p.commit(b, size, short, false); err == nil {
 			return p.hand(b, size, src), nil
 		}
 	}
 	if b := p.fewestGranules(size); b != nil {
-		if err = p.commit(b, size, false); err == nil {
+		if err = p.commit(b, size, p.virt.shortOf(b, size), false); err == nil {
 			return p.hand(b, size, SourceCache), nil
 		}
 	}
 	if b, err = p.growVirtual(size, class, true); err != nil {
 		return 0, err
 	}
-	if err = p.commit(b, size, false); err == nil {
+	if err = p.commit(b, size, p.virt.shortOf(b, size), false); err == nil {
 		return p.hand(b, size, SourceDevice), nil
 	}
 	defer p.arenaEmptied(b) // if nothing was placed in it
@@ -187,7 +187,7 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 	if p.opt.Oversubscribe && errors.Is(err, errNoPhysical) {
 		// Page-granular spill: the granules the quota cannot hold are
 		// host-located, behind the same range as the device ones.
-		if err = p.commit(b, size, true); err == nil {
+		if err = p.commit(b, size, p.virt.shortOf(b, size), true); err == nil {
 			return p.hand(b, size, SourceDevice), nil
 		}
 	}
@@ -217,36 +217,40 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 // blocks of completed markers and synchronizing when the pending bytes could
 // serve the request, the best cached block, the static reserve, or the start
 // of a new arena. A cached block that would map granules gives way to one
-// that maps fewer (preferDeviceMapped).
-func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (*block, Source, error) {
+// that maps fewer (preferDeviceMapped). It returns the block's shortOf, for
+// commit.
+func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (*block, shortage, Source, error) {
 	b := p.fromCache(size, class, c, ownClass)
 	if b != nil {
-		unmapped, idle, host := p.virt.shortOf(b, size)
-		if !p.needsNew(unmapped, idle) {
-			return p.preferDeviceMapped(b, size, unmapped+host), SourceCache, nil
+		if short := p.virt.shortOf(b, size); !p.needsNew(short) {
+			b, short = p.preferDeviceMapped(b, size, short)
+			return b, short, SourceCache, nil
 		}
 	}
 	if p.pollMarkers() {
 		b = p.fromCache(size, class, c, ownClass)
 	}
-	if (b == nil || p.needsNewGranules(b, size)) && p.pending.bytes >= size {
+	if (b == nil || p.needsNew(p.virt.shortOf(b, size))) && p.pending.bytes >= size {
 		if err := p.synchronize(); err != nil {
-			return nil, 0, err
+			return nil, shortage{}, 0, err
 		}
 		b = p.fromCache(size, class, c, ownClass)
 	}
 	if b != nil {
-		unmapped, _, host := p.virt.shortOf(b, size)
-		return p.preferDeviceMapped(b, size, unmapped+host), SourceCache, nil
+		b, short := p.preferDeviceMapped(b, size, p.virt.shortOf(b, size))
+		return b, short, SourceCache, nil
 	}
 	if p.opt.Reserve > 0 {
 		// A static reserve (a fixed segment) serves every class first.
 		if b := p.fromCache(size, class, c, anyClass); b != nil {
-			return b, SourceCache, nil
+			return b, p.virt.shortOf(b, size), SourceCache, nil
 		}
 	}
 	b, err := p.growVirtual(size, class, false)
-	return b, SourceDevice, err
+	if err != nil {
+		return nil, shortage{}, 0, err
+	}
+	return b, p.virt.shortOf(b, size), SourceDevice, nil
 }
 
 // placementScan is how many free blocks of each class preferDeviceMapped visits:
@@ -257,10 +261,10 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (*block, Sou
 const placementScan = 4
 
 // preferDeviceMapped returns b, the cached block chosen to serve size bytes,
-// or, when the first size bytes of b lie on cost granules that are not
-// device memory already mapped (unmapped ones, which need memory, and host
-// ones, on which a block is spilled from its first access), the free block
-// of any class that lies on fewer, the fewest among placementScan visited in
+// whose first size bytes lie on the granules short counts, or, when some of
+// them are not device memory already mapped (unmapped ones, which need
+// memory, and host ones, on which a block is spilled from its first
+// access), the free block of any class that lies on fewer, the fewest among placementScan visited in
 // each class, smallest first. The free bytes of partly used granules serve
 // any class, and each granule not mapped is physical memory the pool need
 // not hold, or take from under another free range, and a driver call it
@@ -272,34 +276,29 @@ const placementScan = 4
 // tests/tracetest, and spilled more of random churn, BenchmarkSpillVirtual:
 // 0.633 of its peak live bytes at the peak against 0.607, new host granules
 // being made where free bytes of those already made would have done.)
-func (p *Pool) preferDeviceMapped(b *block, size uint64, cost int) *block {
+// The block chosen comes with its shortOf.
+func (p *Pool) preferDeviceMapped(b *block, size uint64, short shortage) (*block, shortage) {
+	cost := short.unmapped + short.host
 	for k := 0; k < numClasses && cost > 0; k++ {
 		p.idx[k].scan(size, placementScan, func(c *block) bool {
 			if c == b || c.seg.granules == nil {
 				return true // the reserve, a fixed segment, was tried first
 			}
-			if unmapped, _, host := p.virt.shortOf(c, size); unmapped+host < cost {
-				b, cost = c, unmapped+host
+			if s := p.virt.shortOf(c, size); s.unmapped+s.host < cost {
+				b, short, cost = c, s, s.unmapped+s.host
 			}
 			return cost > 0
 		})
 	}
-	return b
+	return b, short
 }
 
-// needsNewGranules reports whether handing out the first size bytes of b
-// would create physical memory.
-func (p *Pool) needsNewGranules(b *block, size uint64) bool {
-	unmapped, idle, _ := p.virt.shortOf(b, size)
-	return p.needsNew(unmapped, idle)
-}
-
-// needsNew reports whether mapping unmapped granules, with idle more under
-// the same block, would create physical memory: there are fewer free
-// granules and idle ones elsewhere.
-func (p *Pool) needsNew(unmapped, idle int) bool {
+// needsNew reports whether mapping the granules short finds unmapped under
+// a block, with its idle ones, would create physical memory: there are
+// fewer free granules and idle ones elsewhere.
+func (p *Pool) needsNew(short shortage) bool {
 	v := p.virt
-	return unmapped > len(v.free)+v.idle.n-idle
+	return short.unmapped > len(v.free)+v.idle.n-short.idle
 }
 
 // growVirtual reserves an arena for class large enough for size bytes (of
@@ -369,40 +368,47 @@ func (v *virtualMemory) granuleRange(seg *segment, base, size uint64) (first, la
 	return (base - seg.base) >> shift, (base + size - 1 - seg.base) >> shift
 }
 
+// shortage counts the granules under the first bytes of a block that are
+// not device memory mapped and in use (shortOf).
+type shortage struct {
+	unmapped, idle, host int
+}
+
 // shortOf returns how many granules under the first size bytes of b are not
 // mapped, how many are idle and how many are mapped to host memory, for a
 // free block of an arena; a stream-owned block's memory is mapped and used,
 // and the reserve is a fixed segment.
-func (v *virtualMemory) shortOf(b *block, size uint64) (unmapped, idle, host int) {
+func (v *virtualMemory) shortOf(b *block, size uint64) (s shortage) {
 	if b.state != stateFree || b.seg.granules == nil {
-		return 0, 0, 0
+		return s
 	}
 	first, last := v.granuleRange(b.seg, b.base, size)
 	for i := first; i <= last; i++ {
 		switch g := &b.seg.granules[i]; {
 		case !g.mapped:
-			unmapped++
+			s.unmapped++
 		case g.inIdle:
-			idle++
+			s.idle++
 		case g.host:
-			host++
+			s.host++
 		}
 	}
-	return unmapped, idle, host
+	return s
 }
 
 // commit maps physical memory under the first size bytes of b, which is about
-// to be handed out, and counts those bytes as used. A stream-owned block is
+// to be handed out, and counts those bytes as used; short is shortOf(b, size),
+// taken since the last change to the granules. A stream-owned block is
 // already counted, and so is the reserve, a fixed segment. It fails with errNoPhysical, changing nothing, when the
 // granules free, idle or within the quota cannot cover the block.
-func (p *Pool) commit(b *block, size uint64, spill bool) error {
+func (p *Pool) commit(b *block, size uint64, short shortage, spill bool) error {
 	if b.state != stateFree || b.seg.granules == nil {
 		return nil
 	}
 	v := p.virt
 	seg := b.seg
 	first, last := v.granuleRange(seg, b.base, size)
-	need, idleHere, _ := v.shortOf(b, size)
+	need, idleHere := short.unmapped, short.idle
 	if need == 0 && idleHere == 0 {
 		// The common case: every granule under the block is mapped and in
 		// use, so there is nothing to find, take or map (nor to ask the
@@ -746,7 +752,7 @@ func (p *Pool) fewestGranules(size uint64) *block {
 			if b.seg.granules == nil {
 				return true
 			}
-			n, _, _ := p.virt.shortOf(b, size)
+			n := p.virt.shortOf(b, size).unmapped
 			if best == nil || n < bestN || n == bestN && (b.size < best.size || b.size == best.size && b.base < best.base) {
 				best, bestN = b, n
 			}
