@@ -111,14 +111,10 @@ func (x *index) find(size, maxSlack uint64, scan int) *block {
 		}
 		return nil // every block of a higher class is larger still
 	}
-	if units >= slCount {
-		units += 1<<(bits.Len64(units)-1-slLog2) - 1
-	}
-	fl, sl = classOfUnits(units)
-	if fl >= flCount {
-		return nil
-	}
-	m := x.slMap[fl] & (^uint32(0) << sl)
+	// Every block of a class above the size's fits (size is a multiple of
+	// Alignment). The size's own class is left out: it is empty, or it
+	// begins below the size, as its first block did not fit.
+	m := x.slMap[fl] & (^uint32(1) << sl)
 	if m == 0 {
 		f := x.flMap & (^uint64(0) << (fl + 1))
 		if f == 0 {
