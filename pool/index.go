@@ -28,8 +28,6 @@ type index struct {
 	// the row's first block: an index costs about 500 bytes plus 256 per
 	// power of two it has held, so a stream's cache stays small.
 	heads [flCount]*[slCount]*block
-	bytes uint64 // total size of the blocks in the index
-	count int
 }
 
 // classOfUnits returns the class (fl, sl) whose range contains units.
@@ -56,8 +54,6 @@ func (x *index) insert(b *block) {
 	row[sl] = b
 	x.slMap[fl] |= 1 << sl
 	x.flMap |= 1 << fl
-	x.bytes += b.size
-	x.count++
 }
 
 func (x *index) remove(b *block) {
@@ -77,8 +73,6 @@ func (x *index) remove(b *block) {
 		b.nextFree.prevFree = b.prevFree
 	}
 	b.prevFree, b.nextFree = nil, nil
-	x.bytes -= b.size
-	x.count--
 }
 
 // find returns a block of at least size bytes and at most size+maxSlack, or
@@ -86,7 +80,7 @@ func (x *index) remove(b *block) {
 // smallest that fits) and then the head of the smallest non-empty class whose
 // every block fits: O(1) in the number of free blocks for a constant scan.
 func (x *index) find(size, maxSlack uint64, scan int) *block {
-	if x.count == 0 {
+	if x.flMap == 0 {
 		return nil
 	}
 	units := size >> granuleShift
