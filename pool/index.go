@@ -41,6 +41,7 @@ func classOfUnits(units uint64) (fl, sl int) {
 
 func (x *index) insert(b *block) {
 	fl, sl := classOfUnits(b.size >> granuleShift)
+	b.listFl, b.listSl = uint8(fl), uint8(sl)
 	row := x.heads[fl]
 	if row == nil {
 		row = new([slCount]*block)
@@ -60,7 +61,7 @@ func (x *index) remove(b *block) {
 	if b.prevFree != nil {
 		b.prevFree.nextFree = b.nextFree
 	} else {
-		fl, sl := classOfUnits(b.size >> granuleShift)
+		fl, sl := b.listFl, b.listSl
 		x.heads[fl][sl] = b.nextFree
 		if b.nextFree == nil {
 			x.slMap[fl] &^= 1 << sl

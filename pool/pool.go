@@ -104,6 +104,9 @@ type block struct {
 	// move returns (freedAsync: by FreeAsync, on freeStream).
 	freedMoving, freedAsync bool
 	ringSlot                uint16 // see liveMap.order
+	// listFl and listSl name the class list of the index holding it, so
+	// that removing it does not classify its size again.
+	listFl, listSl uint8
 }
 
 type segment struct {
