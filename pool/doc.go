@@ -400,7 +400,7 @@
 // pool does not move live bytes to save memory. Under a quota the pressure
 // path scans every free block for the placement needing the fewest new
 // granules: random churn under 1.10 × its peak live bytes refuses 0.40% of its
-// requests (fixed segments 0.69%), and under 1.05 × 1.98% (2.40%).
+// requests (fixed segments 0.78%), and under 1.05 × 1.98% (2.33%).
 //
 // # Failures
 //
@@ -461,10 +461,9 @@
 // nothing limits growth (peak reserved ÷ peak live 1.24 on the random-churn
 // reference trace), while the model traces, whose sizes repeat, stay within 4%.
 // Under a quota the pool searches harder before growing: the random-churn trace
-// runs under a quota of 1.10 × its peak live bytes with 0.69% of its requests
-// refused, and under 1.20 × with one refusal in 50,259 requests; the model
-// traces run under 1.02 × without a refusal (BenchmarkTrace reports both
-// figures). Address-ordered best fit over whole classes, medium segments of 8
+// runs under a quota of 1.10 × its peak live bytes with 0.78% of its requests
+// refused; the model traces run under 1.02 × without a refusal
+// (BenchmarkTrace reports both figures). Address-ordered best fit over whole classes, medium segments of 8
 // or 64 MiB instead of 20, and small segments of 8 MiB were measured on that
 // trace and did not lower either figure by more than 0.01 (larger segments
 // raise the first: growth overshoots more). Visiting streams in creation order
