@@ -83,6 +83,10 @@ print("copied:      %d MiB host->device, %d MiB device->host, %d MiB device->dev
 p = s["pool"]
 print("pool:        %d of %d allocations served from its cache" % (p["cache_hits"], p["allocs"]))
 print("tiers:       %d MiB spilled to the host, %d MiB promoted back" % (mib(s["spill_bytes"]), mib(s["promote_bytes"])))
-print("page faults: %d in the job, %d of them on spilled memory" % (s["page_faults"]["total"], s["page_faults"]["spilled"]))
+a = s["accesses"]
+print("accesses:    %d of the job's %d copies and memsets touched spilled memory (%d of %d MiB)"
+      % (a["spilled"], a["total"], mib(a["spilled_bytes"]), mib(a["bytes"])))
+print("page faults: %d on the CPU, %d of them on spilled memory, which only the GPU reads here"
+      % (s["page_faults"]["total"], s["page_faults"]["spilled"]))
 print("drops:       %d records lost" % s["drops"])
 PY
