@@ -2603,11 +2603,33 @@ static struct array_unit format_unit(CUarray_format format, unsigned int channel
     }
 }
 
-/* The runtime's channel descriptor: its components' bits (NV12 as the driver's format). */
+/* The runtime's channel descriptor: its components' bits; NV12 and the
+ * block-compressed kinds, whose components are a decoded texel's, as the
+ * driver's formats. */
 static struct array_unit channel_unit(const struct cudaChannelFormatDesc *desc)
 {
-    if (desc->f == cudaChannelFormatKindNV12)
+    switch (desc->f) {
+    case cudaChannelFormatKindNV12:
         return format_unit(CU_AD_FORMAT_NV12, 1);
+    case cudaChannelFormatKindUnsignedBlockCompressed1:
+    case cudaChannelFormatKindUnsignedBlockCompressed1SRGB:
+    case cudaChannelFormatKindUnsignedBlockCompressed4:
+    case cudaChannelFormatKindSignedBlockCompressed4:
+        return format_unit(CU_AD_FORMAT_BC1_UNORM, 4); /* 8 bytes a block */
+    case cudaChannelFormatKindUnsignedBlockCompressed2:
+    case cudaChannelFormatKindUnsignedBlockCompressed2SRGB:
+    case cudaChannelFormatKindUnsignedBlockCompressed3:
+    case cudaChannelFormatKindUnsignedBlockCompressed3SRGB:
+    case cudaChannelFormatKindUnsignedBlockCompressed5:
+    case cudaChannelFormatKindSignedBlockCompressed5:
+    case cudaChannelFormatKindUnsignedBlockCompressed6H:
+    case cudaChannelFormatKindSignedBlockCompressed6H:
+    case cudaChannelFormatKindUnsignedBlockCompressed7:
+    case cudaChannelFormatKindUnsignedBlockCompressed7SRGB:
+        return format_unit(CU_AD_FORMAT_BC2_UNORM, 4); /* 16 bytes a block */
+    default:
+        break;
+    }
     if (desc->x < 0 || desc->y < 0 || desc->z < 0 || desc->w < 0)
         return (struct array_unit){0, 1, 1}; /* refused by CUDA */
     uint64_t bits = (uint64_t)desc->x + (uint64_t)desc->y + (uint64_t)desc->z + (uint64_t)desc->w;

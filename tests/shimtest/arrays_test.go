@@ -157,3 +157,17 @@ func TestArrayDeferredMappingNotCounted(t *testing.T) {
 	checkInfo(t, out, "i", 0, 16*arrayMiB)
 	checkInfo(t, out, "i", 1, 16*arrayMiB)
 }
+
+// TestArrayBlockCompressedRuntime: the runtime describes a block-compressed
+// array by a decoded texel's components (BC1: 8 bits x 4), but it holds
+// 4x4 texels in a block of 8 bytes, which is what the quota is charged:
+// under a full quota the refusal names the packed size.
+func TestArrayBlockCompressedRuntime(t *testing.T) {
+	out, stderr, _ := runArrays(t, 64*arrayMiB, nil,
+		"A", "1024", "1024", "A", "1024", "1024", "A", "1024", "1024", "A", "1024", "1024",
+		"B", "1024", "1024")
+	checkSteps(t, out, []step{{"A", 3, cuSuccess}, {"B", 0, harness.ErrMemoryAllocation}})
+	if !strings.Contains(stderr, "a CUDA array of 512KiB refused on device 0") {
+		t.Errorf("the refused 1024 x 1024 BC1 array is not charged its 512 KiB of blocks:\n%s", stderr)
+	}
+}

@@ -493,7 +493,22 @@ enum cudaChannelFormatKind {
     cudaChannelFormatKindUnsigned = 1,
     cudaChannelFormatKindFloat = 2,
     cudaChannelFormatKindNone = 3,
-    cudaChannelFormatKindNV12 = 4
+    cudaChannelFormatKindNV12 = 4,
+    /* Block-compressed: x, y, z, w give a decoded texel's components. */
+    cudaChannelFormatKindUnsignedBlockCompressed1 = 17,
+    cudaChannelFormatKindUnsignedBlockCompressed1SRGB = 18,
+    cudaChannelFormatKindUnsignedBlockCompressed2 = 19,
+    cudaChannelFormatKindUnsignedBlockCompressed2SRGB = 20,
+    cudaChannelFormatKindUnsignedBlockCompressed3 = 21,
+    cudaChannelFormatKindUnsignedBlockCompressed3SRGB = 22,
+    cudaChannelFormatKindUnsignedBlockCompressed4 = 23,
+    cudaChannelFormatKindSignedBlockCompressed4 = 24,
+    cudaChannelFormatKindUnsignedBlockCompressed5 = 25,
+    cudaChannelFormatKindSignedBlockCompressed5 = 26,
+    cudaChannelFormatKindUnsignedBlockCompressed6H = 27,
+    cudaChannelFormatKindSignedBlockCompressed6H = 28,
+    cudaChannelFormatKindUnsignedBlockCompressed7 = 29,
+    cudaChannelFormatKindUnsignedBlockCompressed7SRGB = 30
 };
 
 /* Bits per component x, y, z, w (0: absent) and their kind. */

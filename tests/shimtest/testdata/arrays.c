@@ -11,6 +11,8 @@
  *   d SLOT   cuArrayDestroy                  -> "d RC"
  *   A W H    cudaMallocArray                 -> "A RC SLOT"
  *   T W H D  cudaMalloc3DArray               -> "T RC SLOT"
+ *   B W H    cudaMalloc3DArray of BC1 texels (as cudaCreateChannelDesc gives them:
+ *            8 bits x 4, packed 8 bytes a 4x4 block) -> "B RC SLOT"
  *   F SLOT   cudaFreeArray                   -> "F RC"
  *   e        cudaGetLastError                -> "e RC"
  *   i        cuMemGetInfo_v2                 -> "i RC FREE TOTAL"
@@ -53,6 +55,7 @@ static void driver_array(char op, const char *w, const char *h, const char *d, u
 }
 
 static const struct cudaChannelFormatDesc float4 = {32, 32, 32, 32, cudaChannelFormatKindFloat};
+static const struct cudaChannelFormatDesc bc1 = {8, 8, 8, 8, cudaChannelFormatKindUnsignedBlockCompressed1};
 
 int main(int argc, char **argv)
 {
@@ -116,6 +119,14 @@ int main(int argc, char **argv)
             cudaError_t rc = cudaMalloc3DArray(&arr, &float4, extent, 0);
             printf("T %d %d\n", rc, rc == cudaSuccess ? keep((CUarray)arr) : -1);
             i += 3;
+            break;
+        }
+        case 'B': {
+            cudaArray_t arr = NULL;
+            struct cudaExtent extent = {strtoull(a, NULL, 0), strtoull(b, NULL, 0), 0};
+            cudaError_t rc = cudaMalloc3DArray(&arr, &bc1, extent, 0);
+            printf("B %d %d\n", rc, rc == cudaSuccess ? keep((CUarray)arr) : -1);
+            i += 2;
             break;
         }
         case 'F':
