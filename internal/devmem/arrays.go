@@ -35,6 +35,12 @@ func (c *Core) ArrayCreated(handle, ctx uint64, ordinal int, size uint64) {
 	if a.arrays == nil {
 		a.arrays = map[uint64]array{}
 	}
+	// CUDA hands a live handle out once: one still recorded is an array
+	// destroyed with its context, whose handle was reused before the
+	// destruction was told (CtxDestroyed, after the real cuCtxDestroy).
+	if old, ok := a.arrays[handle]; ok {
+		old.ledger.giveOutside(charge(old.size))
+	}
 	a.arrays[handle] = array{ctx: ctx, ordinal: ordinal, size: size, ledger: ledger}
 }
 

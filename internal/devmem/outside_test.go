@@ -278,3 +278,29 @@ func TestTakeKindNames(t *testing.T) {
 		}
 	}
 }
+
+// TestArrayHandleReused: CUDA may hand an array's handle to a new array as
+// soon as the old one is destroyed with its context, before the core hears
+// of the destruction (another thread creates an array between cuCtxDestroy
+// and the shim's account of it). The old array's bytes are given back then,
+// and the new array's stay until it is destroyed.
+func TestArrayHandleReused(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=8MiB")
+	c := &Core{mem: m.memory}
+	used := func() uint64 { return m.existing(0).ledger.used() }
+	const handle = 0xa11a
+	for _, ctx := range []uint64{1, 2} {
+		if rc := c.Take(0, 2<<20, TakeArray); rc != interpose.Success {
+			t.Fatal(rc)
+		}
+		c.ArrayCreated(handle, ctx, 0, 2<<20)
+	}
+	c.CtxDestroyed(1)
+	if got := used(); got != 2<<20 {
+		t.Errorf("used %d once context 1 went, want the 2 MiB of the array now holding its handle", got)
+	}
+	c.ArrayDestroyed(handle)
+	if got := used(); got != 0 {
+		t.Errorf("used %d once every array is destroyed, want 0", got)
+	}
+}
