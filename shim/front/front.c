@@ -2560,18 +2560,20 @@ struct array_unit {
 
 static struct array_unit format_unit(CUarray_format format, unsigned int channels)
 {
+    /* The plain formats pack 1, 2 or 4 channels: CUDA refuses others, so nothing is counted. */
+    uint64_t packed = channels == 1 || channels == 2 || channels == 4 ? channels : 0;
     switch (format) {
     case CU_AD_FORMAT_UNSIGNED_INT8:
     case CU_AD_FORMAT_SIGNED_INT8:
-        return (struct array_unit){channels, 1, 1};
+        return (struct array_unit){packed, 1, 1};
     case CU_AD_FORMAT_UNSIGNED_INT16:
     case CU_AD_FORMAT_SIGNED_INT16:
     case CU_AD_FORMAT_HALF:
-        return (struct array_unit){2ull * channels, 1, 1};
+        return (struct array_unit){2 * packed, 1, 1};
     case CU_AD_FORMAT_UNSIGNED_INT32:
     case CU_AD_FORMAT_SIGNED_INT32:
     case CU_AD_FORMAT_FLOAT:
-        return (struct array_unit){4ull * channels, 1, 1};
+        return (struct array_unit){4 * packed, 1, 1};
     case CU_AD_FORMAT_NV12: /* a byte of luma per element, chroma at half resolution */
         return (struct array_unit){3, 2, 1};
     case CU_AD_FORMAT_UNORM_INT8X1:
@@ -2632,6 +2634,15 @@ static struct array_unit channel_unit(const struct cudaChannelFormatDesc *desc)
     }
     if (desc->x < 0 || desc->y < 0 || desc->z < 0 || desc->w < 0)
         return (struct array_unit){0, 1, 1}; /* refused by CUDA */
+    /* The plain kinds have 1, 2 or 4 components from x on, all of x's size:
+     * CUDA refuses others (float3 the usual one), so nothing is counted. */
+    if (desc->f == cudaChannelFormatKindSigned || desc->f == cudaChannelFormatKindUnsigned ||
+        desc->f == cudaChannelFormatKindFloat) {
+        int n = desc->y == 0 ? 1 : desc->z == 0 ? 2 : 4;
+        if (desc->y != (n > 1 ? desc->x : 0) || desc->z != (n > 2 ? desc->x : 0) ||
+            desc->w != (n > 2 ? desc->x : 0))
+            return (struct array_unit){0, 1, 1};
+    }
     uint64_t bits = (uint64_t)desc->x + (uint64_t)desc->y + (uint64_t)desc->z + (uint64_t)desc->w;
     return (struct array_unit){(bits + 7) / 8, 1, 1};
 }

@@ -171,3 +171,19 @@ func TestArrayBlockCompressedRuntime(t *testing.T) {
 		t.Errorf("the refused 1024 x 1024 BC1 array is not charged its 512 KiB of blocks:\n%s", stderr)
 	}
 }
+
+// TestArrayInvalidChannelsNotCharged: a descriptor CUDA refuses (three
+// channels, float3) gets CUDA's own error for it, also when the quota is
+// full, rather than an out-of-memory refusal and a warning that blame the
+// quota.
+func TestArrayInvalidChannelsNotCharged(t *testing.T) {
+	const errInvalidChannelDescriptor = 20 // cudaErrorInvalidChannelDescriptor
+	out, stderr, _ := runArrays(t, 64*arrayMiB, nil,
+		"a", "1024", "1024", "0", "a", "1024", "1024", "0", "a", "1024", "1024", "0", "a", "1024", "1024", "0",
+		"n", "1024", "1024", "0", "3", "V", "1024", "1024")
+	checkSteps(t, out, []step{{"a", 3, cuSuccess}, {"n", 0, harness.ErrInvalidValue},
+		{"V", 0, errInvalidChannelDescriptor}})
+	if strings.Contains(stderr, "refused") {
+		t.Errorf("an array CUDA refuses for its channels was refused for the quota:\n%s", stderr)
+	}
+}

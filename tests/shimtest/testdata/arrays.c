@@ -8,11 +8,13 @@
  *   k W H    cuArrayCreate_v2                -> "k RC SLOT"
  *   f W H D  cuArray3DCreate_v2 with CUDA_ARRAY3D_DEFERRED_MAPPING -> "f RC SLOT"
  *   g W H D  cuArray3DCreate_v2 as cuGetProcAddress_v2 hands it out -> "g RC SLOT"
+ *   n W H D C cuArray3DCreate_v2 of C float channels -> "n RC SLOT"
  *   d SLOT   cuArrayDestroy                  -> "d RC"
  *   A W H    cudaMallocArray                 -> "A RC SLOT"
  *   T W H D  cudaMalloc3DArray               -> "T RC SLOT"
  *   B W H    cudaMalloc3DArray of BC1 texels (as cudaCreateChannelDesc gives them:
  *            8 bits x 4, packed 8 bytes a 4x4 block) -> "B RC SLOT"
+ *   V W H    cudaMallocArray of float3 (which CUDA arrays do not have) -> "V RC SLOT"
  *   F SLOT   cudaFreeArray                   -> "F RC"
  *   e        cudaGetLastError                -> "e RC"
  *   i        cuMemGetInfo_v2                 -> "i RC FREE TOTAL"
@@ -45,16 +47,18 @@ static int keep(CUarray a)
     return nslots++;
 }
 
-static void driver_array(char op, const char *w, const char *h, const char *d, unsigned int flags)
+static void driver_array(char op, const char *w, const char *h, const char *d, unsigned int channels,
+                         unsigned int flags)
 {
     CUDA_ARRAY3D_DESCRIPTOR desc = {strtoull(w, NULL, 0), strtoull(h, NULL, 0), strtoull(d, NULL, 0),
-                                    CU_AD_FORMAT_FLOAT, 4, flags};
+                                    CU_AD_FORMAT_FLOAT, channels, flags};
     CUarray a = NULL;
     CUresult rc = cuArray3DCreate_v2(&a, &desc);
     printf("%c %d %d\n", op, rc, rc == CUDA_SUCCESS ? keep(a) : -1);
 }
 
 static const struct cudaChannelFormatDesc float4 = {32, 32, 32, 32, cudaChannelFormatKindFloat};
+static const struct cudaChannelFormatDesc float3 = {32, 32, 32, 0, cudaChannelFormatKindFloat};
 static const struct cudaChannelFormatDesc bc1 = {8, 8, 8, 8, cudaChannelFormatKindUnsignedBlockCompressed1};
 
 int main(int argc, char **argv)
@@ -74,12 +78,16 @@ int main(int argc, char **argv)
         const char *c = i + 3 < argc ? argv[i + 3] : "0";
         switch (op[0]) {
         case 'a':
-            driver_array('a', a, b, c, 0);
+            driver_array('a', a, b, c, 4, 0);
             i += 3;
             break;
         case 'f':
-            driver_array('f', a, b, c, CUDA_ARRAY3D_DEFERRED_MAPPING);
+            driver_array('f', a, b, c, 4, CUDA_ARRAY3D_DEFERRED_MAPPING);
             i += 3;
+            break;
+        case 'n':
+            driver_array('n', a, b, c, (unsigned int)atoi(i + 4 < argc ? argv[i + 4] : "0"), 0);
+            i += 4;
             break;
         case 'g': {
             CUresult (*create)(CUarray *, const CUDA_ARRAY3D_DESCRIPTOR *) = NULL;
@@ -119,6 +127,13 @@ int main(int argc, char **argv)
             cudaError_t rc = cudaMalloc3DArray(&arr, &float4, extent, 0);
             printf("T %d %d\n", rc, rc == cudaSuccess ? keep((CUarray)arr) : -1);
             i += 3;
+            break;
+        }
+        case 'V': {
+            cudaArray_t arr = NULL;
+            cudaError_t rc = cudaMallocArray(&arr, &float3, strtoull(a, NULL, 0), strtoull(b, NULL, 0), 0);
+            printf("V %d %d\n", rc, rc == cudaSuccess ? keep((CUarray)arr) : -1);
+            i += 2;
             break;
         }
         case 'B': {
