@@ -15,6 +15,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -49,7 +50,11 @@
 	X(cudaMemPoolCreate) X(cudaMemPoolDestroy) X(cudaDeviceGetDefaultMemPool)           \
 	X(cudaMallocFromPoolAsync) X(cudaMemPoolSetAttribute) X(cudaMemPoolGetAttribute)    \
 	X(cudaMemPoolTrimTo) X(cudaDeviceGetMemPool) X(cudaMallocArray) X(cudaMalloc3DArray)    \
-	X(cudaFreeArray) X(cudaArrayGetInfo) X(cudaArrayGetMemoryRequirements)
+	X(cudaFreeArray) X(cudaArrayGetInfo) X(cudaArrayGetMemoryRequirements)              \
+	X(cudaMemcpy_ptds) X(cudaMemcpyAsync_ptsz) X(cudaMemset_ptds) X(cudaMemsetAsync_ptsz) \
+	X(cudaMallocAsync_ptsz) X(cudaFreeAsync_ptsz) X(cudaMallocFromPoolAsync_ptsz)        \
+	X(cudaStreamSynchronize_ptsz) X(cudaStreamQuery_ptsz) X(cudaEventRecord_ptsz)         \
+	X(cudaStreamWaitEvent_ptsz) X(cudaLaunchHostFunc_ptsz) X(cudaMemPrefetchAsync_ptsz)
 
 #define API_ID(name) API_##name,
 enum { RUNTIME_APIS(API_ID) API_COUNT };
@@ -57,8 +62,14 @@ enum { RUNTIME_APIS(API_ID) API_COUNT };
 static const char *const api_names[API_COUNT] = {RUNTIME_APIS(API_NAME)};
 static uint64_t api_calls[API_COUNT];
 
-/* The driver functions the runtime uses, obtained with cuGetProcAddress_v2. */
-static struct {
+/*
+ * The driver functions the runtime uses, obtained with cuGetProcAddress_v2:
+ * drv for the legacy default stream, drv_pt for the per-thread one (the
+ * driver's _ptsz/_ptds variants, where a function has one), which the
+ * runtime's own _ptsz/_ptds entry points call, as a program built with
+ * --default-stream per-thread does.
+ */
+static struct driver {
 	CUresult (*Init)(unsigned int);
 	CUresult (*DriverGetVersion)(int *);
 	CUresult (*GetExportTable)(const void **, const CUuuid *);
@@ -136,12 +147,12 @@ static struct {
 	/* Kept for cudaGetDriverEntryPoint. */
 	CUresult (*GetProcAddress)(const char *, void **, int, cuuint64_t,
 				   CUdriverProcAddressQueryResult *);
-} drv;
+} drv, drv_pt;
 
-#define DRV(base, field) {base, (void **)&drv.field}
+#define DRV(base, field) {base, offsetof(struct driver, field)}
 static const struct {
 	const char *name;
-	void **slot;
+	size_t offset;
 } drv_symbols[] = {
 	DRV("cuInit", Init), DRV("cuDriverGetVersion", DriverGetVersion),
 	DRV("cuGetExportTable", GetExportTable), DRV("cuDeviceGetCount", DeviceGetCount),
@@ -282,11 +293,16 @@ static cudaError_t load_driver(void)
 	if (get_proc == NULL)
 		return cudaErrorInsufficientDriver;
 	drv.GetProcAddress = get_proc;
+	drv_pt.GetProcAddress = get_proc;
 	for (size_t i = 0; i < sizeof(drv_symbols) / sizeof(drv_symbols[0]); i++) {
 		CUdriverProcAddressQueryResult status;
-		CUresult rc = get_proc(drv_symbols[i].name, drv_symbols[i].slot, CUDART_VERSION,
-				       CU_GET_PROC_ADDRESS_LEGACY_STREAM, &status);
-		if (rc != CUDA_SUCCESS || *drv_symbols[i].slot == NULL)
+		void **legacy = (void **)((char *)&drv + drv_symbols[i].offset);
+		void **per_thread = (void **)((char *)&drv_pt + drv_symbols[i].offset);
+		if (get_proc(drv_symbols[i].name, legacy, CUDART_VERSION, CU_GET_PROC_ADDRESS_LEGACY_STREAM,
+			     &status) != CUDA_SUCCESS || *legacy == NULL ||
+		    get_proc(drv_symbols[i].name, per_thread, CUDART_VERSION,
+			     CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM, &status) != CUDA_SUCCESS ||
+		    *per_thread == NULL)
 			return cudaErrorInsufficientDriver;
 	}
 	static const CUuuid table_id = SIMCUDA_EXPORT_TABLE_ID;
@@ -767,17 +783,45 @@ RT_API cudaError_t cudaMemGetInfo(size_t *free, size_t *total)
 	return DRIVER(drv.MemGetInfo(free, total));
 }
 
-RT_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+/* A copy through driver dv: the legacy or the per-thread default stream's. */
+static cudaError_t memcpy_with(const struct driver *dv, void *dst, const void *src, size_t count,
+			       enum cudaMemcpyKind kind)
 {
 	CUdeviceptr d = (CUdeviceptr)dst, s = (CUdeviceptr)src;
 
-	ENTER(cudaMemcpy, NEED_CONTEXT);
 	switch (kind) {
-	case cudaMemcpyHostToDevice: return DRIVER(drv.MemcpyHtoD(d, src, count));
-	case cudaMemcpyDeviceToHost: return DRIVER(drv.MemcpyDtoH(dst, s, count));
-	case cudaMemcpyDeviceToDevice: return DRIVER(drv.MemcpyDtoD(d, s, count));
+	case cudaMemcpyHostToDevice: return DRIVER(dv->MemcpyHtoD(d, src, count));
+	case cudaMemcpyDeviceToHost: return DRIVER(dv->MemcpyDtoH(dst, s, count));
+	case cudaMemcpyDeviceToDevice: return DRIVER(dv->MemcpyDtoD(d, s, count));
 	case cudaMemcpyHostToHost:
-	case cudaMemcpyDefault: return DRIVER(drv.Memcpy(d, s, count));
+	case cudaMemcpyDefault: return DRIVER(dv->Memcpy(d, s, count));
+	default: return done(cudaErrorInvalidMemcpyDirection);
+	}
+}
+
+RT_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+	ENTER(cudaMemcpy, NEED_CONTEXT);
+	return memcpy_with(&drv, dst, src, count, kind);
+}
+
+RT_API cudaError_t cudaMemcpy_ptds(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind)
+{
+	ENTER(cudaMemcpy_ptds, NEED_CONTEXT);
+	return memcpy_with(&drv_pt, dst, src, count, kind);
+}
+
+static cudaError_t memcpy_async_with(const struct driver *dv, void *dst, const void *src,
+				     size_t count, enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+	CUdeviceptr d = (CUdeviceptr)dst, s = (CUdeviceptr)src;
+
+	switch (kind) {
+	case cudaMemcpyHostToDevice: return DRIVER(dv->MemcpyHtoDAsync(d, src, count, stream));
+	case cudaMemcpyDeviceToHost: return DRIVER(dv->MemcpyDtoHAsync(dst, s, count, stream));
+	case cudaMemcpyDeviceToDevice: return DRIVER(dv->MemcpyDtoDAsync(d, s, count, stream));
+	case cudaMemcpyHostToHost:
+	case cudaMemcpyDefault: return DRIVER(dv->MemcpyAsync(d, s, count, stream));
 	default: return done(cudaErrorInvalidMemcpyDirection);
 	}
 }
@@ -785,17 +829,15 @@ RT_API cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cud
 RT_API cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count,
 				   enum cudaMemcpyKind kind, cudaStream_t stream)
 {
-	CUdeviceptr d = (CUdeviceptr)dst, s = (CUdeviceptr)src;
-
 	ENTER(cudaMemcpyAsync, NEED_CONTEXT);
-	switch (kind) {
-	case cudaMemcpyHostToDevice: return DRIVER(drv.MemcpyHtoDAsync(d, src, count, stream));
-	case cudaMemcpyDeviceToHost: return DRIVER(drv.MemcpyDtoHAsync(dst, s, count, stream));
-	case cudaMemcpyDeviceToDevice: return DRIVER(drv.MemcpyDtoDAsync(d, s, count, stream));
-	case cudaMemcpyHostToHost:
-	case cudaMemcpyDefault: return DRIVER(drv.MemcpyAsync(d, s, count, stream));
-	default: return done(cudaErrorInvalidMemcpyDirection);
-	}
+	return memcpy_async_with(&drv, dst, src, count, kind, stream);
+}
+
+RT_API cudaError_t cudaMemcpyAsync_ptsz(void *dst, const void *src, size_t count,
+					enum cudaMemcpyKind kind, cudaStream_t stream)
+{
+	ENTER(cudaMemcpyAsync_ptsz, NEED_CONTEXT);
+	return memcpy_async_with(&drv_pt, dst, src, count, kind, stream);
 }
 
 RT_API cudaError_t cudaMemset(void *devPtr, int value, size_t count)
@@ -804,10 +846,22 @@ RT_API cudaError_t cudaMemset(void *devPtr, int value, size_t count)
 	return DRIVER(drv.MemsetD8((CUdeviceptr)devPtr, (unsigned char)value, count));
 }
 
+RT_API cudaError_t cudaMemset_ptds(void *devPtr, int value, size_t count)
+{
+	ENTER(cudaMemset_ptds, NEED_CONTEXT);
+	return DRIVER(drv_pt.MemsetD8((CUdeviceptr)devPtr, (unsigned char)value, count));
+}
+
 RT_API cudaError_t cudaMemsetAsync(void *devPtr, int value, size_t count, cudaStream_t stream)
 {
 	ENTER(cudaMemsetAsync, NEED_CONTEXT);
 	return DRIVER(drv.MemsetD8Async((CUdeviceptr)devPtr, (unsigned char)value, count, stream));
+}
+
+RT_API cudaError_t cudaMemsetAsync_ptsz(void *devPtr, int value, size_t count, cudaStream_t stream)
+{
+	ENTER(cudaMemsetAsync_ptsz, NEED_CONTEXT);
+	return DRIVER(drv_pt.MemsetD8Async((CUdeviceptr)devPtr, (unsigned char)value, count, stream));
 }
 
 static CUmemLocation location_of(int device)
@@ -835,10 +889,24 @@ RT_API cudaError_t cudaMemPrefetchAsync(const void *devPtr, size_t count, int ds
 					   stream));
 }
 
+RT_API cudaError_t cudaMemPrefetchAsync_ptsz(const void *devPtr, size_t count, int dstDevice,
+					     cudaStream_t stream)
+{
+	ENTER(cudaMemPrefetchAsync_ptsz, NEED_CONTEXT);
+	return DRIVER(drv_pt.MemPrefetchAsync((CUdeviceptr)devPtr, count, location_of(dstDevice), 0,
+					      stream));
+}
+
 RT_API cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t hStream)
 {
 	ENTER(cudaMallocAsync, NEED_CONTEXT);
 	return DRIVER(drv.MemAllocAsync((CUdeviceptr *)devPtr, size, hStream));
+}
+
+RT_API cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaStream_t hStream)
+{
+	ENTER(cudaMallocAsync_ptsz, NEED_CONTEXT);
+	return DRIVER(drv_pt.MemAllocAsync((CUdeviceptr *)devPtr, size, hStream));
 }
 
 RT_API cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
@@ -847,11 +915,24 @@ RT_API cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t hStream)
 	return DRIVER(drv.MemFreeAsync((CUdeviceptr)devPtr, hStream));
 }
 
+RT_API cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t hStream)
+{
+	ENTER(cudaFreeAsync_ptsz, NEED_CONTEXT);
+	return DRIVER(drv_pt.MemFreeAsync((CUdeviceptr)devPtr, hStream));
+}
+
 RT_API cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_t memPool,
 					   cudaStream_t stream)
 {
 	ENTER(cudaMallocFromPoolAsync, NEED_CONTEXT);
 	return DRIVER(drv.MemAllocFromPoolAsync((CUdeviceptr *)ptr, size, memPool, stream));
+}
+
+RT_API cudaError_t cudaMallocFromPoolAsync_ptsz(void **ptr, size_t size, cudaMemPool_t memPool,
+						cudaStream_t stream)
+{
+	ENTER(cudaMallocFromPoolAsync_ptsz, NEED_CONTEXT);
+	return DRIVER(drv_pt.MemAllocFromPoolAsync((CUdeviceptr *)ptr, size, memPool, stream));
 }
 
 RT_API cudaError_t cudaMemPoolCreate(cudaMemPool_t *memPool, const struct cudaMemPoolProps *poolProps)
@@ -969,6 +1050,12 @@ RT_API cudaError_t cudaStreamSynchronize(cudaStream_t stream)
 	return DRIVER(drv.StreamSynchronize(stream));
 }
 
+RT_API cudaError_t cudaStreamSynchronize_ptsz(cudaStream_t stream)
+{
+	ENTER(cudaStreamSynchronize_ptsz, NEED_CONTEXT);
+	return DRIVER(drv_pt.StreamSynchronize(stream));
+}
+
 RT_API cudaError_t cudaStreamQuery(cudaStream_t stream)
 {
 	ENTER(cudaStreamQuery, NEED_CONTEXT);
@@ -979,10 +1066,22 @@ RT_API cudaError_t cudaStreamQuery(cudaStream_t stream)
 	return DRIVER(drv.StreamQuery(stream));
 }
 
+RT_API cudaError_t cudaStreamQuery_ptsz(cudaStream_t stream)
+{
+	ENTER(cudaStreamQuery_ptsz, NEED_CONTEXT);
+	return DRIVER(drv_pt.StreamQuery(stream));
+}
+
 RT_API cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
 {
 	ENTER(cudaStreamWaitEvent, NEED_CONTEXT);
 	return DRIVER(drv.StreamWaitEvent(stream, event, flags));
+}
+
+RT_API cudaError_t cudaStreamWaitEvent_ptsz(cudaStream_t stream, cudaEvent_t event, unsigned int flags)
+{
+	ENTER(cudaStreamWaitEvent_ptsz, NEED_CONTEXT);
+	return DRIVER(drv_pt.StreamWaitEvent(stream, event, flags));
 }
 
 RT_API cudaError_t cudaEventCreate(cudaEvent_t *event)
@@ -1001,6 +1100,12 @@ RT_API cudaError_t cudaEventRecord(cudaEvent_t event, cudaStream_t stream)
 {
 	ENTER(cudaEventRecord, NEED_CONTEXT);
 	return DRIVER(drv.EventRecord(event, stream));
+}
+
+RT_API cudaError_t cudaEventRecord_ptsz(cudaEvent_t event, cudaStream_t stream)
+{
+	ENTER(cudaEventRecord_ptsz, NEED_CONTEXT);
+	return DRIVER(drv_pt.EventRecord(event, stream));
 }
 
 RT_API cudaError_t cudaEventQuery(cudaEvent_t event)
@@ -1031,6 +1136,12 @@ RT_API cudaError_t cudaLaunchHostFunc(cudaStream_t stream, cudaHostFn_t fn, void
 {
 	ENTER(cudaLaunchHostFunc, NEED_CONTEXT);
 	return DRIVER(drv.LaunchHostFunc(stream, fn, userData));
+}
+
+RT_API cudaError_t cudaLaunchHostFunc_ptsz(cudaStream_t stream, cudaHostFn_t fn, void *userData)
+{
+	ENTER(cudaLaunchHostFunc_ptsz, NEED_CONTEXT);
+	return DRIVER(drv_pt.LaunchHostFunc(stream, fn, userData));
 }
 
 /* ---- stream capture and graphs ---- */
@@ -1126,8 +1237,8 @@ RT_API cudaError_t cudaGraphDestroy(cudaGraph_t graph)
 
 /*
  * Both go to the driver's cuGetProcAddress with the flags translated:
- * cudaEnableDefault means this runtime's default stream, the legacy one
- * (it has no per-thread entry points). A symbol the driver lacks, or lacks
+ * cudaEnableDefault means the default stream of the runtime's ordinary
+ * names, the legacy one. A symbol the driver lacks, or lacks
  * at that version, is not an error: funcPtr is NULL and driverStatus says why.
  */
 static cudaError_t driver_entry_point(const char *symbol, void **funcPtr, int version,

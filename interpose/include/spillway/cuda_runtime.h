@@ -16,6 +16,28 @@ extern "C" {
 
 #define CUDART_VERSION 12040
 
+/*
+ * A program built with --default-stream per-thread (nvcc defines
+ * CUDA_API_PER_THREAD_DEFAULT_STREAM) calls the per-thread entry points,
+ * whose default stream is the calling thread's: _ptds for the calls without
+ * a stream, _ptsz for those with one. These are the ones simcuda has.
+ */
+#if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
+#define cudaMemcpy cudaMemcpy_ptds
+#define cudaMemset cudaMemset_ptds
+#define cudaMemcpyAsync cudaMemcpyAsync_ptsz
+#define cudaMemsetAsync cudaMemsetAsync_ptsz
+#define cudaMallocAsync cudaMallocAsync_ptsz
+#define cudaFreeAsync cudaFreeAsync_ptsz
+#define cudaMallocFromPoolAsync cudaMallocFromPoolAsync_ptsz
+#define cudaStreamSynchronize cudaStreamSynchronize_ptsz
+#define cudaStreamQuery cudaStreamQuery_ptsz
+#define cudaEventRecord cudaEventRecord_ptsz
+#define cudaStreamWaitEvent cudaStreamWaitEvent_ptsz
+#define cudaLaunchHostFunc cudaLaunchHostFunc_ptsz
+#define cudaMemPrefetchAsync cudaMemPrefetchAsync_ptsz
+#endif
+
 typedef struct CUstream_st *cudaStream_t;
 typedef struct CUevent_st *cudaEvent_t;
 
