@@ -2,10 +2,11 @@
 # loads at the first CUDA call (build/lib/libspillway-core.so), and the
 # spillway command (build/bin/spillway).
 
-SHIM_FRONT_SRCS := shim/front/front.c shim/front/dlsym.c
-SHIM_FRONT_DEPS := $(SHIM_FRONT_SRCS) shim/front/dlsym.h shim/core/abi.h interpose/real.h interpose/calls.h \
-	interpose/probes.h interpose/include/spillway/cuda.h \
-	interpose/include/spillway/cuda_runtime.h build/shim.mk
+SHIM_FRONT_SRCS := shim/front/front.c shim/front/real.c shim/front/runtime.c shim/front/driver.c \
+	shim/front/streams.c shim/front/pools.c shim/front/contexts.c shim/front/vmm.c \
+	shim/front/arrays.c shim/front/nvml.c shim/front/dlsym.c
+SHIM_FRONT_DEPS := $(SHIM_FRONT_SRCS) $(wildcard shim/front/*.h) shim/core/abi.h interpose/real.h \
+	interpose/calls.h interpose/probes.h $(wildcard interpose/include/spillway/*.h) build/shim.mk
 SHIM_FRONT_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hidden \
 	-Iinterpose/include -Iinterpose -Ishim/core
 

@@ -2,10 +2,11 @@
  * calls.h: the one list of the CUDA functions the shim knows, and of the
  * core's entry points. Everything that must agree about them is generated
  * from these rows: the table of real functions and its names (real.h), the
- * index of each real function and the check that each interposed function
- * has the real one's type (shim/front/front.c), the entry points' types
- * (abi.h), the front's lookups of them, and the check that the Go core
- * exports each one with that type (shim/core/entries.c).
+ * index of each real function, the declaration of each interposed function
+ * and the check that it has the real one's type (shim/front/front.h and
+ * real.c), the entry points' types (abi.h), the front's lookups of them
+ * (shim/front/front.c), and the check that the Go core exports each one
+ * with that type (shim/core/entries.c).
  *
  * Define the macros a reader needs, then include this file (it has no
  * include guard: each inclusion is one expansion); the others

@@ -1,0 +1,282 @@
+/*
+ * arrays.c: CUDA arrays, taken from the quota by their footprint before the
+ * real call and given back when they are destroyed (or their context is).
+ */
+#define _GNU_SOURCE
+
+#include "front.h"
+
+/*
+ * An array's memory is charged its footprint, estimated from its
+ * descriptor: CUDA tells an array's size only for one made with
+ * CUDA_ARRAY3D_DEFERRED_MAPPING (cuArrayGetMemoryRequirements refuses the
+ * others), and a GPU lays arrays out in tiles, so this is the least one
+ * takes. An array_unit is how its elements pack: bytes for each block of
+ * width x height elements (1 x 1 but for NV12 and the block-compressed
+ * formats).
+ */
+struct array_unit {
+    uint64_t bytes, width, height;
+};
+
+static struct array_unit format_unit(CUarray_format format, unsigned int channels)
+{
+    /* The plain formats pack 1, 2 or 4 channels: CUDA refuses others, so nothing is counted. */
+    uint64_t packed = channels == 1 || channels == 2 || channels == 4 ? channels : 0;
+    switch (format) {
+    case CU_AD_FORMAT_UNSIGNED_INT8:
+    case CU_AD_FORMAT_SIGNED_INT8:
+        return (struct array_unit){packed, 1, 1};
+    case CU_AD_FORMAT_UNSIGNED_INT16:
+    case CU_AD_FORMAT_SIGNED_INT16:
+    case CU_AD_FORMAT_HALF:
+        return (struct array_unit){2 * packed, 1, 1};
+    case CU_AD_FORMAT_UNSIGNED_INT32:
+    case CU_AD_FORMAT_SIGNED_INT32:
+    case CU_AD_FORMAT_FLOAT:
+        return (struct array_unit){4 * packed, 1, 1};
+    case CU_AD_FORMAT_NV12: /* a byte of luma per element, chroma at half resolution */
+        return (struct array_unit){3, 2, 1};
+    case CU_AD_FORMAT_UNORM_INT8X1:
+    case CU_AD_FORMAT_SNORM_INT8X1:
+        return (struct array_unit){1, 1, 1};
+    case CU_AD_FORMAT_UNORM_INT8X2:
+    case CU_AD_FORMAT_SNORM_INT8X2:
+    case CU_AD_FORMAT_UNORM_INT16X1:
+    case CU_AD_FORMAT_SNORM_INT16X1:
+        return (struct array_unit){2, 1, 1};
+    case CU_AD_FORMAT_UNORM_INT8X4:
+    case CU_AD_FORMAT_SNORM_INT8X4:
+    case CU_AD_FORMAT_UNORM_INT16X2:
+    case CU_AD_FORMAT_SNORM_INT16X2:
+        return (struct array_unit){4, 1, 1};
+    case CU_AD_FORMAT_UNORM_INT16X4:
+    case CU_AD_FORMAT_SNORM_INT16X4:
+        return (struct array_unit){8, 1, 1};
+    case CU_AD_FORMAT_BC1_UNORM:
+    case CU_AD_FORMAT_BC1_UNORM_SRGB:
+    case CU_AD_FORMAT_BC4_UNORM:
+    case CU_AD_FORMAT_BC4_SNORM:
+        return (struct array_unit){8, 4, 4};
+    default:
+        if (format >= CU_AD_FORMAT_BC2_UNORM && format <= CU_AD_FORMAT_BC7_UNORM_SRGB)
+            return (struct array_unit){16, 4, 4};
+        /* A format of a later CUDA: the widest element an array has. */
+        return (struct array_unit){16, 1, 1};
+    }
+}
+
+/* The runtime's channel descriptor: its components' bits; NV12 and the
+ * block-compressed kinds, whose components are a decoded texel's, as the
+ * driver's formats. */
+static struct array_unit channel_unit(const struct cudaChannelFormatDesc *desc)
+{
+    switch (desc->f) {
+    case cudaChannelFormatKindNV12:
+        return format_unit(CU_AD_FORMAT_NV12, 1);
+    case cudaChannelFormatKindUnsignedBlockCompressed1:
+    case cudaChannelFormatKindUnsignedBlockCompressed1SRGB:
+    case cudaChannelFormatKindUnsignedBlockCompressed4:
+    case cudaChannelFormatKindSignedBlockCompressed4:
+        return format_unit(CU_AD_FORMAT_BC1_UNORM, 4); /* 8 bytes a block */
+    case cudaChannelFormatKindUnsignedBlockCompressed2:
+    case cudaChannelFormatKindUnsignedBlockCompressed2SRGB:
+    case cudaChannelFormatKindUnsignedBlockCompressed3:
+    case cudaChannelFormatKindUnsignedBlockCompressed3SRGB:
+    case cudaChannelFormatKindUnsignedBlockCompressed5:
+    case cudaChannelFormatKindSignedBlockCompressed5:
+    case cudaChannelFormatKindUnsignedBlockCompressed6H:
+    case cudaChannelFormatKindSignedBlockCompressed6H:
+    case cudaChannelFormatKindUnsignedBlockCompressed7:
+    case cudaChannelFormatKindUnsignedBlockCompressed7SRGB:
+        return format_unit(CU_AD_FORMAT_BC2_UNORM, 4); /* 16 bytes a block */
+    default:
+        break;
+    }
+    if (desc->x < 0 || desc->y < 0 || desc->z < 0 || desc->w < 0)
+        return (struct array_unit){0, 1, 1}; /* refused by CUDA */
+    /* The plain kinds have 1, 2 or 4 components from x on, all of x's size:
+     * CUDA refuses others (float3 the usual one), so nothing is counted. */
+    if (desc->f == cudaChannelFormatKindSigned || desc->f == cudaChannelFormatKindUnsigned ||
+        desc->f == cudaChannelFormatKindFloat) {
+        int n = desc->y == 0 ? 1 : desc->z == 0 ? 2 : 4;
+        if (desc->y != (n > 1 ? desc->x : 0) || desc->z != (n > 2 ? desc->x : 0) ||
+            desc->w != (n > 2 ? desc->x : 0))
+            return (struct array_unit){0, 1, 1};
+    }
+    uint64_t bits = (uint64_t)desc->x + (uint64_t)desc->y + (uint64_t)desc->z + (uint64_t)desc->w;
+    return (struct array_unit){(bits + 7) / 8, 1, 1};
+}
+
+/*
+ * The bytes an array of width x height x depth (0 counts as 1, but for the
+ * width) units of u takes; 0 when it takes none of its own (a sparse or
+ * deferred-mapping array, mapped onto cuMemCreate memory, which is counted)
+ * or when CUDA refuses it anyway (a zero width or unit, extents whose
+ * product overflows).
+ */
+static uint64_t array_footprint(struct array_unit u, uint64_t width, uint64_t height, uint64_t depth,
+                                unsigned int flags)
+{
+    if (flags & (CUDA_ARRAY3D_SPARSE | CUDA_ARRAY3D_DEFERRED_MAPPING))
+        return 0;
+    uint64_t extents[3] = {(width + u.width - 1) / u.width,
+                           ((height ? height : 1) + u.height - 1) / u.height, depth ? depth : 1};
+    uint64_t n = u.bytes;
+    for (int i = 0; i < 3; i++) {
+        if (extents[i] == 0 || (n && extents[i] > UINT64_MAX / n))
+            return 0;
+        n *= extents[i];
+    }
+    return n;
+}
+
+/*
+ * Creating and destroying an array and the core's record of it happen
+ * under one lock, so that a handle CUDA reuses for a new array in another
+ * thread is never recorded before the old one is forgotten.
+ */
+pthread_mutex_t arrays_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* After the real creation of an array of bytes taken on device in ctx
+ * (NULL: the primary context): the core records it, or the bytes go back. */
+static void array_made(int made, CUarray handle, CUcontext ctx, int32_t device, uint64_t bytes,
+                       int32_t kind)
+{
+    if (made)
+        core.array_created((uint64_t)(uintptr_t)handle, (uint64_t)(uintptr_t)ctx, device, bytes);
+    else
+        core.give(device, bytes, kind);
+}
+
+/*
+ * A driver array of bytes is taken from the quota of its context's device
+ * before the real call (refused with CUDA_ERROR_OUT_OF_MEMORY when it does
+ * not fit: an array cannot live on the host, so oversubscription does not
+ * take it either). Calls the core cannot place (no current context, a null
+ * argument, nothing to count) get the real driver's own answer; those while
+ * the core is not running pass through uncounted and never load it.
+ */
+#define DRIVER_ARRAY_CREATE(name, field, desc_type, footprint)                                      \
+    EXPORT CUresult name(CUarray *pHandle, const desc_type *pAllocateArray)                         \
+    {                                                                                               \
+        REAL(real_create, field);                                                                   \
+        enum route r = route();                                                                     \
+        if (r == ROUTE_REFUSE)                                                                      \
+            return CUDA_ERROR_NOT_INITIALIZED;                                                      \
+        const desc_type *d = pAllocateArray;                                                        \
+        uint64_t bytes = pHandle && d ? (footprint) : 0;                                            \
+        int32_t device = 0;                                                                         \
+        if (r != ROUTE_CORE || bytes == 0 || context_device(&device) != CUDA_SUCCESS)               \
+            return real_create(pHandle, pAllocateArray);                                            \
+        CUcontext ctx = current_created();                                                          \
+        depth++;                                                                                    \
+        CUresult rc = (CUresult)core.take(device, bytes, SPILLWAY_TAKE_ARRAY);                      \
+        if (rc == CUDA_SUCCESS) {                                                                   \
+            pthread_mutex_lock(&arrays_lock);                                                       \
+            rc = real_create(pHandle, pAllocateArray);                                              \
+            array_made(rc == CUDA_SUCCESS, rc == CUDA_SUCCESS ? *pHandle : NULL, ctx, device,       \
+                       bytes, SPILLWAY_TAKE_ARRAY);                                                 \
+            pthread_mutex_unlock(&arrays_lock);                                                     \
+        }                                                                                           \
+        depth--;                                                                                    \
+        return rc;                                                                                  \
+    }
+
+DRIVER_ARRAY_CREATE(cuArrayCreate_v2, cu_array_create, CUDA_ARRAY_DESCRIPTOR,
+                    array_footprint(format_unit(d->Format, d->NumChannels), d->Width, d->Height, 0, 0))
+DRIVER_ARRAY_CREATE(cuArray3DCreate_v2, cu_array_3d_create, CUDA_ARRAY3D_DESCRIPTOR,
+                    array_footprint(format_unit(d->Format, d->NumChannels), d->Width, d->Height,
+                                    d->Depth, d->Flags))
+
+/*
+ * The runtime's arrays are counted here, and the driver's calls the runtime
+ * makes for them pass through (depth), so that each is counted once.
+ */
+static cudaError_t runtime_array(cudaError_t (*make)(cudaArray_t *, const struct cudaChannelFormatDesc *,
+                                                     struct cudaExtent, unsigned int),
+                                 cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                                 struct cudaExtent extent, unsigned int flags)
+{
+    cudaError_t rc = cudaSuccess;
+    int32_t device = 0;
+    CUcontext ctx = NULL;
+    uint64_t bytes =
+        desc ? array_footprint(channel_unit(desc), extent.width, extent.height, extent.depth, flags) : 0;
+    enum route r = route();
+    depth++;
+    switch (runtime_alloc_route(r, (void **)array, bytes, &device, &ctx, &rc)) {
+    case ROUTE_CORE:
+    case ROUTE_CONTEXT:
+        if (bytes == 0) {
+            rc = make(array, desc, extent, flags);
+            break;
+        }
+        if ((rc = (cudaError_t)core.take(device, bytes, SPILLWAY_TAKE_RUNTIME_ARRAY)) != cudaSuccess)
+            break;
+        pthread_mutex_lock(&arrays_lock);
+        rc = make(array, desc, extent, flags);
+        array_made(rc == cudaSuccess, rc == cudaSuccess ? (CUarray)*array : NULL, ctx, device, bytes,
+                   SPILLWAY_TAKE_RUNTIME_ARRAY);
+        pthread_mutex_unlock(&arrays_lock);
+        break;
+    case ROUTE_REFUSE:
+        rc = cudaErrorInitializationError;
+        break;
+    case ROUTE_FAILED:
+        break;
+    default:
+        rc = make(array, desc, extent, flags);
+    }
+    depth--;
+    return rc;
+}
+
+/* The real cudaMallocArray, in cudaMalloc3DArray's shape. */
+static cudaError_t malloc_array_3d(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                                   struct cudaExtent extent, unsigned int flags)
+{
+    REAL(real_malloc_array, malloc_array);
+    return real_malloc_array(array, desc, extent.width, extent.height, flags);
+}
+
+EXPORT cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                                   size_t width, size_t height, unsigned int flags)
+{
+    return runtime_array(malloc_array_3d, array, desc, (struct cudaExtent){width, height, 0}, flags);
+}
+
+EXPORT cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
+                                     struct cudaExtent extent, unsigned int flags)
+{
+    REAL(real_malloc_3d_array, malloc_3d_array);
+    return runtime_array(real_malloc_3d_array, array, desc, extent, flags);
+}
+
+EXPORT CUresult cuArrayDestroy(CUarray hArray)
+{
+    REAL(real_destroy, cu_array_destroy);
+    if (!core_listens())
+        return real_destroy(hArray);
+    pthread_mutex_lock(&arrays_lock);
+    CUresult rc = real_destroy(hArray);
+    if (rc == CUDA_SUCCESS)
+        core.array_destroyed((uint64_t)(uintptr_t)hArray);
+    pthread_mutex_unlock(&arrays_lock);
+    return rc;
+}
+
+EXPORT cudaError_t cudaFreeArray(cudaArray_t array)
+{
+    REAL(real_free_array, free_array);
+    if (!core_listens())
+        return real_free_array(array);
+    depth++;
+    pthread_mutex_lock(&arrays_lock);
+    cudaError_t rc = real_free_array(array);
+    if (rc == cudaSuccess && array)
+        core.array_destroyed((uint64_t)(uintptr_t)array);
+    pthread_mutex_unlock(&arrays_lock);
+    depth--;
+    return rc;
+}

@@ -1,0 +1,248 @@
+/*
+ * contexts.c: contexts the application created (cuCtxCreate, cuCtxAttach),
+ * kept here so that those created before the core runs are known. The core
+ * serves a device's primary context from its pool; an allocation in a created
+ * context is counted against the quota and passed through, and given back
+ * when it is freed or its context is destroyed. Also the route of a free,
+ * which tells the two apart.
+ */
+#define _GNU_SOURCE
+#include <stdlib.h>
+
+#include "front.h"
+
+/*
+ * Contexts the application created with cuCtxCreate, and their usage
+ * counts (cuCtxAttach adds one, cuCtxDetach drops one, the last destroys
+ * the context, as cuCtxDestroy does). Kept here, so that contexts created
+ * before the core runs are known; created_live spares every allocation the
+ * look-up while there are none.
+ */
+pthread_mutex_t created_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct created {
+    CUcontext ctx;
+    unsigned int usage;
+} *created;
+static size_t created_len, created_cap;
+atomic_size_t created_live;
+/* Allocations the core recorded as made in a created context. */
+static atomic_long context_blocks;
+
+static void created_add(CUcontext ctx)
+{
+    pthread_mutex_lock(&created_lock);
+    if (created_len == created_cap) {
+        size_t cap = created_cap ? 2 * created_cap : 8;
+        struct created *grown = realloc(created, cap * sizeof *created);
+        if (!grown) {
+            pthread_mutex_unlock(&created_lock);
+            log_line("cannot record a created context (out of host memory): its allocations are "
+                     "served as the primary context's");
+            return;
+        }
+        created = grown;
+        created_cap = cap;
+    }
+    created[created_len++] = (struct created){ctx, 1};
+    atomic_store(&created_live, created_len);
+    pthread_mutex_unlock(&created_lock);
+}
+
+/*
+ * Changes ctx's usage count by delta (0: looks it up); returns -1 if ctx
+ * is not a created context, else its new count. A count of 0 forgets it.
+ */
+long created_usage(CUcontext ctx, int delta)
+{
+    long usage = -1;
+    pthread_mutex_lock(&created_lock);
+    for (size_t i = 0; i < created_len; i++) {
+        if (created[i].ctx != ctx)
+            continue;
+        created[i].usage += delta;
+        usage = created[i].usage;
+        if (usage == 0) {
+            created[i] = created[--created_len];
+            atomic_store(&created_live, created_len);
+        }
+        break;
+    }
+    pthread_mutex_unlock(&created_lock);
+    return usage;
+}
+
+/* Forgets ctx, destroyed; returns whether it was a created context. */
+static int created_remove(CUcontext ctx)
+{
+    int found = 0;
+    pthread_mutex_lock(&created_lock);
+    for (size_t i = 0; i < created_len && !found; i++)
+        if ((found = created[i].ctx == ctx)) {
+            created[i] = created[--created_len];
+            atomic_store(&created_live, created_len);
+        }
+    pthread_mutex_unlock(&created_lock);
+    return found;
+}
+
+/* The calling thread's current context if the application created it, else NULL. */
+CUcontext current_created(void)
+{
+    if (atomic_load_explicit(&created_live, memory_order_acquire) == 0)
+        return NULL;
+    __typeof__(real.cu_ctx_get_current) get =
+        (__typeof__(real.cu_ctx_get_current))resolve(R_cu_ctx_get_current);
+    CUcontext ctx = NULL;
+    if (!get || get(&ctx) != CUDA_SUCCESS || !ctx)
+        return NULL;
+    return created_usage(ctx, 0) > 0 ? ctx : NULL;
+}
+
+/* The widest pitch CUDA pads rows of width bytes to (its pitch alignment is at most 512). */
+uint64_t pitch_bound(uint64_t width)
+{
+    return width > UINT64_MAX - 511 ? UINT64_MAX : (width + 511) / 512 * 512;
+}
+
+/* Admits a driver allocation of size bytes in a created context on device; a CUresult. */
+CUresult context_take(int32_t device, uint64_t size)
+{
+    return (CUresult)core.take(device, size, SPILLWAY_TAKE_CONTEXT);
+}
+
+/* The same for the runtime: a cudaError_t, and a refusal is the thread's last error. */
+cudaError_t runtime_context_take(int32_t device, uint64_t size)
+{
+    return (cudaError_t)core.take(device, size, SPILLWAY_TAKE_RUNTIME);
+}
+
+/* After the real allocation: records it in the core, or gives its bytes back. */
+void context_took(CUresult rc, CUcontext ctx, int32_t device, CUdeviceptr p, uint64_t size)
+{
+    if (rc != CUDA_SUCCESS) {
+        core.give(device, size, SPILLWAY_TAKE_CONTEXT);
+        return;
+    }
+    core.ctx_record((uint64_t)(uintptr_t)ctx, device, (uint64_t)p, size);
+    atomic_fetch_add(&context_blocks, 1);
+}
+
+/* Whether p was allocated in a created context (the core forgets it; see context_freed). */
+static int context_owns(uint64_t p, struct context_block *b)
+{
+    return atomic_load_explicit(&context_blocks, memory_order_acquire) != 0 &&
+           core.ctx_forget(p, &b->ctx, &b->device, &b->size);
+}
+
+/* After the real free of b at p: its bytes go back, or it is recorded again. */
+void context_freed(int rc, uint64_t p, const struct context_block *b)
+{
+    if (rc == 0) {
+        core.give(b->device, b->size, SPILLWAY_TAKE_CONTEXT);
+        atomic_fetch_sub(&context_blocks, 1);
+    } else {
+        core.ctx_record(b->ctx, b->device, p, b->size);
+    }
+}
+
+/*
+ * After the real stream-ordered free of b at p on stream: freed during a
+ * capture, the memory is the graph's until the graph is destroyed, and its
+ * bytes stay taken until then (the core gives them back).
+ */
+void context_freed_async(int rc, uint64_t p, const struct context_block *b, CUstream stream)
+{
+    CUgraph graph = rc == 0 ? stream_graph(stream) : NULL;
+    if (!graph) {
+        context_freed(rc, p, b);
+        return;
+    }
+    core.graph_keep((uint64_t)(uintptr_t)graph, b->device, b->size);
+    atomic_fetch_sub(&context_blocks, 1);
+}
+
+/*
+ * The route of a free of p, given r, the route() taken before depth was
+ * raised: the core's, also where p was allocated on the early route and
+ * the core has adopted the ledger since; ROUTE_CONTEXT for an allocation
+ * of a created context (fills *b, for context_freed after the real free);
+ * the real function's otherwise.
+ */
+enum route free_route(enum route r, uint64_t p, struct context_block *b)
+{
+    if (r == ROUTE_EARLY && !early_forget((void *)(uintptr_t)p))
+        r = ROUTE_CORE;
+    if (r != ROUTE_CORE)
+        return ROUTE_REAL;
+    return context_owns(p, b) ? ROUTE_CONTEXT : ROUTE_CORE;
+}
+
+/* ---- contexts: creation and destruction ---- */
+
+EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    REAL(real_create, cu_ctx_create);
+    CUresult rc = real_create(pctx, flags, dev);
+    if (rc == CUDA_SUCCESS && depth == 0)
+        created_add(*pctx);
+    return rc;
+}
+
+EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                               unsigned int flags, CUdevice dev)
+{
+    REAL(real_create, cu_ctx_create_v3);
+    CUresult rc = real_create(pctx, paramsArray, numParams, flags, dev);
+    if (rc == CUDA_SUCCESS && depth == 0)
+        created_add(*pctx);
+    return rc;
+}
+
+EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams,
+                               unsigned int flags, CUdevice dev)
+{
+    REAL(real_create, cu_ctx_create_v4);
+    CUresult rc = real_create(pctx, ctxCreateParams, flags, dev);
+    if (rc == CUDA_SUCCESS && depth == 0)
+        created_add(*pctx);
+    return rc;
+}
+
+/* ctx is gone: the core gives back what was allocated in it. */
+static void context_gone(CUcontext ctx)
+{
+    if (depth > 0 || atomic_load_explicit(&state, memory_order_acquire) != READY)
+        return;
+    uint64_t n = 0;
+    depth++;
+    core.ctx_destroyed((uint64_t)(uintptr_t)ctx, &n);
+    depth--;
+    atomic_fetch_sub(&context_blocks, (long)n);
+}
+
+EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    REAL(real_destroy, cu_ctx_destroy);
+    CUresult rc = real_destroy(ctx);
+    if (rc == CUDA_SUCCESS && created_remove(ctx))
+        context_gone(ctx);
+    return rc;
+}
+
+EXPORT CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
+{
+    REAL(real_attach, cu_ctx_attach);
+    CUresult rc = real_attach(pctx, flags);
+    if (rc == CUDA_SUCCESS && pctx)
+        created_usage(*pctx, 1);
+    return rc;
+}
+
+EXPORT CUresult cuCtxDetach(CUcontext ctx)
+{
+    REAL(real_detach, cu_ctx_detach);
+    CUresult rc = real_detach(ctx);
+    if (rc == CUDA_SUCCESS && created_usage(ctx, -1) == 0)
+        context_gone(ctx);
+    return rc;
+}

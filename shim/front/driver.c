@@ -1,0 +1,354 @@
+/*
+ * driver.c: the driver's memory API (cuMemAlloc and its kinds, cuMemFree,
+ * cuMemGetInfo, the device's total and reset, cuCtxSynchronize), routed as
+ * the runtime's calls are, with CUresult codes.
+ */
+#define _GNU_SOURCE
+
+#include "front.h"
+
+/* The device of the calling thread's current context. */
+CUresult context_device(int32_t *device)
+{
+    __typeof__(real.cu_ctx_get_device) get =
+        (__typeof__(real.cu_ctx_get_device))resolve(R_cu_ctx_get_device);
+    CUdevice d = 0;
+    CUresult rc = get ? get(&d) : CUDA_ERROR_NOT_FOUND;
+    *device = d;
+    return rc;
+}
+
+/*
+ * The driver's calls reach the core like the runtime's, as CUresult codes
+ * and without the runtime's last error. In a device's primary context the
+ * core serves them from that device's pool; in a context the application
+ * created (contexts.c), the core counts them and the front passes them through.
+ * A call the core cannot place (no current context, a null pointer, zero
+ * bytes) gets the real driver's own answer.
+ */
+
+/* Records a driver allocation passed through on the early route; undoes it if it cannot. */
+static CUresult driver_early(CUresult rc, const CUdeviceptr *dptr, uint64_t size)
+{
+    int32_t device = 0;
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    CUdeviceptr p = *dptr;
+    if (context_device(&device) != CUDA_SUCCESS ||
+        early_record((void *)(uintptr_t)p, size, device) != cudaSuccess) {
+        __typeof__(real.cu_mem_free) release = (__typeof__(real.cu_mem_free))resolve(R_cu_mem_free);
+        if (release)
+            release(p);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    return CUDA_SUCCESS;
+}
+
+/*
+ * The route of a driver allocation into dptr of size bytes: the core's only
+ * when it can place it (sets *device), the real driver's otherwise; in a
+ * context the application created, ROUTE_CONTEXT (sets *ctx).
+ */
+enum route driver_alloc_route(CUdeviceptr *dptr, uint64_t size, int32_t *device, CUcontext *ctx)
+{
+    enum route r = route();
+    if (r == ROUTE_CORE && (!dptr || size == 0 || context_device(device) != CUDA_SUCCESS))
+        return ROUTE_REAL;
+    if (r == ROUTE_CORE && (*ctx = current_created()) != NULL)
+        return ROUTE_CONTEXT;
+    return r;
+}
+
+/* The stream as the core sees it; in the _ptsz forms, stream 0 is the per-thread stream. */
+static uint64_t driver_stream(CUstream stream, int per_thread)
+{
+    if (per_thread && stream == NULL)
+        return stream_id(cudaStreamPerThread);
+    return stream_id((cudaStream_t)stream);
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    REAL(real_alloc, cu_mem_alloc);
+    CUresult rc;
+    int32_t device = 0;
+    uint64_t p = 0;
+    CUcontext ctx = NULL;
+    enum route r = driver_alloc_route(dptr, bytesize, &device, &ctx);
+    depth++;
+    switch (r) {
+    case ROUTE_CORE:
+        if ((rc = (CUresult)core.cu_malloc(device, bytesize, &p)) == CUDA_SUCCESS)
+            *dptr = (CUdeviceptr)p;
+        break;
+    case ROUTE_CONTEXT:
+        if ((rc = context_take(device, bytesize)) == CUDA_SUCCESS) {
+            rc = real_alloc(dptr, bytesize);
+            context_took(rc, ctx, device, *dptr, bytesize);
+        }
+        break;
+    case ROUTE_EARLY:
+        rc = driver_early(real_alloc(dptr, bytesize), dptr, bytesize);
+        break;
+    case ROUTE_REFUSE:
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+        break;
+    default:
+        rc = real_alloc(dptr, bytesize);
+    }
+    depth--;
+    return rc;
+}
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
+{
+    REAL(real_alloc, cu_mem_alloc_managed);
+    CUresult rc;
+    int32_t device = 0;
+    uint64_t p = 0;
+    CUcontext ctx = NULL;
+    enum route r = driver_alloc_route(dptr, bytesize, &device, &ctx);
+    depth++;
+    switch (r) {
+    case ROUTE_CORE:
+        if ((rc = (CUresult)core.cu_malloc_managed(device, bytesize, flags, &p)) == CUDA_SUCCESS)
+            *dptr = (CUdeviceptr)p;
+        break;
+    case ROUTE_CONTEXT:
+        if ((rc = context_take(device, bytesize)) == CUDA_SUCCESS) {
+            rc = real_alloc(dptr, bytesize, flags);
+            context_took(rc, ctx, device, *dptr, bytesize);
+        }
+        break;
+    case ROUTE_EARLY:
+        rc = driver_early(real_alloc(dptr, bytesize, flags), dptr, bytesize);
+        break;
+    case ROUTE_REFUSE:
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+        break;
+    default:
+        rc = real_alloc(dptr, bytesize, flags);
+    }
+    depth--;
+    return rc;
+}
+
+/* The element sizes cuMemAllocPitch accepts; others get the driver's own answer. */
+static int valid_element_size(unsigned int size)
+{
+    return size == 4 || size == 8 || size == 16;
+}
+
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes,
+                                   size_t Height, unsigned int ElementSizeBytes)
+{
+    REAL(real_alloc, cu_mem_alloc_pitch);
+    CUresult rc;
+    int32_t device = 0;
+    uint64_t p = 0, pitch = 0;
+    CUcontext ctx = NULL;
+    enum route r = driver_alloc_route(dptr, (uint64_t)WidthInBytes * Height, &device, &ctx);
+    if ((r == ROUTE_CORE || r == ROUTE_CONTEXT) &&
+        (!pPitch || !valid_element_size(ElementSizeBytes) ||
+         Height > UINT64_MAX / pitch_bound(WidthInBytes)))
+        r = ROUTE_REAL;
+    depth++;
+    switch (r) {
+    case ROUTE_CORE:
+        rc = (CUresult)core.cu_malloc_pitch(device, WidthInBytes, Height, &p, &pitch);
+        if (rc == CUDA_SUCCESS) {
+            *dptr = (CUdeviceptr)p;
+            *pPitch = (size_t)pitch;
+        }
+        break;
+    case ROUTE_CONTEXT: /* taken at the widest pitch the driver may choose */
+        if ((rc = context_take(device, pitch_bound(WidthInBytes) * Height)) == CUDA_SUCCESS) {
+            rc = real_alloc(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+            context_took(rc, ctx, device, *dptr, pitch_bound(WidthInBytes) * Height);
+        }
+        break;
+    case ROUTE_EARLY:
+        rc = real_alloc(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+        rc = driver_early(rc, dptr, rc == CUDA_SUCCESS ? (uint64_t)*pPitch * Height : 0);
+        break;
+    case ROUTE_REFUSE:
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+        break;
+    default:
+        rc = real_alloc(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
+    }
+    depth--;
+    return rc;
+}
+
+static CUresult mem_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream stream,
+                                int per_thread)
+{
+    __typeof__(real.cu_mem_alloc_async) real_alloc =
+        (__typeof__(real.cu_mem_alloc_async))resolve(per_thread ? R_cu_mem_alloc_async_ptsz
+                                                                : R_cu_mem_alloc_async);
+    if (!real_alloc)
+        return missing_real(per_thread ? R_cu_mem_alloc_async_ptsz : R_cu_mem_alloc_async);
+    CUresult rc;
+    int32_t device = 0;
+    uint64_t p = 0;
+    CUcontext ctx = NULL;
+    enum route r = driver_alloc_route(dptr, bytesize, &device, &ctx);
+    depth++;
+    switch (stream_route(r, stream, bytesize, &device, &ctx)) {
+    case ROUTE_CORE:
+        rc = (CUresult)core.cu_malloc_async(device, bytesize, driver_stream(stream, per_thread), &p);
+        if (rc == CUDA_SUCCESS)
+            *dptr = (CUdeviceptr)p;
+        break;
+    case ROUTE_CONTEXT:
+        if ((rc = context_take(device, bytesize)) == CUDA_SUCCESS) {
+            rc = real_alloc(dptr, bytesize, stream);
+            context_took(rc, ctx, device, *dptr, bytesize);
+        }
+        break;
+    case ROUTE_EARLY:
+        rc = driver_early(real_alloc(dptr, bytesize, stream), dptr, bytesize);
+        break;
+    case ROUTE_REFUSE:
+        rc = CUDA_ERROR_NOT_INITIALIZED;
+        break;
+    default:
+        rc = real_alloc(dptr, bytesize, stream);
+    }
+    depth--;
+    return rc;
+}
+
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    return mem_alloc_async(dptr, bytesize, hStream, 0);
+}
+
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
+{
+    return mem_alloc_async(dptr, bytesize, hStream, 1);
+}
+
+static CUresult mem_free_async(CUdeviceptr dptr, CUstream stream, int per_thread)
+{
+    __typeof__(real.cu_mem_free_async) real_free =
+        (__typeof__(real.cu_mem_free_async))resolve(per_thread ? R_cu_mem_free_async_ptsz
+                                                               : R_cu_mem_free_async);
+    if (!real_free)
+        return missing_real(per_thread ? R_cu_mem_free_async_ptsz : R_cu_mem_free_async);
+    CUresult rc;
+    struct context_block b;
+    enum route r = route();
+    depth++;
+    enum route fr = free_route(r, (uint64_t)dptr, &b);
+    rc = fr == ROUTE_CORE
+             ? (CUresult)core.cu_free_async((uint64_t)dptr, driver_stream(stream, per_thread),
+                                            free_context(stream))
+             : real_free(dptr, stream);
+    if (fr == ROUTE_CONTEXT)
+        context_freed_async(rc, (uint64_t)dptr, &b,
+                            per_thread && !stream ? CU_STREAM_PER_THREAD : stream);
+    depth--;
+    return rc;
+}
+
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
+{
+    return mem_free_async(dptr, hStream, 0);
+}
+
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
+{
+    return mem_free_async(dptr, hStream, 1);
+}
+
+/* The device's real total, or with a quota the quota, as cuMemGetInfo's total. */
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    REAL(real_total_mem, cu_device_total_mem);
+    enum route r = route();
+    depth++;
+    CUresult rc = real_total_mem(bytes, dev);
+    if (rc == CUDA_SUCCESS && r == ROUTE_CORE) {
+        uint64_t total = *bytes;
+        if ((rc = (CUresult)core.cu_device_total_mem(dev, &total)) == CUDA_SUCCESS)
+            *bytes = (size_t)total;
+    }
+    depth--;
+    return rc;
+}
+
+/*
+ * Resetting the primary context destroys every allocation on the device:
+ * the core drops the device's pool first. cuCtxSynchronize, like
+ * cudaDeviceSynchronize, tells the pool its stream-ordered frees are done
+ * (not in a created context, whose synchronization does not cover them).
+ * Both reach the core only once it runs and never load it.
+ */
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    REAL(real_reset, cu_primary_ctx_reset);
+    if (!core_listens())
+        return real_reset(dev);
+    /* The core drops dev's pool and resets dev, through the runtime where the
+     * process has one and through the driver where it has none. */
+    depth++;
+    CUresult rc = (CUresult)core.cu_device_reset(dev);
+    depth--;
+    return rc;
+}
+
+EXPORT CUresult cuCtxSynchronize(void)
+{
+    REAL(real_synchronize, cu_ctx_synchronize);
+    CUresult rc;
+    int32_t device;
+    if (core_listens() && !current_created() && context_device(&device) == CUDA_SUCCESS) {
+        depth++;
+        rc = (CUresult)core.cu_device_synchronize(device);
+        depth--;
+        return rc;
+    }
+    return real_synchronize();
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr)
+{
+    REAL(real_free, cu_mem_free);
+    CUresult rc;
+    struct context_block b;
+    enum route r = route();
+    depth++;
+    enum route fr = free_route(r, (uint64_t)dptr, &b);
+    rc = fr == ROUTE_CORE ? (CUresult)core.cu_free((uint64_t)dptr) : real_free(dptr);
+    if (fr == ROUTE_CONTEXT)
+        context_freed(rc, (uint64_t)dptr, &b);
+    depth--;
+    return rc;
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
+{
+    REAL(real_mem_get_info, cu_mem_get_info);
+    CUresult rc;
+    int32_t device;
+    enum route r = route();
+    depth++;
+    if (r == ROUTE_CORE && context_device(&device) == CUDA_SUCCESS) {
+        uint64_t f = 0, t = 0;
+        rc = (CUresult)core.cu_mem_get_info(device, &f, &t);
+        if (rc == CUDA_SUCCESS) {
+            if (free)
+                *free = (size_t)f;
+            if (total)
+                *total = (size_t)t;
+        }
+    } else {
+        rc = real_mem_get_info(free, total);
+        if (rc == CUDA_SUCCESS && r == ROUTE_REFUSE && free)
+            *free = 0; /* allocations are refused: none of it is the process's */
+    }
+    depth--;
+    return rc;
+}

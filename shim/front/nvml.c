@@ -1,0 +1,208 @@
+/*
+ * nvml.c: NVML's memory reports (memory info, running processes, BAR1) as
+ * this process may see them: with a quota, the quota stands for the
+ * device's memory and what Spillway counts for the process's use.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "front.h"
+
+/*
+ * NVML numbers devices its own way (all of them, by PCI order); CUDA by
+ * CUDA_VISIBLE_DEVICES and its ordering. A device is matched to its CUDA
+ * ordinal by its UUID, through the driver, which the front loads (and
+ * initialises) for the purpose when the process has not. -1: no match.
+ */
+static int cuda_ordinal(nvmlDevice_t device)
+{
+    char want[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+    __typeof__(real.nvml_device_uuid) uuid_of =
+        (__typeof__(real.nvml_device_uuid))resolve(R_nvml_device_uuid);
+    if (!uuid_of || uuid_of(device, want, sizeof want) != NVML_SUCCESS)
+        return -1;
+    if (!resolve(R_cu_init))
+        dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL); /* kept: the mapping needs it again */
+    __typeof__(real.cu_init) init = (__typeof__(real.cu_init))resolve(R_cu_init);
+    __typeof__(real.cu_device_get_count) count_devices =
+        (__typeof__(real.cu_device_get_count))resolve(R_cu_device_get_count);
+    __typeof__(real.cu_device_get) get = (__typeof__(real.cu_device_get))resolve(R_cu_device_get);
+    __typeof__(real.cu_device_get_uuid) uuid =
+        (__typeof__(real.cu_device_get_uuid))resolve(R_cu_device_get_uuid);
+    int n = 0;
+    if (!init || !count_devices || !get || !uuid || init(0) != CUDA_SUCCESS ||
+        count_devices(&n) != CUDA_SUCCESS)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        CUdevice dev;
+        CUuuid u;
+        char have[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
+        if (get(&dev, i) != CUDA_SUCCESS || uuid(&u, dev) != CUDA_SUCCESS)
+            continue;
+        const unsigned char *b = (const unsigned char *)u.bytes;
+        snprintf(have, sizeof have,
+                 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                 b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+                 b[14], b[15]);
+        if (strcmp(have, want) == 0)
+            return i;
+    }
+    return -1;
+}
+
+/*
+ * NVML's memory figures as this process may see them: with a quota on the
+ * device, total = the quota and used = what Spillway counts against it.
+ * Returns 0 when the figures stand as NVML gave them, and NVML_NONE_FREE
+ * when every allocation is refused (an invalid configuration, or a quota
+ * and no core): none of the device's memory is the process's, as
+ * cudaMemGetInfo then says.
+ * Without a quota configured, NVML never loads the core (a monitoring tool
+ * that uses only NVML starts no Go runtime).
+ */
+#define NVML_NONE_FREE (-1)
+static int nvml_as_limited(nvmlDevice_t device, unsigned long long *total,
+                           unsigned long long *used)
+{
+    int ordinal;
+    if (atomic_load_explicit(&state, memory_order_acquire) != READY && !quota_configured())
+        return 0;
+    /* The ordinal first: it loads the driver, which the core starts on in a
+     * process that has used only NVML so far. */
+    ordinal = cuda_ordinal(device);
+    enum route r = route();
+    if (r == ROUTE_REFUSE)
+        return NVML_NONE_FREE;
+    if (r != ROUTE_CORE || ordinal < 0)
+        return 0;
+    uint64_t t = *total, u = *used;
+    depth++;
+    int32_t rc = core.nvml_memory(ordinal, &t, &u);
+    depth--;
+    if (rc == cudaErrorInitializationError)
+        return NVML_NONE_FREE;
+    if (rc != cudaSuccess || (t == *total && u == *used))
+        return 0;
+    *total = t;
+    *used = u < t ? u : t;
+    return 1;
+}
+
+/*
+ * Free under a quota: what is left of it, never more than the device
+ * really has free (the GPU's other processes hold the rest), as
+ * cudaMemGetInfo reports. nvml_as_limited keeps used within total.
+ */
+static unsigned long long quota_free(unsigned long long total, unsigned long long used,
+                                     unsigned long long device_free)
+{
+    unsigned long long left = total - used;
+    return left < device_free ? left : device_free;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
+{
+    REAL(real_memory_info, nvml_memory_info);
+    nvmlReturn_t rc = real_memory_info(device, memory);
+    if (rc != NVML_SUCCESS || depth > 0)
+        return rc;
+    int limited = nvml_as_limited(device, &memory->total, &memory->used);
+    if (limited == NVML_NONE_FREE)
+        memory->used = memory->total;
+    if (limited)
+        memory->free = quota_free(memory->total, memory->used, memory->free);
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
+{
+    REAL(real_memory_info, nvml_memory_info_v2);
+    nvmlReturn_t rc = real_memory_info(device, memory);
+    if (rc != NVML_SUCCESS || depth > 0)
+        return rc;
+    int limited = nvml_as_limited(device, &memory->total, &memory->used);
+    if (limited == NVML_NONE_FREE)
+        memory->used = memory->total;
+    if (limited) {
+        memory->reserved = 0;
+        memory->free = quota_free(memory->total, memory->used, memory->free);
+    }
+    return rc;
+}
+
+/* This process's entry in a process list: what Spillway counts, when it has a quota. */
+static void own_process_usage(nvmlDevice_t device, unsigned int count, nvmlProcessInfo_t *infos)
+{
+    unsigned int self = (unsigned int)getpid();
+    for (unsigned int i = 0; infos && i < count; i++)
+        if (infos[i].pid == self) {
+            unsigned long long total = ~0ull, used = infos[i].usedGpuMemory;
+            if (nvml_as_limited(device, &total, &used) > 0)
+                infos[i].usedGpuMemory = used;
+            return;
+        }
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
+                                                            unsigned int *infoCount,
+                                                            nvmlProcessInfo_t *infos)
+{
+    REAL(real_processes, nvml_processes_v2);
+    nvmlReturn_t rc = real_processes(device, infoCount, infos);
+    if (rc == NVML_SUCCESS && depth == 0)
+        own_process_usage(device, *infoCount, infos);
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device,
+                                                            unsigned int *infoCount,
+                                                            nvmlProcessInfo_t *infos)
+{
+    REAL(real_processes, nvml_processes_v3);
+    nvmlReturn_t rc = real_processes(device, infoCount, infos);
+    if (rc == NVML_SUCCESS && depth == 0)
+        own_process_usage(device, *infoCount, infos);
+    return rc;
+}
+
+/* ---- NVML's other memory reports ---- */
+
+/*
+ * BAR1, the window through which the host maps device memory: a process
+ * with a quota sees no more of it than its quota (what it could map at
+ * most), used as NVML reports it within that.
+ */
+EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory)
+{
+    REAL(real_bar1, nvml_bar1_memory_info);
+    nvmlReturn_t rc = real_bar1(device, bar1Memory);
+    unsigned long long quota = ~0ull, held = 0;
+    if (rc == NVML_SUCCESS && depth == 0 && nvml_as_limited(device, &quota, &held) > 0 &&
+        quota < bar1Memory->bar1Total) {
+        bar1Memory->bar1Total = quota;
+        if (bar1Memory->bar1Used > quota)
+            bar1Memory->bar1Used = quota;
+        bar1Memory->bar1Free = quota - bar1Memory->bar1Used;
+    }
+    return rc;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
+                                                         unsigned int *infoCount,
+                                                         nvmlProcessInfo_v1_t *infos)
+{
+    REAL(real_processes, nvml_processes_v1);
+    nvmlReturn_t rc = real_processes(device, infoCount, infos);
+    unsigned int self = (unsigned int)getpid();
+    for (unsigned int i = 0; rc == NVML_SUCCESS && depth == 0 && infos && i < *infoCount; i++)
+        if (infos[i].pid == self) {
+            unsigned long long total = ~0ull, used = infos[i].usedGpuMemory;
+            if (nvml_as_limited(device, &total, &used) > 0)
+                infos[i].usedGpuMemory = used;
+            break;
+        }
+    return rc;
+}

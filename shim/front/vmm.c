@@ -1,0 +1,167 @@
+/*
+ * vmm.c: the virtual-memory API. cuMemCreate's device memory is taken from
+ * the quota (or placed on the host when the device oversubscribes); the core
+ * follows each handle's references and mappings and gives the bytes back
+ * when CUDA frees the memory.
+ */
+#define _GNU_SOURCE
+
+#include "front.h"
+
+/*
+ * Whether a cuMemCreate the quota refused may be placed on the host
+ * instead: nothing in prop asks what host-located memory may not give (a
+ * shareable handle, compression, GPUDirect RDMA, a special usage).
+ */
+static int host_placeable(const CUmemAllocationProp *prop)
+{
+    return prop->requestedHandleTypes == CU_MEM_HANDLE_TYPE_NONE &&
+           prop->allocFlags.compressionType == CU_MEM_ALLOCATION_COMP_NONE &&
+           prop->allocFlags.gpuDirectRDMACapable == 0 && prop->allocFlags.usage == 0;
+}
+
+/*
+ * Each virtual-memory call and the core's record of it happen under one
+ * lock, so that the core hears them in the order CUDA did them: a handle or
+ * an address another thread reuses in between (unmapped here, mapped there)
+ * is never recorded out of turn.
+ */
+pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* The real cuMemCreate of memory whose bytes were taken on device for
+ * kind: the core records the handle, or the bytes are given back. */
+static CUresult create_taken(__typeof__(real.cu_mem_create) real_create, CUmemGenericAllocationHandle *handle,
+                             size_t size, const CUmemAllocationProp *prop, unsigned long long flags,
+                             int32_t device, int32_t kind)
+{
+    pthread_mutex_lock(&vmm_lock);
+    CUresult rc = real_create(handle, size, prop, flags);
+    if (rc == CUDA_SUCCESS)
+        core.vmm_created(*handle, device, size, kind);
+    pthread_mutex_unlock(&vmm_lock);
+    if (rc != CUDA_SUCCESS)
+        core.give(device, size, kind);
+    return rc;
+}
+
+/*
+ * cuMemCreate's device-located physical memory is taken from the quota
+ * before the real call (refused with CUDA_ERROR_OUT_OF_MEMORY when it does
+ * not fit); the core follows each handle's releases and mappings and gives
+ * the bytes back when CUDA frees them. When the quota refuses a placeable
+ * request (quietly: the host may take it) and the device oversubscribes
+ * (SPILLWAY_TAKE_VMM_HOST is admitted within the host limit, or refused and
+ * reported), it is made host-located on NUMA node 0, as the pool's own
+ * spilled granules are: the application maps it and sets the device's
+ * access as it would for device memory. Host-located memory the
+ * application asks for, and calls while the core is not running, pass
+ * through uncounted; the others reach the core only once it runs and never
+ * load it.
+ */
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
+                            const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    REAL(real_create, cu_mem_create);
+    enum route r = route();
+    if (r == ROUTE_REFUSE)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    __typeof__(real.cu_device_get_count) count_devices =
+        (__typeof__(real.cu_device_get_count))resolve(R_cu_device_get_count);
+    int n = 0;
+    if (r != ROUTE_CORE || !handle || !prop || size == 0 ||
+        prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE || !count_devices ||
+        count_devices(&n) != CUDA_SUCCESS || prop->location.id < 0 || prop->location.id >= n)
+        return real_create(handle, size, prop, flags); /* CUDA's own answer */
+    int32_t device = prop->location.id;
+    depth++;
+    int placeable = host_placeable(prop);
+    CUresult rc = (CUresult)core.take(device, size, placeable ? SPILLWAY_TAKE_VMM | SPILLWAY_TAKE_QUIET : SPILLWAY_TAKE_VMM);
+    if (rc == CUDA_SUCCESS) {
+        rc = create_taken(real_create, handle, size, prop, flags, device, SPILLWAY_TAKE_VMM);
+    } else if (rc == CUDA_ERROR_OUT_OF_MEMORY && placeable &&
+               core.take(device, size, SPILLWAY_TAKE_VMM_HOST) == CUDA_SUCCESS) {
+        CUmemAllocationProp host = *prop;
+        host.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+        host.location.id = 0;
+        rc = create_taken(real_create, handle, size, &host, flags, device, SPILLWAY_TAKE_VMM_HOST);
+        /* Where the driver cannot place it on the host, the quota answers
+         * again, and reports a refusal (or has room by now). */
+        if (rc != CUDA_SUCCESS) {
+            rc = (CUresult)core.take(device, size, SPILLWAY_TAKE_VMM);
+            if (rc == CUDA_SUCCESS)
+                rc = create_taken(real_create, handle, size, prop, flags, device, SPILLWAY_TAKE_VMM);
+        }
+    }
+    depth--;
+    return rc;
+}
+
+/* Whether a virtual-memory call that succeeded is the core's to hear of. */
+static int vmm_heard(CUresult rc)
+{
+    return rc == CUDA_SUCCESS && core_listens();
+}
+
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    REAL(real_release, cu_mem_release);
+    pthread_mutex_lock(&vmm_lock);
+    CUresult rc = real_release(handle);
+    if (vmm_heard(rc))
+        core.vmm_released(handle);
+    pthread_mutex_unlock(&vmm_lock);
+    return rc;
+}
+
+EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
+{
+    REAL(real_retain, cu_mem_retain_allocation_handle);
+    pthread_mutex_lock(&vmm_lock);
+    CUresult rc = real_retain(handle, addr);
+    if (vmm_heard(rc))
+        core.vmm_retained(*handle);
+    pthread_mutex_unlock(&vmm_lock);
+    return rc;
+}
+
+/*
+ * An import of a handle this process exported may give back that handle,
+ * one more reference to its memory (which cuMemRelease then ends); one the
+ * core does not know (another process's, or a new handle to the same
+ * memory: CUDA promises neither) is not counted here.
+ */
+EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *handle,
+                                               void *osHandle,
+                                               CUmemAllocationHandleType shHandleType)
+{
+    REAL(real_import, cu_mem_import_from_shareable_handle);
+    pthread_mutex_lock(&vmm_lock);
+    CUresult rc = real_import(handle, osHandle, shHandleType);
+    if (vmm_heard(rc))
+        core.vmm_retained(*handle);
+    pthread_mutex_unlock(&vmm_lock);
+    return rc;
+}
+
+EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
+                         CUmemGenericAllocationHandle handle, unsigned long long flags)
+{
+    REAL(real_map, cu_mem_map);
+    pthread_mutex_lock(&vmm_lock);
+    CUresult rc = real_map(ptr, size, offset, handle, flags);
+    if (vmm_heard(rc))
+        core.vmm_mapped((uint64_t)ptr, size, handle);
+    pthread_mutex_unlock(&vmm_lock);
+    return rc;
+}
+
+EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
+{
+    REAL(real_unmap, cu_mem_unmap);
+    pthread_mutex_lock(&vmm_lock);
+    CUresult rc = real_unmap(ptr, size);
+    if (vmm_heard(rc))
+        core.vmm_unmapped((uint64_t)ptr, size);
+    pthread_mutex_unlock(&vmm_lock);
+    return rc;
+}
