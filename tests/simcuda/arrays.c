@@ -1,8 +1,9 @@
 /*
  * arrays.c - CUDA arrays in the simulated driver: cuArrayCreate_v2,
  * cuArray3DCreate_v2, cuArrayDestroy, their descriptors and
- * cuArrayGetMemoryRequirements, with the argument rules of the CUDA 12.4
- * driver API reference.
+ * cuArrayGetMemoryRequirements, and mipmapped arrays (cuMipmappedArrayCreate,
+ * cuMipmappedArrayDestroy, cuMipmappedArrayGetLevel), with the argument
+ * rules of the CUDA 12.4 driver API reference.
  *
  * An array has no bytes here (nothing can copy into one: the 2D/3D and
  * array copies are not simulated), but it takes device capacity as on a GPU:
@@ -11,9 +12,11 @@
  * capacity checks and NVML) from its creation until it is destroyed, or its
  * context is. An array made with CUDA_ARRAY3D_DEFERRED_MAPPING has no memory
  * of its own (it would be mapped onto cuMemCreate memory, which
- * cuMemMapArrayAsync, not provided, does) and takes nothing. Handles are
- * looked up in a list before use, so a stale or foreign handle is refused,
- * never dereferenced. Guarded by sim.lock.
+ * cuMemMapArrayAsync, not provided, does) and takes nothing. A mipmapped
+ * array takes the sum of its levels, each an array of its own extents (the
+ * previous level's halved, never below 1), made with it and destroyed only
+ * with it. Handles are looked up in a list before use, so a stale or
+ * foreign handle is refused, never dereferenced. Guarded by sim.lock.
  */
 #include "driver.h"
 
@@ -25,6 +28,10 @@
 #define ARRAY_MAP_ALIGNMENT ((size_t)2 << 20)
 
 #define ARRAY_MAGIC 0x41525259u /* "ARRY" */
+#define MIPMAP_MAGIC 0x4d49504du /* "MIPM" */
+
+/* The most levels a mipmapped array has: 1 + log2 of the widest extent the limits allow. */
+#define MIPMAP_MAX_LEVELS 18
 
 /* The flags cuArray3DCreate_v2 knows (CUDA 12.4). */
 #define ARRAY_KNOWN_FLAGS                                                                       \
@@ -50,6 +57,9 @@ enum {
 	ATTR_CUBEMAP_WIDTH = 52,
 	ATTR_CUBEMAP_LAYERED_WIDTH = 53,
 	ATTR_CUBEMAP_LAYERED_LAYERS = 54,
+	ATTR_TEX2D_MIPMAPPED_WIDTH = 73,
+	ATTR_TEX2D_MIPMAPPED_HEIGHT = 74,
+	ATTR_TEX1D_MIPMAPPED_WIDTH = 77,
 };
 
 struct CUarray_st {
@@ -59,10 +69,23 @@ struct CUarray_st {
 	CUDA_ARRAY3D_DESCRIPTOR desc;
 	uint64_t bytes;  /* its footprint: elements times element size, in ARRAY_GRANULEs */
 	uint64_t charge; /* what it takes on the device: bytes, or 0 for a deferred mapping */
+	/* The mipmapped array it is a level of (which takes its bytes and destroys it), or NULL. */
+	struct CUmipmappedArray_st *mipmap;
 	struct CUarray_st *next;
 };
 
+struct CUmipmappedArray_st {
+	uint32_t magic;
+	struct CUctx_st *ctx; /* destroyed with it */
+	int device;
+	unsigned int nlevels;
+	struct CUarray_st *levels[MIPMAP_MAX_LEVELS];
+	uint64_t charge; /* its levels' bytes, or 0 for a deferred mapping */
+	struct CUmipmappedArray_st *next;
+};
+
 static struct CUarray_st *arrays;
+static struct CUmipmappedArray_st *mipmaps;
 static uint64_t array_bytes[SIMCUDA_MAX_DEVICES];
 
 static struct CUarray_st *array_find(CUarray handle)
@@ -106,10 +129,11 @@ static int within(size_t v, int attrib)
  * The documented shapes: 1D (height and depth 0), 2D (depth 0), 3D; with
  * CUDA_ARRAY3D_LAYERED a 1D (height 0) or 2D layered array of depth layers;
  * with CUDA_ARRAY3D_CUBEMAP six square faces (depth 6), or, layered, a
- * multiple of six. Each extent within the device's texture limits;
- * CUDA_ARRAY3D_TEXTURE_GATHER only on a 2D array.
+ * multiple of six. Each extent within the device's texture limits, the
+ * mipmapped ones for a mipmapped 1D or 2D array; CUDA_ARRAY3D_TEXTURE_GATHER
+ * only on a 2D array.
  */
-static int valid_shape(const CUDA_ARRAY3D_DESCRIPTOR *d)
+static int valid_shape(const CUDA_ARRAY3D_DESCRIPTOR *d, int mipmapped)
 {
 	unsigned int shape = d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP);
 	size_t w = d->Width, h = d->Height, depth = d->Depth;
@@ -119,7 +143,9 @@ static int valid_shape(const CUDA_ARRAY3D_DESCRIPTOR *d)
 	switch (shape) {
 	case 0:
 		if (h == 0 && depth == 0)
-			return within(w, ATTR_TEX1D_WIDTH);
+			return within(w, mipmapped ? ATTR_TEX1D_MIPMAPPED_WIDTH : ATTR_TEX1D_WIDTH);
+		if (depth == 0 && mipmapped)
+			return within(w, ATTR_TEX2D_MIPMAPPED_WIDTH) && within(h, ATTR_TEX2D_MIPMAPPED_HEIGHT);
 		if (depth == 0 && (d->Flags & CUDA_ARRAY3D_TEXTURE_GATHER))
 			return within(w, ATTR_TEX2D_GATHER_WIDTH) && within(h, ATTR_TEX2D_GATHER_HEIGHT);
 		if (depth == 0)
@@ -139,36 +165,65 @@ static int valid_shape(const CUDA_ARRAY3D_DESCRIPTOR *d)
 	}
 }
 
-/* Checks d as cuArray3DCreate_v2 does; sets *bytes, its footprint. */
-static CUresult check_descriptor(const CUDA_ARRAY3D_DESCRIPTOR *d, uint64_t *bytes)
+/* Checks d as cuArray3DCreate_v2 (or, mipmapped, cuMipmappedArrayCreate) does. */
+static CUresult check_descriptor(const CUDA_ARRAY3D_DESCRIPTOR *d, int mipmapped)
 {
 	unsigned int size = component_bytes(d->Format);
 
 	if (size == 0)
 		return other_known_format(d->Format) ? CUDA_ERROR_NOT_SUPPORTED : CUDA_ERROR_INVALID_VALUE;
 	if ((d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4) ||
-	    (d->Flags & ~(unsigned int)ARRAY_KNOWN_FLAGS) || !valid_shape(d))
+	    (d->Flags & ~(unsigned int)ARRAY_KNOWN_FLAGS) || !valid_shape(d, mipmapped))
 		return CUDA_ERROR_INVALID_VALUE;
 	/* The device reports no sparse arrays (SPARSE_CUDA_ARRAY_SUPPORTED is 0). */
 	if (d->Flags & CUDA_ARRAY3D_SPARSE)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	/* The limits keep this far below 2^64. */
-	uint64_t n = (uint64_t)d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) *
-		     d->NumChannels * size;
-	*bytes = (n + ARRAY_GRANULE - 1) / ARRAY_GRANULE * ARRAY_GRANULE;
 	return CUDA_SUCCESS;
+}
+
+/* The footprint of a valid descriptor, in ARRAY_GRANULEs (the limits keep it far below 2^64). */
+static uint64_t footprint(const CUDA_ARRAY3D_DESCRIPTOR *d)
+{
+	uint64_t n = (uint64_t)d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) *
+		     d->NumChannels * component_bytes(d->Format);
+	return (n + ARRAY_GRANULE - 1) / ARRAY_GRANULE * ARRAY_GRANULE;
+}
+
+/*
+ * Takes charge bytes of device's capacity for arrays, making room as the
+ * allocations do; 0 when they do not fit. With sim.lock held.
+ */
+static int array_take(int device, uint64_t charge)
+{
+	struct sim_device *d = &sim.dev[device];
+	uint64_t cap = d->others_bytes < d->capacity ? d->capacity - d->others_bytes : 0;
+	if (charge > cap || d->plain_bytes + d->ctx_bytes > cap - charge ||
+	    mem_make_room(device, charge, NULL) != 0)
+		return 0;
+	d->plain_bytes += charge;
+	array_bytes[device] += charge;
+	mem_usage_changed(device);
+	return 1;
+}
+
+/* Gives back what array_take took; with sim.lock held. */
+static void array_give(int device, uint64_t charge)
+{
+	sim.dev[device].plain_bytes -= charge;
+	array_bytes[device] -= charge;
+	mem_usage_changed(device);
 }
 
 static CUresult array_create(CUarray *handle, const CUDA_ARRAY3D_DESCRIPTOR *desc)
 {
-	uint64_t bytes = 0;
 	int device;
 
 	if (handle == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	CUresult rc = check_descriptor(desc, &bytes);
+	CUresult rc = check_descriptor(desc, 0);
 	if (rc != CUDA_SUCCESS)
 		return rc;
+	uint64_t bytes = footprint(desc);
 	uint64_t charge = desc->Flags & CUDA_ARRAY3D_DEFERRED_MAPPING ? 0 : bytes;
 	if ((rc = capture_check_unsafe()) != CUDA_SUCCESS)
 		return rc;
@@ -179,10 +234,7 @@ static CUresult array_create(CUarray *handle, const CUDA_ARRAY3D_DESCRIPTOR *des
 		return CUDA_ERROR_OUT_OF_MEMORY;
 	mem_refresh_others(device);
 	pthread_mutex_lock(&sim.lock);
-	struct sim_device *d = &sim.dev[device];
-	uint64_t cap = d->others_bytes < d->capacity ? d->capacity - d->others_bytes : 0;
-	if (charge > cap || d->plain_bytes + d->ctx_bytes > cap - charge ||
-	    mem_make_room(device, charge, NULL) != 0) {
+	if (!array_take(device, charge)) {
 		pthread_mutex_unlock(&sim.lock);
 		free(a);
 		return CUDA_ERROR_OUT_OF_MEMORY;
@@ -190,9 +242,6 @@ static CUresult array_create(CUarray *handle, const CUDA_ARRAY3D_DESCRIPTOR *des
 	*a = (struct CUarray_st){.magic = ARRAY_MAGIC, .ctx = sim_current_ctx(), .device = device,
 				 .desc = *desc, .bytes = bytes, .charge = charge, .next = arrays};
 	arrays = a;
-	d->plain_bytes += charge;
-	array_bytes[device] += charge;
-	mem_usage_changed(device);
 	*handle = a;
 	pthread_mutex_unlock(&sim.lock);
 	return CUDA_SUCCESS;
@@ -225,9 +274,7 @@ static void array_release(struct CUarray_st *a)
 	while (*link != a)
 		link = &(*link)->next;
 	*link = a->next;
-	sim.dev[a->device].plain_bytes -= a->charge;
-	array_bytes[a->device] -= a->charge;
-	mem_usage_changed(a->device);
+	array_give(a->device, a->charge);
 	free(a);
 }
 
@@ -239,14 +286,162 @@ SIM_API CUresult cuArrayDestroy(CUarray hArray)
 		return rc;
 	pthread_mutex_lock(&sim.lock);
 	struct CUarray_st *a = array_find(hArray);
-	if (a != NULL)
+	/* A mipmapped array's level is not the application's to destroy: only the whole is. */
+	int mine = a != NULL && a->mipmap == NULL;
+	if (mine)
 		array_release(a);
 	pthread_mutex_unlock(&sim.lock);
-	return a != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+	return mine ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+static struct CUmipmappedArray_st *mipmap_find(CUmipmappedArray handle)
+{
+	for (struct CUmipmappedArray_st *m = mipmaps; m != NULL; m = m->next)
+		if (m == handle)
+			return m;
+	return NULL;
+}
+
+/* Unlinks m, destroys its levels and gives its bytes back; with sim.lock held. */
+static void mipmap_release(struct CUmipmappedArray_st *m)
+{
+	struct CUmipmappedArray_st **link = &mipmaps;
+	while (*link != m)
+		link = &(*link)->next;
+	*link = m->next;
+	for (unsigned int i = 0; i < m->nlevels; i++)
+		array_release(m->levels[i]);
+	array_give(m->device, m->charge);
+	free(m);
+}
+
+/*
+ * The number of levels a mipmapped array of d gets for numMipmapLevels:
+ * clamped, as documented, to [1, 1 + floor(log2(widest extent))], the
+ * extents being those that halve from level to level (the layers of a
+ * layered or cubemap array do not).
+ */
+static unsigned int mipmap_levels(const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned int numMipmapLevels)
+{
+	size_t widest = d->Width > d->Height ? d->Width : d->Height;
+	if (!(d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) && d->Depth > widest)
+		widest = d->Depth;
+	unsigned int most = 1;
+	while (widest >> most != 0)
+		most++;
+	return numMipmapLevels < 1 ? 1 : numMipmapLevels > most ? most : numMipmapLevels;
+}
+
+/* An extent at the next level: halved, never below 1 (0, an absent extent, stays 0). */
+static size_t halve(size_t extent)
+{
+	return extent > 1 ? extent / 2 : extent;
+}
+
+SIM_API CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+					const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+					unsigned int numMipmapLevels)
+{
+	int device;
+
+	ENTER(ENTER_INIT);
+	if (pHandle == NULL || pMipmappedArrayDesc == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = check_descriptor(pMipmappedArrayDesc, 1);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if ((rc = capture_check_unsafe()) != CUDA_SUCCESS)
+		return rc;
+	if ((rc = sim_current_device(&device)) != CUDA_SUCCESS)
+		return rc;
+	struct CUmipmappedArray_st *m = calloc(1, sizeof(*m));
+	if (m == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	m->nlevels = mipmap_levels(pMipmappedArrayDesc, numMipmapLevels);
+	CUDA_ARRAY3D_DESCRIPTOR level = *pMipmappedArrayDesc;
+	int layered = level.Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP);
+	uint64_t bytes = 0;
+	for (unsigned int i = 0; i < m->nlevels; i++) {
+		if ((m->levels[i] = calloc(1, sizeof(struct CUarray_st))) == NULL) {
+			while (i-- > 0)
+				free(m->levels[i]);
+			free(m);
+			return CUDA_ERROR_OUT_OF_MEMORY;
+		}
+		*m->levels[i] = (struct CUarray_st){.magic = ARRAY_MAGIC, .device = device, .desc = level,
+						    .bytes = footprint(&level), .mipmap = m};
+		bytes += m->levels[i]->bytes;
+		level.Width = halve(level.Width);
+		level.Height = halve(level.Height);
+		if (!layered)
+			level.Depth = halve(level.Depth);
+	}
+	uint64_t charge = pMipmappedArrayDesc->Flags & CUDA_ARRAY3D_DEFERRED_MAPPING ? 0 : bytes;
+	mem_refresh_others(device);
+	pthread_mutex_lock(&sim.lock);
+	if (!array_take(device, charge)) {
+		pthread_mutex_unlock(&sim.lock);
+		for (unsigned int i = 0; i < m->nlevels; i++)
+			free(m->levels[i]);
+		free(m);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	m->magic = MIPMAP_MAGIC;
+	m->ctx = sim_current_ctx();
+	m->device = device;
+	m->charge = charge;
+	for (unsigned int i = 0; i < m->nlevels; i++) {
+		m->levels[i]->ctx = m->ctx;
+		m->levels[i]->next = arrays;
+		arrays = m->levels[i];
+	}
+	m->next = mipmaps;
+	mipmaps = m;
+	*pHandle = m;
+	pthread_mutex_unlock(&sim.lock);
+	return CUDA_SUCCESS;
+}
+
+SIM_API CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
+{
+	ENTER(ENTER_INIT);
+	CUresult rc = capture_check_unsafe();
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	pthread_mutex_lock(&sim.lock);
+	struct CUmipmappedArray_st *m = mipmap_find(hMipmappedArray);
+	if (m != NULL)
+		mipmap_release(m);
+	pthread_mutex_unlock(&sim.lock);
+	return m != NULL ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+/* As documented: CUDA_ERROR_INVALID_VALUE for a level past the last. */
+SIM_API CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray,
+					  unsigned int level)
+{
+	ENTER(ENTER_INIT);
+	if (pLevelArray == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	struct CUmipmappedArray_st *m = mipmap_find(hMipmappedArray);
+	CUresult rc = m == NULL ? CUDA_ERROR_INVALID_HANDLE
+		      : level >= m->nlevels ? CUDA_ERROR_INVALID_VALUE
+					    : CUDA_SUCCESS;
+	if (rc == CUDA_SUCCESS)
+		*pLevelArray = m->levels[level];
+	pthread_mutex_unlock(&sim.lock);
+	return rc;
 }
 
 void array_release_context(const struct CUctx_st *ctx)
 {
+	struct CUmipmappedArray_st *next_mipmap;
+	for (struct CUmipmappedArray_st *m = mipmaps; m != NULL; m = next_mipmap) {
+		next_mipmap = m->next;
+		if (m->ctx == ctx)
+			mipmap_release(m);
+	}
 	struct CUarray_st *next;
 	for (struct CUarray_st *a = arrays; a != NULL; a = next) {
 		next = a->next;

@@ -1592,6 +1592,9 @@ static const struct proc procs[] = {
 	P("cuArrayGetDescriptor", 3020, cuArrayGetDescriptor_v2),
 	P("cuArray3DGetDescriptor", 3020, cuArray3DGetDescriptor_v2),
 	P("cuArrayGetMemoryRequirements", 11060, cuArrayGetMemoryRequirements),
+	P("cuMipmappedArrayCreate", 5000, cuMipmappedArrayCreate),
+	P("cuMipmappedArrayDestroy", 5000, cuMipmappedArrayDestroy),
+	P("cuMipmappedArrayGetLevel", 5000, cuMipmappedArrayGetLevel),
 };
 
 static CUresult proc_address(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,

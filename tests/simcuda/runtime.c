@@ -51,6 +51,7 @@
 	X(cudaMallocFromPoolAsync) X(cudaMemPoolSetAttribute) X(cudaMemPoolGetAttribute)    \
 	X(cudaMemPoolTrimTo) X(cudaDeviceGetMemPool) X(cudaMallocArray) X(cudaMalloc3DArray)    \
 	X(cudaFreeArray) X(cudaArrayGetInfo) X(cudaArrayGetMemoryRequirements)              \
+	X(cudaMallocMipmappedArray) X(cudaFreeMipmappedArray) X(cudaGetMipmappedArrayLevel)  \
 	X(cudaMemcpy_ptds) X(cudaMemcpyAsync_ptsz) X(cudaMemset_ptds) X(cudaMemsetAsync_ptsz) \
 	X(cudaMallocAsync_ptsz) X(cudaFreeAsync_ptsz) X(cudaMallocFromPoolAsync_ptsz)        \
 	X(cudaStreamSynchronize_ptsz) X(cudaStreamQuery_ptsz) X(cudaEventRecord_ptsz)         \
@@ -144,6 +145,9 @@ static struct driver {
 	CUresult (*ArrayDestroy)(CUarray);
 	CUresult (*Array3DGetDescriptor)(CUDA_ARRAY3D_DESCRIPTOR *, CUarray);
 	CUresult (*ArrayGetMemoryRequirements)(CUDA_ARRAY_MEMORY_REQUIREMENTS *, CUarray, CUdevice);
+	CUresult (*MipmappedArrayCreate)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int);
+	CUresult (*MipmappedArrayDestroy)(CUmipmappedArray);
+	CUresult (*MipmappedArrayGetLevel)(CUarray *, CUmipmappedArray, unsigned int);
 	/* Kept for cudaGetDriverEntryPoint. */
 	CUresult (*GetProcAddress)(const char *, void **, int, cuuint64_t,
 				   CUdriverProcAddressQueryResult *);
@@ -197,6 +201,9 @@ static const struct {
 	DRV("cuArray3DCreate", Array3DCreate), DRV("cuArrayDestroy", ArrayDestroy),
 	DRV("cuArray3DGetDescriptor", Array3DGetDescriptor),
 	DRV("cuArrayGetMemoryRequirements", ArrayGetMemoryRequirements),
+	DRV("cuMipmappedArrayCreate", MipmappedArrayCreate),
+	DRV("cuMipmappedArrayDestroy", MipmappedArrayDestroy),
+	DRV("cuMipmappedArrayGetLevel", MipmappedArrayGetLevel),
 };
 
 static pthread_mutex_t rt_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -1427,4 +1434,39 @@ RT_API cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryRequirem
 	ENTER(cudaArrayGetMemoryRequirements, NEED_DRIVER);
 	return DRIVER(drv.ArrayGetMemoryRequirements((CUDA_ARRAY_MEMORY_REQUIREMENTS *)memoryRequirements,
 						     (CUarray)array, device));
+}
+
+/* ---- mipmapped arrays: the driver's CUmipmappedArray, its levels CUarrays ---- */
+
+RT_API cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray,
+					    const struct cudaChannelFormatDesc *desc, struct cudaExtent extent,
+					    unsigned int numLevels, unsigned int flags)
+{
+	CUDA_ARRAY3D_DESCRIPTOR d = {.Width = extent.width, .Height = extent.height,
+				     .Depth = extent.depth, .Flags = flags};
+
+	ENTER(cudaMallocMipmappedArray, NEED_CONTEXT);
+	if (mipmappedArray == NULL || desc == NULL)
+		return done(cudaErrorInvalidValue);
+	cudaError_t err = channel_format(desc, &d.Format, &d.NumChannels);
+	if (err != cudaSuccess)
+		return done(err);
+	return DRIVER(drv.MipmappedArrayCreate((CUmipmappedArray *)mipmappedArray, &d, numLevels));
+}
+
+RT_API cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
+{
+	ENTER(cudaFreeMipmappedArray, NEED_CONTEXT);
+	if (mipmappedArray == NULL)
+		return cudaSuccess; /* documented: no operation */
+	return DRIVER(drv.MipmappedArrayDestroy((CUmipmappedArray)mipmappedArray));
+}
+
+/* A null or unknown mipmapped array: cudaErrorInvalidResourceHandle, as documented. */
+RT_API cudaError_t cudaGetMipmappedArrayLevel(cudaArray_t *levelArray,
+					      cudaMipmappedArray_const_t mipmappedArray, unsigned int level)
+{
+	ENTER(cudaGetMipmappedArrayLevel, NEED_DRIVER);
+	return DRIVER(drv.MipmappedArrayGetLevel((CUarray *)levelArray, (CUmipmappedArray)mipmappedArray,
+						 level));
 }

@@ -3,7 +3,10 @@ package simcudatest
 // Tests of simcuda's CUDA arrays (cuArrayCreate_v2, cuArray3DCreate_v2,
 // cuArrayDestroy, their descriptors, cuArrayGetMemoryRequirements, and the
 // runtime's cudaMallocArray, cudaMalloc3DArray, cudaFreeArray,
-// cudaArrayGetInfo, cudaArrayGetMemoryRequirements): testdata/arrays.c
+// cudaArrayGetInfo, cudaArrayGetMemoryRequirements) and mipmapped arrays
+// (cuMipmappedArrayCreate, cuMipmappedArrayDestroy, cuMipmappedArrayGetLevel
+// and the runtime's cudaMallocMipmappedArray, cudaFreeMipmappedArray,
+// cudaGetMipmappedArrayLevel): testdata/arrays.c
 // checks one behaviour per run against cuMemGetInfo, and the statistics
 // file confirms the totals at exit.
 
@@ -40,6 +43,16 @@ func TestArrays(t *testing.T) {
 		{name: "contexts", why: "destroying a created context or resetting the primary one destroys its arrays", peak: 2 * mebibyte},
 		{name: "runtime", why: "the runtime's forms make the driver's arrays; channel descriptors follow CUDA's rules",
 			peak: mebibyte + 64*64*8*2},
+		{name: "mipmap_charge", why: "a mipmapped array takes the sum of its levels, halving each extent, until destroyed",
+			peak: 176640 + 1196032 + 45056 + 4096},
+		{name: "mipmap_errors", why: "CUDA's argument rules and codes for mipmapped arrays; refusals take nothing",
+			peak: 16 * 16 * 4 * 2},
+		{name: "mipmap_capacity", why: "a mipmapped array whose levels together pass the device's capacity is refused",
+			env: []string{"SIMCUDA_DEVICES=64MiB"}, arrays: 44741120, live: 44741120, peak: 44741120},
+		{name: "mipmap_contexts", why: "destroying a created context or resetting the primary one destroys its mipmapped arrays",
+			peak: 2 * mebibyte},
+		{name: "mipmap_runtime", why: "the runtime's forms make the driver's mipmapped arrays, reachable through cuGetProcAddress",
+			peak: mebibyte + mebibyte/4},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -509,6 +509,9 @@ cudaError_t cudaDeviceGetMemPool(cudaMemPool_t *memPool, int device);
 /* CUDA arrays: the driver's CUarray (the two handles are interchangeable). */
 typedef struct cudaArray *cudaArray_t;
 typedef const struct cudaArray *cudaArray_const_t;
+/* The driver's CUmipmappedArray, likewise. */
+typedef struct cudaMipmappedArray *cudaMipmappedArray_t;
+typedef const struct cudaMipmappedArray *cudaMipmappedArray_const_t;
 
 enum cudaChannelFormatKind {
     cudaChannelFormatKindSigned = 0,
@@ -555,7 +558,8 @@ struct cudaArrayMemoryRequirements {
     unsigned int reserved[4];
 };
 
-/* The flags of cudaMallocArray and cudaMalloc3DArray: the driver's CUDA_ARRAY3D_* values. */
+/* The flags of cudaMallocArray, cudaMalloc3DArray and cudaMallocMipmappedArray: the
+ * driver's CUDA_ARRAY3D_* values. */
 #define cudaArrayDefault 0x00
 #define cudaArrayLayered 0x01
 #define cudaArraySurfaceLoadStore 0x02
@@ -574,6 +578,14 @@ cudaError_t cudaArrayGetInfo(struct cudaChannelFormatDesc *desc, struct cudaExte
                              unsigned int *flags, cudaArray_t array);
 cudaError_t cudaArrayGetMemoryRequirements(struct cudaArrayMemoryRequirements *memoryRequirements,
                                            cudaArray_t array, int device);
+cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray,
+                                     const struct cudaChannelFormatDesc *desc,
+                                     struct cudaExtent extent, unsigned int numLevels,
+                                     unsigned int flags);
+cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray);
+cudaError_t cudaGetMipmappedArrayLevel(cudaArray_t *levelArray,
+                                       cudaMipmappedArray_const_t mipmappedArray,
+                                       unsigned int level);
 
 #ifdef __cplusplus
 }

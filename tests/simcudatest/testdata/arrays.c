@@ -272,10 +272,231 @@ static void runtime(void)
 	CHECK(total - free_bytes == base);
 }
 
+/* The CUDA_ARRAY3D_DESCRIPTOR of level i of m. */
+static CUDA_ARRAY3D_DESCRIPTOR level_desc(CUmipmappedArray m, unsigned int i)
+{
+	CUarray level;
+	CUDA_ARRAY3D_DESCRIPTOR d;
+	OK(cuMipmappedArrayGetLevel(&level, m, i));
+	OK(cuArray3DGetDescriptor_v2(&d, level));
+	return d;
+}
+
+/*
+ * A mipmapped array takes the sum of its levels, each halving the extents
+ * (never below 1; a layered array keeps its layers), in 512-byte granules;
+ * the level count is clamped to [1, 1 + log2(widest extent)]. A level is the
+ * mipmapped array's: cuArrayDestroy refuses it, and it goes with the whole.
+ */
+static void mipmap_charge(void)
+{
+	init_device();
+	size_t base = used();
+	CUmipmappedArray flat, cube, layered, single;
+	/* 9 levels, 256x128 to 1x1: 131072 + 32768 + 8192 + 2048 + 512 + four granules. */
+	CUDA_ARRAY3D_DESCRIPTOR d = desc3d(256, 128, 0, CU_AD_FORMAT_FLOAT, 1, 0);
+	OK(cuMipmappedArrayCreate(&flat, &d, 100));
+	CHECK(used() - base == 176640);
+	CUDA_ARRAY3D_DESCRIPTOR got = level_desc(flat, 8);
+	CHECK(got.Width == 1 && got.Height == 1 && got.Depth == 0 && got.Format == CU_AD_FORMAT_FLOAT);
+	got = level_desc(flat, 3);
+	CHECK(got.Width == 32 && got.Height == 16);
+	CUarray level;
+	EXPECT(cuMipmappedArrayGetLevel(&level, flat, 9), CUDA_ERROR_INVALID_VALUE);
+	/* 3 of 7 levels of a 3D array: 64^3, 32^3, 16^3 elements of 4 bytes. */
+	d = desc3d(64, 64, 64, CU_AD_FORMAT_HALF, 2, 0);
+	OK(cuMipmappedArrayCreate(&cube, &d, 3));
+	CHECK(used() - base == 176640 + 1196032);
+	got = level_desc(cube, 2);
+	CHECK(got.Width == 16 && got.Height == 16 && got.Depth == 16);
+	EXPECT(cuMipmappedArrayGetLevel(&level, cube, 3), CUDA_ERROR_INVALID_VALUE);
+	/* 7 levels of 8 layers, 64x64 to 1x1 bytes each: the layers do not halve. */
+	d = desc3d(64, 64, 8, CU_AD_FORMAT_UNSIGNED_INT8, 1, CUDA_ARRAY3D_LAYERED);
+	OK(cuMipmappedArrayCreate(&layered, &d, 1000));
+	CHECK(used() - base == 176640 + 1196032 + 45056);
+	got = level_desc(layered, 6);
+	CHECK(got.Width == 1 && got.Height == 1 && got.Depth == 8 && got.Flags == CUDA_ARRAY3D_LAYERED);
+	EXPECT(cuMipmappedArrayGetLevel(&level, layered, 7), CUDA_ERROR_INVALID_VALUE);
+	/* 0 levels is clamped to 1. */
+	d = desc3d(1000, 0, 0, CU_AD_FORMAT_FLOAT, 1, 0);
+	OK(cuMipmappedArrayCreate(&single, &d, 0));
+	CHECK(used() - base == 176640 + 1196032 + 45056 + 4096);
+	EXPECT(cuMipmappedArrayGetLevel(&level, single, 1), CUDA_ERROR_INVALID_VALUE);
+
+	/* A level cannot be destroyed on its own; it stays charged and usable. */
+	OK(cuMipmappedArrayGetLevel(&level, flat, 0));
+	EXPECT(cuArrayDestroy(level), CUDA_ERROR_INVALID_HANDLE);
+	CHECK(used() - base == 176640 + 1196032 + 45056 + 4096);
+	OK(cuArray3DGetDescriptor_v2(&got, level));
+
+	OK(cuMipmappedArrayDestroy(flat));
+	CHECK(used() - base == 1196032 + 45056 + 4096);
+	/* The levels went with it. */
+	EXPECT(cuArray3DGetDescriptor_v2(&got, level), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuMipmappedArrayDestroy(flat), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuMipmappedArrayGetLevel(&level, flat, 0), CUDA_ERROR_INVALID_HANDLE);
+	OK(cuMipmappedArrayDestroy(cube));
+	OK(cuMipmappedArrayDestroy(layered));
+	OK(cuMipmappedArrayDestroy(single));
+	CHECK(used() == base);
+}
+
+/* The documented argument rules, each refused without taking anything. */
+static void mipmap_errors(void)
+{
+	CUmipmappedArray m;
+	CUDA_ARRAY3D_DESCRIPTOR d = desc3d(16, 16, 0, CU_AD_FORMAT_FLOAT, 1, 0);
+	EXPECT(cuMipmappedArrayCreate(&m, &d, 1), CUDA_ERROR_NOT_INITIALIZED);
+	OK(cuInit(0));
+	EXPECT(cuMipmappedArrayCreate(&m, &d, 1), CUDA_ERROR_INVALID_CONTEXT);
+	init_device();
+	size_t base = used();
+	EXPECT(cuMipmappedArrayCreate(NULL, &d, 1), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuMipmappedArrayCreate(&m, NULL, 1), CUDA_ERROR_INVALID_VALUE);
+	const struct {
+		CUDA_ARRAY3D_DESCRIPTOR d;
+		CUresult want;
+	} bad[] = {
+		{desc3d(0, 0, 0, CU_AD_FORMAT_FLOAT, 1, 0), CUDA_ERROR_INVALID_VALUE},    /* no width */
+		{desc3d(16, 16, 0, CU_AD_FORMAT_FLOAT, 3, 0), CUDA_ERROR_INVALID_VALUE},  /* 3 channels */
+		{desc3d(32769, 0, 0, CU_AD_FORMAT_FLOAT, 1, 0), CUDA_ERROR_INVALID_VALUE}, /* past the mipmapped 1D width */
+		{desc3d(32769, 16, 0, CU_AD_FORMAT_FLOAT, 1, 0), CUDA_ERROR_INVALID_VALUE}, /* past the mipmapped 2D width */
+		{desc3d(16, 8, 6, CU_AD_FORMAT_FLOAT, 1, CUDA_ARRAY3D_CUBEMAP), CUDA_ERROR_INVALID_VALUE}, /* not square */
+		{desc3d(16, 16, 16, CU_AD_FORMAT_FLOAT, 1, CUDA_ARRAY3D_TEXTURE_GATHER), CUDA_ERROR_INVALID_VALUE},
+		{desc3d(16, 16, 0, CU_AD_FORMAT_FLOAT, 1, CUDA_ARRAY3D_SPARSE), CUDA_ERROR_NOT_SUPPORTED},
+		{desc3d(16, 16, 0, CU_AD_FORMAT_NV12, 1, 0), CUDA_ERROR_NOT_SUPPORTED},
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		CUresult rc = cuMipmappedArrayCreate(&m, &bad[i].d, 2);
+		if (rc != bad[i].want) {
+			fprintf(stderr, "%s: bad descriptor #%zu: %d, want %d\n", current_case, i, rc, bad[i].want);
+			exit(1);
+		}
+	}
+	CHECK(used() == base);
+	/* A deferred-mapping mipmapped array takes nothing of its own. */
+	d.Flags = CUDA_ARRAY3D_DEFERRED_MAPPING;
+	OK(cuMipmappedArrayCreate(&m, &d, 5));
+	CHECK(used() == base);
+	OK(cuMipmappedArrayDestroy(m));
+
+	d = desc3d(16, 16, 0, CU_AD_FORMAT_FLOAT, 1, 0);
+	OK(cuMipmappedArrayCreate(&m, &d, 1));
+	CUarray level, plain;
+	EXPECT(cuMipmappedArrayGetLevel(NULL, m, 0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuMipmappedArrayGetLevel(&level, NULL, 0), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuMipmappedArrayDestroy(NULL), CUDA_ERROR_INVALID_HANDLE);
+	/* An array is not a mipmapped array, nor the other way round. */
+	OK(cuArray3DCreate_v2(&plain, &d));
+	EXPECT(cuMipmappedArrayDestroy((CUmipmappedArray)plain), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuArrayDestroy((CUarray)m), CUDA_ERROR_INVALID_HANDLE);
+	OK(cuArrayDestroy(plain));
+	OK(cuMipmappedArrayDestroy(m));
+	CHECK(used() == base);
+}
+
+/* A mipmapped array past the device's capacity is refused whole: its levels count, not just the first. */
+static void mipmap_capacity(void)
+{
+	init_device(); /* SIMCUDA_DEVICES=64MiB */
+	size_t base = used();
+	CUmipmappedArray a, b;
+	/* 32 MiB at level 0, 44741120 bytes in its 13 levels: two of the first fit, not two of the whole. */
+	CUDA_ARRAY3D_DESCRIPTOR d = desc3d(4096, 2048, 0, CU_AD_FORMAT_FLOAT, 1, 0);
+	OK(cuMipmappedArrayCreate(&a, &d, 13));
+	CHECK(used() - base == 44741120);
+	EXPECT(cuMipmappedArrayCreate(&b, &d, 13), CUDA_ERROR_OUT_OF_MEMORY);
+	EXPECT(cuMipmappedArrayCreate(&b, &d, 1), CUDA_ERROR_OUT_OF_MEMORY);
+	CUdeviceptr p;
+	EXPECT(cuMemAlloc_v2(&p, 24 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+	CHECK(used() - base == 44741120);
+}
+
+/* Destroying a created context, or resetting the primary one, destroys its mipmapped arrays. */
+static void mipmap_contexts(void)
+{
+	init_device();
+	size_t base = used();
+	CUmipmappedArray primary, created;
+	CUarray level;
+	CUDA_ARRAY3D_DESCRIPTOR d = desc3d(1024, 1024, 0, CU_AD_FORMAT_UNSIGNED_INT8, 1, 0);
+	OK(cuMipmappedArrayCreate(&primary, &d, 1));
+	CUcontext ctx;
+	OK(cuCtxCreate_v2(&ctx, 0, 0));
+	OK(cuMipmappedArrayCreate(&created, &d, 1));
+	OK(cuMipmappedArrayGetLevel(&level, created, 0));
+	CHECK(used() - base == 2 * MiB);
+	OK(cuCtxDestroy_v2(ctx));
+	CHECK(used() - base == MiB);
+	EXPECT(cuMipmappedArrayDestroy(created), CUDA_ERROR_INVALID_HANDLE);
+	CUDA_ARRAY3D_DESCRIPTOR got;
+	EXPECT(cuArray3DGetDescriptor_v2(&got, level), CUDA_ERROR_INVALID_HANDLE);
+	OK(cuDevicePrimaryCtxReset_v2(0));
+	EXPECT(cuMipmappedArrayDestroy(primary), CUDA_ERROR_INVALID_HANDLE);
+	OK(cuDevicePrimaryCtxRetain(&ctx, 0));
+	OK(cuCtxSetCurrent(ctx));
+	CHECK(used() == base);
+}
+
+/* The runtime's forms reach the driver's mipmapped arrays, which cuGetProcAddress hands out. */
+static void mipmap_runtime(void)
+{
+	OK(cudaSetDevice(0));
+	size_t free_bytes, total;
+	OK(cudaMemGetInfo(&free_bytes, &total));
+	size_t base = total - free_bytes;
+	struct cudaChannelFormatDesc float4 = {32, 32, 32, 32, cudaChannelFormatKindFloat};
+	cudaMipmappedArray_t m;
+	OK(cudaMallocMipmappedArray(&m, &float4, (struct cudaExtent){256, 256, 0}, 2, cudaArrayDefault));
+	OK(cudaMemGetInfo(&free_bytes, &total));
+	CHECK(total - free_bytes - base == MiB + MiB / 4);
+	cudaArray_t level;
+	struct cudaExtent extent;
+	OK(cudaGetMipmappedArrayLevel(&level, m, 1));
+	OK(cudaArrayGetInfo(NULL, &extent, NULL, level));
+	CHECK(extent.width == 128 && extent.height == 128 && extent.depth == 0);
+	EXPECT(cudaFreeArray(level), cudaErrorInvalidResourceHandle);
+	EXPECT(cudaGetMipmappedArrayLevel(&level, m, 2), cudaErrorInvalidValue);
+	EXPECT(cudaGetMipmappedArrayLevel(&level, NULL, 0), cudaErrorInvalidResourceHandle);
+	EXPECT(cudaGetLastError(), cudaErrorInvalidResourceHandle);
+	/* The driver sees the runtime's mipmapped array. */
+	CUarray driver_level;
+	OK(cuMipmappedArrayGetLevel(&driver_level, (CUmipmappedArray)m, 1));
+	CHECK((void *)driver_level == (void *)level);
+
+	cudaMipmappedArray_t other;
+	struct cudaChannelFormatDesc three = {32, 32, 32, 0, cudaChannelFormatKindFloat};
+	EXPECT(cudaMallocMipmappedArray(NULL, &float4, (struct cudaExtent){16, 16, 0}, 1, 0), cudaErrorInvalidValue);
+	EXPECT(cudaMallocMipmappedArray(&other, NULL, (struct cudaExtent){16, 16, 0}, 1, 0), cudaErrorInvalidValue);
+	EXPECT(cudaMallocMipmappedArray(&other, &three, (struct cudaExtent){16, 16, 0}, 1, 0),
+	       cudaErrorInvalidChannelDescriptor);
+	EXPECT(cudaMallocMipmappedArray(&other, &float4, (struct cudaExtent){16, 8, 6}, 1, cudaArrayCubemap),
+	       cudaErrorInvalidValue);
+
+	void *fn = NULL;
+	CUdriverProcAddressQueryResult status;
+	const char *names[] = {"cuMipmappedArrayCreate", "cuMipmappedArrayDestroy", "cuMipmappedArrayGetLevel"};
+	void *want[] = {(void *)cuMipmappedArrayCreate, (void *)cuMipmappedArrayDestroy,
+			(void *)cuMipmappedArrayGetLevel};
+	for (size_t i = 0; i < 3; i++) {
+		OK(cuGetProcAddress_v2(names[i], &fn, 12000, 0, &status));
+		CHECK(status == CU_GET_PROC_ADDRESS_SUCCESS && fn == want[i]);
+	}
+
+	OK(cudaFreeMipmappedArray(m));
+	OK(cudaFreeMipmappedArray(NULL));
+	EXPECT(cudaFreeMipmappedArray(m), cudaErrorInvalidResourceHandle);
+	OK(cudaMemGetInfo(&free_bytes, &total));
+	CHECK(total - free_bytes == base);
+}
+
 static const struct test_case cases[] = {
 	{"driver_charge", driver_charge}, {"driver_errors", driver_errors},
 	{"requirements", requirements},   {"capacity", capacity},
 	{"contexts", contexts},           {"runtime", runtime},
+	{"mipmap_charge", mipmap_charge}, {"mipmap_errors", mipmap_errors},
+	{"mipmap_capacity", mipmap_capacity}, {"mipmap_contexts", mipmap_contexts},
+	{"mipmap_runtime", mipmap_runtime},
 };
 
 int main(int argc, char **argv)
