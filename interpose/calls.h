@@ -301,6 +301,17 @@ SPILLWAY_INTERPOSED(cudaError_t, malloc_3d_array, cudaMalloc3DArray,
                     (cudaArray_t * array, const struct cudaChannelFormatDesc *desc,
                      struct cudaExtent extent, unsigned int flags))
 SPILLWAY_INTERPOSED(cudaError_t, free_array, cudaFreeArray, (cudaArray_t array))
+/* Mipmapped arrays: counted as arrays are, by the sum of their levels. */
+SPILLWAY_INTERPOSED(CUresult, cu_mipmapped_array_create, cuMipmappedArrayCreate,
+                    (CUmipmappedArray * pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+                     unsigned int numMipmapLevels))
+SPILLWAY_INTERPOSED(CUresult, cu_mipmapped_array_destroy, cuMipmappedArrayDestroy,
+                    (CUmipmappedArray hMipmappedArray))
+SPILLWAY_INTERPOSED(cudaError_t, malloc_mipmapped_array, cudaMallocMipmappedArray,
+                    (cudaMipmappedArray_t * mipmappedArray, const struct cudaChannelFormatDesc *desc,
+                     struct cudaExtent extent, unsigned int numLevels, unsigned int flags))
+SPILLWAY_INTERPOSED(cudaError_t, free_mipmapped_array, cudaFreeMipmappedArray,
+                    (cudaMipmappedArray_t mipmappedArray))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */
@@ -399,9 +410,11 @@ SPILLWAY_ENTRY(graph_keep, (uint64_t graph, int32_t device, uint64_t size))
 SPILLWAY_ENTRY(mempool_usage, (int32_t device, int32_t attr, uint64_t *value))
 SPILLWAY_ENTRY(mempool_reset_high, (int32_t device, int32_t attr))
 SPILLWAY_ENTRY(mempool_trim, (int32_t device, uint64_t keep))
-/* CUDA arrays, after the real call succeeded: array_created records one
- * whose size bytes were taken on device (SPILLWAY_TAKE_ARRAY or
- * SPILLWAY_TAKE_RUNTIME_ARRAY), made in ctx, a context the application
+/* CUDA arrays and mipmapped arrays, after the real call succeeded:
+ * array_created records one whose size bytes were taken on device
+ * (SPILLWAY_TAKE_ARRAY, SPILLWAY_TAKE_RUNTIME_ARRAY,
+ * SPILLWAY_TAKE_MIPMAPPED_ARRAY or SPILLWAY_TAKE_RUNTIME_MIPMAPPED_ARRAY),
+ * made in ctx, a context the application
  * created, or 0 for the device's primary context; array_destroyed gives its
  * bytes back (a handle not recorded is ignored). Destroying a created
  * context, or resetting the primary one, gives back the arrays made in it. */

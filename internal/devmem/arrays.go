@@ -3,14 +3,16 @@ package devmem
 import "sync"
 
 // arrayLedger counts the application's CUDA arrays (cuArrayCreate_v2,
-// cuArray3DCreate_v2, cudaMallocArray, cudaMalloc3DArray). An array's bytes
-// are taken before the real call, from its footprint (the front's
-// estimate: CUDA tells an array's size only for deferred-mapping arrays,
-// which take no memory and are not counted), recorded once it exists, and
-// given back when it is destroyed: by cuArrayDestroy or cudaFreeArray, with
-// the context the application created it in, or, made in a device's
-// primary context, by the reset of that context. Arrays cannot spill to
-// the host: one the quota refuses is refused.
+// cuArray3DCreate_v2, cudaMallocArray, cudaMalloc3DArray) and mipmapped
+// arrays (cuMipmappedArrayCreate, cudaMallocMipmappedArray), by handle. An
+// array's bytes are taken before the real call, from its footprint (the
+// front's estimate, a mipmapped array's the sum of its levels: CUDA tells an
+// array's size only for deferred-mapping arrays, which take no memory and
+// are not counted), recorded once it exists, and given back when it is
+// destroyed: by cuArrayDestroy, cudaFreeArray, cuMipmappedArrayDestroy or
+// cudaFreeMipmappedArray, with the context the application created it in,
+// or, made in a device's primary context, by the reset of that context.
+// Arrays cannot spill to the host: one the quota refuses is refused.
 type arrayLedger struct {
 	mu     sync.Mutex
 	arrays map[uint64]array // by handle

@@ -32,6 +32,10 @@ const (
 	// driver's and the runtime's.
 	TakeArray        TakeKind = 6
 	TakeRuntimeArray TakeKind = 7
+	// TakeMipmappedArray and TakeRuntimeMipmappedArray: a mipmapped array,
+	// the sum of its levels, counted as an array is.
+	TakeMipmappedArray        TakeKind = 8
+	TakeRuntimeMipmappedArray TakeKind = 9
 	// TakeQuiet, or'ed into a kind, keeps a refusal out of the log and the
 	// probes: the caller has another way (TakeVMMHost), which reports.
 	TakeQuiet TakeKind = 0x100
@@ -47,6 +51,8 @@ func (k TakeKind) String() string {
 		return "an allocation from an explicit memory pool"
 	case TakeArray, TakeRuntimeArray:
 		return "a CUDA array"
+	case TakeMipmappedArray, TakeRuntimeMipmappedArray:
+		return "a CUDA mipmapped array"
 	}
 	return "an allocation in a created context"
 }
@@ -55,7 +61,7 @@ func (k TakeKind) String() string {
 // becomes the thread's last error) rather than a CUresult.
 func (k TakeKind) Runtime() bool {
 	k &^= TakeQuiet
-	return k == TakeRuntime || k == TakeRuntimePool || k == TakeRuntimeArray
+	return k == TakeRuntime || k == TakeRuntimePool || k == TakeRuntimeArray || k == TakeRuntimeMipmappedArray
 }
 
 // Take admits size bytes on device outside the pool, the pool returning

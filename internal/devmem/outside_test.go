@@ -268,6 +268,10 @@ func TestTakeKindNames(t *testing.T) {
 		{TakeRuntime, "an allocation in a created context", true},
 		{TakePool, "an allocation from an explicit memory pool", false},
 		{TakeRuntimePool, "an allocation from an explicit memory pool", true},
+		{TakeArray, "a CUDA array", false},
+		{TakeRuntimeArray, "a CUDA array", true},
+		{TakeMipmappedArray, "a CUDA mipmapped array", false},
+		{TakeRuntimeMipmappedArray, "a CUDA mipmapped array", true},
 	}
 	for _, c := range cases {
 		if got := c.kind.String(); got != c.name {

@@ -30,7 +30,7 @@
  * The front asks the core for its version before anything else, and passes
  * its own to spillway_core_init, so each side refuses the other's.
  */
-#define SPILLWAY_CORE_ABI 15
+#define SPILLWAY_CORE_ABI 16
 
 /* spillway_core_take's kinds: what the bytes are for. */
 #define SPILLWAY_TAKE_CONTEXT 0 /* an allocation in a context the application created */
@@ -49,6 +49,10 @@
  * runtime's (cudaMallocArray, cudaMalloc3DArray: a cudaError_t and its last error). */
 #define SPILLWAY_TAKE_ARRAY 6
 #define SPILLWAY_TAKE_RUNTIME_ARRAY 7
+/* A mipmapped array, the sum of its levels: the driver's (cuMipmappedArrayCreate)
+ * and the runtime's (cudaMallocMipmappedArray). */
+#define SPILLWAY_TAKE_MIPMAPPED_ARRAY 8
+#define SPILLWAY_TAKE_RUNTIME_MIPMAPPED_ARRAY 9
 /* Or'ed into a kind: a refusal is not reported (no log line, no probe),
  * as the caller has another way, which reports. */
 #define SPILLWAY_TAKE_QUIET 0x100

@@ -279,6 +279,8 @@ var (
 	_ = [1]struct{}{}[devmem.TakeVMMHost-C.SPILLWAY_TAKE_VMM_HOST]
 	_ = [1]struct{}{}[devmem.TakeArray-C.SPILLWAY_TAKE_ARRAY]
 	_ = [1]struct{}{}[devmem.TakeRuntimeArray-C.SPILLWAY_TAKE_RUNTIME_ARRAY]
+	_ = [1]struct{}{}[devmem.TakeMipmappedArray-C.SPILLWAY_TAKE_MIPMAPPED_ARRAY]
+	_ = [1]struct{}{}[devmem.TakeRuntimeMipmappedArray-C.SPILLWAY_TAKE_RUNTIME_MIPMAPPED_ARRAY]
 	_ = [1]struct{}{}[devmem.TakeQuiet-C.SPILLWAY_TAKE_QUIET]
 )
 

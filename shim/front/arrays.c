@@ -1,6 +1,7 @@
 /*
- * arrays.c: CUDA arrays, taken from the quota by their footprint before the
- * real call and given back when they are destroyed (or their context is).
+ * arrays.c: CUDA arrays and mipmapped arrays, taken from the quota by their
+ * footprint before the real call and given back when they are destroyed
+ * (or their context is).
  */
 #define _GNU_SOURCE
 
@@ -131,6 +132,44 @@ static uint64_t array_footprint(struct array_unit u, uint64_t width, uint64_t he
     return n;
 }
 
+/* An extent at the next mipmap level: halved, never below 1 (0, an absent extent, stays 0). */
+static uint64_t halve(uint64_t extent)
+{
+    return extent > 1 ? extent / 2 : extent;
+}
+
+/*
+ * The bytes a mipmapped array takes: the sum of its levels' footprints,
+ * each level halving the extents that shrink (width, height, and depth for
+ * a 3D array only: a layered or cubemap array keeps its layers), with
+ * levels clamped as CUDA documents to [1, 1 + floor(log2(widest extent))].
+ * 0 where array_footprint gives 0 (nothing of its own, or refused anyway).
+ */
+static uint64_t mipmap_footprint(struct array_unit u, uint64_t width, uint64_t height, uint64_t depth,
+                                 unsigned int flags, unsigned int levels)
+{
+    int layered = (flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
+    uint64_t widest = width > height ? width : height;
+    if (!layered && depth > widest)
+        widest = depth;
+    unsigned int most = 1;
+    while (most < 64 && widest >> most != 0)
+        most++;
+    levels = levels < 1 ? 1 : levels > most ? most : levels;
+    uint64_t total = 0;
+    for (unsigned int i = 0; i < levels; i++) {
+        uint64_t bytes = array_footprint(u, width, height, depth, flags);
+        if (bytes == 0 || total > UINT64_MAX - bytes)
+            return 0;
+        total += bytes;
+        width = halve(width);
+        height = halve(height);
+        if (!layered)
+            depth = halve(depth);
+    }
+    return total;
+}
+
 /*
  * Creating and destroying an array and the core's record of it happen
  * under one lock, so that a handle CUDA reuses for a new array in another
@@ -138,9 +177,9 @@ static uint64_t array_footprint(struct array_unit u, uint64_t width, uint64_t he
  */
 pthread_mutex_t arrays_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* After the real creation of an array of bytes taken on device in ctx
+/* After the real creation of an array (or mipmapped array) of bytes taken on device in ctx
  * (NULL: the primary context): the core records it, or the bytes go back. */
-static void array_made(int made, CUarray handle, CUcontext ctx, int32_t device, uint64_t bytes,
+static void array_made(int made, const void *handle, CUcontext ctx, int32_t device, uint64_t bytes,
                        int32_t kind)
 {
     if (made)
@@ -190,34 +229,69 @@ DRIVER_ARRAY_CREATE(cuArray3DCreate_v2, cu_array_3d_create, CUDA_ARRAY3D_DESCRIP
                                     d->Depth, d->Flags))
 
 /*
- * The runtime's arrays are counted here, and the driver's calls the runtime
- * makes for them pass through (depth), so that each is counted once.
+ * The driver's mipmapped array: taken, made and recorded as an array is,
+ * charged the sum of its levels (which belong to it: they are neither
+ * counted nor destroyed on their own).
  */
-static cudaError_t runtime_array(cudaError_t (*make)(cudaArray_t *, const struct cudaChannelFormatDesc *,
-                                                     struct cudaExtent, unsigned int),
-                                 cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
-                                 struct cudaExtent extent, unsigned int flags)
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                       const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+                                       unsigned int numMipmapLevels)
+{
+    REAL(real_create, cu_mipmapped_array_create);
+    enum route r = route();
+    if (r == ROUTE_REFUSE)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    const CUDA_ARRAY3D_DESCRIPTOR *d = pMipmappedArrayDesc;
+    uint64_t bytes = pHandle && d ? mipmap_footprint(format_unit(d->Format, d->NumChannels), d->Width,
+                                                     d->Height, d->Depth, d->Flags, numMipmapLevels)
+                                  : 0;
+    int32_t device = 0;
+    if (r != ROUTE_CORE || bytes == 0 || context_device(&device) != CUDA_SUCCESS)
+        return real_create(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+    CUcontext ctx = current_created();
+    depth++;
+    CUresult rc = (CUresult)core.take(device, bytes, SPILLWAY_TAKE_MIPMAPPED_ARRAY);
+    if (rc == CUDA_SUCCESS) {
+        pthread_mutex_lock(&arrays_lock);
+        rc = real_create(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+        array_made(rc == CUDA_SUCCESS, rc == CUDA_SUCCESS ? *pHandle : NULL, ctx, device, bytes,
+                   SPILLWAY_TAKE_MIPMAPPED_ARRAY);
+        pthread_mutex_unlock(&arrays_lock);
+    }
+    depth--;
+    return rc;
+}
+
+/* A runtime call making an array (or mipmapped array) in *handle, given its extent, levels and flags. */
+typedef cudaError_t (*runtime_make_fn)(void **handle, const struct cudaChannelFormatDesc *desc,
+                                       struct cudaExtent extent, unsigned int levels, unsigned int flags);
+
+/*
+ * The runtime's arrays and mipmapped arrays are counted here, bytes of
+ * kind, and the driver's calls the runtime makes for them pass through
+ * (depth), so that each is counted once.
+ */
+static cudaError_t runtime_array(runtime_make_fn make, void **handle, const struct cudaChannelFormatDesc *desc,
+                                 struct cudaExtent extent, unsigned int levels, unsigned int flags,
+                                 uint64_t bytes, int32_t kind)
 {
     cudaError_t rc = cudaSuccess;
     int32_t device = 0;
     CUcontext ctx = NULL;
-    uint64_t bytes =
-        desc ? array_footprint(channel_unit(desc), extent.width, extent.height, extent.depth, flags) : 0;
     enum route r = route();
     depth++;
-    switch (runtime_alloc_route(r, (void **)array, bytes, &device, &ctx, &rc)) {
+    switch (runtime_alloc_route(r, handle, bytes, &device, &ctx, &rc)) {
     case ROUTE_CORE:
     case ROUTE_CONTEXT:
         if (bytes == 0) {
-            rc = make(array, desc, extent, flags);
+            rc = make(handle, desc, extent, levels, flags);
             break;
         }
-        if ((rc = (cudaError_t)core.take(device, bytes, SPILLWAY_TAKE_RUNTIME_ARRAY)) != cudaSuccess)
+        if ((rc = (cudaError_t)core.take(device, bytes, kind)) != cudaSuccess)
             break;
         pthread_mutex_lock(&arrays_lock);
-        rc = make(array, desc, extent, flags);
-        array_made(rc == cudaSuccess, rc == cudaSuccess ? (CUarray)*array : NULL, ctx, device, bytes,
-                   SPILLWAY_TAKE_RUNTIME_ARRAY);
+        rc = make(handle, desc, extent, levels, flags);
+        array_made(rc == cudaSuccess, rc == cudaSuccess ? *handle : NULL, ctx, device, bytes, kind);
         pthread_mutex_unlock(&arrays_lock);
         break;
     case ROUTE_REFUSE:
@@ -226,31 +300,66 @@ static cudaError_t runtime_array(cudaError_t (*make)(cudaArray_t *, const struct
     case ROUTE_FAILED:
         break;
     default:
-        rc = make(array, desc, extent, flags);
+        rc = make(handle, desc, extent, levels, flags);
     }
     depth--;
     return rc;
 }
 
-/* The real cudaMallocArray, in cudaMalloc3DArray's shape. */
-static cudaError_t malloc_array_3d(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
-                                   struct cudaExtent extent, unsigned int flags)
+/* The real cudaMallocArray, cudaMalloc3DArray and cudaMallocMipmappedArray, in runtime_make_fn's shape. */
+static cudaError_t malloc_array(void **handle, const struct cudaChannelFormatDesc *desc, struct cudaExtent extent,
+                                unsigned int levels, unsigned int flags)
 {
+    (void)levels;
     REAL(real_malloc_array, malloc_array);
-    return real_malloc_array(array, desc, extent.width, extent.height, flags);
+    return real_malloc_array((cudaArray_t *)handle, desc, extent.width, extent.height, flags);
+}
+
+static cudaError_t malloc_3d_array(void **handle, const struct cudaChannelFormatDesc *desc,
+                                   struct cudaExtent extent, unsigned int levels, unsigned int flags)
+{
+    (void)levels;
+    REAL(real_malloc_3d_array, malloc_3d_array);
+    return real_malloc_3d_array((cudaArray_t *)handle, desc, extent, flags);
+}
+
+static cudaError_t malloc_mipmapped_array(void **handle, const struct cudaChannelFormatDesc *desc,
+                                          struct cudaExtent extent, unsigned int levels, unsigned int flags)
+{
+    REAL(real_malloc_mipmapped_array, malloc_mipmapped_array);
+    return real_malloc_mipmapped_array((cudaMipmappedArray_t *)handle, desc, extent, levels, flags);
+}
+
+/* A runtime array's bytes: its footprint of levels levels (1 for a plain array). */
+static uint64_t runtime_footprint(const struct cudaChannelFormatDesc *desc, struct cudaExtent extent,
+                                  unsigned int levels, unsigned int flags)
+{
+    return desc ? mipmap_footprint(channel_unit(desc), extent.width, extent.height, extent.depth, flags, levels)
+                : 0;
 }
 
 EXPORT cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
                                    size_t width, size_t height, unsigned int flags)
 {
-    return runtime_array(malloc_array_3d, array, desc, (struct cudaExtent){width, height, 0}, flags);
+    struct cudaExtent extent = {width, height, 0};
+    return runtime_array(malloc_array, (void **)array, desc, extent, 1, flags,
+                         runtime_footprint(desc, extent, 1, flags), SPILLWAY_TAKE_RUNTIME_ARRAY);
 }
 
 EXPORT cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
                                      struct cudaExtent extent, unsigned int flags)
 {
-    REAL(real_malloc_3d_array, malloc_3d_array);
-    return runtime_array(real_malloc_3d_array, array, desc, extent, flags);
+    return runtime_array(malloc_3d_array, (void **)array, desc, extent, 1, flags,
+                         runtime_footprint(desc, extent, 1, flags), SPILLWAY_TAKE_RUNTIME_ARRAY);
+}
+
+EXPORT cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray,
+                                            const struct cudaChannelFormatDesc *desc, struct cudaExtent extent,
+                                            unsigned int numLevels, unsigned int flags)
+{
+    return runtime_array(malloc_mipmapped_array, (void **)mipmappedArray, desc, extent, numLevels, flags,
+                         runtime_footprint(desc, extent, numLevels, flags),
+                         SPILLWAY_TAKE_RUNTIME_MIPMAPPED_ARRAY);
 }
 
 EXPORT CUresult cuArrayDestroy(CUarray hArray)
@@ -276,6 +385,34 @@ EXPORT cudaError_t cudaFreeArray(cudaArray_t array)
     cudaError_t rc = real_free_array(array);
     if (rc == cudaSuccess && array)
         core.array_destroyed((uint64_t)(uintptr_t)array);
+    pthread_mutex_unlock(&arrays_lock);
+    depth--;
+    return rc;
+}
+
+EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
+{
+    REAL(real_destroy, cu_mipmapped_array_destroy);
+    if (!core_listens())
+        return real_destroy(hMipmappedArray);
+    pthread_mutex_lock(&arrays_lock);
+    CUresult rc = real_destroy(hMipmappedArray);
+    if (rc == CUDA_SUCCESS)
+        core.array_destroyed((uint64_t)(uintptr_t)hMipmappedArray);
+    pthread_mutex_unlock(&arrays_lock);
+    return rc;
+}
+
+EXPORT cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
+{
+    REAL(real_free_mipmapped_array, free_mipmapped_array);
+    if (!core_listens())
+        return real_free_mipmapped_array(mipmappedArray);
+    depth++;
+    pthread_mutex_lock(&arrays_lock);
+    cudaError_t rc = real_free_mipmapped_array(mipmappedArray);
+    if (rc == cudaSuccess && mipmappedArray)
+        core.array_destroyed((uint64_t)(uintptr_t)mipmappedArray);
     pthread_mutex_unlock(&arrays_lock);
     depth--;
     return rc;

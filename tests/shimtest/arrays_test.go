@@ -187,3 +187,93 @@ func TestArrayInvalidChannelsNotCharged(t *testing.T) {
 		t.Errorf("an array CUDA refuses for its channels was refused for the quota:\n%s", stderr)
 	}
 }
+
+// A mipmapped array of 1024 x 1024 float4 elements in 2 levels takes 16 MiB
+// and 4 MiB: 20 MiB.
+const mipmapMiB = 20 * arrayMiB
+
+// TestMipmappedArrayQuotaDriver: cuMipmappedArrayCreate is charged the sum
+// of its levels (the first alone would fit the 16 MiB left, the whole does
+// not) and refused with CUDA's out-of-memory code and a warning naming it;
+// a layered one's levels keep their layers; a level cannot be destroyed on
+// its own and takes nothing back; cuMipmappedArrayDestroy gives the room
+// back; a deferred-mapping one takes nothing; and what the shim counts is
+// what simcuda holds.
+func TestMipmappedArrayQuotaDriver(t *testing.T) {
+	const cuInvalidHandle = 400 // CUDA_ERROR_INVALID_HANDLE
+	out, stderr, truth := runArrays(t, 64*arrayMiB, nil,
+		"a", "1024", "1024", "0", "a", "1024", "1024", "0", "a", "1024", "1024", "0",
+		"m", "1024", "1024", "0", "2", "0", "i", "d", "0",
+		"m", "1024", "1024", "0", "2", "0", "i", "l", "3", "1", "i", "M", "3", "i",
+		"m", "512", "512", "4", "2", "1", "i", "m", "4096", "4096", "0", "20", "128", "i")
+	checkSteps(t, out, []step{{"a", 2, cuSuccess}, {"m", 0, cuOutOfMemory}, {"d", 0, cuSuccess},
+		{"m", 1, cuSuccess}, {"l", 0, cuInvalidHandle}, {"M", 0, cuSuccess}, {"m", 2, cuSuccess}, {"m", 3, cuSuccess}})
+	checkInfo(t, out, "i", 0, 16*arrayMiB)
+	checkInfo(t, out, "i", 1, 32*arrayMiB-mipmapMiB)
+	checkInfo(t, out, "i", 2, 32*arrayMiB-mipmapMiB)
+	checkInfo(t, out, "i", 3, 32*arrayMiB)
+	checkInfo(t, out, "i", 4, 32*arrayMiB-mipmapMiB) // 512 x 512 x 4 layers, then 256 x 256 x 4
+	checkInfo(t, out, "i", 5, 32*arrayMiB-mipmapMiB)
+	if !strings.Contains(stderr, "a CUDA mipmapped array of 20MiB refused on device 0: 48MiB in use of a quota of 64MiB") {
+		t.Errorf("no warning names the refused mipmapped array and its 20 MiB of levels:\n%s", stderr)
+	}
+	if truth.ArrayBytes != 52*arrayMiB || truth.DeviceBytes != 52*arrayMiB {
+		t.Errorf("simcuda holds %d MiB of arrays (%d MiB in all) at exit, want the 52 MiB the shim counts",
+			truth.ArrayBytes/arrayMiB, truth.DeviceBytes/arrayMiB)
+	}
+}
+
+// TestMipmappedArrayQuotaThroughProcAddress: cuMipmappedArrayCreate
+// obtained with cuGetProcAddress is counted like the one the program links.
+func TestMipmappedArrayQuotaThroughProcAddress(t *testing.T) {
+	out, _, _ := runArrays(t, 64*arrayMiB, nil, "G", "1024", "1024", "0", "2", "G", "1024", "1024", "0", "2",
+		"G", "1024", "1024", "0", "2", "G", "1024", "1024", "0", "2", "i")
+	checkSteps(t, out, []step{{"G", 0, cuSuccess}, {"G", 2, cuSuccess}, {"G", 3, cuOutOfMemory}})
+	checkInfo(t, out, "i", 0, 64*arrayMiB-3*mipmapMiB)
+}
+
+// TestMipmappedArrayQuotaRuntime: cudaMallocMipmappedArray is counted once
+// (the runtime makes it with cuMipmappedArrayCreate, which the shim also
+// interposes: counted twice, only one would fit), refused with
+// cudaErrorMemoryAllocation as the thread's last error, and
+// cudaFreeMipmappedArray gives the room back.
+func TestMipmappedArrayQuotaRuntime(t *testing.T) {
+	out, stderr, truth := runArrays(t, 64*arrayMiB, nil,
+		"P", "1024", "1024", "0", "2", "P", "1024", "1024", "0", "2", "P", "1024", "1024", "0", "2",
+		"P", "1024", "1024", "0", "2", "e", "I", "Q", "0", "I", "P", "1024", "1024", "0", "2", "I")
+	checkSteps(t, out, []step{{"P", 0, cuSuccess}, {"P", 1, cuSuccess}, {"P", 2, cuSuccess},
+		{"P", 3, harness.ErrMemoryAllocation}, {"e", 0, harness.ErrMemoryAllocation}, {"Q", 0, cuSuccess},
+		{"P", 4, cuSuccess}})
+	checkInfo(t, out, "I", 0, 64*arrayMiB-3*mipmapMiB)
+	checkInfo(t, out, "I", 1, 64*arrayMiB-2*mipmapMiB)
+	checkInfo(t, out, "I", 2, 64*arrayMiB-3*mipmapMiB)
+	if !strings.Contains(stderr, "a CUDA mipmapped array of 20MiB refused on device 0") {
+		t.Errorf("no warning names the refused mipmapped array:\n%s", stderr)
+	}
+	if truth.ArrayBytes != 3*mipmapMiB {
+		t.Errorf("simcuda holds %d MiB of arrays at exit, want the 60 MiB the shim counts", truth.ArrayBytes/arrayMiB)
+	}
+}
+
+// TestMipmappedArraysGivenBackWithContext: destroying the context a
+// mipmapped array was made in, or resetting the primary context
+// (cuDevicePrimaryCtxReset_v2, cudaDeviceReset), gives its room back, as
+// CUDA destroys it; the quota then holds exactly as many again.
+func TestMipmappedArraysGivenBackWithContext(t *testing.T) {
+	out, _, truth := runArrays(t, 64*arrayMiB, nil,
+		"C", "m", "1024", "1024", "0", "2", "0", "i", "X", "0", "i",
+		"m", "1024", "1024", "0", "2", "0", "D", "i",
+		"P", "1024", "1024", "0", "2", "R", "I",
+		"m", "1024", "1024", "0", "2", "0", "m", "1024", "1024", "0", "2", "0", "m", "1024", "1024", "0", "2", "0",
+		"m", "1024", "1024", "0", "2", "0")
+	checkSteps(t, out, []step{{"C", 0, cuSuccess}, {"m", 0, cuSuccess}, {"X", 0, cuSuccess}, {"m", 1, cuSuccess},
+		{"D", 0, cuSuccess}, {"P", 0, cuSuccess}, {"R", 0, cuSuccess},
+		{"m", 2, cuSuccess}, {"m", 4, cuSuccess}, {"m", 5, cuOutOfMemory}})
+	checkInfo(t, out, "i", 0, 64*arrayMiB-mipmapMiB)
+	checkInfo(t, out, "i", 1, 64*arrayMiB)
+	checkInfo(t, out, "i", 2, 64*arrayMiB)
+	checkInfo(t, out, "I", 0, 64*arrayMiB)
+	if truth.ArrayBytes != 3*mipmapMiB {
+		t.Errorf("simcuda holds %d MiB of arrays at exit, want 60", truth.ArrayBytes/arrayMiB)
+	}
+}

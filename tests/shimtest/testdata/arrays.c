@@ -1,8 +1,9 @@
 /*
  * arrays: runs the CUDA array operations named on its command line on
  * device 0, one line of output each, so that tests can script arrays under
- * the shim. It starts in device 0's primary context. Arrays are of float4
- * elements (16 bytes) unless said otherwise; slots number them in order.
+ * the shim. It starts in device 0's primary context. Arrays and mipmapped
+ * arrays are of float4 elements (16 bytes) unless said otherwise; slots
+ * number them in order.
  *
  *   a W H D  cuArray3DCreate_v2              -> "a RC SLOT"
  *   k W H    cuArrayCreate_v2                -> "k RC SLOT"
@@ -23,6 +24,12 @@
  *   X CTX    cuCtxDestroy_v2, then the primary context current -> "X RC"
  *   D        cuDevicePrimaryCtxReset_v2 of device 0, then its primary context again -> "D RC"
  *   R        cudaDeviceReset                 -> "R RC"
+ *   m W H D L FLAGS cuMipmappedArrayCreate of L levels -> "m RC SLOT"
+ *   G W H D L cuMipmappedArrayCreate as cuGetProcAddress_v2 hands it out -> "G RC SLOT"
+ *   M SLOT   cuMipmappedArrayDestroy         -> "M RC"
+ *   P W H D L cudaMallocMipmappedArray of L levels -> "P RC SLOT"
+ *   Q SLOT   cudaFreeMipmappedArray          -> "Q RC"
+ *   l SLOT N cuArrayDestroy of level N of a mipmapped array (cuMipmappedArrayGetLevel) -> "l RC"
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,12 +39,12 @@
 
 #define MAX_SLOTS 64
 
-static CUarray slots[MAX_SLOTS];
+static void *slots[MAX_SLOTS];
 static int nslots;
 static CUcontext ctxs[8];
 static int nctx;
 
-static int keep(CUarray a)
+static int keep(void *a)
 {
     if (nslots == MAX_SLOTS) {
         fprintf(stderr, "arrays: out of slots\n");
@@ -190,6 +197,56 @@ int main(int argc, char **argv)
         case 'R':
             printf("R %d\n", cudaDeviceReset());
             break;
+        case 'm': {
+            CUDA_ARRAY3D_DESCRIPTOR desc = {strtoull(a, NULL, 0), strtoull(b, NULL, 0), strtoull(c, NULL, 0),
+                                            CU_AD_FORMAT_FLOAT, 4,
+                                            (unsigned int)strtoul(i + 5 < argc ? argv[i + 5] : "0", NULL, 0)};
+            CUmipmappedArray m = NULL;
+            CUresult rc = cuMipmappedArrayCreate(&m, &desc, (unsigned int)atoi(i + 4 < argc ? argv[i + 4] : "0"));
+            printf("m %d %d\n", rc, rc == CUDA_SUCCESS ? keep(m) : -1);
+            i += 5;
+            break;
+        }
+        case 'G': {
+            CUresult (*create)(CUmipmappedArray *, const CUDA_ARRAY3D_DESCRIPTOR *, unsigned int) = NULL;
+            CUdriverProcAddressQueryResult status;
+            CUresult rc = cuGetProcAddress_v2("cuMipmappedArrayCreate", (void **)&create, 12040, 0, &status);
+            CUDA_ARRAY3D_DESCRIPTOR desc = {strtoull(a, NULL, 0), strtoull(b, NULL, 0), strtoull(c, NULL, 0),
+                                            CU_AD_FORMAT_FLOAT, 4, 0};
+            CUmipmappedArray m = NULL;
+            if (rc == CUDA_SUCCESS)
+                rc = create ? create(&m, &desc, (unsigned int)atoi(i + 4 < argc ? argv[i + 4] : "0"))
+                            : CUDA_ERROR_NOT_FOUND;
+            printf("G %d %d\n", rc, rc == CUDA_SUCCESS ? keep(m) : -1);
+            i += 4;
+            break;
+        }
+        case 'M':
+            printf("M %d\n", cuMipmappedArrayDestroy(slots[atoi(a)]));
+            i++;
+            break;
+        case 'P': {
+            cudaMipmappedArray_t m = NULL;
+            struct cudaExtent extent = {strtoull(a, NULL, 0), strtoull(b, NULL, 0), strtoull(c, NULL, 0)};
+            cudaError_t rc = cudaMallocMipmappedArray(&m, &float4, extent,
+                                                      (unsigned int)atoi(i + 4 < argc ? argv[i + 4] : "0"), 0);
+            printf("P %d %d\n", rc, rc == cudaSuccess ? keep(m) : -1);
+            i += 4;
+            break;
+        }
+        case 'Q':
+            printf("Q %d\n", cudaFreeMipmappedArray(slots[atoi(a)]));
+            i++;
+            break;
+        case 'l': {
+            CUarray level = NULL;
+            CUresult rc = cuMipmappedArrayGetLevel(&level, slots[atoi(a)], (unsigned int)atoi(b));
+            if (rc == CUDA_SUCCESS)
+                rc = cuArrayDestroy(level);
+            printf("l %d\n", rc);
+            i += 2;
+            break;
+        }
         default:
             fprintf(stderr, "arrays: unknown operation %s\n", op);
             return 2;
