@@ -98,12 +98,6 @@ CUcontext current_created(void)
     return created_usage(ctx, 0) > 0 ? ctx : NULL;
 }
 
-/* The widest pitch CUDA pads rows of width bytes to (its pitch alignment is at most 512). */
-uint64_t pitch_bound(uint64_t width)
-{
-    return width > UINT64_MAX - 511 ? UINT64_MAX : (width + 511) / 512 * 512;
-}
-
 /* Admits a driver allocation of size bytes in a created context on device; a CUresult. */
 CUresult context_take(int32_t device, uint64_t size)
 {

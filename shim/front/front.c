@@ -160,13 +160,13 @@ void log_line(const char *fmt, ...)
 
 /* ---- the core ---- */
 
+/* What front.h describes: the core's state and entry points, the calls a thread is inside,
+ * and whether a capture has begun. */
 atomic_int state = UNLOADED;
-
-/* The core's entry points, once loaded. */
 struct core_entries core;
-
-/* Calls this thread is inside; a nested call goes straight to the real runtime. */
 __thread int depth __attribute__((tls_model("initial-exec")));
+atomic_int captures_begun;
+
 static __thread int loading_thread __attribute__((tls_model("initial-exec")));
 
 /*
@@ -181,10 +181,6 @@ static struct {
     int32_t device;
 } ledger[LEDGER_SIZE];
 static int ledger_len;
-
-/* Set by the first capture; read by load_core after it sets READY, so that
- * the core hears of a capture whichever of the two comes first. */
-atomic_int captures_begun;
 
 static void atfork_child(void)
 {
@@ -294,8 +290,8 @@ static int open_core(void)
      * serves virtual memory with. A process without a driver keeps none. */
     if (resolve(R_malloc) && !resolve(R_cu_init))
         dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL); /* kept, as the runtime keeps it */
-    for (size_t i = 0; i < sizeof real_names / sizeof real_names[0]; i++)
-        resolve((int)i); /* optional ones may stay NULL; the core checks */
+    for (int i = 0; i < R_COUNT; i++)
+        resolve(i); /* optional ones may stay NULL; the core checks */
     depth++; /* the core's own calls into CUDA reach the real functions */
     int32_t rc = core.init(SPILLWAY_CORE_ABI, &real, &probes);
     depth--;
@@ -444,34 +440,4 @@ int early_forget(void *ptr)
         }
     pthread_mutex_unlock(&ledger_lock);
     return early;
-}
-
-cudaError_t current_device(int32_t *device)
-{
-    *device = 0;
-    REAL(get_device, get_device);
-    int d = 0;
-    cudaError_t rc = get_device(&d);
-    *device = d;
-    return rc;
-}
-
-/*
- * Records an allocation passed through on the early route, rc the real
- * call's answer and *devPtr, read only after a success, its block; undoes
- * it if it cannot be recorded.
- */
-cudaError_t early_alloc(cudaError_t rc, void *const *devPtr, uint64_t size)
-{
-    if (rc != cudaSuccess)
-        return rc;
-    void *ptr = *devPtr;
-    int32_t device = 0;
-    if (current_device(&device) != cudaSuccess || early_record(ptr, size, device) != cudaSuccess) {
-        __typeof__(real.free) release = (__typeof__(real.free))resolve(R_free);
-        if (release)
-            release(ptr);
-        return cudaErrorMemoryAllocation;
-    }
-    return cudaSuccess;
 }

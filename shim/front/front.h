@@ -2,16 +2,16 @@
  * front.h: what the files of the front (libspillway.so) share. Everything
  * declared here is hidden: the object exports only what a file marks
  * EXPORT (the interposed functions, declared at the end), dlsym and dlclose
- * (dlsym.c) and the probe points (front.c).
+ * (dlsym.c) and the probe points and their semaphore (front.c).
  *
  *   front.c     the probe points, the log, loading the core, the ledger of
  *               the early route, and the routes every call takes
  *   real.c      finding the real functions, and handing out the front's in
  *               their stead (cuGetProcAddress, cudaGetDriverEntryPoint, dlsym)
- *   runtime.c   the runtime's interposed memory calls
+ *   runtime.c   the runtime's interposed memory calls and the current device
  *   driver.c    the driver's memory API
  *   streams.c   the stream a call is made on: its identity for the core, its
- *               device and context, and stream capture's graphs
+ *               device and context, its destruction, and stream capture's graphs
  *   pools.c     memory pools: the application's, and a device's default pool
  *   contexts.c  contexts the application created, and what is allocated in them
  *   vmm.c       the virtual-memory API
@@ -112,6 +112,14 @@ extern struct core_entries core;
 /* Calls this thread is inside; a nested call goes straight to the real runtime. */
 extern __thread int depth __attribute__((tls_model("initial-exec")));
 
+/* Runs a real call quiet: the interposed calls it makes pass through (depth). */
+#define CALL_QUIET(rc, call)                                                                   \
+    do {                                                                                       \
+        depth++;                                                                               \
+        rc = (call);                                                                           \
+        depth--;                                                                               \
+    } while (0)
+
 /* Whether the core hears of this call: it runs, and the call is not one of
  * its own (or of the real runtime's, below an interposed call). */
 static inline int core_listens(void)
@@ -154,15 +162,19 @@ static inline enum route route(void)
 
 cudaError_t early_record(void *ptr, uint64_t size, int32_t device);
 int early_forget(void *ptr);
-cudaError_t current_device(int32_t *device);
-cudaError_t early_alloc(cudaError_t rc, void *const *devPtr, uint64_t size);
 
 /* ---- contexts the application created (contexts.c) ---- */
+
+/* The widest pitch CUDA pads rows of width bytes to (its pitch alignment is at most 512):
+ * a pitched allocation in a created context is taken at it (runtime.c, driver.c). */
+static inline uint64_t pitch_bound(uint64_t width)
+{
+    return width > UINT64_MAX - 511 ? UINT64_MAX : (width + 511) / 512 * 512;
+}
 
 extern atomic_size_t created_live;
 long created_usage(CUcontext ctx, int delta);
 CUcontext current_created(void);
-uint64_t pitch_bound(uint64_t width);
 CUresult context_take(int32_t device, uint64_t size);
 cudaError_t runtime_context_take(int32_t device, uint64_t size);
 void context_took(CUresult rc, CUcontext ctx, int32_t device, CUdeviceptr p, uint64_t size);
@@ -186,16 +198,9 @@ enum route stream_route(enum route r, CUstream stream, uint64_t size, int32_t *d
 uint64_t free_context(CUstream stream);
 CUgraph stream_graph(CUstream stream);
 
-/* Runs a real call quiet: the interposed calls it makes pass through (depth). */
-#define CALL_QUIET(rc, call)                                                                   \
-    do {                                                                                       \
-        depth++;                                                                               \
-        rc = (call);                                                                           \
-        depth--;                                                                               \
-    } while (0)
-
 /* ---- the runtime (runtime.c) ---- */
 
+cudaError_t current_device(int32_t *device);
 enum route runtime_alloc_route(enum route r, void **devPtr, uint64_t size, int32_t *device,
                                CUcontext *ctx, cudaError_t *rc);
 

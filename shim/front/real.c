@@ -82,7 +82,6 @@ void *find_real(const char *name)
 
 struct spillway_real real = {.size = sizeof(struct spillway_real)};
 
-/* The CUDA names of the table's entries, in field order. */
 const char *const real_names[] = {
 #define SPILLWAY_REAL(ret, field, name, params) #name,
 #define SPILLWAY_INTERPOSED SPILLWAY_REAL

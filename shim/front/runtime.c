@@ -1,14 +1,45 @@
 /*
  * runtime.c: the runtime's interposed memory calls (cudaMalloc and its
- * kinds, cudaFree, cudaMemGetInfo, the device's reset and synchronization,
- * a stream's destruction), routed to the core, to a created context's
- * accounting, to the early route's ledger or straight to CUDA. The route of
- * an allocation is here, beside the calls that take it on every allocation
- * (arrays.c takes it too).
+ * kinds, cudaFree, cudaMemGetInfo, the device's reset and synchronization),
+ * routed to the core, to a created context's accounting, to the early
+ * route's ledger or straight to CUDA. The route of an allocation is here,
+ * beside the calls that take it on every allocation (arrays.c takes it too),
+ * with the current device it needs (pools.c asks for it too).
  */
 #define _GNU_SOURCE
 
 #include "front.h"
+
+/* The calling thread's current device, as the runtime has it (cudaGetDevice). */
+cudaError_t current_device(int32_t *device)
+{
+    *device = 0;
+    REAL(get_device, get_device);
+    int d = 0;
+    cudaError_t rc = get_device(&d);
+    *device = d;
+    return rc;
+}
+
+/*
+ * Records an allocation passed through on the early route, rc the real
+ * call's answer and *devPtr, read only after a success, its block; undoes
+ * it if it cannot be recorded.
+ */
+static cudaError_t early_alloc(cudaError_t rc, void *const *devPtr, uint64_t size)
+{
+    if (rc != cudaSuccess)
+        return rc;
+    void *ptr = *devPtr;
+    int32_t device = 0;
+    if (current_device(&device) != cudaSuccess || early_record(ptr, size, device) != cudaSuccess) {
+        __typeof__(real.free) release = (__typeof__(real.free))resolve(R_free);
+        if (release)
+            release(ptr);
+        return cudaErrorMemoryAllocation;
+    }
+    return cudaSuccess;
+}
 
 /*
  * The route of a runtime allocation of size bytes into devPtr, given r, the
@@ -264,10 +295,10 @@ EXPORT cudaError_t cudaDeviceReset(void)
 }
 
 /*
- * cudaDeviceSynchronize and cudaStreamDestroy matter to the pool only once
- * the core runs: they never load it. In a context the application created,
- * a synchronization waits for that context's work only, not the primary
- * context's, where the pool's blocks are used: the core is not told.
+ * cudaDeviceSynchronize matters to the pool only once the core runs: it
+ * never loads it. In a context the application created, a synchronization
+ * waits for that context's work only, not the primary context's, where the
+ * pool's blocks are used: the core is not told.
  */
 EXPORT cudaError_t cudaDeviceSynchronize(void)
 {
@@ -282,32 +313,4 @@ EXPORT cudaError_t cudaDeviceSynchronize(void)
         return rc;
     }
     return real_device_synchronize();
-}
-
-EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
-{
-    REAL(real_stream_destroy, stream_destroy);
-    cudaError_t rc;
-    if (core_listens() && stream != cudaStreamPerThread && stream != cudaStreamLegacy && stream != NULL) {
-        depth++;
-        rc = core.stream_destroy((uint64_t)(uintptr_t)stream);
-        depth--;
-        return rc;
-    }
-    return real_stream_destroy(stream);
-}
-
-/* The driver's form: the pools forget the stream, as for cudaStreamDestroy,
- * then the real call destroys it; so a new stream given the same handle is
- * not taken for the old one, and the blocks freed on a stream of another
- * device or context get their marker while the stream still exists. */
-EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
-{
-    REAL(real_destroy, cu_stream_destroy);
-    if (core_listens() && hStream != CU_STREAM_PER_THREAD && hStream != CU_STREAM_LEGACY && hStream != NULL) {
-        depth++;
-        core.cu_stream_forget((uint64_t)(uintptr_t)hStream);
-        depth--;
-    }
-    return real_destroy(hStream);
 }

@@ -2,8 +2,10 @@
  * streams.c: the stream a call is made on, as the core needs it: the
  * identity it crosses as (the per-thread default stream is one per thread),
  * the device and context a stream-ordered allocation is made in, and the
- * context a stream-ordered free is ordered in; and stream capture, whose
- * graphs hold what was freed into them until they are destroyed.
+ * context a stream-ordered free is ordered in; a stream's destruction
+ * (cudaStreamDestroy, cuStreamDestroy_v2), which retires its identity; and
+ * stream capture, whose graphs hold what was freed into them until they are
+ * destroyed.
  */
 #define _GNU_SOURCE
 
@@ -49,6 +51,39 @@ uint64_t stream_id(cudaStream_t stream)
             pthread_setspecific(identity_key, (void *)(uintptr_t)self);
     }
     return self;
+}
+
+/*
+ * A stream's destruction retires its identity in the pools; it matters only
+ * once the core runs and never loads it. The default streams' handles get
+ * CUDA's own answer.
+ */
+EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
+{
+    REAL(real_stream_destroy, stream_destroy);
+    cudaError_t rc;
+    if (core_listens() && stream != cudaStreamPerThread && stream != cudaStreamLegacy && stream != NULL) {
+        depth++;
+        rc = core.stream_destroy((uint64_t)(uintptr_t)stream);
+        depth--;
+        return rc;
+    }
+    return real_stream_destroy(stream);
+}
+
+/* The driver's form: the pools forget the stream, as for cudaStreamDestroy,
+ * then the real call destroys it; so a new stream given the same handle is
+ * not taken for the old one, and the blocks freed on a stream of another
+ * device or context get their marker while the stream still exists. */
+EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
+{
+    REAL(real_destroy, cu_stream_destroy);
+    if (core_listens() && hStream != CU_STREAM_PER_THREAD && hStream != CU_STREAM_LEGACY && hStream != NULL) {
+        depth++;
+        core.cu_stream_forget((uint64_t)(uintptr_t)hStream);
+        depth--;
+    }
+    return real_destroy(hStream);
 }
 
 /* ---- the device a stream-ordered allocation is made on ---- */
