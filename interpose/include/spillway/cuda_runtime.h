@@ -20,7 +20,10 @@ extern "C" {
  * A program built with --default-stream per-thread (nvcc defines
  * CUDA_API_PER_THREAD_DEFAULT_STREAM) calls the per-thread entry points,
  * whose default stream is the calling thread's: _ptds for the calls without
- * a stream, _ptsz for those with one. These are the ones simcuda has.
+ * a stream, _ptsz for those with one. Every function declared here that
+ * CUDA's header maps is mapped to the same name; simcuda lacks the capture,
+ * graph-launch and driver-entry-point ones, so a program calling those fails
+ * to link rather than run on the legacy stream.
  */
 #if defined(CUDA_API_PER_THREAD_DEFAULT_STREAM)
 #define cudaMemcpy cudaMemcpy_ptds
@@ -36,6 +39,14 @@ extern "C" {
 #define cudaStreamWaitEvent cudaStreamWaitEvent_ptsz
 #define cudaLaunchHostFunc cudaLaunchHostFunc_ptsz
 #define cudaMemPrefetchAsync cudaMemPrefetchAsync_ptsz
+#define cudaStreamBeginCapture cudaStreamBeginCapture_ptsz
+#define cudaStreamEndCapture cudaStreamEndCapture_ptsz
+#define cudaStreamIsCapturing cudaStreamIsCapturing_ptsz
+#define cudaStreamGetCaptureInfo cudaStreamGetCaptureInfo_ptsz
+#define cudaStreamGetCaptureInfo_v2 cudaStreamGetCaptureInfo_v2_ptsz
+#define cudaGraphLaunch cudaGraphLaunch_ptsz
+#define cudaGetDriverEntryPoint cudaGetDriverEntryPoint_ptsz
+#define cudaGetDriverEntryPointByVersion cudaGetDriverEntryPointByVersion_ptsz
 #endif
 
 typedef struct CUstream_st *cudaStream_t;
