@@ -46,3 +46,33 @@ func TestPerThreadNames(t *testing.T) {
 		t.Errorf("a per-thread build calls %d functions, want the %d listed: %v", len(got), len(want), got)
 	}
 }
+
+// TestPerThreadStreams runs testdata/per_thread.c, built as with
+// --default-stream per-thread: the runtime's _ptsz/_ptds entry points use
+// the calling thread's default stream, not the legacy one.
+func TestPerThreadStreams(t *testing.T) {
+	bin := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/per_thread.c"}, Cudart: true,
+		ProjectHeaders: true})
+	cases := []struct {
+		name, why string
+		calls     []string
+	}{
+		{"threads", "another thread's held default stream holds none of this thread's copies, memsets, allocations or synchronizations",
+			[]string{"cudaMallocAsync_ptsz", "cudaMemset_ptds", "cudaMemcpy_ptds", "cudaMemsetAsync_ptsz",
+				"cudaMemcpyAsync_ptsz", "cudaFreeAsync_ptsz", "cudaStreamSynchronize_ptsz",
+				"cudaStreamQuery_ptsz", "cudaEventRecord_ptsz", "cudaLaunchHostFunc_ptsz"}},
+		{"own_order", "a copy without a stream waits for the work the thread queued on its default stream",
+			[]string{"cudaMemcpy_ptds", "cudaMemsetAsync_ptsz", "cudaLaunchHostFunc_ptsz"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Logf("expect: %s", c.why)
+			_, stats := runCase(t, bin, c.name)
+			for _, name := range c.calls {
+				if stats.Calls[name] == 0 {
+					t.Errorf("the case never called %s: it did not run the per-thread entry points", name)
+				}
+			}
+		})
+	}
+}
