@@ -312,6 +312,9 @@ SPILLWAY_INTERPOSED(cudaError_t, malloc_mipmapped_array, cudaMallocMipmappedArra
                      struct cudaExtent extent, unsigned int numLevels, unsigned int flags))
 SPILLWAY_INTERPOSED(cudaError_t, free_mipmapped_array, cudaFreeMipmappedArray,
                     (cudaMipmappedArray_t mipmappedArray))
+/* The primary context's reset as programs built with CUDA 7 to 10 call it
+ * (and cuGetProcAddress answers it below CUDA 11.0): the same reset. */
+SPILLWAY_INTERPOSED(CUresult, cu_primary_ctx_reset_v1, cuDevicePrimaryCtxReset, (CUdevice dev))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */

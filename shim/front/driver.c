@@ -286,9 +286,8 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
  * (not in a created context, whose synchronization does not cover them).
  * Both reach the core only once it runs and never load it.
  */
-EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+static CUresult primary_ctx_reset(CUresult (*real_reset)(CUdevice), CUdevice dev)
 {
-    REAL(real_reset, cu_primary_ctx_reset);
     if (!core_listens())
         return real_reset(dev);
     /* The core drops dev's pool and resets dev, through the runtime where the
@@ -297,6 +296,18 @@ EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
     CUresult rc = (CUresult)core.cu_device_reset(dev);
     depth--;
     return rc;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    REAL(real_reset, cu_primary_ctx_reset);
+    return primary_ctx_reset(real_reset, dev);
+}
+
+EXPORT CUresult cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    REAL(real_reset, cu_primary_ctx_reset_v1);
+    return primary_ctx_reset(real_reset, dev);
 }
 
 EXPORT CUresult cuCtxSynchronize(void)

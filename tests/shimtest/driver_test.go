@@ -134,6 +134,30 @@ func TestDriverMemoryAPI(t *testing.T) {
 	}
 }
 
+// TestPrimaryCtxResetUnversioned: cuDevicePrimaryCtxReset, the entry point
+// programs built with CUDA 7 to 10 call (and cuGetProcAddress answers below
+// CUDA 11.0), destroys the device's memory as cuDevicePrimaryCtxReset_v2
+// does: the pool goes with it, and the quota is free again, in a process
+// with the runtime and in one with the driver alone.
+func TestPrimaryCtxResetUnversioned(t *testing.T) {
+	for _, runtime := range []string{"dynamic", ""} {
+		t.Run("runtime="+runtime, func(t *testing.T) {
+			stats := filepath.Join(t.TempDir(), "stats.json")
+			env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+			_, out := harness.RunOK(t, harness.Shimmed(t, env, drvops(t, runtime),
+				"m", "24M", "m", "24M", "X", "m", "60M", "i"))
+			checkSteps(t, out, []step{{"m", 0, cuSuccess}, {"m", 1, cuSuccess}, {"X", 0, cuSuccess},
+				{"m", 2, cuSuccess}, {"i", 0, cuSuccess}})
+			if free := out.Num(t, "i", 0, 2); free != 4<<20 {
+				t.Errorf("cuMemGetInfo_v2 with 60 MiB allocated after the reset: %d bytes free, want 4 MiB", free)
+			}
+			if peak := harness.ReadStats(t, stats).Devices[0].DeviceBytesPeak; peak > 64<<20 {
+				t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
+			}
+		})
+	}
+}
+
 // TestDriverWithoutRuntime: a process with no CUDA runtime at all (only
 // libcuda) gets the quota and the pool, which serve it with the driver.
 func TestDriverWithoutRuntime(t *testing.T) {

@@ -99,7 +99,7 @@ func TestExportSurface(t *testing.T) {
 	want := []string{
 		"cuArray3DCreate_v2", "cuArrayCreate_v2", "cuArrayDestroy",
 		"cuCtxAttach", "cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4", "cuCtxDestroy_v2", "cuCtxDetach",
-		"cuCtxSynchronize", "cuDevicePrimaryCtxReset_v2", "cuDeviceTotalMem_v2",
+		"cuCtxSynchronize", "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2", "cuDeviceTotalMem_v2",
 		"cuGetProcAddress", "cuGetProcAddress_v2", "cuGraphDestroy", "cuGraphExecDestroy",
 		"cuGraphInstantiateWithFlags", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
 		"cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz",

@@ -24,6 +24,9 @@
  *   s        cuCtxSynchronize     -> "s RC"
  *   x        cuDevicePrimaryCtxReset_v2 of device 0, then the context made
  *            current again -> "x RC"
+ *   X        the same with cuDevicePrimaryCtxReset, the entry point of
+ *            CUDA 7 to 10 (what cuGetProcAddress answers below 11.0)
+ *                                 -> "X RC"
  *   r SIZE   cudaMalloc           -> "r RC SLOT"
  *   R SLOT   cudaFree             -> "R RC"
  *   I        cudaMemGetInfo       -> "I RC FREE TOTAL"
@@ -172,11 +175,12 @@ int main(int argc, char **argv)
             printf("s %d\n", cuCtxSynchronize());
             break;
         case 'x':
-            rc = cuDevicePrimaryCtxReset_v2(0);
+        case 'X':
+            rc = op[0] == 'x' ? cuDevicePrimaryCtxReset_v2(0) : cuDevicePrimaryCtxReset(0);
             if (rc == CUDA_SUCCESS && ((rc = cuDevicePrimaryCtxRetain(&ctx, 0)) != CUDA_SUCCESS ||
                                        (rc = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS))
                 fprintf(stderr, "drvops: no context after the reset: %d\n", rc);
-            printf("x %d\n", rc);
+            printf("%c %d\n", op[0], rc);
             break;
         case 'f':
             printf("f %d\n", cuMemFree_v2(slot_arg(arg)));
