@@ -138,12 +138,18 @@ static uint64_t halve(uint64_t extent)
     return extent > 1 ? extent / 2 : extent;
 }
 
+/* A level's share of the ledger: whole 512-byte granules, as the ledger charges an array. */
+#define LEVEL_GRANULE 512
+
 /*
  * The bytes a mipmapped array takes: the sum of its levels' footprints,
  * each level halving the extents that shrink (width, height, and depth for
  * a 3D array only: a layered or cubemap array keeps its layers), with
  * levels clamped as CUDA documents to [1, 1 + floor(log2(widest extent))].
- * 0 where array_footprint gives 0 (nothing of its own, or refused anyway).
+ * Each level is an array of its own, so each is rounded up to granules
+ * before the sum: a single rounding would leave the small levels' granules
+ * out. 0 where array_footprint gives 0 (nothing of its own, or refused
+ * anyway).
  */
 static uint64_t mipmap_footprint(struct array_unit u, uint64_t width, uint64_t height, uint64_t depth,
                                  unsigned int flags, unsigned int levels)
@@ -159,7 +165,10 @@ static uint64_t mipmap_footprint(struct array_unit u, uint64_t width, uint64_t h
     uint64_t total = 0;
     for (unsigned int i = 0; i < levels; i++) {
         uint64_t bytes = array_footprint(u, width, height, depth, flags);
-        if (bytes == 0 || total > UINT64_MAX - bytes)
+        if (bytes == 0 || bytes > UINT64_MAX - LEVEL_GRANULE)
+            return 0;
+        bytes = (bytes + LEVEL_GRANULE - 1) / LEVEL_GRANULE * LEVEL_GRANULE;
+        if (total > UINT64_MAX - bytes)
             return 0;
         total += bytes;
         width = halve(width);
@@ -330,12 +339,11 @@ static cudaError_t malloc_mipmapped_array(void **handle, const struct cudaChanne
     return real_malloc_mipmapped_array((cudaMipmappedArray_t *)handle, desc, extent, levels, flags);
 }
 
-/* A runtime array's bytes: its footprint of levels levels (1 for a plain array). */
+/* A runtime array's bytes: its footprint. */
 static uint64_t runtime_footprint(const struct cudaChannelFormatDesc *desc, struct cudaExtent extent,
-                                  unsigned int levels, unsigned int flags)
+                                  unsigned int flags)
 {
-    return desc ? mipmap_footprint(channel_unit(desc), extent.width, extent.height, extent.depth, flags, levels)
-                : 0;
+    return desc ? array_footprint(channel_unit(desc), extent.width, extent.height, extent.depth, flags) : 0;
 }
 
 EXPORT cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
@@ -343,22 +351,23 @@ EXPORT cudaError_t cudaMallocArray(cudaArray_t *array, const struct cudaChannelF
 {
     struct cudaExtent extent = {width, height, 0};
     return runtime_array(malloc_array, (void **)array, desc, extent, 1, flags,
-                         runtime_footprint(desc, extent, 1, flags), SPILLWAY_TAKE_RUNTIME_ARRAY);
+                         runtime_footprint(desc, extent, flags), SPILLWAY_TAKE_RUNTIME_ARRAY);
 }
 
 EXPORT cudaError_t cudaMalloc3DArray(cudaArray_t *array, const struct cudaChannelFormatDesc *desc,
                                      struct cudaExtent extent, unsigned int flags)
 {
     return runtime_array(malloc_3d_array, (void **)array, desc, extent, 1, flags,
-                         runtime_footprint(desc, extent, 1, flags), SPILLWAY_TAKE_RUNTIME_ARRAY);
+                         runtime_footprint(desc, extent, flags), SPILLWAY_TAKE_RUNTIME_ARRAY);
 }
 
 EXPORT cudaError_t cudaMallocMipmappedArray(cudaMipmappedArray_t *mipmappedArray,
                                             const struct cudaChannelFormatDesc *desc, struct cudaExtent extent,
                                             unsigned int numLevels, unsigned int flags)
 {
-    return runtime_array(malloc_mipmapped_array, (void **)mipmappedArray, desc, extent, numLevels, flags,
-                         runtime_footprint(desc, extent, numLevels, flags),
+    uint64_t bytes =
+        desc ? mipmap_footprint(channel_unit(desc), extent.width, extent.height, extent.depth, flags, numLevels) : 0;
+    return runtime_array(malloc_mipmapped_array, (void **)mipmappedArray, desc, extent, numLevels, flags, bytes,
                          SPILLWAY_TAKE_RUNTIME_MIPMAPPED_ARRAY);
 }
 

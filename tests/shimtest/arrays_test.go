@@ -277,3 +277,25 @@ func TestMipmappedArraysGivenBackWithContext(t *testing.T) {
 		t.Errorf("simcuda holds %d MiB of arrays at exit, want 60", truth.ArrayBytes/arrayMiB)
 	}
 }
+
+// TestMipmappedArrayLevelsChargedAsArrays: each level of a mipmapped array
+// is an array of its own, charged in whole 512-byte granules, so the sum
+// counts the small levels' granules one by one: 256 x 128 float4 elements
+// take 512 KiB, 128 KiB, 32 KiB, 8 KiB, 2 KiB and 512 bytes in their first
+// six levels and a granule in each of the last three (4 x 2, 2 x 1, 1 x 1),
+// 700416 bytes for the 9 levels 20 is clamped to. What the shim counts, by
+// the driver's call and the runtime's, is what simcuda holds.
+func TestMipmappedArrayLevelsChargedAsArrays(t *testing.T) {
+	const levelsBytes = 524288 + 131072 + 32768 + 8192 + 2048 + 512 + 3*512
+	out, _, truth := runArrays(t, 64*arrayMiB, nil,
+		"m", "256", "128", "0", "20", "0", "i", "P", "256", "128", "0", "20", "i")
+	checkSteps(t, out, []step{{"m", 0, cuSuccess}, {"P", 0, cuSuccess}})
+	for i := 0; i < 2; i++ {
+		if free := out.Num(t, "i", i, 2); free != 64*arrayMiB-uint64(i+1)*levelsBytes {
+			t.Errorf("i #%d reports %d bytes in use, want %d", i, 64*arrayMiB-free, (i+1)*levelsBytes)
+		}
+	}
+	if truth.ArrayBytes != 2*levelsBytes {
+		t.Errorf("simcuda holds %d bytes of arrays at exit, want the %d the shim counts", truth.ArrayBytes, 2*levelsBytes)
+	}
+}
