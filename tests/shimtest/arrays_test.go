@@ -299,3 +299,21 @@ func TestMipmappedArrayLevelsChargedAsArrays(t *testing.T) {
 		t.Errorf("simcuda holds %d bytes of arrays at exit, want the %d the shim counts", truth.ArrayBytes, 2*levelsBytes)
 	}
 }
+
+// TestMipmappedArrayShapesCharged: a 3D mipmapped array halves its depth
+// with its width and height (64^3 float4 elements in the 7 levels 20 is
+// clamped to: 4 MiB, 512 KiB, 64 KiB, 8 KiB, 1 KiB and two granules), and a
+// layered one keeps its layers, which do not count towards the level count
+// (4 elements of 64 layers in 3 levels: 4 KiB, 2 KiB, 1 KiB). The shim
+// counts what simcuda holds.
+func TestMipmappedArrayShapesCharged(t *testing.T) {
+	const cube, layered = 4194304 + 524288 + 65536 + 8192 + 1024 + 2*512, 4096 + 2048 + 1024
+	out, _, truth := runArrays(t, 64*arrayMiB, nil,
+		"m", "64", "64", "64", "20", "0", "i", "m", "4", "0", "64", "20", "1", "i")
+	checkSteps(t, out, []step{{"m", 0, cuSuccess}, {"m", 1, cuSuccess}})
+	checkInfo(t, out, "i", 0, 64*arrayMiB-cube)
+	checkInfo(t, out, "i", 1, 64*arrayMiB-cube-layered)
+	if truth.ArrayBytes != cube+layered {
+		t.Errorf("simcuda holds %d bytes of arrays at exit, want the %d the shim counts", truth.ArrayBytes, cube+layered)
+	}
+}
