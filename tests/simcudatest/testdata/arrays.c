@@ -292,16 +292,25 @@ static void mipmap_charge(void)
 {
 	init_device();
 	size_t base = used();
-	CUmipmappedArray flat, cube, layered, single;
+	CUmipmappedArray flat, cube, layered, single, narrow;
+	CUarray level;
+	/* Layers are no extent for the level count: 4 wide in 64 layers has 3 levels, not 7. */
+	CUDA_ARRAY3D_DESCRIPTOR d = desc3d(4, 0, 64, CU_AD_FORMAT_FLOAT, 1, CUDA_ARRAY3D_LAYERED);
+	OK(cuMipmappedArrayCreate(&narrow, &d, 20));
+	CHECK(used() - base == 1024 + 512 + 512);
+	CUDA_ARRAY3D_DESCRIPTOR got = level_desc(narrow, 2);
+	CHECK(got.Width == 1 && got.Height == 0 && got.Depth == 64);
+	EXPECT(cuMipmappedArrayGetLevel(&level, narrow, 3), CUDA_ERROR_INVALID_VALUE);
+	OK(cuMipmappedArrayDestroy(narrow));
+	CHECK(used() == base);
 	/* 9 levels, 256x128 to 1x1: 131072 + 32768 + 8192 + 2048 + 512 + four granules. */
-	CUDA_ARRAY3D_DESCRIPTOR d = desc3d(256, 128, 0, CU_AD_FORMAT_FLOAT, 1, 0);
+	d = desc3d(256, 128, 0, CU_AD_FORMAT_FLOAT, 1, 0);
 	OK(cuMipmappedArrayCreate(&flat, &d, 100));
 	CHECK(used() - base == 176640);
-	CUDA_ARRAY3D_DESCRIPTOR got = level_desc(flat, 8);
+	got = level_desc(flat, 8);
 	CHECK(got.Width == 1 && got.Height == 1 && got.Depth == 0 && got.Format == CU_AD_FORMAT_FLOAT);
 	got = level_desc(flat, 3);
 	CHECK(got.Width == 32 && got.Height == 16);
-	CUarray level;
 	EXPECT(cuMipmappedArrayGetLevel(&level, flat, 9), CUDA_ERROR_INVALID_VALUE);
 	/* 3 of 7 levels of a 3D array: 64^3, 32^3, 16^3 elements of 4 bytes. */
 	d = desc3d(64, 64, 64, CU_AD_FORMAT_HALF, 2, 0);
