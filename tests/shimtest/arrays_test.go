@@ -317,3 +317,21 @@ func TestMipmappedArrayShapesCharged(t *testing.T) {
 		t.Errorf("simcuda holds %d bytes of arrays at exit, want the %d the shim counts", truth.ArrayBytes, cube+layered)
 	}
 }
+
+// TestMipmappedArrayRefusedByCUDAGivesBack: a mipmapped array the quota
+// admits but CUDA refuses (wider than the mipmapped 1D limit of 32768, a
+// cubemap that is not square; by the driver's call and the runtime's) gets
+// CUDA's invalid-value error and gives its charge back: the quota then
+// takes three whole 20 MiB mipmapped arrays.
+func TestMipmappedArrayRefusedByCUDAGivesBack(t *testing.T) {
+	const cubemap = "4" // CUDA_ARRAY3D_CUBEMAP
+	out, _, truth := runArrays(t, 64*arrayMiB, nil,
+		"m", "32769", "0", "0", "1", "0", "m", "16", "8", "6", "2", cubemap, "P", "32769", "0", "0", "1", "i",
+		"m", "1024", "1024", "0", "2", "0", "m", "1024", "1024", "0", "2", "0", "m", "1024", "1024", "0", "2", "0")
+	checkSteps(t, out, []step{{"m", 0, harness.ErrInvalidValue}, {"m", 1, harness.ErrInvalidValue},
+		{"P", 0, harness.ErrInvalidValue}, {"m", 2, cuSuccess}, {"m", 3, cuSuccess}, {"m", 4, cuSuccess}})
+	checkInfo(t, out, "i", 0, 64*arrayMiB)
+	if truth.ArrayBytes != 3*mipmapMiB {
+		t.Errorf("simcuda holds %d MiB of arrays at exit, want 60", truth.ArrayBytes/arrayMiB)
+	}
+}
