@@ -188,6 +188,24 @@ func TestArrayInvalidChannelsNotCharged(t *testing.T) {
 	}
 }
 
+// TestArrayRefusedByCUDAGivesBack: an array the quota admits but CUDA
+// refuses (1D, wider than the limit of 131072; by cuArray3DCreate_v2,
+// cuArrayCreate_v2, cudaMallocArray and cudaMalloc3DArray) gets CUDA's
+// invalid-value error and gives its 2 MiB charge back: the quota then
+// takes four whole 16 MiB arrays.
+func TestArrayRefusedByCUDAGivesBack(t *testing.T) {
+	out, _, truth := runArrays(t, 64*arrayMiB, nil,
+		"a", "131073", "0", "0", "k", "131073", "0", "A", "131073", "0", "T", "131073", "0", "0", "i",
+		"a", "1024", "1024", "0", "a", "1024", "1024", "0", "A", "1024", "1024", "T", "1024", "1024", "0")
+	checkSteps(t, out, []step{{"a", 0, harness.ErrInvalidValue}, {"k", 0, harness.ErrInvalidValue},
+		{"A", 0, harness.ErrInvalidValue}, {"T", 0, harness.ErrInvalidValue},
+		{"a", 1, cuSuccess}, {"a", 2, cuSuccess}, {"A", 1, cuSuccess}, {"T", 1, cuSuccess}})
+	checkInfo(t, out, "i", 0, 64*arrayMiB)
+	if truth.ArrayBytes != 64*arrayMiB {
+		t.Errorf("simcuda holds %d MiB of arrays at exit, want 64", truth.ArrayBytes/arrayMiB)
+	}
+}
+
 // A mipmapped array of 1024 x 1024 float4 elements in 2 levels takes 16 MiB
 // and 4 MiB: 20 MiB.
 const mipmapMiB = 20 * arrayMiB
