@@ -206,6 +206,48 @@ func TestArrayRefusedByCUDAGivesBack(t *testing.T) {
 	}
 }
 
+// TestArrayChargedByChannels: an array of one or two channels is charged
+// for those channels, not for four: 1024 x 1024 floats take 4 MiB, float2s
+// 8 MiB, by the driver's call and the runtime's.
+func TestArrayChargedByChannels(t *testing.T) {
+	out, _, truth := runArrays(t, 64*arrayMiB, nil,
+		"n", "1024", "1024", "0", "1", "i", "n", "1024", "1024", "0", "2", "i",
+		"v", "1024", "1024", "1", "I", "v", "1024", "1024", "2", "I")
+	checkSteps(t, out, []step{{"n", 0, cuSuccess}, {"n", 1, cuSuccess}, {"v", 0, cuSuccess}, {"v", 1, cuSuccess}})
+	checkInfo(t, out, "i", 0, 60*arrayMiB)
+	checkInfo(t, out, "i", 1, 52*arrayMiB)
+	checkInfo(t, out, "I", 0, 48*arrayMiB)
+	checkInfo(t, out, "I", 1, 40*arrayMiB)
+	if truth.ArrayBytes != 24*arrayMiB {
+		t.Errorf("simcuda holds %d MiB of arrays at exit, want the 24 MiB the shim counts", truth.ArrayBytes/arrayMiB)
+	}
+}
+
+// TestArrayBlockCompressed16Runtime: BC2 to BC7 pack a 4x4 block in 16
+// bytes, twice BC1's: under a full quota the refusal of a 1024 x 1024 BC7
+// array names its 1 MiB of blocks.
+func TestArrayBlockCompressed16Runtime(t *testing.T) {
+	out, stderr, _ := runArrays(t, 64*arrayMiB, nil,
+		"A", "1024", "1024", "A", "1024", "1024", "A", "1024", "1024", "A", "1024", "1024",
+		"E", "1024", "1024")
+	checkSteps(t, out, []step{{"A", 3, cuSuccess}, {"E", 0, harness.ErrMemoryAllocation}})
+	if !strings.Contains(stderr, "a CUDA array of 1MiB refused on device 0") {
+		t.Errorf("the refused 1024 x 1024 BC7 array is not charged its 1 MiB of blocks:\n%s", stderr)
+	}
+}
+
+// TestArraysGivenBackWithTheirDevice: resetting one device's primary
+// context gives back the arrays of that device only: another device's
+// stay charged, and its full quota still refuses the next.
+func TestArraysGivenBackWithTheirDevice(t *testing.T) {
+	out, _, _ := runArrays(t, 32*arrayMiB, []string{"SIMCUDA_DEVICES=2x16GiB"},
+		"a", "1024", "1024", "0", "S", "1", "a", "1024", "1024", "0", "a", "1024", "1024", "0",
+		"S", "0", "D", "S", "1", "i", "a", "1", "1", "1")
+	checkSteps(t, out, []step{{"a", 0, cuSuccess}, {"S", 0, cuSuccess}, {"a", 1, cuSuccess}, {"a", 2, cuSuccess},
+		{"S", 1, cuSuccess}, {"D", 0, cuSuccess}, {"S", 2, cuSuccess}, {"a", 3, cuOutOfMemory}})
+	checkInfo(t, out, "i", 0, 0)
+}
+
 // A mipmapped array of 1024 x 1024 float4 elements in 2 levels takes 16 MiB
 // and 4 MiB: 20 MiB.
 const mipmapMiB = 20 * arrayMiB

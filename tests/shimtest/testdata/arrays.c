@@ -15,7 +15,9 @@
  *   T W H D  cudaMalloc3DArray               -> "T RC SLOT"
  *   B W H    cudaMalloc3DArray of BC1 texels (as cudaCreateChannelDesc gives them:
  *            8 bits x 4, packed 8 bytes a 4x4 block) -> "B RC SLOT"
+ *   E W H    cudaMalloc3DArray of BC7 texels (8 bits x 4, packed 16 bytes a 4x4 block) -> "E RC SLOT"
  *   V W H    cudaMallocArray of float3 (which CUDA arrays do not have) -> "V RC SLOT"
+ *   v W H C  cudaMallocArray of C float channels -> "v RC SLOT"
  *   F SLOT   cudaFreeArray                   -> "F RC"
  *   e        cudaGetLastError                -> "e RC"
  *   i        cuMemGetInfo_v2                 -> "i RC FREE TOTAL"
@@ -24,6 +26,7 @@
  *   X CTX    cuCtxDestroy_v2, then the primary context current -> "X RC"
  *   D        cuDevicePrimaryCtxReset_v2 of device 0, then its primary context again -> "D RC"
  *   R        cudaDeviceReset                 -> "R RC"
+ *   S N      device N's primary context current (device 0's again after D) -> "S RC"
  *   m W H D L FLAGS cuMipmappedArrayCreate of L levels -> "m RC SLOT"
  *   G W H D L cuMipmappedArrayCreate as cuGetProcAddress_v2 hands it out -> "G RC SLOT"
  *   M SLOT   cuMipmappedArrayDestroy         -> "M RC"
@@ -67,6 +70,7 @@ static void driver_array(char op, const char *w, const char *h, const char *d, u
 static const struct cudaChannelFormatDesc float4 = {32, 32, 32, 32, cudaChannelFormatKindFloat};
 static const struct cudaChannelFormatDesc float3 = {32, 32, 32, 0, cudaChannelFormatKindFloat};
 static const struct cudaChannelFormatDesc bc1 = {8, 8, 8, 8, cudaChannelFormatKindUnsignedBlockCompressed1};
+static const struct cudaChannelFormatDesc bc7 = {8, 8, 8, 8, cudaChannelFormatKindUnsignedBlockCompressed7};
 
 int main(int argc, char **argv)
 {
@@ -143,12 +147,23 @@ int main(int argc, char **argv)
             i += 2;
             break;
         }
-        case 'B': {
+        case 'B':
+        case 'E': {
             cudaArray_t arr = NULL;
             struct cudaExtent extent = {strtoull(a, NULL, 0), strtoull(b, NULL, 0), 0};
-            cudaError_t rc = cudaMalloc3DArray(&arr, &bc1, extent, 0);
-            printf("B %d %d\n", rc, rc == cudaSuccess ? keep((CUarray)arr) : -1);
+            cudaError_t rc = cudaMalloc3DArray(&arr, op[0] == 'B' ? &bc1 : &bc7, extent, 0);
+            printf("%c %d %d\n", op[0], rc, rc == cudaSuccess ? keep((CUarray)arr) : -1);
             i += 2;
+            break;
+        }
+        case 'v': {
+            int n = atoi(c);
+            struct cudaChannelFormatDesc floats = {32, n > 1 ? 32 : 0, n > 2 ? 32 : 0, n > 3 ? 32 : 0,
+                                                   cudaChannelFormatKindFloat};
+            cudaArray_t arr = NULL;
+            cudaError_t rc = cudaMallocArray(&arr, &floats, strtoull(a, NULL, 0), strtoull(b, NULL, 0), 0);
+            printf("v %d %d\n", rc, rc == cudaSuccess ? keep((CUarray)arr) : -1);
+            i += 3;
             break;
         }
         case 'F':
@@ -197,6 +212,18 @@ int main(int argc, char **argv)
         case 'R':
             printf("R %d\n", cudaDeviceReset());
             break;
+        case 'S': {
+            CUdevice other;
+            CUcontext ctx;
+            CUresult rc = cuDeviceGet(&other, atoi(a));
+            if (rc == CUDA_SUCCESS)
+                rc = cuDevicePrimaryCtxRetain(&ctx, other);
+            if (rc == CUDA_SUCCESS)
+                rc = cuCtxSetCurrent(ctx);
+            printf("S %d\n", rc);
+            i++;
+            break;
+        }
         case 'm': {
             CUDA_ARRAY3D_DESCRIPTOR desc = {strtoull(a, NULL, 0), strtoull(b, NULL, 0), strtoull(c, NULL, 0),
                                             CU_AD_FORMAT_FLOAT, 4,
