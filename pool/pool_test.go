@@ -408,6 +408,43 @@ func TestPressureAsksIdleForeignStreams(t *testing.T) {
 	}
 }
 
+// TestMissAsksIdleForeignStreams: below the quota too, a request that
+// misses is served by the block freed on a foreign stream whose marker
+// cannot be recorded, once that stream has run its work, rather than by
+// memory the pool grows for it.
+func TestMissAsksIdleForeignStreams(t *testing.T) {
+	const foreign pool.Stream = 0x900
+	const block = uint64(miB)
+	f := pooltest.New(0)
+	opt := pool.DefaultOptions(64 * block)
+	opt.ReleaseThreshold = 64 * block
+	h := newHarness(t, f, opt)
+	f.MakeForeign(foreign)
+	f.FailRecordMarker = func(s pool.Stream) error {
+		if s == foreign {
+			return errors.New("out of events")
+		}
+		return nil
+	}
+	var held []uint64
+	for h.p.Stats().CachedBytes > 0 || len(held) == 0 {
+		held = append(held, h.mustAlloc(block))
+	}
+	if err := h.freeAsyncForeign(held[0], foreign); err != nil {
+		t.Fatal(err)
+	}
+	f.Complete(foreign)
+	reserved := h.p.Stats().ReservedBytes
+	if ptr := h.mustAlloc(block); ptr != held[0] {
+		t.Fatalf("Alloc(%d) = %#x, want the block freed on the idle foreign stream, %#x", block, ptr, held[0])
+	}
+	if got := h.p.Stats().ReservedBytes; got != reserved {
+		t.Errorf("the pool grew from %d to %d bytes for a block its idle foreign stream gave back", reserved, got)
+	}
+	f.FailRecordMarker = nil
+	h.close()
+}
+
 // TestForgetForeignStreamWaitsForItsMarker: a foreign stream destroyed
 // with blocks freed on it (its work still runs) keeps them until a marker
 // recorded before the destruction completes, not until the device's next
