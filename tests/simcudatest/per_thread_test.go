@@ -57,10 +57,11 @@ func TestPerThreadStreams(t *testing.T) {
 		name, why string
 		calls     []string
 	}{
-		{"threads", "another thread's held default stream holds none of this thread's copies, memsets, allocations or synchronizations",
+		{"threads", "another thread's held default stream holds none of this thread's copies, memsets, allocations, prefetches, event waits or synchronizations",
 			[]string{"cudaMallocAsync_ptsz", "cudaMemset_ptds", "cudaMemcpy_ptds", "cudaMemsetAsync_ptsz",
 				"cudaMemcpyAsync_ptsz", "cudaFreeAsync_ptsz", "cudaStreamSynchronize_ptsz",
-				"cudaStreamQuery_ptsz", "cudaEventRecord_ptsz", "cudaLaunchHostFunc_ptsz"}},
+				"cudaStreamQuery_ptsz", "cudaEventRecord_ptsz", "cudaLaunchHostFunc_ptsz",
+				"cudaMallocFromPoolAsync_ptsz", "cudaMemPrefetchAsync_ptsz", "cudaStreamWaitEvent_ptsz"}},
 		{"own_order", "a copy without a stream waits for the work the thread queued on its default stream",
 			[]string{"cudaMemcpy_ptds", "cudaMemsetAsync_ptsz", "cudaLaunchHostFunc_ptsz"}},
 	}

@@ -51,11 +51,15 @@ static void *hold_own_stream(void *arg)
 }
 
 /* Another thread's held default stream does not hold this thread's copies,
- * memsets, allocations and synchronizations: each thread has its own. */
+ * memsets, allocations, prefetches, event waits and synchronizations: each
+ * thread has its own. (Work sent to the legacy stream instead would wait for
+ * the held one, and so would this thread's later work.) */
 static void case_threads(void)
 {
 	static unsigned char host[BYTES];
-	void *d = NULL;
+	void *d = NULL, *from_pool = NULL, *managed = NULL;
+	cudaMemPool_t pool;
+	cudaEvent_t done_here;
 	pthread_t holder;
 
 	gate_init(&held);
@@ -68,9 +72,17 @@ static void case_threads(void)
 	OK(cudaMemset(d, 0x11, BYTES));
 	OK(cudaMemcpy(host, d, BYTES, cudaMemcpyDeviceToHost));
 	CHECK(host[0] == 0x11 && host[BYTES - 1] == 0x11);
+	OK(cudaDeviceGetDefaultMemPool(&pool, 0));
+	OK(cudaMallocFromPoolAsync(&from_pool, BYTES, pool, 0));
+	OK(cudaMallocManaged(&managed, BYTES, cudaMemAttachGlobal));
+	OK(cudaMemPrefetchAsync(managed, BYTES, 0, 0));
+	OK(cudaEventCreate(&done_here));
+	OK(cudaEventRecord(done_here, 0));
+	OK(cudaStreamWaitEvent(0, done_here, 0));
 	OK(cudaMemsetAsync(d, 0x22, BYTES, 0));
 	OK(cudaMemcpyAsync(host, d, BYTES, cudaMemcpyDeviceToHost, 0));
 	OK(cudaFreeAsync(d, 0));
+	OK(cudaFreeAsync(from_pool, 0));
 	OK(cudaStreamSynchronize(0));
 	CHECK(host[0] == 0x22 && host[BYTES - 1] == 0x22);
 	EXPECT(cudaStreamQuery(0), cudaSuccess);
@@ -79,6 +91,8 @@ static void case_threads(void)
 	gate_open(&held);
 	CHECK(pthread_join(holder, NULL) == 0);
 	EXPECT(cudaEventQuery(held_done), cudaSuccess);
+	OK(cudaEventDestroy(done_here));
+	OK(cudaFree(managed));
 }
 
 static void *open_held_soon(void *arg)
