@@ -445,6 +445,39 @@ func TestMissAsksIdleForeignStreams(t *testing.T) {
 	h.close()
 }
 
+// TestMissQueriesNoStreamWithAMarker: where a stream's marker was recorded,
+// a miss polls the marker and never queries the stream itself (a query per
+// miss per stream would cost a driver call each), until the marker
+// completes and gives the block back.
+func TestMissQueriesNoStreamWithAMarker(t *testing.T) {
+	const foreign pool.Stream = 0x900
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	f.MakeForeign(foreign)
+	a := h.mustAlloc(miB)
+	if err := h.freeAsyncForeign(a, foreign); err != nil {
+		t.Fatal(err)
+	}
+	for range 8 {
+		h.mustAlloc(miB) // misses: the harness fails the test if a comes back
+	}
+	if n := f.Counts().StreamQueries; n != 0 {
+		t.Fatalf("%d stream queries for misses while the stream's marker was pending", n)
+	}
+	f.Complete(foreign)
+	found := false
+	for range 8 {
+		found = found || h.mustAlloc(miB) == a
+	}
+	if !found {
+		t.Fatalf("block freed on the foreign stream not reused once its marker completed")
+	}
+	if n := f.Counts().StreamQueries; n != 0 {
+		t.Fatalf("%d stream queries where a marker served", n)
+	}
+	h.close()
+}
+
 // TestForgetForeignStreamWaitsForItsMarker: a foreign stream destroyed
 // with blocks freed on it (its work still runs) keeps them until a marker
 // recorded before the destruction completes, not until the device's next

@@ -74,6 +74,7 @@ type marker struct {
 // Counts are the calls the fake has served.
 type Counts struct {
 	Reserves, Releases, Syncs, Markers, MarkerQueries int
+	StreamQueries                                     int // StreamIdle calls
 	HostReserves, HostReleases, Promotions            int
 	AsyncHostReleases                                 int // host releases ordered on a stream
 	AsyncReserves, AsyncReleases                      int
@@ -120,6 +121,7 @@ func (f *Fake) Enqueue(s pool.Stream) uint64 {
 func (f *Fake) StreamIdle(s pool.Stream) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.counts.StreamQueries++
 	q, ok := f.queued[s]
 	return ok && f.completed[s] > q, nil
 }
