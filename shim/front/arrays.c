@@ -197,78 +197,89 @@ static void array_made(int made, const void *handle, CUcontext ctx, int32_t devi
         core.give(device, bytes, kind);
 }
 
-/*
- * A driver array of bytes is taken from the quota of its context's device
- * before the real call (refused with CUDA_ERROR_OUT_OF_MEMORY when it does
- * not fit: an array cannot live on the host, so oversubscription does not
- * take it either). Calls the core cannot place (no current context, a null
- * argument, nothing to count) get the real driver's own answer; those while
- * the core is not running pass through uncounted and never load it.
- */
-#define DRIVER_ARRAY_CREATE(name, field, desc_type, footprint)                                      \
-    EXPORT CUresult name(CUarray *pHandle, const desc_type *pAllocateArray)                         \
-    {                                                                                               \
-        REAL(real_create, field);                                                                   \
-        enum route r = route();                                                                     \
-        if (r == ROUTE_REFUSE)                                                                      \
-            return CUDA_ERROR_NOT_INITIALIZED;                                                      \
-        const desc_type *d = pAllocateArray;                                                        \
-        uint64_t bytes = pHandle && d ? (footprint) : 0;                                            \
-        int32_t device = 0;                                                                         \
-        if (r != ROUTE_CORE || bytes == 0 || context_device(&device) != CUDA_SUCCESS)               \
-            return real_create(pHandle, pAllocateArray);                                            \
-        CUcontext ctx = current_created();                                                          \
-        depth++;                                                                                    \
-        CUresult rc = (CUresult)core.take(device, bytes, SPILLWAY_TAKE_ARRAY);                      \
-        if (rc == CUDA_SUCCESS) {                                                                   \
-            pthread_mutex_lock(&arrays_lock);                                                       \
-            rc = real_create(pHandle, pAllocateArray);                                              \
-            array_made(rc == CUDA_SUCCESS, rc == CUDA_SUCCESS ? *pHandle : NULL, ctx, device,       \
-                       bytes, SPILLWAY_TAKE_ARRAY);                                                 \
-            pthread_mutex_unlock(&arrays_lock);                                                     \
-        }                                                                                           \
-        depth--;                                                                                    \
-        return rc;                                                                                  \
-    }
-
-DRIVER_ARRAY_CREATE(cuArrayCreate_v2, cu_array_create, CUDA_ARRAY_DESCRIPTOR,
-                    array_footprint(format_unit(d->Format, d->NumChannels), d->Width, d->Height, 0, 0))
-DRIVER_ARRAY_CREATE(cuArray3DCreate_v2, cu_array_3d_create, CUDA_ARRAY3D_DESCRIPTOR,
-                    array_footprint(format_unit(d->Format, d->NumChannels), d->Width, d->Height,
-                                    d->Depth, d->Flags))
+/* A driver call making an array (or mipmapped array) in *handle from desc, with levels. */
+typedef CUresult (*driver_make_fn)(void **handle, const void *desc, unsigned int levels);
 
 /*
- * The driver's mipmapped array: taken, made and recorded as an array is,
- * charged the sum of its levels (which belong to it: they are neither
- * counted nor destroyed on their own).
+ * A driver array of bytes of kind is taken from the quota of its context's
+ * device before the real call (refused with CUDA_ERROR_OUT_OF_MEMORY when it
+ * does not fit: an array cannot live on the host, so oversubscription does
+ * not take it either). Calls the core cannot place (no current context, a
+ * null argument, nothing to count) get the real driver's own answer; those
+ * while the core is not running pass through uncounted and never load it.
  */
-EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
-                                       const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
-                                       unsigned int numMipmapLevels)
+static CUresult driver_array(driver_make_fn make, void **handle, const void *desc, unsigned int levels,
+                             uint64_t bytes, int32_t kind)
 {
-    REAL(real_create, cu_mipmapped_array_create);
     enum route r = route();
     if (r == ROUTE_REFUSE)
         return CUDA_ERROR_NOT_INITIALIZED;
-    const CUDA_ARRAY3D_DESCRIPTOR *d = pMipmappedArrayDesc;
-    uint64_t bytes = pHandle && d ? mipmap_footprint(format_unit(d->Format, d->NumChannels), d->Width,
-                                                     d->Height, d->Depth, d->Flags, numMipmapLevels)
-                                  : 0;
     int32_t device = 0;
     if (r != ROUTE_CORE || bytes == 0 || context_device(&device) != CUDA_SUCCESS)
-        return real_create(pHandle, pMipmappedArrayDesc, numMipmapLevels);
+        return make(handle, desc, levels);
     CUcontext ctx = current_created();
     depth++;
-    CUresult rc = (CUresult)core.take(device, bytes, SPILLWAY_TAKE_MIPMAPPED_ARRAY);
+    CUresult rc = (CUresult)core.take(device, bytes, kind);
     if (rc == CUDA_SUCCESS) {
         pthread_mutex_lock(&arrays_lock);
-        rc = real_create(pHandle, pMipmappedArrayDesc, numMipmapLevels);
-        array_made(rc == CUDA_SUCCESS, rc == CUDA_SUCCESS ? *pHandle : NULL, ctx, device, bytes,
-                   SPILLWAY_TAKE_MIPMAPPED_ARRAY);
+        rc = make(handle, desc, levels);
+        array_made(rc == CUDA_SUCCESS, rc == CUDA_SUCCESS ? *handle : NULL, ctx, device, bytes, kind);
         pthread_mutex_unlock(&arrays_lock);
     }
     depth--;
     return rc;
+}
+
+/* The real cuArrayCreate_v2, cuArray3DCreate_v2 and cuMipmappedArrayCreate, in driver_make_fn's shape. */
+static CUresult make_array(void **handle, const void *desc, unsigned int levels)
+{
+    (void)levels;
+    REAL(real_create, cu_array_create);
+    return real_create((CUarray *)handle, desc);
+}
+
+static CUresult make_3d_array(void **handle, const void *desc, unsigned int levels)
+{
+    (void)levels;
+    REAL(real_create, cu_array_3d_create);
+    return real_create((CUarray *)handle, desc);
+}
+
+static CUresult make_mipmapped_array(void **handle, const void *desc, unsigned int levels)
+{
+    REAL(real_create, cu_mipmapped_array_create);
+    return real_create((CUmipmappedArray *)handle, desc, levels);
+}
+
+EXPORT CUresult cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
+{
+    const CUDA_ARRAY_DESCRIPTOR *d = pAllocateArray;
+    uint64_t bytes =
+        pHandle && d ? array_footprint(format_unit(d->Format, d->NumChannels), d->Width, d->Height, 0, 0) : 0;
+    return driver_array(make_array, (void **)pHandle, d, 1, bytes, SPILLWAY_TAKE_ARRAY);
+}
+
+EXPORT CUresult cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
+{
+    const CUDA_ARRAY3D_DESCRIPTOR *d = pAllocateArray;
+    uint64_t bytes = pHandle && d ? array_footprint(format_unit(d->Format, d->NumChannels), d->Width,
+                                                    d->Height, d->Depth, d->Flags)
+                                  : 0;
+    return driver_array(make_3d_array, (void **)pHandle, d, 1, bytes, SPILLWAY_TAKE_ARRAY);
+}
+
+/* A mipmapped array is charged the sum of its levels, which belong to it:
+ * they are neither counted nor destroyed on their own. */
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *pHandle,
+                                       const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc,
+                                       unsigned int numMipmapLevels)
+{
+    const CUDA_ARRAY3D_DESCRIPTOR *d = pMipmappedArrayDesc;
+    uint64_t bytes = pHandle && d ? mipmap_footprint(format_unit(d->Format, d->NumChannels), d->Width,
+                                                     d->Height, d->Depth, d->Flags, numMipmapLevels)
+                                  : 0;
+    return driver_array(make_mipmapped_array, (void **)pHandle, d, numMipmapLevels, bytes,
+                        SPILLWAY_TAKE_MIPMAPPED_ARRAY);
 }
 
 /* A runtime call making an array (or mipmapped array) in *handle, given its extent, levels and flags. */
