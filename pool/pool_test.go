@@ -248,6 +248,21 @@ func TestForeignStreamFreeWaitsForItsStream(t *testing.T) {
 	h.close()
 }
 
+// newFourBlockHarness returns a harness whose quota holds four blocks of
+// the size it returns: 1 MiB in fixed segments, a granule with virtual
+// memory; the pool keeps what is freed (no release threshold below it).
+func newFourBlockHarness(t *testing.T, virtual bool) (*harness, *pooltest.Fake, uint64) {
+	t.Helper()
+	if virtual {
+		vf := pooltest.NewVirtual(0)
+		return newVirtualHarness(t, vf, virtualOptions(4*granule)), vf.Fake, granule
+	}
+	f := pooltest.New(0)
+	opt := pool.DefaultOptions(4 * miB)
+	opt.ReleaseThreshold = 4 * miB
+	return newHarness(t, f, opt), f, miB
+}
+
 // TestForeignFreeForcesNoSync: under a quota full but for a block freed on
 // a foreign stream whose work has not run, a request that needs its bytes
 // is refused without a synchronization of the device, which could not
@@ -259,20 +274,7 @@ func TestForeignFreeForcesNoSync(t *testing.T) {
 	const foreign pool.Stream = 0x900
 	for _, virtual := range []bool{false, true} {
 		t.Run(fmt.Sprintf("virtual=%v", virtual), func(t *testing.T) {
-			var h *harness
-			var f *pooltest.Fake
-			block := uint64(miB)
-			if virtual {
-				block = granule
-				vf := pooltest.NewVirtual(0)
-				f = vf.Fake
-				h = newVirtualHarness(t, vf, virtualOptions(4*block))
-			} else {
-				f = pooltest.New(0)
-				opt := pool.DefaultOptions(4 * block)
-				opt.ReleaseThreshold = 4 * block
-				h = newHarness(t, f, opt)
-			}
+			h, f, block := newFourBlockHarness(t, virtual)
 			f.MakeForeign(foreign)
 			var held []uint64
 			for range 4 {
@@ -305,11 +307,7 @@ func TestForeignFreeForcesNoSync(t *testing.T) {
 			if got := h.p.ReleaseCached(true); got != block {
 				t.Fatalf("ReleaseCached(true) released %d bytes once the foreign stream completed, want its block's %d", got, block)
 			}
-			if virtual {
-				h.closeVirtual()
-			} else {
-				h.close()
-			}
+			h.closeEither()
 		})
 	}
 }
@@ -358,20 +356,7 @@ func TestPressureAsksIdleForeignStreams(t *testing.T) {
 	const foreign pool.Stream = 0x900
 	for _, virtual := range []bool{false, true} {
 		t.Run(fmt.Sprintf("virtual=%v", virtual), func(t *testing.T) {
-			var h *harness
-			var f *pooltest.Fake
-			block := uint64(miB)
-			if virtual {
-				block = granule
-				vf := pooltest.NewVirtual(0)
-				f = vf.Fake
-				h = newVirtualHarness(t, vf, virtualOptions(4*block))
-			} else {
-				f = pooltest.New(0)
-				opt := pool.DefaultOptions(4 * block)
-				opt.ReleaseThreshold = 4 * block
-				h = newHarness(t, f, opt)
-			}
+			h, f, block := newFourBlockHarness(t, virtual)
 			f.MakeForeign(foreign)
 			f.FailRecordMarker = func(s pool.Stream) error {
 				if s == foreign {
@@ -399,11 +384,7 @@ func TestPressureAsksIdleForeignStreams(t *testing.T) {
 				t.Fatalf("%d synchronizations forced for a block only its foreign stream completes", n)
 			}
 			f.FailRecordMarker = nil
-			if virtual {
-				h.closeVirtual()
-			} else {
-				h.close()
-			}
+			h.closeEither()
 		})
 	}
 }

@@ -87,6 +87,16 @@ func (h *harness) closeVirtual() {
 	}
 }
 
+// closeEither closes the pool, with closeVirtual's checks on a virtual one.
+func (h *harness) closeEither() {
+	h.t.Helper()
+	if h.vmm != nil {
+		h.closeVirtual()
+	} else {
+		h.close()
+	}
+}
+
 func virtualOptions(quota uint64) pool.Options {
 	opt := pool.DefaultOptions(quota)
 	opt.ReleaseThreshold = 0
