@@ -160,15 +160,20 @@ func TestArrayDeferredMappingNotCounted(t *testing.T) {
 
 // TestArrayBlockCompressedRuntime: the runtime describes a block-compressed
 // array by a decoded texel's components (BC1: 8 bits x 4), but it holds
-// 4x4 texels in a block of 8 bytes, which is what the quota is charged:
-// under a full quota the refusal names the packed size.
+// 4x4 texels in a block, of 8 bytes for BC1 and 16 for BC2 to BC7, which is
+// what the quota is charged: under a full quota the refusal of a 1024 x
+// 1024 array names its packed size.
 func TestArrayBlockCompressedRuntime(t *testing.T) {
-	out, stderr, _ := runArrays(t, 64*arrayMiB, nil,
-		"A", "1024", "1024", "A", "1024", "1024", "A", "1024", "1024", "A", "1024", "1024",
-		"B", "1024", "1024")
-	checkSteps(t, out, []step{{"A", 3, cuSuccess}, {"B", 0, harness.ErrMemoryAllocation}})
-	if !strings.Contains(stderr, "a CUDA array of 512KiB refused on device 0") {
-		t.Errorf("the refused 1024 x 1024 BC1 array is not charged its 512 KiB of blocks:\n%s", stderr)
+	for _, c := range []struct{ name, op, charge string }{{"bc1", "B", "512KiB"}, {"bc7", "E", "1MiB"}} {
+		t.Run(c.name, func(t *testing.T) {
+			out, stderr, _ := runArrays(t, 64*arrayMiB, nil,
+				"A", "1024", "1024", "A", "1024", "1024", "A", "1024", "1024", "A", "1024", "1024",
+				c.op, "1024", "1024")
+			checkSteps(t, out, []step{{"A", 3, cuSuccess}, {c.op, 0, harness.ErrMemoryAllocation}})
+			if !strings.Contains(stderr, "a CUDA array of "+c.charge+" refused on device 0") {
+				t.Errorf("the refused 1024 x 1024 array is not charged its %s of blocks:\n%s", c.charge, stderr)
+			}
+		})
 	}
 }
 
@@ -220,19 +225,6 @@ func TestArrayChargedByChannels(t *testing.T) {
 	checkInfo(t, out, "I", 1, 40*arrayMiB)
 	if truth.ArrayBytes != 24*arrayMiB {
 		t.Errorf("simcuda holds %d MiB of arrays at exit, want the 24 MiB the shim counts", truth.ArrayBytes/arrayMiB)
-	}
-}
-
-// TestArrayBlockCompressed16Runtime: BC2 to BC7 pack a 4x4 block in 16
-// bytes, twice BC1's: under a full quota the refusal of a 1024 x 1024 BC7
-// array names its 1 MiB of blocks.
-func TestArrayBlockCompressed16Runtime(t *testing.T) {
-	out, stderr, _ := runArrays(t, 64*arrayMiB, nil,
-		"A", "1024", "1024", "A", "1024", "1024", "A", "1024", "1024", "A", "1024", "1024",
-		"E", "1024", "1024")
-	checkSteps(t, out, []step{{"A", 3, cuSuccess}, {"E", 0, harness.ErrMemoryAllocation}})
-	if !strings.Contains(stderr, "a CUDA array of 1MiB refused on device 0") {
-		t.Errorf("the refused 1024 x 1024 BC7 array is not charged its 1 MiB of blocks:\n%s", stderr)
 	}
 }
 
