@@ -5,9 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -112,6 +114,9 @@ func reportFlagError(cmd string, err error) int {
 	return 2
 }
 
+// plainSecondsRE is a duration given as a plain number of seconds: 2, 0.5, 1.0.
+var plainSecondsRE = regexp.MustCompile(`^[0-9]+(?:\.[0-9]+)?$`)
+
 // parseDuration reads the value of the flag called name: a duration as Go
 // writes them (500ms, 1s, 1m30s) or a plain number of seconds (2, 0.5),
 // above zero.
@@ -121,9 +126,12 @@ func parseDuration(name, v string) (time.Duration, error) {
 	}
 	d, err := time.ParseDuration(v)
 	if err != nil {
-		var secs float64
-		if _, serr := fmt.Sscanf(v, "%g", &secs); serr != nil || fmt.Sprint(secs) != strings.TrimLeft(v, "+") {
+		if !plainSecondsRE.MatchString(v) {
 			return 0, bad("not a duration such as 500ms, 1s or 2m")
+		}
+		secs, _ := strconv.ParseFloat(v, 64)
+		if secs*float64(time.Second) > math.MaxInt64 {
+			return 0, bad("too long; want at most 2562047h")
 		}
 		d = time.Duration(secs * float64(time.Second))
 	}

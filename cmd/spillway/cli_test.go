@@ -34,12 +34,13 @@ func TestFlagMessage(t *testing.T) {
 }
 
 func TestParseDuration(t *testing.T) {
-	for in, want := range map[string]time.Duration{"1s": time.Second, "250ms": 250 * time.Millisecond, "2": 2 * time.Second, "0.5": 500 * time.Millisecond} {
+	for in, want := range map[string]time.Duration{"1s": time.Second, "250ms": 250 * time.Millisecond, "2": 2 * time.Second, "0.5": 500 * time.Millisecond,
+		"1.0": time.Second, "2.50": 2500 * time.Millisecond, "10": 10 * time.Second} {
 		if got, err := parseDuration("--interval", in); err != nil || got != want {
 			t.Errorf("parseDuration(%q) = %v, %v; want %v", in, got, err, want)
 		}
 	}
-	for _, bad := range []string{"0", "0s", "-1s", "soon", "1x", ""} {
+	for _, bad := range []string{"0", "0s", "-1s", "soon", "1x", "", "0.0", "NaN", "Inf", "1e3", "99999999999"} {
 		if _, err := parseDuration("--interval", bad); err == nil {
 			t.Errorf("parseDuration(%q) accepted", bad)
 		}
