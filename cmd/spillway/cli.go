@@ -104,6 +104,31 @@ func parseFlags(fs *flagSet, args []string) error {
 	return &usageErr{flagMessage(err.Error())}
 }
 
+// checkSwitchBeforeCommand refuses a switch's value written apart from it
+// ("--pool false -- CMD"): the flag package takes a switch's value only
+// after '=', so "false" would be the program to run, and the job would not
+// run at all, or run without the setting.
+func checkSwitchBeforeCommand(fs *flagSet, args []string) error {
+	rest := fs.Args()
+	i := len(args) - len(rest) - 1
+	if len(rest) == 0 || i < 0 {
+		return nil
+	}
+	if _, err := strconv.ParseBool(rest[0]); err != nil {
+		return nil
+	}
+	flagArg := args[i]
+	f := fs.Lookup(strings.TrimLeft(flagArg, "-"))
+	if !strings.HasPrefix(flagArg, "-") || strings.Contains(flagArg, "=") || f == nil {
+		return nil
+	}
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+		return nil
+	}
+	return &usageErr{fmt.Sprintf("invalid %s %s: a switch takes its value after '=', else %q is read as the command (valid example: %s=%s)",
+		flagArg, rest[0], rest[0], flagArg, rest[0])}
+}
+
 // reportFlagError prints a command-line error in one line, with where to
 // find the flags, and returns the exit status: 0 after help, 2 otherwise.
 func reportFlagError(cmd string, err error) int {

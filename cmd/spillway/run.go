@@ -339,6 +339,9 @@ func parseRunFlags(args []string, environ []string, out io.Writer) (runOptions, 
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
+	if err := checkSwitchBeforeCommand(fs, args); err != nil {
+		return o, err
+	}
 	o.argv = fs.Args()
 	if len(o.argv) == 0 {
 		return o, usageError(fs, "no command given: spillway run [flags] -- CMD ARGS...")
@@ -474,10 +477,10 @@ func shimVariableFlags(fs *flagSet) variableFlags {
 		{"spill", config.EnvSpill, "how spilled memory is made: `KIND` managed (default) or pinned; needs --oversubscribe", spill},
 		{"migrate", config.EnvMigrate, "move live blocks' 2 MiB granules between host and device at the program's device synchronizations (SPILLWAY_MIGRATE=1); needs --oversubscribe and virtual memory, and a program whose other threads queue no work while one synchronizes", nil},
 		{"host-limit", config.EnvHostLimit, "most host memory used for spilling, a `SIZE` (default: as much as the quota); needs --oversubscribe", size},
-		{"pool", config.EnvPool, "serve allocations from the pool (default true; false: pass-through with the quota's accounting)", nil},
+		{"pool", config.EnvPool, "serve allocations from the pool (default true; --pool=false: pass-through with the quota's accounting)", nil},
 		{"pool-reserve", config.EnvPoolReserve, "device memory, a `SIZE`, the pool reserves at a device's first allocation and keeps; at most the quota", size},
 		{"pool-release-threshold", config.EnvPoolReleaseThreshold, "cached memory kept before empty segments are released: a `SIZE` or a percentage of the quota (default 12.5%)", threshold},
-		{"vmm", config.EnvVMM, "map the pool's memory in 2 MiB granules with CUDA's virtual memory management where the device supports it (default true; false: fixed segments)", nil},
+		{"vmm", config.EnvVMM, "map the pool's memory in 2 MiB granules with CUDA's virtual memory management where the device supports it (default true; --vmm=false: fixed segments)", nil},
 		{"free-sync", config.EnvFreeSync, "every cudaFree synchronizes the device, as CUDA's does", nil},
 		{"report", config.EnvReport, "print each device's pool statistics at exit", nil},
 	} {

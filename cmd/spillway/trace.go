@@ -83,6 +83,9 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
 	}
+	if err := checkSwitchBeforeCommand(fs, args); err != nil {
+		return o, err
+	}
 	o.argv = fs.Args()
 	if len(o.pids) == 0 && len(o.argv) == 0 {
 		return o, usageError(fs, "nothing to trace: give -p PID or -- CMD ARGS")

@@ -62,6 +62,7 @@ func TestTraceFlagErrorsNameFlagValueAndExample(t *testing.T) {
 		{[]string{"--metrics-addr", "bogus", "-p", "1"}, `invalid --metrics-addr="bogus": want HOST:PORT`},
 		{[]string{"--metrics-addr", "127.0.0.1:99999", "-p", "1"}, `invalid --metrics-addr="127.0.0.1:99999": want HOST:PORT`},
 		{[]string{"--ring-buffer", "0", "-p", "1"}, `invalid --ring-buffer="0"`},
+		{[]string{"--json", "false", "--", "prog"}, `invalid --json false: a switch takes its value after '='`},
 	} {
 		_, err := parseTraceFlags(tc.args, nil, io.Discard)
 		var usage *usageErr
@@ -72,6 +73,10 @@ func TestTraceFlagErrorsNameFlagValueAndExample(t *testing.T) {
 		if msg := err.Error(); !strings.HasPrefix(msg, tc.want) || !strings.Contains(msg, "valid example: ") {
 			t.Errorf("%q: %q, want one starting %q with a valid example", tc.args, msg, tc.want)
 		}
+	}
+	// A program named as a switch's value is still a program after "--".
+	if o, err := parseTraceFlags([]string{"--json", "--", "true"}, nil, io.Discard); err != nil || !o.json || len(o.argv) != 1 {
+		t.Errorf("--json -- true: %+v, %v", o, err)
 	}
 	for _, addr := range []string{"127.0.0.1:9400", ":0", "localhost:9400", "[::1]:9400"} {
 		if o, err := parseTraceFlags([]string{"--metrics-addr", addr, "-p", "1"}, nil, io.Discard); err != nil || o.metricsAddr != addr {

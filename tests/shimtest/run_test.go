@@ -34,6 +34,8 @@ func TestSpillwayRunCombinations(t *testing.T) {
 		{[]string{"--memory-limit", "8GiBs"}, nil, []string{`--memory-limit="8GiBs"`, "unknown unit"}},
 		{[]string{"--memory-limit-device", "0=0"}, nil, []string{`--memory-limit-device="0=0"`, "--memory-limit-device 0=8GiB"}},
 		{[]string{"--pool=maybe"}, nil, []string{`--pool="maybe"`, "want true or false"}},
+		{[]string{"--pool", "false"}, nil, []string{"--pool false", "(valid example: --pool=false)"}},
+		{[]string{"--oversubscribe", "1"}, nil, []string{"--oversubscribe 1", "(valid example: --oversubscribe=1)"}},
 		{[]string{"--vmm=maybe"}, nil, []string{`--vmm="maybe"`, "want true or false"}},
 		{[]string{"--no-such-flag"}, nil, []string{"unknown flag --no-such-flag"}},
 		{[]string{"--memory-limit", "0"}, nil, []string{`--memory-limit="0"`, "zero bytes"}},
