@@ -128,7 +128,7 @@ func parseStatFlags(args []string, out io.Writer) (statOptions, error) {
 }
 
 func statMain(args []string) int {
-	o, err := parseStatFlags(args, os.Stderr)
+	o, err := parseStatFlags(args, os.Stdout)
 	if err != nil {
 		return reportFlagError("stat", err)
 	}

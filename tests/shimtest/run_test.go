@@ -78,6 +78,12 @@ func TestSpillwayHelp(t *testing.T) {
 	if res.ExitCode != 0 || strings.Contains(res.Stdout, "\n  -memory") || strings.Contains(res.Stdout, "(LEVEL)") {
 		t.Errorf("run --help: exit %d\n%s", res.ExitCode, res.Stdout)
 	}
+	// Every command's help goes to standard output, to be paged or searched.
+	for _, c := range []string{"trace", "stat"} {
+		if res := harness.Run(t, harness.Command(t, spillway, c, "--help")); res.ExitCode != 0 || !strings.Contains(res.Stdout, "usage: spillway "+c) || res.Stderr != "" {
+			t.Errorf("spillway %s --help: exit %d, stdout %q, stderr %q", c, res.ExitCode, res.Stdout, res.Stderr)
+		}
+	}
 	res = harness.Run(t, harness.Command(t, spillway, "--help"))
 	for _, c := range []string{"run", "trace", "stat", "version"} {
 		if !regexpLine(res.Stdout, "  "+c+" ") {
