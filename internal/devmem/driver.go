@@ -33,9 +33,13 @@ func openRuntime(table unsafe.Pointer) (appRuntime, onDevice, error) {
 
 // TotalMem is what cuDeviceTotalMem reports for a device whose real total
 // is real: its quota when one is set, as cudaMemGetInfo's total is (the
-// real total with an invalid configuration, which has no quota to report).
+// real total with an invalid configuration, or a setting invalid for this
+// device, which have no quota to report).
 func (c *Core) TotalMem(ordinal int, real uint64) (uint64, interpose.Error) {
 	if c.broken != nil {
+		return real, interpose.Success
+	}
+	if c.mem.unusable(ordinal, real) {
 		return real, interpose.Success
 	}
 	if d := c.mem.existing(ordinal); d != nil {
@@ -54,9 +58,13 @@ func (c *Core) TotalMem(ordinal int, real uint64) (uint64, interpose.Error) {
 // its quota as the total and what it holds against it as used. Without a
 // quota, NVML's own figures. With an invalid configuration it fails with
 // cudaErrorInitializationError, as allocations do: the front then reports
-// none of the device's memory free (see MemGetInfo).
+// none of the device's memory free (see MemGetInfo). So does a setting
+// invalid for this device.
 func (c *Core) NVMLMemory(ordinal int, total, used uint64) (uint64, uint64, interpose.Error) {
 	if c.broken != nil {
+		return 0, 0, interpose.ErrorInitialization
+	}
+	if c.mem.unusable(ordinal, total) {
 		return 0, 0, interpose.ErrorInitialization
 	}
 	if d := c.mem.existing(ordinal); d != nil {

@@ -267,22 +267,48 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 		m.log.Warnf("device %d: host memory of the program's cuMemCreate made before a reset: %v", ordinal, herr)
 	}
 	if err != nil {
-		d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
-		if d.limited && d.quota == 0 { // a percentage too small for this device
-			name := limitVariable(m.cfg, ordinal)
-			d.err = &config.Error{Name: name, Value: limit.String(),
-				Reason:  fmt.Sprintf("that is 0 bytes of device %d's %s, which would refuse every allocation", ordinal, config.FormatBytes(total)),
-				Example: name + "=8GiB"}
-		} else if m.cfg.PoolReserve > d.quota {
-			d.err = &config.Error{Name: config.EnvPoolReserve, Value: fmt.Sprint(m.cfg.PoolReserve),
-				Reason:  fmt.Sprintf("larger than the quota of device %d (%d bytes)", ordinal, d.quota),
-				Example: config.EnvPoolReserve + "=" + fmt.Sprint(d.quota/2)}
+		d.err = deviceSettingError(m.cfg, ordinal, total)
+		if d.err == nil {
+			d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
 		}
 		m.log.Errorf("%v; every CUDA allocation on device %d will fail with cudaErrorInitializationError until it is fixed", d.err, ordinal)
 	}
 	d.pool = p
 	m.log.Debugf("device %d: quota %d bytes (configured: %v), pool %v", ordinal, d.quota, d.limited, m.cfg.Pool)
 	return d, interpose.Success
+}
+
+// deviceSettingError is the setting found invalid once a device's total is
+// known, which leaves the device without a pool: a percentage quota that is
+// no byte of it, or a reserve above its quota. Nil when none is.
+func deviceSettingError(cfg config.Config, ordinal int, total uint64) error {
+	limit := cfg.LimitFor(ordinal)
+	quota := total
+	if limit.IsSet() {
+		quota = limit.Resolve(total)
+	}
+	if limit.IsSet() && quota == 0 {
+		name := limitVariable(cfg, ordinal)
+		return &config.Error{Name: name, Value: limit.String(),
+			Reason:  fmt.Sprintf("that is 0 bytes of device %d's %s, which would refuse every allocation", ordinal, config.FormatBytes(total)),
+			Example: name + "=8GiB"}
+	}
+	if cfg.PoolReserve > quota {
+		return &config.Error{Name: config.EnvPoolReserve, Value: config.FormatBytes(cfg.PoolReserve),
+			Reason:  fmt.Sprintf("larger than the quota of device %d (%s)", ordinal, config.FormatBytes(quota)),
+			Example: config.EnvPoolReserve + "=" + config.FormatBytes(quota/2)}
+	}
+	return nil
+}
+
+// unusable says whether every allocation on a device of this total fails
+// for a setting invalid for it: found when its pool was made, or, before
+// it is first used, by deviceSettingError.
+func (m *memory) unusable(ordinal int, total uint64) bool {
+	if d := m.existing(ordinal); d != nil {
+		return d.pool == nil
+	}
+	return deviceSettingError(m.cfg, ordinal, total) != nil
 }
 
 // releaseFailed returns what d's backing calls when the runtime refuses to
@@ -571,11 +597,15 @@ func (m *memory) realFree(d *device, p interpose.DevicePtr, s interpose.Stream, 
 // free = what is left of it (never more than the device really has free)
 // plus what the pool holds cached, which is the application's to use.
 // Spilled host memory is not counted. Without a quota, the real values plus
-// the cache.
+// the cache. With a setting invalid for this device, free 0 and the real
+// total, as for an invalid configuration.
 func (m *memory) memGetInfo(ordinal int) (free, total uint64, rc interpose.Error) {
 	free, total, rc = m.rt.MemGetInfo()
 	if rc != interpose.Success {
 		return 0, 0, rc
+	}
+	if m.unusable(ordinal, total) {
+		return 0, total, interpose.Success // none of it is the process's
 	}
 	d := m.existing(ordinal)
 	if d == nil {

@@ -508,12 +508,18 @@ func TestBadConfigurationReportsNoFreeMemory(t *testing.T) {
 	for name, bad := range map[string][]string{
 		"invalid quota": {"SPILLWAY_MEMORY_LIMIT=8gigs"}, "invalid switch": {"SPILLWAY_POOL=2"},
 		"no core": {noCore, "SPILLWAY_MEMORY_LIMIT=8GiB"},
+		// Settings found invalid only once the device's total is known.
+		"percentage of no byte":            {"SPILLWAY_MEMORY_LIMIT=0.0000000001%"},
+		"reserve above a percentage quota": {"SPILLWAY_MEMORY_LIMIT=10%", "SPILLWAY_POOL_RESERVE=2GiB"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			bad := append([]string{device}, bad...)
-			_, rt := harness.RunOK(t, harness.Shimmed(t, bad, cudaops(t), "i", "m", "4K", "i"))
+			res, rt := harness.RunOK(t, harness.Shimmed(t, bad, cudaops(t), "i", "m", "4K", "i"))
 			if rt.Code(t, "m", 0) != harness.ErrInitialization {
 				t.Fatalf("allocation: %v, want it refused", rt)
+			}
+			if strings.Contains(name, "reserve") && !strings.Contains(res.Stderr, `SPILLWAY_POOL_RESERVE=\"2GiB\": larger than the quota of device 0 (1.6GiB)`) {
+				t.Errorf("error %q does not give the reserve and the quota for people", res.Stderr)
 			}
 			for i := range 2 {
 				if l := rt.Line(t, "i", i); rt.Code(t, "i", i) != 0 || rt.Num(t, "i", i, 2) != 0 || rt.Num(t, "i", i, 3) != total {
@@ -538,9 +544,12 @@ func TestBadConfigurationReportsNoFreeMemory(t *testing.T) {
 	// NVML alone starts the core when a quota is configured.
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/nvmlonly.c"}, ProjectHeaders: true,
 		Flags: []string{"-L", harness.SimcudaDir(t), "-lnvidia-ml"}})
-	_, nv := harness.RunOK(t, harness.Shimmed(t, []string{device, "SPILLWAY_MEMORY_LIMIT=8gigs"}, prog))
-	if l := nv.Line(t, "t", 0); nv.Num(t, "t", 0, 1) != total || nv.Num(t, "t", 0, 2) != total || nv.Num(t, "t", 0, 3) != 0 {
-		t.Errorf("nvmlDeviceGetMemoryInfo: %v, want the real total, all of it used, none free", l)
+	for _, bad := range [][]string{{"SPILLWAY_MEMORY_LIMIT=8gigs"}, {"SPILLWAY_MEMORY_LIMIT=0.0000000001%"},
+		{"SPILLWAY_MEMORY_LIMIT=10%", "SPILLWAY_POOL_RESERVE=2GiB"}} {
+		_, nv := harness.RunOK(t, harness.Shimmed(t, append([]string{device}, bad...), prog))
+		if l := nv.Line(t, "t", 0); nv.Num(t, "t", 0, 1) != total || nv.Num(t, "t", 0, 2) != total || nv.Num(t, "t", 0, 3) != 0 {
+			t.Errorf("%v: nvmlDeviceGetMemoryInfo: %v, want the real total, all of it used, none free", bad, l)
+		}
 	}
 }
 
