@@ -49,7 +49,7 @@ func (c *Core) TotalMem(ordinal int, real uint64) (uint64, interpose.Error) {
 		return real, interpose.Success
 	}
 	if limit := c.cfg.LimitFor(ordinal); limit.IsSet() {
-		return min(limit.Resolve(real), real), interpose.Success
+		return limit.Resolve(real), interpose.Success
 	}
 	return real, interpose.Success
 }
@@ -78,7 +78,7 @@ func (c *Core) NVMLMemory(ordinal int, total, used uint64) (uint64, uint64, inte
 		if l := c.mem.ledgerAt(ordinal); l != nil {
 			held = l.used()
 		}
-		return min(limit.Resolve(total), total), held, interpose.Success
+		return limit.Resolve(total), held, interpose.Success
 	}
 	return total, used, interpose.Success
 }

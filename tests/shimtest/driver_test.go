@@ -134,6 +134,24 @@ func TestDriverMemoryAPI(t *testing.T) {
 	}
 }
 
+// A quota above the device's memory is the total cuDeviceTotalMem and NVML
+// report, as cudaMemGetInfo does, before the device is first used as after.
+func TestQuotaAboveTheDeviceIsTheTotalFromTheStart(t *testing.T) {
+	env := []string{"SIMCUDA_DEVICES=1x4GiB", "SPILLWAY_MEMORY_LIMIT=8GiB"}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, drvops(t, "dynamic"), "t", "i", "m", "1M", "t", "i"))
+	for i := range 2 {
+		if total, info := out.Num(t, "t", i, 2), out.Num(t, "i", i, 3); total != 8<<30 || info != 8<<30 {
+			t.Errorf("#%d: cuDeviceTotalMem %d, cuMemGetInfo's total %d, want the 8 GiB quota\n%v", i, total, info, out)
+		}
+	}
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/nvmlonly.c"}, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lnvidia-ml"}})
+	_, nv := harness.RunOK(t, harness.Shimmed(t, env, prog))
+	if total := nv.Num(t, "t", 0, 1); total != 8<<30 {
+		t.Errorf("nvmlDeviceGetMemoryInfo's total %d before any allocation, want the 8 GiB quota", total)
+	}
+}
+
 // TestPrimaryCtxResetUnversioned: cuDevicePrimaryCtxReset, the entry point
 // programs built with CUDA 7 to 10 call (and cuGetProcAddress answers below
 // CUDA 11.0), destroys the device's memory as cuDevicePrimaryCtxReset_v2
