@@ -72,7 +72,7 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 	fs := newFlagSet("trace", traceUsage, out)
 	fs.Var(&o.pids, "p", "trace the running process `PID` (repeatable)")
 	fs.Var(durationFlag{"--interval", &o.interval}, "interval", "refresh the view every `INTERVAL` (500ms, 1s, 2m; default 1s)")
-	fs.Var(durationFlag{"--duration", &o.duration}, "duration", "stop tracing after `D` (default: when the traced processes exit, or on SIGINT)")
+	fs.Var(durationFlag{"--duration", &o.duration}, "duration", "stop tracing after `D` (default: when the traced processes exit, or on SIGINT or SIGTERM)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per interval (per record with --events)")
 	fs.BoolVar(&o.events, "events", false, "print every record instead of the per-interval view")
 	fs.StringVar(&o.output, "output", "", "write the view or the records to `FILE` instead of standard output")
