@@ -380,7 +380,7 @@ func sortedKeys(m map[string]string) []string {
 
 func parseOrdinalSuffix(name, value string) (int, error) {
 	suffix := strings.TrimPrefix(name, EnvMemoryLimitDevicePrefix)
-	bad := &Error{name, value, "the suffix must be a device ordinal (0, 1, ...)", EnvMemoryLimitDevicePrefix + "0=8GiB"}
+	bad := &Error{name, value, "the suffix must be a device ordinal from 0 to 1023", EnvMemoryLimitDevicePrefix + "0=8GiB"}
 	if suffix == "" || (len(suffix) > 1 && suffix[0] == '0') {
 		return 0, bad
 	}

@@ -130,7 +130,7 @@ func TestBadVariables(t *testing.T) {
 		{"SPILLWAY_MEMORY_LIMIT_GPU0=1GiB", "ordinal"},
 		{"SPILLWAY_MEMORY_LIMIT_01=1GiB", "ordinal"},
 		{"SPILLWAY_MEMORY_LIMIT_-1=1GiB", "ordinal"},
-		{"SPILLWAY_MEMORY_LIMIT_99999=1GiB", "ordinal"},
+		{"SPILLWAY_MEMORY_LIMIT_99999=1GiB", "ordinal from 0 to 1023"},
 		{"SPILLWAY_LOG_LEVEL=verbose", "error, warn, info, debug"},
 		{"SPILLWAY_LOG_LEVEL=", "error, warn, info, debug"},
 		{"SPILLWAY_LOG_FORMAT=xml", "text or json"},
