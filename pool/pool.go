@@ -147,15 +147,22 @@ func (q *queue) pushFront(b *block) {
 	q.bytes += b.size
 }
 
-func (q *queue) insertAfter(at, b *block) {
-	b.prevQ, b.nextQ = at, at.nextQ
-	if at.nextQ != nil {
-		at.nextQ.prevQ = b
+// splitOff puts r, split off the end of b, in b's place: b leaves the
+// queue with its own bytes, r's having been counted with b's.
+func (q *queue) splitOff(b, r *block) {
+	r.prevQ, r.nextQ = b.prevQ, b.nextQ
+	if r.prevQ != nil {
+		r.prevQ.nextQ = r
 	} else {
-		q.tail = b
+		q.head = r
 	}
-	at.nextQ = b
-	q.bytes += b.size
+	if r.nextQ != nil {
+		r.nextQ.prevQ = r
+	} else {
+		q.tail = r
+	}
+	b.prevQ, b.nextQ = nil, nil
+	q.bytes -= b.size
 }
 
 func (q *queue) remove(b *block) {
@@ -748,8 +755,9 @@ func (p *Pool) hand(b *block, size uint64, src Source) uint64 {
 	case stateStream:
 		b.cache.idx[b.seg.class].remove(b)
 	}
+	var r *block // the rest, split off
 	if rest := b.size - size; rest >= Alignment && (b.seg.class != classHuge || b.seg.granules != nil || rest > hugeSlack(size)) {
-		r := p.newBlock()
+		r = p.newBlock()
 		r.base, r.size, r.seg, r.state = b.base+size, rest, b.seg, b.state
 		r.prevPhys, r.nextPhys = b, b.nextPhys
 		if b.nextPhys != nil {
@@ -760,14 +768,16 @@ func (p *Pool) hand(b *block, size uint64, src Source) uint64 {
 		if r.state == stateStream {
 			r.cache, r.seq = b.cache, b.seq
 			r.cache.idx[r.seg.class].insert(r)
-			r.cache.queue.insertAfter(b, r)
-			r.cache.queue.bytes -= rest // b was queued with its size before the split
 		} else {
 			p.idx[r.seg.class].insert(r)
 		}
 	}
 	if b.state == stateStream {
-		b.cache.queue.remove(b)
+		if r != nil {
+			b.cache.queue.splitOff(b, r) // the rest keeps b's place
+		} else {
+			b.cache.queue.remove(b)
+		}
 		b.cache = nil
 	}
 	b.state = stateLive
