@@ -142,10 +142,13 @@ func (p *Pool) makeFree(b *block) {
 	b.state = stateFree
 	b.cache = nil
 	idx.insert(b)
-	if b.prevPhys == nil && b.nextPhys == nil && !seg.pinned && seg.granules == nil {
-		p.empty.push(seg)
+	if b.prevPhys == nil && b.nextPhys == nil { // the segment is empty
+		if seg.granules != nil {
+			p.arenaEmptied(b)
+		} else if !seg.pinned {
+			p.empty.push(seg)
+		}
 	}
-	p.arenaEmptied(b)
 }
 
 // reserveAtFirstUse reserves Options.Reserve as one pinned segment.
