@@ -371,7 +371,6 @@ func (p *Pool) Free(ptr uint64) error {
 	if b.seg == nil {
 		return p.freeUnpooled(b, nil)
 	}
-	p.retire(b)
 	b.state = statePending
 	b.seq = p.seq
 	p.seq++
@@ -420,7 +419,6 @@ func (p *Pool) freeAsync(ptr uint64, s Stream, foreign bool) error {
 		stream := s
 		return p.freeUnpooled(b, &stream)
 	}
-	p.retire(b)
 	c := p.cacheOf(s)
 	if c == nil {
 		c = p.newCache(s)
@@ -522,9 +520,8 @@ func (p *Pool) mergeStreamNeighbours(b *block) {
 	}
 }
 
-// takeLive removes the live block at ptr from the pointer map and returns
-// it, or (nil, nil) for ptr 0, as cudaFree(NULL) succeeds; the caller
-// retires it.
+// takeLive removes the live block at ptr from the pointer map, accounts its
+// free and returns it, or (nil, nil) for ptr 0, as cudaFree(NULL) succeeds.
 func (p *Pool) takeLive(ptr uint64) (*block, error) {
 	if p.closed {
 		return nil, ErrClosed
@@ -539,11 +536,6 @@ func (p *Pool) takeLive(ptr uint64) (*block, error) {
 		}
 		return nil, fmt.Errorf("pool: free of %#x: %w", ptr, ErrNotOwned)
 	}
-	return b, nil
-}
-
-// retire accounts the free of a live block takeLive has taken.
-func (p *Pool) retire(b *block) {
 	p.stats.LiveBytes -= b.used
 	p.stats.LiveBlocks--
 	p.stats.Frees++
@@ -553,9 +545,10 @@ func (p *Pool) retire(b *block) {
 	if p.obs != nil {
 		p.obs.Free(b.base, b.used, b.tier)
 	}
+	return b, nil
 }
 
-// revive undoes retire for a block outside segments whose release failed:
+// revive undoes takeLive for a block outside segments whose release failed:
 // the memory is still held, so the block stays live and a retried free
 // releases it.
 func (p *Pool) revive(b *block) {

@@ -50,12 +50,11 @@ func (p *Pool) addLive(b *block, src Source) {
 	}
 }
 
-// freeUnpooled frees a pass-through or spilled block; s is the stream of
-// FreeAsync, or nil for Free. A block whose release fails stays live, so
-// that the application's retry releases it. A block being promoted is
-// released when its move returns.
+// freeUnpooled frees a pass-through or spilled block takeLive has taken; s
+// is the stream of FreeAsync, or nil for Free. A block whose release fails
+// stays live, so that the application's retry releases it. A block being
+// promoted is released when its move returns.
 func (p *Pool) freeUnpooled(b *block, s *Stream) error {
-	p.retire(b)
 	if b.moving {
 		b.freedMoving = true
 		if s != nil {
