@@ -127,10 +127,10 @@ func (m *ptrMap) each(f func(*block)) {
 type liveMap struct {
 	young, old ptrMap
 	// order is a ring of the young blocks in hand-out order, oldest at
-	// next; a block leaving young early (freed) leaves a nil behind. A
-	// young block's ringSlot is one more than its index here.
+	// puts % youngBlocks; a block leaving young early (freed) leaves a nil
+	// behind. A young block's ringSlot is one more than its index here.
 	order [youngBlocks]*block
-	next  int
+	puts  uint // blocks put so far; unsigned, so the ring's slot is a mask
 }
 
 // youngBlocks bounds the young table, which then never grows past its
@@ -146,15 +146,15 @@ func (m *liveMap) get(key uint64) *block {
 
 // put adds b, which must not be in the map, at its address.
 func (m *liveMap) put(b *block) {
-	if aged := m.order[m.next]; aged != nil {
+	slot := m.puts % youngBlocks
+	if aged := m.order[slot]; aged != nil {
 		m.young.del(aged.base)
 		aged.ringSlot = 0
 		m.old.put(aged.base, aged)
 	}
-	m.order[m.next] = b
-	m.next++
-	b.ringSlot = uint16(m.next)
-	m.next %= youngBlocks
+	m.order[slot] = b
+	b.ringSlot = uint16(slot + 1)
+	m.puts++
 	m.young.put(b.base, b)
 }
 
