@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/spillway-gpu/spillway/pool"
+	"github.com/spillway-gpu/spillway/pool/pooltest"
 	"github.com/spillway-gpu/spillway/tests/traces"
 )
 
@@ -414,13 +415,52 @@ func replayModel(m placementModel, ops []traces.Op) float64 {
 	return float64(m.peakReserved()) / float64(peakLive)
 }
 
+// freesAtOnceTarget replays a trace on the pool with every free complete at
+// once, as in the models: the application synchronizes after each free.
+type freesAtOnceTarget struct{ replayTarget }
+
+func (t freesAtOnceTarget) Free(ptr uint64) error {
+	if err := t.replayTarget.Free(ptr); err != nil {
+		return err
+	}
+	return t.Sync()
+}
+
+func (t freesAtOnceTarget) FreeAsync(ptr, s uint64) error {
+	if err := t.replayTarget.FreeAsync(ptr, s); err != nil {
+		return err
+	}
+	return t.Sync()
+}
+
 // BenchmarkStitchFloor reports the models' peak reserved ÷ peak live on each
 // reference trace, beside which BenchmarkTraceVirtual's figures can be read:
 // the stitching model without moving live bytes and (repacked) moving all of
-// them at every synchronization of the trace, and the one-address model.
+// them at every synchronization of the trace, the one-address model, and the
+// pool itself (virtual memory, unbounded quota) with every free complete at
+// once, as in the models: what its placement does without the frees that wait
+// for the device.
 func BenchmarkStitchFloor(b *testing.B) {
 	for _, ref := range traces.References {
 		ops := loadTrace(b, ref.File)
+		b.Run(ref.File+"/pool-frees-at-once", func(b *testing.B) {
+			var st pool.Stats
+			for range b.N {
+				f := pooltest.NewVirtual(0)
+				p, err := pool.New(f, pool.DefaultOptions(1<<40))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := traces.Replay(freesAtOnceTarget{newReplayTarget(p, f.Fake)}, ops, nil); err != nil {
+					b.Fatal(err)
+				}
+				st = p.Stats()
+				if err := p.Close(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportMetric(float64(st.PeakReservedBytes)/float64(st.PeakLiveBytes), "reserved/live")
+		})
 		for _, repack := range []bool{false, true} {
 			b.Run(fmt.Sprintf("%s/repacked=%t", ref.File, repack), func(b *testing.B) {
 				var ratio float64
