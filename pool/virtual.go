@@ -145,7 +145,7 @@ func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
 // pending, may give granules back before the pool creates more. Only when the
 // quota cannot provide the granules does the pressure path run.
 func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, error) {
-	b, short, src, err := p.placeVirtual(size, class, c)
+	b, short, src, captured, err := p.placeVirtual(size, class, c)
 	if err != nil {
 		return 0, err
 	}
@@ -158,16 +158,20 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 	// Quota pressure: synchronize for everything that would complete (a
 	// placement polls the markers of foreign streams, which no
 	// synchronization completes), then place the block where it needs the
-	// fewest granules, in an arena of its own.
-	if p.syncableBytes() > 0 {
-		if err := p.synchronize(); err != nil {
+	// fewest granules, in an arena of its own. Under stream capture, tried
+	// once per request, the pool goes on as if nothing were pending.
+	if !captured && p.syncableBytes() > 0 {
+		err := p.synchronize()
+		if err != nil && !errors.Is(err, ErrStreamCapture) {
 			return 0, err
 		}
-		if b, short, src, err = p.placeVirtual(size, class, c); err != nil {
-			return 0, err
-		}
-		if err = p.commit(b, size, short, false); err == nil {
-			return p.hand(b, size, src), nil
+		if err == nil {
+			if b, short, src, _, err = p.placeVirtual(size, class, c); err != nil {
+				return 0, err
+			}
+			if err = p.commit(b, size, short, false); err == nil {
+				return p.hand(b, size, src), nil
+			}
 		}
 	}
 	if b := p.fewestGranules(size); b != nil {
@@ -218,39 +222,43 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 // serve the request, the best cached block, the static reserve, or the start
 // of a new arena. A cached block that would map granules gives way to one
 // that maps fewer (preferDeviceMapped). It returns the block's shortOf, for
-// commit.
-func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (*block, shortage, Source, error) {
-	b := p.fromCache(size, class, c, ownClass)
+// commit, and whether a synchronization was refused for stream capture (the
+// placement then goes on as if nothing were pending).
+func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (b *block, short shortage, src Source, captured bool, err error) {
+	b = p.fromCache(size, class, c, ownClass)
 	if b != nil {
-		if short := p.virt.shortOf(b, size); !p.needsNew(short) {
+		if short = p.virt.shortOf(b, size); !p.needsNew(short) {
 			b, short = p.preferDeviceMapped(b, size, short)
-			return b, short, SourceCache, nil
+			return b, short, SourceCache, false, nil
 		}
 	}
 	if p.pollMarkers() {
 		b = p.fromCache(size, class, c, ownClass)
 	}
 	if (b == nil || p.needsNew(p.virt.shortOf(b, size))) && p.pending.bytes >= size {
-		if err := p.synchronize(); err != nil {
-			return nil, shortage{}, 0, err
+		switch err = p.synchronize(); {
+		case errors.Is(err, ErrStreamCapture):
+			captured = true
+		case err != nil:
+			return nil, shortage{}, 0, false, err
+		default:
+			b = p.fromCache(size, class, c, ownClass)
 		}
-		b = p.fromCache(size, class, c, ownClass)
 	}
 	if b != nil {
-		b, short := p.preferDeviceMapped(b, size, p.virt.shortOf(b, size))
-		return b, short, SourceCache, nil
+		b, short = p.preferDeviceMapped(b, size, p.virt.shortOf(b, size))
+		return b, short, SourceCache, captured, nil
 	}
 	if p.opt.Reserve > 0 {
 		// A static reserve (a fixed segment) serves every class first.
 		if b := p.fromCache(size, class, c, anyClass); b != nil {
-			return b, p.virt.shortOf(b, size), SourceCache, nil
+			return b, p.virt.shortOf(b, size), SourceCache, captured, nil
 		}
 	}
-	b, err := p.growVirtual(size, class, false)
-	if err != nil {
-		return nil, shortage{}, 0, err
+	if b, err = p.growVirtual(size, class, false); err != nil {
+		return nil, shortage{}, 0, captured, err
 	}
-	return b, p.virt.shortOf(b, size), SourceDevice, nil
+	return b, p.virt.shortOf(b, size), SourceDevice, captured, nil
 }
 
 // placementScan is how many free blocks of each class preferDeviceMapped visits:

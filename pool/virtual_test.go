@@ -685,6 +685,34 @@ func TestVirtualSyncBeforeNewGranule(t *testing.T) {
 	h.closeVirtual()
 }
 
+// TestVirtualStreamCaptureGrowsOrRefusesInstead: with virtual memory too,
+// a synchronization the Backing refuses for stream capture is tried once per
+// request; the block is placed on new granules, or refused for the quota, as
+// if nothing were pending, and no error of the capture reaches the caller.
+func TestVirtualStreamCaptureGrowsOrRefusesInstead(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	syncs := 0
+	f.FailSynchronize = func() error { syncs++; return pool.ErrStreamCapture }
+	h := newVirtualHarness(t, f, virtualOptions(8*miB))
+	a := h.mustAlloc(4 * miB)
+	h.mustFree(a)
+	b := h.mustAlloc(4 * miB) // the pending block could serve it: new granules instead
+	if syncs != 1 || b == a {
+		t.Fatalf("%d synchronizations tried, got %#x (freed %#x)", syncs, b, a)
+	}
+	if _, err := h.alloc(4 * miB); !errors.Is(err, pool.ErrQuota) || errors.Is(err, pool.ErrStreamCapture) {
+		t.Fatalf("at the quota under capture: %v, want a quota refusal", err)
+	}
+	if syncs != 2 {
+		t.Fatalf("%d synchronizations tried, want one per request", syncs)
+	}
+	f.FailSynchronize = nil
+	h.appSync()
+	h.mustAlloc(4 * miB) // the freed block, now reusable
+	h.checkPhysical()
+	h.closeVirtual()
+}
+
 // spillRanges is an Observer that keeps the spilled ranges as spillway
 // trace's probes do: a Spill adds its range under its address; a Promote,
 // or a Free of host memory (a block in device memory ends no range), at
