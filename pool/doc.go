@@ -109,8 +109,9 @@
 // device synchronization that began after the free has completed: one the pool
 // makes (Backing.Synchronize) or one the application makes and announces with
 // SyncBegin/SyncEnd. The pool synchronizes when a request misses the cache
-// and the pending bytes of its class could serve it, before growing, and when
-// the quota is reached; one synchronization frees the whole batch. With
+// and the pending bytes of its class could serve it (with virtual memory,
+// when any bytes are pending: see "Virtual memory"), before growing, and
+// when the quota is reached; one synchronization frees the whole batch. With
 // Options.StrictFree every Free synchronizes, as the driver does.
 //
 // A synchronization the pool forces takes the cut (the sequence number of the
@@ -270,14 +271,16 @@
 //
 // A request is placed in a cached block when the granules it lacks can come
 // from free and idle ones. Otherwise (what counts as a miss in this design)
-// completed markers are polled and, when the pending bytes could serve the
-// request, the pool synchronizes, as it does before growing; then the best
-// cached block, the static reserve, or a new arena. A cached block chosen by
-// its class's index that lies on unmapped granules gives way to the free block
-// of any class needing fewer, the fewest among 4 per class, smallest first:
-// the free bytes of partly used granules serve any class, and each granule not
-// mapped is memory not held, or not taken from under another free range, and a
-// driver call not made. A host granule (below) counts as an unmapped one, so a
+// completed markers are polled and, when any bytes are pending, the pool
+// synchronizes, as it does before growing (not only when they could serve
+// the request: a pending block, once free, merges with its free neighbours
+// and may leave a granule idle, either of which can spare the new granule);
+// then the best cached block, the static reserve, or a new arena. A cached
+// block chosen by its class's index that lies on unmapped granules gives way
+// to the free block of any class needing fewer, the fewest among 4 per class,
+// smallest first: the free bytes of partly used granules serve any class, and
+// each granule not mapped is memory not held, or not taken from under another
+// free range, and a driver call not made. A host granule (below) counts as an unmapped one, so a
 // block on device granules alone is preferred to one on either. If the quota
 // cannot give the granules the pool synchronizes for everything freed (if a
 // synchronization would complete any of it), then
@@ -357,7 +360,7 @@
 // (granules stay 2 MiB at that scale, so this is not 1/64 of the figure
 // above).
 // Where nothing repeats it costs: on the random-churn trace it moves
-// 291 MB per synchronization, and on the training trace, whose three steps
+// 296 MB per synchronization, and on the training trace, whose three steps
 // each need tens of GB of activations, 4.4 GB.
 //
 // Cost: handing out or freeing a block visits the ceil(size/granule)+1
@@ -366,9 +369,9 @@
 // class) and their granules, and one VirtualBacking.Map per granule mapped and
 // one Unmap per idle granule taken from elsewhere (a driver call each,
 // microseconds on a device: BenchmarkTraceVirtual reports maps per allocation:
-// 0.06 on the inference trace, 0.05 on random churn, 5.2 on the training
+// 0.06 on the inference trace, 0.06 on random churn, 5.2 on the training
 // trace, whose allocations touch 11.7 granules on average; without the look at
-// other free blocks 0.06, 0.09 and 6.6). On the inference trace that look
+// other free blocks 0.06, 0.10 and 6.6). On the inference trace that look
 // costs 100 to 200 ns per allocation in the simulator and saves nothing: its
 // small requests find their class's arena unmapped and take free bytes of the
 // medium class's granules, each time. Fragmentation: the only physical memory
@@ -377,11 +380,12 @@
 // bytes: less than two granules per free range between used blocks, and less
 // than the range itself. Measured (peak reserved ÷ peak live, unbounded quota,
 // BenchmarkTraceVirtual, fixed segments in brackets): Qwen2.5-32B inference
-// 1.001 (1.004), training steps 1.000 (1.033), random churn 1.146 (1.240;
-// 1.168 without the look at other classes' free blocks). At random churn's
-// peak (1,174 MiB held for 1,022 MiB live) 135 MiB are the free parts of
-// granules that also hold used bytes and 16 MiB pending or stream-owned
-// blocks: its free ranges average about a granule, so removing whole free
+// 1.001 (1.004), training steps 1.000 (1.033), random churn 1.137 (1.240;
+// 1.158 without the look at other classes' free blocks; 1.146 synchronizing
+// only for pending bytes that could serve the request). At random churn's
+// peak (1,164 MiB held for 1,022 MiB live) 137 MiB are the free parts of
+// granules that also hold used bytes and 5 MiB stream-owned blocks: its
+// free ranges average about a granule, so removing whole free
 // granules from under them reclaims little. BenchmarkStitchFloor replays the
 // traces on two models of placement freer than the pool (frees complete at
 // once; each request searches every granule or free range for the fewest
@@ -393,10 +397,11 @@
 // (pending blocks for a synchronization, stream-owned ones for their
 // stream's marker), whose bytes serve no other request meanwhile and keep
 // free ranges apart. Searching every free block of every class by the
-// model's rule does no better in the pool: 1.154 (1.148 on average over six
-// seeds of the trace, against the pool's 1.151, whose seeds spread over
-// ±0.005), with twice the maps per allocation; nor does placing a block at
-// whichever end of its free range needs fewer granules (1.156; 1.148).
+// model's rule does barely better in the pool: 1.135 against 1.137 (1.140
+// against 1.142 on average over six seeds of the trace, whose figures spread
+// over ±0.005), with twice the maps per allocation; placing a block at
+// whichever end of its free range needs fewer granules does no better
+// (1.148; 1.142).
 // Mapped at any number of addresses, any granule's free tail and any other's
 // free head beginning and ending a block (GMLake's stitching taken to its
 // limit), the model peaks at 1.058: a granule mapped at several addresses,
@@ -409,8 +414,8 @@
 // 1,000 operations between two synchronizations turn the live set over. The
 // pool does not move live bytes to save memory. Under a quota the pressure
 // path scans every free block for the placement needing the fewest new
-// granules: random churn under 1.10 × its peak live bytes refuses 0.40% of its
-// requests (fixed segments 0.78%), and under 1.05 × 1.98% (2.33%).
+// granules: random churn under 1.10 × its peak live bytes refuses 0.35% of its
+// requests (fixed segments 0.78%), and under 1.05 × 1.99% (2.33%).
 //
 // # Failures
 //

@@ -685,6 +685,24 @@ func TestVirtualSyncBeforeNewGranule(t *testing.T) {
 	h.closeVirtual()
 }
 
+// TestVirtualSyncForFewerPendingBytes: the pool synchronizes before creating
+// a granule even when the pending bytes are fewer than the request: the
+// granule they free serves part of it.
+func TestVirtualSyncForFewerPendingBytes(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	h := newVirtualHarness(t, f, pool.DefaultOptions(1*giB))
+	a := h.mustAlloc(2 * miB) // granule 0
+	h.mustAlloc(2 * miB)      // granule 1
+	h.mustFree(a)             // 2 MiB pending
+	syncs := f.Counts().Syncs
+	h.mustAlloc(3 * miB) // granules 2 and 3: granule 0's memory and one new
+	if got := f.PhysicalBytes(); got != 3*granule || f.Counts().Syncs != syncs+1 {
+		t.Fatalf("%d physical bytes after %d synchronizations, want 3 granules after one", got, f.Counts().Syncs-syncs)
+	}
+	h.checkPhysical()
+	h.closeVirtual()
+}
+
 // TestVirtualStreamCaptureGrowsOrRefusesInstead: with virtual memory too,
 // a synchronization the Backing refuses for stream capture is tried once per
 // request; the block is placed on new granules, or refused for the quota, as
