@@ -132,13 +132,18 @@ func statMain(args []string) int {
 	if err != nil {
 		return reportFlagError("stat", err)
 	}
+	dirs, dirErr := statDirs()
+	if errors.As(dirErr, new(*config.Error)) {
+		// A variable set wrong is the caller's to fix, as a bad flag is.
+		fmt.Fprintf(os.Stderr, "spillway stat: %v\n", dirErr)
+		return 2
+	}
 	lib, err := openNVML()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "spillway stat: %v\n", err)
 		return 1
 	}
 	defer lib.Shutdown()
-	dirs, dirErr := statDirs()
 	var files stat.Reader // one for every refresh: it keeps what it learned of other PID namespaces
 	snapshot := func() (*statReport, error) {
 		if dirErr != nil {

@@ -439,6 +439,23 @@ func TestStatWithoutNVML(t *testing.T) {
 	}
 }
 
+// A SPILLWAY_RUNTIME_DIR the shim would refuse is the caller's to fix, as a
+// bad flag is: one line naming it, exit status 2, whether or not NVML loads.
+func TestStatBadRuntimeDir(t *testing.T) {
+	for _, nvml := range []bool{true, false} {
+		cmd := harness.Command(t, harness.Bin(t, "spillway"), "stat")
+		newEnv(t).apply(cmd)
+		harness.SetEnv(cmd, "SPILLWAY_RUNTIME_DIR=relative/dir")
+		if !nvml {
+			harness.SetEnv(cmd, "LD_LIBRARY_PATH="+t.TempDir())
+		}
+		res := harness.Run(t, cmd)
+		if res.ExitCode != 2 || strings.Count(res.Stderr, "\n") != 1 || !strings.Contains(res.Stderr, "SPILLWAY_RUNTIME_DIR") || !strings.Contains(res.Stderr, "absolute path") {
+			t.Errorf("NVML loadable %v: exit %d, stderr %q: want 2 and one line naming SPILLWAY_RUNTIME_DIR and what is valid", nvml, res.ExitCode, res.Stderr)
+		}
+	}
+}
+
 // --metrics-addr serves the same figures for Prometheus.
 func TestStatMetrics(t *testing.T) {
 	bin := compileHold(t)
