@@ -274,6 +274,12 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 		m.log.Errorf("%v; every CUDA allocation on device %d will fail with cudaErrorInitializationError until it is fixed", d.err, ordinal)
 	}
 	d.pool = p
+	if limit.Percent > 0 && d.err == nil {
+		// The start message could not give a percentage in bytes: it is
+		// known only now, from the device's total.
+		m.log.WithFields(logrus.Fields{"device": ordinal, "quota_bytes": d.quota}).Infof("device %d: quota %s of its %s is %s",
+			ordinal, limit.String(), config.FormatBytes(total), config.FormatBytes(d.quota))
+	}
 	m.log.Debugf("device %d: quota %d bytes (configured: %v), pool %v", ordinal, d.quota, d.limited, m.cfg.Pool)
 	return d, interpose.Success
 }

@@ -35,6 +35,14 @@ func TestStartMessages(t *testing.T) {
 		}
 	}
 
+	// A percentage is said in bytes once the device's total is known, at its
+	// first use.
+	res, _ = harness.RunOK(t, harness.Shimmed(t, []string{"SIMCUDA_DEVICES=1x1GiB", "SPILLWAY_LOG_LEVEL=info",
+		"SPILLWAY_MEMORY_LIMIT=50%"}, prog, "m", "1M"))
+	if want := `device 0: quota 50% of its 1GiB is 512MiB" device=0 quota_bytes=536870912`; strings.Count(res.Stderr, want) != 1 {
+		t.Errorf("%q not said once; stderr:\n%s", want, res.Stderr)
+	}
+
 	// At the default level: the warnings, not the quotas.
 	res, _ = harness.RunOK(t, harness.Shimmed(t, []string{"SIMCUDA_DEVICES=1x1GiB", "SPILLWAY_MEMORY_LIMIT_3=1GiB"}, prog, "m", "1M"))
 	if !strings.Contains(res.Stderr, "SPILLWAY_MEMORY_LIMIT_3=1GiB has no effect: this process sees 1 device (ordinal 0)") ||
