@@ -238,7 +238,11 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (b *block, s
 	b = p.fromCache(size, class, c, ownClass)
 	if b != nil {
 		if short = p.virt.shortOf(b, size); !p.needsNew(short) {
-			b, short = p.preferDeviceMapped(b, size, short)
+			// Most blocks lie on device granules already mapped: they
+			// skip the search for a better one, and its call.
+			if short.unmapped+short.host > 0 {
+				b, short = p.preferDeviceMapped(b, size, short)
+			}
 			return b, short, SourceCache, false, nil
 		}
 	}
@@ -256,7 +260,9 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (b *block, s
 		}
 	}
 	if b != nil {
-		b, short = p.preferDeviceMapped(b, size, p.virt.shortOf(b, size))
+		if short = p.virt.shortOf(b, size); short.unmapped+short.host > 0 {
+			b, short = p.preferDeviceMapped(b, size, short)
+		}
 		return b, short, SourceCache, captured, nil
 	}
 	if p.opt.Reserve > 0 {
