@@ -437,7 +437,7 @@ func (p *Pool) commit(b *block, size uint64, short shortage, spill bool) error {
 		// The common case: every granule under the block is mapped and in
 		// use, so there is nothing to find, take or map (nor to ask the
 		// ledger, whose lock costs more than the rest).
-		p.useGranules(seg, b.base, size, true)
+		p.useGranules(seg, b.base, size)
 		return nil
 	}
 	headroom := p.ledger.Headroom() >> v.shift
@@ -475,7 +475,7 @@ func (p *Pool) commit(b *block, size uint64, short shortage, spill bool) error {
 		g.newHost = g.host
 		hostMapped = hostMapped || g.host
 	}
-	p.useGranules(seg, b.base, size, true)
+	p.useGranules(seg, b.base, size)
 	if hostMapped {
 		p.reportSpill(seg, first, last)
 	}
@@ -606,39 +606,55 @@ func (p *Pool) unmapGranule(g *granule) error {
 	return nil
 }
 
-// useGranules adds (or, for !add, removes) the bytes of [base, base+size) to
-// the used bytes of the granules they lie on. A granule left with no used
-// bytes becomes idle, still mapped.
-func (p *Pool) useGranules(seg *segment, base, size uint64, add bool) {
+// useGranules adds the bytes of [base, base+size) to the used bytes of the
+// granules they lie on. (Adding and removing used bytes are separate
+// functions, small enough for the compiler to inline each granule's update,
+// since every allocation and every free passes here.)
+func (p *Pool) useGranules(seg *segment, base, size uint64) {
 	v := p.virt
 	first, last := v.granuleRange(seg, base, size)
 	if first == last {
 		// Most blocks lie on one granule: all their bytes are its.
-		p.useGranule(&seg.granules[first], size, add)
+		v.useGranule(&seg.granules[first], size)
 		return
 	}
 	for i := first; i <= last; i++ {
 		g := &seg.granules[i]
-		lo, hi := max(base, g.va), min(base+size, g.va+v.gran)
-		p.useGranule(g, hi-lo, add)
+		v.useGranule(g, min(base+size, g.va+v.gran)-max(base, g.va))
 	}
 }
 
-// useGranule adds (or removes) n used bytes to granule g, stamps it hot when
-// a block is handed out on it, and counts the granules holding used bytes.
-func (p *Pool) useGranule(g *granule, n uint64, add bool) {
+// useGranule adds n used bytes to granule g, on which a block is handed out:
+// it stamps it hot and counts the granules holding used bytes.
+func (v *virtualMemory) useGranule(g *granule, n uint64) {
+	if g.used == 0 {
+		v.inUse++
+		v.inUsePeak = max(v.inUsePeak, v.inUse)
+	}
+	g.used += n
+	g.hot = v.epoch
+}
+
+// unuseGranules removes the bytes of [base, base+size) from the used bytes
+// of the granules they lie on.
+func (p *Pool) unuseGranules(seg *segment, base, size uint64) {
 	v := p.virt
-	if add {
-		if g.used == 0 {
-			v.inUse++
-			v.inUsePeak = max(v.inUsePeak, v.inUse)
-		}
-		g.used += n
-		g.hot = v.epoch
+	first, last := v.granuleRange(seg, base, size)
+	if first == last {
+		p.unuseGranule(&seg.granules[first], size)
 		return
 	}
+	for i := first; i <= last; i++ {
+		g := &seg.granules[i]
+		p.unuseGranule(g, min(base+size, g.va+v.gran)-max(base, g.va))
+	}
+}
+
+// unuseGranule removes n used bytes from granule g. A granule left with no
+// used bytes becomes idle, still mapped (granuleUnused).
+func (p *Pool) unuseGranule(g *granule, n uint64) {
 	if g.used -= n; g.used == 0 {
-		v.inUse--
+		p.virt.inUse--
 		p.granuleUnused(g)
 	}
 }
@@ -680,7 +696,7 @@ func (p *Pool) reportHostFree(g *granule) {
 // anyone (its free is known complete): its bytes no longer hold granules.
 func (p *Pool) becomeFree(b *block) {
 	if b.seg.granules != nil {
-		p.useGranules(b.seg, b.base, b.size, false)
+		p.unuseGranules(b.seg, b.base, b.size)
 	}
 }
 
