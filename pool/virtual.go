@@ -145,7 +145,17 @@ func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
 // pending, may give granules back before the pool creates more. Only when the
 // quota cannot provide the granules does the pressure path run.
 func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, error) {
-	b, short, src, captured, err := p.placeVirtual(size, class, c)
+	b := p.fromCache(size, class, c, ownClass)
+	if b != nil && p.virt.shortOf(b, size) == (shortage{}) {
+		// The common case: the block lies on device granules mapped and
+		// in use (or it is stream-owned, or the reserve's), so there is
+		// no better block to look for and nothing to map.
+		if b.state == stateFree && b.seg.granules != nil {
+			p.useGranules(b.seg, b.base, size)
+		}
+		return p.hand(b, size, SourceCache), nil
+	}
+	b, short, src, captured, err := p.placeVirtual(size, class, c, b)
 	if err != nil {
 		return 0, err
 	}
@@ -166,7 +176,7 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 			return 0, err
 		}
 		if err == nil {
-			if b, short, src, _, err = p.placeVirtual(size, class, c); err != nil {
+			if b, short, src, _, err = p.placeVirtual(size, class, c, p.fromCache(size, class, c, ownClass)); err != nil {
 				return 0, err
 			}
 			if err = p.commit(b, size, short, false); err == nil {
@@ -216,10 +226,11 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 	return 0, p.refuse(size, err)
 }
 
-// placeVirtual chooses the address of a block: a cached block whose memory is
-// mapped or can be from free and idle granules; otherwise, after moving the
-// blocks of completed markers and synchronizing when any bytes are pending,
-// the best cached block, the static reserve, or the start of a new arena. A
+// placeVirtual chooses the address of a block: found, the cached block
+// fromCache found for the request (or nil), if its memory is mapped or can
+// be from free and idle granules; otherwise, after moving the blocks of
+// completed markers and synchronizing when any bytes are pending, the best
+// cached block, the static reserve, or the start of a new arena. A
 // cached block that would map granules gives way to one that maps fewer
 // (preferDeviceMapped). It returns the block's shortOf, for commit, and
 // whether a synchronization was refused for stream capture (the placement
@@ -234,12 +245,11 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 // over 12 seeds of the trace, 1.150 to 1.145 on average). It synchronizes
 // only while a Free is pending, so never more often than the driver's
 // cudaFree, which waits at every free.
-func (p *Pool) placeVirtual(size uint64, class int, c *streamCache) (b *block, short shortage, src Source, captured bool, err error) {
-	b = p.fromCache(size, class, c, ownClass)
-	if b != nil {
+func (p *Pool) placeVirtual(size uint64, class int, c *streamCache, found *block) (b *block, short shortage, src Source, captured bool, err error) {
+	if b = found; b != nil {
 		if short = p.virt.shortOf(b, size); !p.needsNew(short) {
-			// Most blocks lie on device granules already mapped: they
-			// skip the search for a better one, and its call.
+			// A block on device granules already mapped (some idle)
+			// skips the search for a better one, and its call.
 			if short.unmapped+short.host > 0 {
 				b, short = p.preferDeviceMapped(b, size, short)
 			}
