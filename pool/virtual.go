@@ -146,13 +146,9 @@ func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
 // quota cannot provide the granules does the pressure path run.
 func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, error) {
 	b := p.fromCache(size, class, c, ownClass)
-	if b != nil && p.virt.shortOf(b, size) == (shortage{}) {
-		// The common case: the block lies on device granules mapped and
-		// in use (or it is stream-owned, or the reserve's), so there is
-		// no better block to look for and nothing to map.
-		if b.state == stateFree && b.seg.granules != nil {
-			p.useGranules(b.seg, b.base, size)
-		}
+	if b != nil && p.useMapped(b, size) {
+		// The common case: there is no better block to look for and
+		// nothing to map.
 		return p.hand(b, size, SourceCache), nil
 	}
 	b, short, src, captured, err := p.placeVirtual(size, class, c, b)
@@ -614,6 +610,37 @@ func (p *Pool) unmapGranule(g *granule) error {
 	v.free = append(v.free, g.handle)
 	p.stats.GranuleUnmaps++
 	return nil
+}
+
+// useMapped counts the first size bytes of b, a cached block about to be
+// handed out, as used on its granules and reports true when those granules
+// all are device memory mapped and in use; otherwise it changes nothing and
+// reports false. It reports true for a stream-owned block, whose memory is
+// mapped and used, and for the reserve, a fixed segment. It is shortOf and
+// commit at once, for the block most placements find.
+func (p *Pool) useMapped(b *block, size uint64) bool {
+	seg := b.seg
+	if b.state != stateFree || seg.granules == nil {
+		return true
+	}
+	v := p.virt
+	first, last := v.granuleRange(seg, b.base, size)
+	if first == last {
+		// Most blocks lie on one granule: all their bytes are its.
+		g := &seg.granules[first]
+		if !g.mapped || g.inIdle || g.host {
+			return false
+		}
+		v.useGranule(g, size)
+		return true
+	}
+	for i := first; i <= last; i++ {
+		if g := &seg.granules[i]; !g.mapped || g.inIdle || g.host {
+			return false
+		}
+	}
+	p.useGranules(seg, b.base, size)
+	return true
 }
 
 // useGranules adds the bytes of [base, base+size) to the used bytes of the
