@@ -446,12 +446,15 @@ func (p *Pool) commit(b *block, size uint64, short shortage, spill bool) error {
 		p.useGranules(seg, b.base, size)
 		return nil
 	}
-	headroom := p.ledger.Headroom() >> v.shift
-	if spill && p.hostBytes < p.opt.HostLimit {
-		headroom += (p.opt.HostLimit - p.hostBytes) >> v.shift
-	}
-	if uint64(need) > uint64(len(v.free)+v.idle.n-idleHere)+headroom {
-		return fmt.Errorf("pool: %d granules needed for %d bytes: %w", need, size, errNoPhysical)
+	if spare := uint64(len(v.free) + v.idle.n - idleHere); uint64(need) > spare {
+		// New granules are needed: only then is the ledger asked.
+		headroom := p.ledger.Headroom() >> v.shift
+		if spill && p.hostBytes < p.opt.HostLimit {
+			headroom += (p.opt.HostLimit - p.hostBytes) >> v.shift
+		}
+		if uint64(need) > spare+headroom {
+			return fmt.Errorf("pool: %d granules needed for %d bytes: %w", need, size, errNoPhysical)
+		}
 	}
 	// The idle granules under the block are taken first, so that finding
 	// physical memory for the others never unmaps them.
