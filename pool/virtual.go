@@ -151,7 +151,16 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, 
 		// nothing to map.
 		return p.hand(b, size, SourceCache), nil
 	}
-	b, short, src, captured, err := p.placeVirtual(size, class, c, b)
+	return p.allocatePlaced(size, class, c, b)
+}
+
+// allocatePlaced serves a request that found, the cached block fromCache
+// found for it (or nil), cannot serve as it lies: it places the block and
+// maps its memory, under quota pressure if need be. (Apart from
+// allocateVirtual, the common case's frame and returns carry none of its
+// variables or its deferred call.)
+func (p *Pool) allocatePlaced(size uint64, class int, c *streamCache, found *block) (uint64, error) {
+	b, short, src, captured, err := p.placeVirtual(size, class, c, found)
 	if err != nil {
 		return 0, err
 	}
