@@ -591,10 +591,16 @@ func (p *Pool) allocate(size uint64, async bool, s Stream) (uint64, error) {
 		}
 	}
 	class := classOf(size)
+	b := p.fromCache(size, class, c, ownClass)
 	if p.virt != nil {
-		return p.allocateVirtual(size, class, c)
+		// A cached block serves at once if it lies on device granules
+		// mapped and in use; allocateVirtual places the others.
+		if b != nil && p.useMapped(b, size) {
+			return p.hand(b, size, SourceCache), nil
+		}
+		return p.allocateVirtual(size, class, c, b)
 	}
-	if b := p.fromCache(size, class, c, ownClass); b != nil {
+	if b != nil {
 		return p.hand(b, size, SourceCache), nil
 	}
 	// A miss. Blocks freed on other streams whose markers completed, then

@@ -139,27 +139,14 @@ func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
 }
 
 // allocateVirtual serves a pooled request of size aligned bytes with virtual
-// memory. It follows allocate, except that what counts as a miss is a
-// placement that needs new physical memory (free address space is always
-// found): then completed markers, and a synchronization when anything is
-// pending, may give granules back before the pool creates more. Only when the
-// quota cannot provide the granules does the pressure path run.
-func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache) (uint64, error) {
-	b := p.fromCache(size, class, c, ownClass)
-	if b != nil && p.useMapped(b, size) {
-		// The common case: there is no better block to look for and
-		// nothing to map.
-		return p.hand(b, size, SourceCache), nil
-	}
-	return p.allocatePlaced(size, class, c, b)
-}
-
-// allocatePlaced serves a request that found, the cached block fromCache
-// found for it (or nil), cannot serve as it lies: it places the block and
-// maps its memory, under quota pressure if need be. (Apart from
-// allocateVirtual, the common case's frame and returns carry none of its
-// variables or its deferred call.)
-func (p *Pool) allocatePlaced(size uint64, class int, c *streamCache, found *block) (uint64, error) {
+// memory that found, the cached block fromCache found for it (or nil), cannot
+// serve as it lies (allocate hands out a block on device granules mapped and
+// in use, useMapped). It follows allocate, except that what counts as a miss
+// is a placement that needs new physical memory (free address space is
+// always found): then completed markers, and a synchronization when anything
+// is pending, may give granules back before the pool creates more. Only when
+// the quota cannot provide the granules does the pressure path run.
+func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache, found *block) (uint64, error) {
 	b, short, src, captured, err := p.placeVirtual(size, class, c, found)
 	if err != nil {
 		return 0, err
