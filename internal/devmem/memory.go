@@ -301,7 +301,7 @@ func deviceSettingError(cfg config.Config, ordinal int, total uint64) error {
 	}
 	if cfg.PoolReserve > quota {
 		return &config.Error{Name: config.EnvPoolReserve, Value: config.FormatBytes(cfg.PoolReserve),
-			Reason:  fmt.Sprintf("larger than the quota of device %d (%s)", ordinal, config.FormatBytes(quota)),
+			Reason:  config.LargerThan(cfg.PoolReserve, quota, fmt.Sprintf("the quota of device %d", ordinal)),
 			Example: config.EnvPoolReserve + "=" + config.FormatBytes(quota/2)}
 	}
 	return nil

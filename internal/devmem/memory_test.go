@@ -316,6 +316,19 @@ func TestQuotaAdmitsAndRefuses(t *testing.T) {
 	}
 }
 
+// TestReserveAboveQuotaInBytes: a reserve and a percentage quota that one
+// decimal writes alike (1.6GiB each) are told apart by their bytes.
+func TestReserveAboveQuotaInBytes(t *testing.T) {
+	cfg, err := config.Parse([]string{"SPILLWAY_MEMORY_LIMIT=10%", "SPILLWAY_POOL_RESERVE=1.6GiB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = deviceSettingError(cfg, 0, 16<<30)
+	if err == nil || !strings.Contains(err.Error(), "1717987328 bytes") || !strings.Contains(err.Error(), "1717986918 bytes") {
+		t.Errorf("a reserve of 1.6GiB above 10%% of 16GiB: %v, want both in bytes", err)
+	}
+}
+
 func TestCacheHitAfterSynchronize(t *testing.T) {
 	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=64MiB")
 	a, _ := m.malloc(request{size: 4096})

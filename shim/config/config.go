@@ -282,7 +282,7 @@ func (c Config) checkReserve(value string) error {
 	}
 	check := func(l Limit, where string) error {
 		if l.Percent == 0 && l.Bytes > 0 && c.PoolReserve > l.Bytes {
-			return &Error{EnvPoolReserve, value, fmt.Sprintf("larger than the quota %s (%s)", where, FormatBytes(l.Bytes)),
+			return &Error{EnvPoolReserve, value, LargerThan(c.PoolReserve, l.Bytes, "the quota "+where),
 				EnvPoolReserve + "=" + FormatBytes(l.Bytes/2)}
 		}
 		return nil
@@ -362,6 +362,17 @@ func FormatBytes(n uint64) string {
 		j++
 	}
 	return strconv.FormatFloat(f, 'f', 1, 64) + string(units[j]) + "iB"
+}
+
+// LargerThan says for people that larger bytes exceed limit, the size of
+// what ("the quota of device 0"): "larger than the quota of device 0
+// (1.6GiB)", with both counts in bytes when FormatBytes writes them alike,
+// as one decimal may (1.6GiB against 1.6GiB would not say which is larger).
+func LargerThan(larger, limit uint64, what string) string {
+	if FormatBytes(larger) != FormatBytes(limit) {
+		return fmt.Sprintf("larger than %s (%s)", what, FormatBytes(limit))
+	}
+	return fmt.Sprintf("%d bytes, larger than %s (%s, %d bytes)", larger, what, FormatBytes(limit), limit)
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -224,6 +224,11 @@ func TestReserveAboveLimit(t *testing.T) {
 			t.Errorf("%v: %v, want the reserve refused naming the 1GiB quota", env, err)
 		}
 	}
+	// Sizes that one decimal writes alike are told apart by their bytes.
+	_, err := Parse([]string{"SPILLWAY_MEMORY_LIMIT=1000000000", "SPILLWAY_POOL_RESERVE=953.7MiB"})
+	if err == nil || !strings.Contains(err.Error(), "1000027136 bytes") || !strings.Contains(err.Error(), "1000000000 bytes") {
+		t.Errorf("a reserve of 953.7MiB above a quota of 1000000000 bytes: %v, want both in bytes", err)
+	}
 	for _, env := range [][]string{
 		{"SPILLWAY_MEMORY_LIMIT=2GiB", "SPILLWAY_POOL_RESERVE=2GiB"},
 		{"SPILLWAY_MEMORY_LIMIT=10%", "SPILLWAY_POOL_RESERVE=2GiB"}, // checked when the device's total is known
