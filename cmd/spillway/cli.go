@@ -139,8 +139,13 @@ func reportFlagError(cmd string, err error) int {
 	return 2
 }
 
-// plainSecondsRE is a duration given as a plain number of seconds: 2, 0.5, 1.0.
-var plainSecondsRE = regexp.MustCompile(`^[0-9]+(?:\.[0-9]+)?$`)
+var (
+	// plainSecondsRE is a duration given as a plain number of seconds: 2, 0.5, 1.0.
+	plainSecondsRE = regexp.MustCompile(`^[0-9]+(?:\.[0-9]+)?$`)
+	// goDurationRE is a duration written as Go writes them, which
+	// time.ParseDuration refuses only when it is too long.
+	goDurationRE = regexp.MustCompile(`^\+?(?:(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:ns|us|µs|μs|ms|s|m|h))+$`)
+)
 
 // parseDuration reads the value of the flag called name: a duration as Go
 // writes them (500ms, 1s, 1m30s) or a plain number of seconds (2, 0.5),
@@ -149,14 +154,19 @@ func parseDuration(name, v string) (time.Duration, error) {
 	bad := func(reason string) error {
 		return &config.Error{Name: name, Value: v, Reason: reason, Example: name + " 500ms"}
 	}
+	const tooLong = "too long; want at most 2562047h"
 	d, err := time.ParseDuration(v)
 	if err != nil {
+		if goDurationRE.MatchString(v) {
+			return 0, bad(tooLong)
+		}
 		if !plainSecondsRE.MatchString(v) {
 			return 0, bad("not a duration such as 500ms, 1s or 2m")
 		}
 		secs, _ := strconv.ParseFloat(v, 64)
-		if secs*float64(time.Second) > math.MaxInt64 {
-			return 0, bad("too long; want at most 2562047h")
+		// MaxInt64 is 2⁶³ as a float64, which a Duration cannot hold.
+		if secs*float64(time.Second) >= math.MaxInt64 {
+			return 0, bad(tooLong)
 		}
 		d = time.Duration(secs * float64(time.Second))
 	}

@@ -45,6 +45,13 @@ func TestParseDuration(t *testing.T) {
 			t.Errorf("parseDuration(%q) accepted", bad)
 		}
 	}
+	// Past the longest duration, in either form, the value is too long, not
+	// something else: 9223372036.854775807 s rounds to 2⁶³ ns.
+	for _, long := range []string{"99999999999", "9223372036.854775807", "2562048h", "+9999999999999s", "2562047h48m"} {
+		if _, err := parseDuration("--interval", long); err == nil || !strings.Contains(err.Error(), "too long; want at most 2562047h") {
+			t.Errorf("parseDuration(%q): %v, want it refused as too long", long, err)
+		}
+	}
 }
 
 func TestStatFlags(t *testing.T) {
