@@ -125,8 +125,9 @@ func checkSwitchBeforeCommand(fs *flagSet, args []string) error {
 	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
 		return nil
 	}
-	return &usageErr{fmt.Sprintf("invalid %s %s: a switch takes its value after '=', else %q is read as the command (valid example: %s=%s)",
-		flagArg, rest[0], rest[0], flagArg, rest[0])}
+	// The value may have been meant as the program, which "--" keeps one.
+	return &usageErr{fmt.Sprintf("invalid %s %s: a switch takes its value after '=', else %q is read as the command (valid example: %s=%s; to run the program %q: %s -- %s)",
+		flagArg, rest[0], rest[0], flagArg, rest[0], rest[0], flagArg, rest[0])}
 }
 
 // reportFlagError prints a command-line error in one line, with where to

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -251,5 +252,24 @@ func TestStatMetricsText(t *testing.T) {
 	}
 	if strings.Contains(b.String(), `spillway_process_quota_bytes{gpu="0",UUID="GPU-1",modelName="Sim GPU",pid="9"`) {
 		t.Error("a process without Spillway's figures has a quota")
+	}
+}
+
+// TestSwitchBeforeCommandSaysHowToRunIt: "--report true" may mean a program
+// called true, which the refusal then says how to run, as well as the
+// switch's value.
+func TestSwitchBeforeCommandSaysHowToRunIt(t *testing.T) {
+	_, runErr := parseRunFlags([]string{"--report", "true"}, nil, io.Discard)
+	_, traceErr := parseTraceFlags([]string{"--events", "1"}, nil, io.Discard)
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{runErr, `(valid example: --report=true; to run the program "true": --report -- true)`},
+		{traceErr, `(valid example: --events=1; to run the program "1": --events -- 1)`},
+	} {
+		if tc.err == nil || !strings.HasSuffix(tc.err.Error(), tc.want) {
+			t.Errorf("%v, want it to end %q", tc.err, tc.want)
+		}
 	}
 }
