@@ -104,30 +104,40 @@ func parseFlags(fs *flagSet, args []string) error {
 	return &usageErr{flagMessage(err.Error())}
 }
 
-// checkSwitchBeforeCommand refuses a switch's value written apart from it
-// ("--pool false -- CMD"): the flag package takes a switch's value only
-// after '=', so "false" would be the program to run, and the job would not
-// run at all, or run without the setting.
-func checkSwitchBeforeCommand(fs *flagSet, args []string) error {
+// switchValueApart returns a switch and the value written apart from it
+// ("--pool false"), which the flag package leaves as the first argument:
+// it takes a switch's value only after '='.
+func switchValueApart(fs *flagSet, args []string) (flagArg, value string, ok bool) {
 	rest := fs.Args()
 	i := len(args) - len(rest) - 1
 	if len(rest) == 0 || i < 0 {
-		return nil
+		return "", "", false
 	}
 	if _, err := strconv.ParseBool(rest[0]); err != nil {
-		return nil
+		return "", "", false
 	}
-	flagArg := args[i]
+	flagArg = args[i]
 	f := fs.Lookup(strings.TrimLeft(flagArg, "-"))
 	if !strings.HasPrefix(flagArg, "-") || strings.Contains(flagArg, "=") || f == nil {
-		return nil
+		return "", "", false
 	}
 	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+		return "", "", false
+	}
+	return flagArg, rest[0], true
+}
+
+// checkSwitchBeforeCommand refuses a switch's value written apart from it
+// ("--pool false -- CMD"): "false" would be the program to run, and the job
+// would not run at all, or run without the setting.
+func checkSwitchBeforeCommand(fs *flagSet, args []string) error {
+	flagArg, value, ok := switchValueApart(fs, args)
+	if !ok {
 		return nil
 	}
 	// The value may have been meant as the program, which "--" keeps one.
 	return &usageErr{fmt.Sprintf("invalid %s %s: a switch takes its value after '=', else %q is read as the command (valid example: %s=%s; to run the program %q: %s -- %s)",
-		flagArg, rest[0], rest[0], flagArg, rest[0], rest[0], flagArg, rest[0])}
+		flagArg, value, value, flagArg, value, value, flagArg, value)}
 }
 
 // reportFlagError prints a command-line error in one line, with where to

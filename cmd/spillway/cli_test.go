@@ -273,3 +273,18 @@ func TestSwitchBeforeCommandSaysHowToRunIt(t *testing.T) {
 		}
 	}
 }
+
+// TestStatSwitchValueApart: stat refuses a switch's value written apart as
+// run and trace do, saying the form it takes, not only that an argument is
+// unexpected.
+func TestStatSwitchValueApart(t *testing.T) {
+	_, err := parseStatFlags([]string{"--json", "true"}, io.Discard)
+	if want := `invalid --json true: a switch takes its value after '=' (valid example: --json=true)`; err == nil || err.Error() != want {
+		t.Errorf("stat --json true: %v, want %q", err, want)
+	}
+	for _, args := range [][]string{{"extra"}, {"--watch", "false"}} {
+		if _, err := parseStatFlags(args, io.Discard); err == nil || err.Error() != `unexpected argument "`+args[len(args)-1]+`"` {
+			t.Errorf("stat %q: %v", args, err)
+		}
+	}
+}

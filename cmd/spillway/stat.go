@@ -110,8 +110,13 @@ func parseStatFlags(args []string, out io.Writer) (statOptions, error) {
 	fs.BoolVar(&o.json, "json", false, "print one JSON document (one per refresh with --watch)")
 	fs.Var(watchFlag{&o.watch}, "watch", "refresh every `INTERVAL` (default 1s when given alone) until interrupted")
 	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the figures for Prometheus at http://`ADDR`/metrics until interrupted")
-	if err := parseFlags(fs, joinOptionalValue(args, "watch")); err != nil {
+	args = joinOptionalValue(args, "watch")
+	if err := parseFlags(fs, args); err != nil {
 		return o, err
+	}
+	// --watch takes an interval, not true or false.
+	if flagArg, value, ok := switchValueApart(fs, args); ok && strings.TrimLeft(flagArg, "-") != "watch" {
+		return o, usageError(fs, fmt.Sprintf("invalid %s %s: a switch takes its value after '=' (valid example: %s=%s)", flagArg, value, flagArg, value))
 	}
 	if fs.NArg() > 0 {
 		return o, usageError(fs, fmt.Sprintf("unexpected argument %q", fs.Arg(0)))
