@@ -117,6 +117,9 @@ type memory struct {
 	spillWarn, hostLimitWarn, deviceFullWarn, releaseWarn, backingWarn, earlyWarn limiter
 	earlyDropped                                                                  atomic.Uint64 // allocations passed through while the core started and not counted
 	warned                                                                        atomic.Bool   // the managed-to-pinned fallback was logged
+	// settingSaid marks the devices whose invalid setting was logged, by a
+	// memory query before their first use or when their pool was made.
+	settingSaid [maxDevices]atomic.Bool
 }
 
 // maxDevices bounds device ordinals, as config does for SPILLWAY_MEMORY_LIMIT_<n>.
@@ -271,7 +274,7 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 		if d.err == nil {
 			d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
 		}
-		m.log.Errorf("%v; every CUDA allocation on device %d will fail with cudaErrorInitializationError until it is fixed", d.err, ordinal)
+		m.sayInvalid(ordinal, d.err)
 	}
 	d.pool = p
 	if limit.Percent > 0 && d.err == nil {
@@ -314,7 +317,22 @@ func (m *memory) unusable(ordinal int, total uint64) bool {
 	if d := m.existing(ordinal); d != nil {
 		return d.pool == nil
 	}
-	return deviceSettingError(m.cfg, ordinal, total) != nil
+	err := deviceSettingError(m.cfg, ordinal, total)
+	if err != nil {
+		// A program that sizes its work from the query may never allocate:
+		// it is told why none of the device is free now.
+		m.sayInvalid(ordinal, err)
+	}
+	return err != nil
+}
+
+// sayInvalid logs err, a setting that leaves device ordinal without a pool,
+// once.
+func (m *memory) sayInvalid(ordinal int, err error) {
+	if ordinal >= 0 && ordinal < maxDevices && m.settingSaid[ordinal].Swap(true) {
+		return
+	}
+	m.log.Errorf("%v; every CUDA allocation on device %d will fail with cudaErrorInitializationError until it is fixed", err, ordinal)
 }
 
 // releaseFailed returns what d's backing calls when the runtime refuses to

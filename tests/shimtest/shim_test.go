@@ -553,6 +553,31 @@ func TestBadConfigurationReportsNoFreeMemory(t *testing.T) {
 	}
 }
 
+// A setting invalid only for a device's size is said, once, as soon as a
+// memory query reports none of the device free for it: a program that sizes
+// its work from the query, and so never allocates, is told why.
+func TestDeviceSettingErrorSaidAtFirstQuery(t *testing.T) {
+	nvml := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/nvmlonly.c"}, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lnvidia-ml"}})
+	for _, bad := range []struct{ env, says string }{
+		{"SPILLWAY_MEMORY_LIMIT=0.0000000001%", `SPILLWAY_MEMORY_LIMIT=\"0.0000000001%\": that is 0 bytes of device 0's 16GiB`},
+		{"SPILLWAY_POOL_RESERVE=2GiB", `SPILLWAY_POOL_RESERVE=\"2GiB\": larger than the quota of device 0 (1.6GiB)`},
+	} {
+		env := []string{"SIMCUDA_DEVICES=1x16GiB", "SPILLWAY_MEMORY_LIMIT=10%", bad.env}
+		for name, cmd := range map[string]*exec.Cmd{
+			"cudaMemGetInfo":            harness.Shimmed(t, env, cudaops(t), "i", "i"),
+			"cuDeviceTotalMem":          harness.Shimmed(t, env, drvops(t, "dynamic"), "t"),
+			"nvmlDeviceGetMemoryInfo":   harness.Shimmed(t, env, nvml),
+			"cudaMemGetInfo and malloc": harness.Shimmed(t, env, cudaops(t), "i", "m", "4K", "i"),
+		} {
+			res, _ := harness.RunOK(t, cmd)
+			if n := strings.Count(res.Stderr, bad.says); n != 1 {
+				t.Errorf("%s with %s: said %d times, want once; stderr:\n%s", name, bad.env, n, res.Stderr)
+			}
+		}
+	}
+}
+
 func TestLogSettings(t *testing.T) {
 	prog := cudaops(t)
 	res, _ := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB", "SPILLWAY_LOG_FORMAT=json"}, prog, "m", "2M"))
