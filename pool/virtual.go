@@ -257,9 +257,9 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache, found *block
 			captured = true
 		case err != nil:
 			return nil, shortage{}, 0, false, err
-		default:
-			b = p.fromCache(size, class, c, ownClass)
 		}
+		// The lock was released, refused or not: b may be handed out.
+		b = p.fromCache(size, class, c, ownClass)
 	}
 	if b != nil {
 		if short = p.virt.shortOf(b, size); short.unmapped+short.host > 0 {

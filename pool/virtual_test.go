@@ -731,6 +731,37 @@ func TestVirtualStreamCaptureGrowsOrRefusesInstead(t *testing.T) {
 	h.closeVirtual()
 }
 
+// TestVirtualStreamCaptureLooksAgain: a synchronization refused for stream
+// capture released the lock while it was tried, so the cached block found
+// before it may have been handed out meanwhile; the placement looks again
+// instead of handing it out twice.
+func TestVirtualStreamCaptureLooksAgain(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	h := newVirtualHarness(t, f, pool.DefaultOptions(1*giB))
+	a := h.mustAlloc(2 * miB) // granule 0
+	b := h.mustAlloc(2 * miB) // granule 1
+	h.mustFree(b)
+	h.appSync() // b's granule, mapped and idle, heads the arena's free rest
+	h.mustFree(a)
+	var taken uint64
+	f.FailSynchronize = func() error {
+		if taken == 0 { // another thread, served from the mapped granule
+			taken = h.mustAlloc(2 * miB)
+		}
+		return pool.ErrStreamCapture
+	}
+	c := h.mustAlloc(4 * miB) // misses the mapped granule alone: synchronizes
+	if taken == 0 {
+		t.Fatal("no synchronization was tried")
+	}
+	if c < taken+2*miB && taken < c+4*miB {
+		t.Fatalf("[%#x, +4MiB) handed out over [%#x, +2MiB), handed out while the lock was released", c, taken)
+	}
+	f.FailSynchronize = nil
+	h.checkPhysical()
+	h.closeVirtual()
+}
+
 // spillRanges is an Observer that keeps the spilled ranges as spillway
 // trace's probes do: a Spill adds its range under its address; a Promote,
 // or a Free of host memory (a block in device memory ends no range), at
