@@ -1358,8 +1358,12 @@ SIM_API CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph h
 	return CUDA_SUCCESS;
 }
 
-/* The operation that replays n, its addresses resolved now (sim.lock held). */
-static CUresult node_op(const struct CUgraphNode_st *n, struct op **out)
+/*
+ * The operation that replays n on device's stream, its addresses resolved
+ * and its virtual-memory access checked now, as a direct call's would be
+ * (sim.lock held).
+ */
+static CUresult node_op(const struct CUgraphNode_st *n, int device, struct op **out)
 {
 	struct op *op = op_new(n->type);
 	CUresult rc = CUDA_SUCCESS;
@@ -1377,9 +1381,16 @@ static CUresult node_op(const struct CUgraphNode_st *n, struct op **out)
 		rc = mem_resolve(n->dst, n->len, n->dst_known, &op->dst);
 		if (rc == CUDA_SUCCESS)
 			rc = mem_resolve(n->src, n->len, n->src_known, &op->src);
+		if (rc == CUDA_SUCCESS &&
+		    (!vmm_accessible(&op->dst, n->len, device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE) ||
+		     !vmm_accessible(&op->src, n->len, device, CU_MEM_ACCESS_FLAGS_PROT_READ)))
+			rc = CUDA_ERROR_INVALID_VALUE;
 		break;
 	case OP_MEMSET:
 		rc = mem_resolve(n->dst, n->len, 1, &op->dst);
+		if (rc == CUDA_SUCCESS &&
+		    !vmm_accessible(&op->dst, n->len, device, CU_MEM_ACCESS_FLAGS_PROT_READWRITE))
+			rc = CUDA_ERROR_INVALID_VALUE;
 		break;
 	case OP_PREFETCH:
 		a = mem_find(n->dst);
@@ -1438,7 +1449,7 @@ SIM_API CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	for (size_t i = 0; rc == CUDA_SUCCESS && i < g->nnodes; i++)
 		if (!g->nodes[i]->noop)
-			rc = node_op(g->nodes[i], &ops[nops++]);
+			rc = node_op(g->nodes[i], s->device, &ops[nops++]);
 	if (rc != CUDA_SUCCESS && nops > 0)
 		nops--; /* the failed one was not made */
 	pthread_mutex_unlock(&sim.lock);

@@ -476,6 +476,65 @@ static void case_peer_access(void)
 	CHECK(used() == 0); /* device 1 holds none of it */
 }
 
+/*
+ * A captured graph is held to the access its launch stream's device has
+ * when it is launched, as a direct call is: a copy or memset into memory
+ * made read-only, or granted to another device only, since the capture is
+ * refused and writes nothing.
+ */
+static void case_graph_access(void)
+{
+	CUstream s, s1;
+	CUgraph g;
+	CUgraphExec x;
+	CUcontext ctx1;
+	unsigned char buf[4096];
+
+	init_device(0);
+	CUmemGenericAllocationHandle h = create(2 * MiB);
+	CUdeviceptr p = reserve(2 * MiB);
+	map_rw(p, 2 * MiB, h);
+	OK(cuMemsetD8_v2(p, 0x11, sizeof(buf)));
+	OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+	OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+	OK(cuMemsetD8Async(p, 0x22, sizeof(buf), s));
+	OK(cuMemcpyHtoDAsync_v2(p + sizeof(buf), buf, sizeof(buf), s));
+	OK(cuStreamEndCapture(s, &g));
+	OK(cuGraphInstantiateWithFlags(&x, g, 0));
+
+	allow(p, 2 * MiB, CU_MEM_ACCESS_FLAGS_PROT_READ);
+	EXPECT(cuMemsetD8Async(p, 0x22, sizeof(buf), s), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuGraphLaunch(x, s), CUDA_ERROR_INVALID_VALUE);
+	OK(cuStreamSynchronize(s));
+	OK(cuMemcpyDtoH_v2(buf, p, sizeof(buf)));
+	for (size_t i = 0; i < sizeof(buf); i++)
+		CHECK(buf[i] == 0x11); /* the memset did not run */
+
+	/* Granted to device 1 only: device 0's launch is refused, device 1's runs. */
+	CUmemAccessDesc d[2] = {
+		{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_NONE},
+		{{CU_MEM_LOCATION_TYPE_DEVICE, 1}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
+	};
+	OK(cuMemSetAccess(p, 2 * MiB, d, 2));
+	EXPECT(cuGraphLaunch(x, s), CUDA_ERROR_INVALID_VALUE);
+	OK(cuDevicePrimaryCtxRetain(&ctx1, 1));
+	OK(cuCtxSetCurrent(ctx1));
+	OK(cuStreamCreate(&s1, CU_STREAM_NON_BLOCKING));
+	OK(cuGraphLaunch(x, s1));
+	OK(cuStreamSynchronize(s1));
+	OK(cuMemcpyDtoH_v2(buf, p, sizeof(buf)));
+	for (size_t i = 0; i < sizeof(buf); i++)
+		CHECK(buf[i] == 0x22);
+
+	OK(cuGraphExecDestroy(x));
+	OK(cuGraphDestroy(g));
+	OK(cuStreamDestroy_v2(s1));
+	OK(cuStreamDestroy_v2(s));
+	OK(cuMemUnmap(p, 2 * MiB));
+	OK(cuMemRelease(h));
+	OK(cuMemAddressFree(p, 2 * MiB));
+}
+
 /* Without peers (the default), device 1 cannot be granted device 0's memory. */
 static void case_no_peer(void)
 {
@@ -867,6 +926,7 @@ static const struct test_case cases[] = {
 	{"capacity", case_capacity},
 	{"unmap_waits", case_unmap_waits},
 	{"peer_access", case_peer_access},
+	{"graph_access", case_graph_access},
 	{"no_peer", case_no_peer},
 	{"host_numa", case_host_numa},
 	{"expandable", case_expandable},
