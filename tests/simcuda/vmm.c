@@ -22,8 +22,9 @@
  * memory (CU_MEM_LOCATION_TYPE_HOST_NUMA) counts on no device.
  *
  * Shareable handles are POSIX file descriptors: an export is a duplicate of
- * the memfd, whose name records where the memory lives, so a process that
- * imports it maps the same bytes. Imported memory counts in the process that
+ * the memfd, whose name records where the memory lives (the device's index
+ * in SIMCUDA_DEVICES, which every process shares whatever its
+ * CUDA_VISIBLE_DEVICES), so a process that imports it maps the same bytes. Imported memory counts in the process that
  * created it, never in the importer.
  *
  * Every table here is guarded by sim.lock. SIMCUDA_NO_VMM=1 (sim.no_vmm)
@@ -414,7 +415,7 @@ SIM_API CUresult cuMemAddressFree(CUdeviceptr ptr, size_t size)
 
 /* ---- physical memory ---- */
 
-/* memfd names: MEMFD_DEVICE followed by the ordinal, or MEMFD_HOST. */
+/* memfd names: MEMFD_DEVICE followed by the device's SIMCUDA_DEVICES index, or MEMFD_HOST. */
 #define MEMFD_DEVICE "simcuda-vmm-device-"
 #define MEMFD_HOST "simcuda-vmm-host"
 
@@ -460,7 +461,8 @@ SIM_API CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
 		return rc;
 	/* The name tells an importing process where the memory lives. */
 	char name[32];
-	snprintf(name, sizeof(name), device >= 0 ? MEMFD_DEVICE "%d" : MEMFD_HOST, device);
+	snprintf(name, sizeof(name), device >= 0 ? MEMFD_DEVICE "%d" : MEMFD_HOST,
+		 device >= 0 ? sim.dev[device].physical : 0);
 	int fd = memfd_create(name, MFD_CLOEXEC);
 	if (fd < 0 || ftruncate(fd, (off_t)size) != 0) {
 		if (fd >= 0)
@@ -591,8 +593,13 @@ SIM_API CUresult cuMemExportToShareableHandle(void *shareableHandle,
 	return rc;
 }
 
-/* Where the memory of a simcuda memfd lives (from its name): 0, or -1 when fd is not one. */
-static int memfd_location(int fd, int *device)
+/*
+ * Where the memory of a simcuda memfd lives (from its name): in *device, this
+ * process's ordinal for it, or -1 for the host. CUDA_ERROR_INVALID_VALUE when
+ * fd is no simcuda allocation, CUDA_ERROR_INVALID_DEVICE when its device is
+ * not visible here.
+ */
+static CUresult memfd_location(int fd, int *device)
 {
 	char link[64], target[128];
 	int n;
@@ -600,17 +607,21 @@ static int memfd_location(int fd, int *device)
 	snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
 	ssize_t len = readlink(link, target, sizeof(target) - 1);
 	if (len < 0)
-		return -1;
+		return CUDA_ERROR_INVALID_VALUE;
 	target[len] = '\0';
 	if (strncmp(target, "/memfd:" MEMFD_HOST " ", strlen("/memfd:" MEMFD_HOST " ")) == 0) {
 		*device = -1;
-		return 0;
+		return CUDA_SUCCESS;
 	}
-	if (sscanf(target, "/memfd:" MEMFD_DEVICE "%d (deleted)", &n) == 1 && sim_valid_device(n)) {
-		*device = n;
-		return 0;
+	if (sscanf(target, "/memfd:" MEMFD_DEVICE "%d (deleted)", &n) != 1)
+		return CUDA_ERROR_INVALID_VALUE;
+	for (int d = 0; d < sim.ndev; d++) {
+		if (sim.dev[d].physical == n) {
+			*device = d;
+			return CUDA_SUCCESS;
+		}
 	}
-	return -1;
+	return CUDA_ERROR_INVALID_DEVICE;
 }
 
 /*
@@ -631,8 +642,12 @@ SIM_API CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *ha
 		return CUDA_ERROR_INVALID_VALUE;
 	if (shHandleType != CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
 		return CUDA_ERROR_NOT_SUPPORTED;
-	if (fstat(fd, &st) != 0 || memfd_location(fd, &device) != 0 || st.st_size <= 0 ||
-	    (size_t)st.st_size % VMM_GRANULE != 0)
+	if (fstat(fd, &st) != 0)
+		return CUDA_ERROR_INVALID_VALUE;
+	CUresult rc = memfd_location(fd, &device);
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (st.st_size <= 0 || (size_t)st.st_size % VMM_GRANULE != 0)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim.lock);
 	for (struct handle *h = handles; h != NULL; h = h->next) {

@@ -114,6 +114,8 @@ func TestVMM(t *testing.T) {
 			peak: 32 * mebibyte},
 		{name: "share", why: "POSIX file descriptors share an allocation with another process, charged to its creator",
 			peak: 4 * mebibyte},
+		{name: "share_visible", env: []string{"SIMCUDA_DEVICES=2x1GiB"},
+			why: "an importer that numbers the devices otherwise (CUDA_VISIBLE_DEVICES) finds the memory where it lives"},
 		{name: "no_vmm", env: []string{"SIMCUDA_NO_VMM=1"}, why: "SIMCUDA_NO_VMM=1 turns the API off"},
 		{name: "proc_address", why: "cuGetProcAddress finds every VMM entry point"},
 	}

@@ -821,6 +821,83 @@ static void share_child(int fd)
 	free(buf);
 }
 
+/*
+ * A process that sees the devices under other ordinals (CUDA_VISIBLE_DEVICES)
+ * imports the memory where it lives: device 1 here is the child's device 0
+ * when it sees only that one, and cannot be imported by a child that sees
+ * only device 0.
+ */
+static void case_share_visible(void)
+{
+	CUmemAllocationProp prop = device_prop(1);
+	CUmemGenericAllocationHandle h;
+	int fd = -1;
+
+	init_device(1);
+	prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+	OK(cuMemCreate(&h, 2 * MiB, &prop, 0));
+	CUdeviceptr p = reserve(2 * MiB);
+	OK(cuMemMap(p, 2 * MiB, 0, h, 0));
+	CUmemAccessDesc d = {{CU_MEM_LOCATION_TYPE_DEVICE, 1}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+	OK(cuMemSetAccess(p, 2 * MiB, &d, 1));
+	round_trip(p, 2 * MiB, 31);
+	OK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+	CHECK(fcntl(fd, F_SETFD, 0) == 0);
+	char arg[16];
+	snprintf(arg, sizeof(arg), "%d", fd);
+	static const char *const visible[] = {"1", "0"};
+	for (int i = 0; i < 2; i++) {
+		pid_t pid = fork();
+		CHECK(pid >= 0);
+		if (pid == 0) {
+			setenv("CUDA_VISIBLE_DEVICES", visible[i], 1);
+			execl(self_path, self_path, "share_visible_child", arg, visible[i], (char *)NULL);
+			_exit(127);
+		}
+		int status;
+		CHECK(waitpid(pid, &status, 0) == pid);
+		CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+	}
+	check_pattern(p, 2 * MiB, 32);
+	CHECK(close(fd) == 0);
+	OK(cuMemUnmap(p, 2 * MiB));
+	OK(cuMemRelease(h));
+	OK(cuMemAddressFree(p, 2 * MiB));
+}
+
+/* The child of case_share_visible, seeing only the device visible names. */
+static void share_visible_child(int fd, const char *visible)
+{
+	CUmemGenericAllocationHandle h;
+	CUmemAllocationProp prop;
+
+	current_case = "share_visible_child";
+	init_device(0);
+	if (strcmp(visible, "0") == 0) {
+		/* The memory lives on a device this process does not see. */
+		EXPECT(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+						      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+		       CUDA_ERROR_INVALID_DEVICE);
+		return;
+	}
+	OK(cuMemImportFromShareableHandle(&h, (void *)(intptr_t)fd,
+					  CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+	OK(cuMemGetAllocationPropertiesFromHandle(&prop, h));
+	CHECK(prop.location.type == CU_MEM_LOCATION_TYPE_DEVICE && prop.location.id == 0);
+	CHECK(used() == 2 * MiB); /* the parent's, on the device this process calls 0 */
+	CUdeviceptr p = reserve(2 * MiB);
+	map_rw(p, 2 * MiB, h); /* device 0's own memory: no peer access needed */
+	check_pattern(p, 2 * MiB, 31);
+	unsigned char *buf = malloc(2 * MiB);
+	CHECK(buf != NULL);
+	fill(buf, 2 * MiB, 32);
+	OK(cuMemcpyHtoD_v2(p, buf, 2 * MiB));
+	OK(cuMemUnmap(p, 2 * MiB));
+	OK(cuMemRelease(h));
+	OK(cuMemAddressFree(p, 2 * MiB));
+	free(buf);
+}
+
 static void case_no_vmm(void)
 {
 	CUmemAllocationProp prop = device_prop(0);
@@ -932,6 +1009,7 @@ static const struct test_case cases[] = {
 	{"expandable", case_expandable},
 	{"sleep", case_sleep},
 	{"share", case_share},
+	{"share_visible", case_share_visible},
 	{"no_vmm", case_no_vmm},
 	{"proc_address", case_proc_address},
 };
@@ -941,6 +1019,10 @@ int main(int argc, char **argv)
 	self_path = argv[0];
 	if (argc == 3 && strcmp(argv[1], "share_child") == 0) {
 		share_child(atoi(argv[2]));
+		return 0;
+	}
+	if (argc == 4 && strcmp(argv[1], "share_visible_child") == 0) {
+		share_visible_child(atoi(argv[2]), argv[3]);
 		return 0;
 	}
 	return run_case(cases, sizeof(cases) / sizeof(cases[0]), argc, argv);
