@@ -200,6 +200,11 @@ static void case_round_trip(void)
 	int ipc = -1;
 	OK(cuPointerGetAttribute(&ipc, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, base));
 	CHECK(ipc == 0); /* cuIpcGetMemHandle does not take VMM memory */
+	unsigned long long unanswered = 0;
+	EXPECT(cuPointerGetAttribute(&unanswered, CU_POINTER_ATTRIBUTE_ACCESS_FLAGS, base),
+	       CUDA_ERROR_NOT_SUPPORTED); /* documented: cuMemGetAccess answers instead */
+	EXPECT(cuPointerGetAttribute(&unanswered, CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES, base),
+	       CUDA_ERROR_NOT_SUPPORTED);
 	start = 0, size = 0;
 	OK(cuMemGetAddressRange_v2(&start, &size, base + 3 * MiB));
 	CHECK(start == base && size == 4 * MiB);
