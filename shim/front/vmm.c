@@ -45,6 +45,27 @@ static CUresult create_taken(__typeof__(real.cu_mem_create) real_create, CUmemGe
 }
 
 /*
+ * CUDA's answer to a cuMemCreate the quota cannot hold, where CUDA refuses
+ * it whatever the memory: flags other than 0, properties the granularity
+ * query refuses (it checks them as cuMemCreate does), or a size that is no
+ * multiple of the minimum granularity. CUDA_SUCCESS for a valid request.
+ */
+static CUresult cuda_refusal(size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
+{
+    __typeof__(real.cu_mem_get_allocation_granularity) granularity_of =
+        (__typeof__(real.cu_mem_get_allocation_granularity))resolve(R_cu_mem_get_allocation_granularity);
+    size_t granularity = 0;
+    if (!granularity_of)
+        return CUDA_SUCCESS; /* nothing to ask: the quota's answer stands */
+    CUresult rc = granularity_of(&granularity, prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (flags != 0 || granularity == 0 || size % granularity != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+/*
  * cuMemCreate's device-located physical memory is taken from the quota
  * before the real call (refused with CUDA_ERROR_OUT_OF_MEMORY when it does
  * not fit); the core follows each handle's releases and mappings and gives
@@ -53,10 +74,11 @@ static CUresult create_taken(__typeof__(real.cu_mem_create) real_create, CUmemGe
  * (SPILLWAY_TAKE_VMM_HOST is admitted within the host limit, or refused and
  * reported), it is made host-located on NUMA node 0, as the pool's own
  * spilled granules are: the application maps it and sets the device's
- * access as it would for device memory. Host-located memory the
- * application asks for, and calls while the core is not running, pass
- * through uncounted; the others reach the core only once it runs and never
- * load it.
+ * access as it would for device memory. A request CUDA itself refuses gets
+ * CUDA's error, not the quota's, and no refusal is reported. Host-located
+ * memory the application asks for, and calls while the core is not running,
+ * pass through uncounted; the others reach the core only once it runs and
+ * never load it.
  */
 EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                             const CUmemAllocationProp *prop, unsigned long long flags)
@@ -74,11 +96,18 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return real_create(handle, size, prop, flags); /* CUDA's own answer */
     int32_t device = prop->location.id;
     depth++;
-    int placeable = host_placeable(prop);
-    CUresult rc = (CUresult)core.take(device, size, placeable ? SPILLWAY_TAKE_VMM | SPILLWAY_TAKE_QUIET : SPILLWAY_TAKE_VMM);
+    CUresult rc = (CUresult)core.take(device, size, SPILLWAY_TAKE_VMM | SPILLWAY_TAKE_QUIET);
+    CUresult refusal = rc == CUDA_ERROR_OUT_OF_MEMORY ? cuda_refusal(size, prop, flags) : CUDA_SUCCESS;
     if (rc == CUDA_SUCCESS) {
         rc = create_taken(real_create, handle, size, prop, flags, device, SPILLWAY_TAKE_VMM);
-    } else if (rc == CUDA_ERROR_OUT_OF_MEMORY && placeable &&
+    } else if (refusal != CUDA_SUCCESS) {
+        rc = refusal;
+    } else if (rc == CUDA_ERROR_OUT_OF_MEMORY && !host_placeable(prop)) {
+        /* The quota answers again, and reports the refusal (or has room by now). */
+        rc = (CUresult)core.take(device, size, SPILLWAY_TAKE_VMM);
+        if (rc == CUDA_SUCCESS)
+            rc = create_taken(real_create, handle, size, prop, flags, device, SPILLWAY_TAKE_VMM);
+    } else if (rc == CUDA_ERROR_OUT_OF_MEMORY &&
                core.take(device, size, SPILLWAY_TAKE_VMM_HOST) == CUDA_SUCCESS) {
         CUmemAllocationProp host = *prop;
         host.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;

@@ -244,3 +244,20 @@ func TestVMMTakesPoolCache(t *testing.T) {
 		t.Errorf("cuMemGetInfo_v2: free %d with the cache, then %d beside the handle, want %d and %d", cached, free, 16<<20, 8<<20)
 	}
 }
+
+// TestVMMCreateInvalidOverQuota: a cuMemCreate CUDA itself refuses (a size
+// that is no multiple of the granularity) gets CUDA's answer,
+// CUDA_ERROR_INVALID_VALUE, whether or not the size fits the quota: an
+// out-of-memory error would send the program looking for memory to free
+// instead of at its size.
+func TestVMMCreateInvalidOverQuota(t *testing.T) {
+	const cuInvalidValue = 1
+	for _, vars := range [][]string{nil, {"SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_HOST_LIMIT=64MiB"}} {
+		out, truth := runScriptWith(t, ctxvmm(t, false), 8<<20, vars, "c", "3M", "c", "17M", "c", "2M")
+		checkSteps(t, out, []step{{"c", 0, cuInvalidValue}, {"c", 1, cuInvalidValue}, {"c", 2, cuSuccess}})
+		if truth.VMMPhysicalBytes != 2<<20 {
+			t.Errorf("%v: simcuda holds %d bytes of physical memory at exit, want the one 2 MiB handle",
+				vars, truth.VMMPhysicalBytes)
+		}
+	}
+}
