@@ -39,6 +39,10 @@ const (
 	// TakeQuiet, or'ed into a kind, keeps a refusal out of the log and the
 	// probes: the caller has another way (TakeVMMHost), which reports.
 	TakeQuiet TakeKind = 0x100
+	// TakeInPrimary, or'ed into a kind, says that the calling thread is in
+	// the device's primary context, the pool's: the pool may synchronize
+	// to give back the blocks freed there, as for cudaMallocManaged.
+	TakeInPrimary TakeKind = 0x200
 )
 
 func (k TakeKind) String() string {
@@ -60,13 +64,14 @@ func (k TakeKind) String() string {
 // Runtime says whether the answer is the runtime's (a cudaError_t that
 // becomes the thread's last error) rather than a CUresult.
 func (k TakeKind) Runtime() bool {
-	k &^= TakeQuiet
+	k &^= TakeQuiet | TakeInPrimary
 	return k == TakeRuntime || k == TakeRuntimePool || k == TakeRuntimeArray || k == TakeRuntimeMipmappedArray
 }
 
 // Take admits size bytes on device outside the pool, the pool returning
-// what it holds known free first if they do not fit, or refuses them for
-// the quota (the refuse probe fires, and a rate-limited warning).
+// what it holds known free first if they do not fit (with TakeInPrimary,
+// also what waits for a synchronization), or refuses them for the quota
+// (the refuse probe fires, and a rate-limited warning).
 func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 	if c.broken != nil {
 		return interpose.ErrorInitialization
@@ -75,8 +80,8 @@ func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 	if rc != interpose.Success {
 		return rc
 	}
-	quiet := kind&TakeQuiet != 0
-	kind &^= TakeQuiet
+	quiet, inPrimary := kind&TakeQuiet != 0, kind&TakeInPrimary != 0
+	kind &^= TakeQuiet | TakeInPrimary
 	if kind == TakeVMMHost {
 		if d.ledger.host.take(size) {
 			return interpose.Success
@@ -84,9 +89,10 @@ func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 		if !c.mem.cfg.Oversubscribe {
 			kind = TakeVMM // the host was never an option: the quota refused it
 		}
-	} else if d.ledger.takeOutside(charge(size), false) {
-		// The front cannot say which context a cuMemCreate runs in: the
-		// pool returns only what is known free, without synchronizing.
+	} else if d.ledger.takeOutside(charge(size), inPrimary) {
+		// Outside the primary context (and for a cuMemCreate, whose
+		// context the front cannot say) the pool returns only what is
+		// known free, without synchronizing.
 		return interpose.Success
 	}
 	if quiet {

@@ -30,7 +30,7 @@
  * The front asks the core for its version before anything else, and passes
  * its own to spillway_core_init, so each side refuses the other's.
  */
-#define SPILLWAY_CORE_ABI 17
+#define SPILLWAY_CORE_ABI 18
 
 /* spillway_core_take's kinds: what the bytes are for. */
 #define SPILLWAY_TAKE_CONTEXT 0 /* an allocation in a context the application created */
@@ -56,6 +56,9 @@
 /* Or'ed into a kind: a refusal is not reported (no log line, no probe),
  * as the caller has another way, which reports. */
 #define SPILLWAY_TAKE_QUIET 0x100
+/* Or'ed into a kind: the calling thread is in the device's primary context,
+ * the pool's, so the pool may synchronize to give back what it holds freed. */
+#define SPILLWAY_TAKE_IN_PRIMARY 0x200
 
 /*
  * Entry points, looked up by the front with dlsym: spillway_core_<name> has

@@ -282,6 +282,7 @@ var (
 	_ = [1]struct{}{}[devmem.TakeMipmappedArray-C.SPILLWAY_TAKE_MIPMAPPED_ARRAY]
 	_ = [1]struct{}{}[devmem.TakeRuntimeMipmappedArray-C.SPILLWAY_TAKE_RUNTIME_MIPMAPPED_ARRAY]
 	_ = [1]struct{}{}[devmem.TakeQuiet-C.SPILLWAY_TAKE_QUIET]
+	_ = [1]struct{}{}[devmem.TakeInPrimary-C.SPILLWAY_TAKE_IN_PRIMARY]
 )
 
 //export spillway_core_take

@@ -204,7 +204,8 @@ typedef CUresult (*driver_make_fn)(void **handle, const void *desc, unsigned int
  * A driver array of bytes of kind is taken from the quota of its context's
  * device before the real call (refused with CUDA_ERROR_OUT_OF_MEMORY when it
  * does not fit: an array cannot live on the host, so oversubscription does
- * not take it either). Calls the core cannot place (no current context, a
+ * not take it either). In a primary context, the pool's, the pool may
+ * synchronize to make room, as it does for its own allocations. Calls the core cannot place (no current context, a
  * null argument, nothing to count) get the real driver's own answer; those
  * while the core is not running pass through uncounted and never load it.
  */
@@ -219,7 +220,7 @@ static CUresult driver_array(driver_make_fn make, void **handle, const void *des
         return make(handle, desc, levels);
     CUcontext ctx = current_created();
     depth++;
-    CUresult rc = (CUresult)core.take(device, bytes, kind);
+    CUresult rc = (CUresult)core.take(device, bytes, ctx ? kind : kind | SPILLWAY_TAKE_IN_PRIMARY);
     if (rc == CUDA_SUCCESS) {
         pthread_mutex_lock(&arrays_lock);
         rc = make(handle, desc, levels);
@@ -307,7 +308,8 @@ static cudaError_t runtime_array(runtime_make_fn make, void **handle, const stru
             rc = make(handle, desc, extent, levels, flags);
             break;
         }
-        if ((rc = (cudaError_t)core.take(device, bytes, kind)) != cudaSuccess)
+        rc = (cudaError_t)core.take(device, bytes, ctx ? kind : kind | SPILLWAY_TAKE_IN_PRIMARY);
+        if (rc != cudaSuccess)
             break;
         pthread_mutex_lock(&arrays_lock);
         rc = make(handle, desc, extent, levels, flags);

@@ -148,6 +148,23 @@ func TestArraysOversubscribed(t *testing.T) {
 	checkInfo(t, out, "i", 0, 0)
 }
 
+// TestArrayAfterFreeInPrimaryContext: memory the pool holds freed but
+// awaiting a device synchronization is free to the program (cudaMemGetInfo
+// counts it, and CUDA's cudaFree has synchronized), so an array made in the
+// primary context, the pool's own, after a cudaFree fits: the pool
+// synchronizes and gives the memory back first, as it does for
+// cudaMallocManaged. Both the runtime's and the driver's arrays.
+func TestArrayAfterFreeInPrimaryContext(t *testing.T) {
+	out, _, _ := runArrays(t, 64*arrayMiB, nil,
+		"u", "48", "U", "0", "I", "T", "1024", "1024", "2", "F", "1",
+		"u", "48", "U", "2", "i", "a", "1024", "1024", "2", "i")
+	checkSteps(t, out, []step{{"u", 0, cuSuccess}, {"U", 0, cuSuccess}, {"T", 0, cuSuccess}, {"F", 0, cuSuccess},
+		{"u", 1, cuSuccess}, {"U", 1, cuSuccess}, {"a", 0, cuSuccess}})
+	checkInfo(t, out, "I", 0, 64*arrayMiB)
+	checkInfo(t, out, "i", 0, 64*arrayMiB)
+	checkInfo(t, out, "i", 1, 32*arrayMiB)
+}
+
 // TestArrayDeferredMappingNotCounted: an array made with
 // CUDA_ARRAY3D_DEFERRED_MAPPING has no memory of its own (it is mapped
 // onto cuMemCreate memory, counted there): it takes nothing from the quota.

@@ -33,6 +33,8 @@
  *   P W H D L cudaMallocMipmappedArray of L levels -> "P RC SLOT"
  *   Q SLOT   cudaFreeMipmappedArray          -> "Q RC"
  *   l SLOT N cuArrayDestroy of level N of a mipmapped array (cuMipmappedArrayGetLevel) -> "l RC"
+ *   u MIB    cudaMalloc of MIB MiB           -> "u RC SLOT"
+ *   U SLOT   cudaFree                        -> "U RC"
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -172,6 +174,17 @@ int main(int argc, char **argv)
             break;
         case 'e':
             printf("e %d\n", cudaGetLastError());
+            break;
+        case 'u': {
+            void *p = NULL;
+            cudaError_t rc = cudaMalloc(&p, strtoull(a, NULL, 0) << 20);
+            printf("u %d %d\n", rc, rc == cudaSuccess ? keep(p) : -1);
+            i++;
+            break;
+        }
+        case 'U':
+            printf("U %d\n", cudaFree(slots[atoi(a)]));
+            i++;
             break;
         case 'i': {
             size_t free_bytes = 0, total = 0;
