@@ -9,6 +9,7 @@ package shimtest
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -150,6 +151,94 @@ func TestPycudaUnderQuota(t *testing.T) {
 		t.Errorf("second context: 40 MiB %s; after it was detached and the first freed: 40 MiB %s, free %d; want refused, allocated, 24 MiB",
 			seen.InOther, seen.Third, seen.FreeEnd)
 	}
+	peakWithinQuota(t, stats)
+}
+
+// clientView is what a client script saw at one point: cuMemGetInfo, and
+// NVML's used bytes for the device and for the process's own entry.
+type clientView struct {
+	Free        uint64 `json:"free"`
+	Total       uint64 `json:"total"`
+	NVMLUsed    uint64 `json:"nvml_used"`
+	NVMLProcess uint64 `json:"nvml_process"`
+}
+
+// checkView checks that a view shows the 64 MiB quota with used bytes in
+// use, by cuMemGetInfo and by NVML alike.
+func checkView(t *testing.T, what string, v clientView, used uint64) {
+	t.Helper()
+	if v.Total != clientQuota || v.Free != clientQuota-used || v.NVMLUsed != used || v.NVMLProcess != used {
+		t.Errorf("%s: mem_get_info %d of %d bytes free, NVML %d used (own process %d); want %d in use of the 64 MiB quota by both",
+			what, v.Free, v.Total, v.NVMLUsed, v.NVMLProcess, used)
+	}
+}
+
+// TestPycudaArraysUnderQuota: pycuda's CUDA arrays (pycuda.driver.Array:
+// cuArrayCreate_v2 and cuArray3DCreate_v2, which it links directly) and
+// pitched allocations (mem_alloc_pitch: cuMemAllocPitch_v2) count against
+// the quota in its contexts, and cuMemGetInfo and NVML (pynvml, in the same
+// process) agree on them: four 16 MiB arrays fill 64 MiB, the next is
+// refused with pycuda's MemoryError, freeing one makes room; an array in a
+// second context goes with it; a pitched allocation is charged its pitch
+// times its rows; and in the primary context an array fits in memory just
+// freed.
+func TestPycudaArraysUnderQuota(t *testing.T) {
+	harness.RequirePythonModules(t, "numpy", "pycuda.driver", "pynvml")
+	var seen struct {
+		Before         clientView   `json:"before"`
+		Made           []clientView `json:"made"`
+		Refused        string       `json:"refused"`
+		FreedOne       clientView   `json:"freed_one"`
+		MadeAgain      clientView   `json:"made_again"`
+		Refused3D      string       `json:"refused_3d"`
+		InOther        clientView   `json:"in_other"`
+		OtherDetached  clientView   `json:"other_detached"`
+		Pitch          uint64       `json:"pitch"`
+		Pitched        clientView   `json:"pitched"`
+		OneRowOver     string       `json:"one_row_over"`
+		WholePitch     uint64       `json:"whole_pitch"`
+		Whole          clientView   `json:"whole"`
+		PrimaryFreed   clientView   `json:"primary_freed"`
+		PrimaryArray   string       `json:"primary_array"`
+		PrimaryWithArr clientView   `json:"primary_with_array"`
+	}
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	runLimitedClient(t, "pycuda_arrays.py", &seen, "SIMCUDA_DEVICES=4GiB", "SIMCUDA_STATS_FILE="+stats)
+	checkView(t, "before any array", seen.Before, 0)
+	if len(seen.Made) != 4 {
+		t.Fatalf("%d arrays of 16 MiB fit in the 64 MiB quota, want 4 (refusal: %q)", len(seen.Made), seen.Refused)
+	}
+	for i, v := range seen.Made {
+		checkView(t, fmt.Sprintf("with %d arrays", i+1), v, uint64(i+1)*16*clientMiB)
+	}
+	if !strings.Contains(seen.Refused, "cuArrayCreate failed: out of memory") ||
+		!strings.Contains(seen.Refused3D, "cuArray3DCreate failed: out of memory") {
+		t.Errorf("arrays past the quota: %q and %q; want pycuda's MemoryError, out of memory, from cuArrayCreate and cuArray3DCreate",
+			seen.Refused, seen.Refused3D)
+	}
+	checkView(t, "one array freed", seen.FreedOne, 48*clientMiB)
+	checkView(t, "an array made in its room", seen.MadeAgain, 64*clientMiB)
+	checkView(t, "an array in a second context", seen.InOther, 16*clientMiB)
+	checkView(t, "the second context detached", seen.OtherDetached, 0)
+	if seen.Pitch != 1024 {
+		t.Errorf("mem_alloc_pitch(1000, 100, 4) returned a pitch of %d bytes, want simcuda's 1024", seen.Pitch)
+	}
+	checkView(t, "100 rows of a 1024-byte pitch", seen.Pitched, 100*1024)
+	if !strings.Contains(seen.OneRowOver, "refused: cuMemAllocPitch failed: out of memory") {
+		t.Errorf("131073 rows of 1 byte at a 512-byte pitch (64 MiB + 512): %s; want pycuda's MemoryError", seen.OneRowOver)
+	}
+	if seen.WholePitch != 512 {
+		t.Errorf("mem_alloc_pitch(1, 131072, 4) returned a pitch of %d bytes, want 512", seen.WholePitch)
+	}
+	checkView(t, "131072 rows at a 512-byte pitch", seen.Whole, 64*clientMiB)
+	if seen.PrimaryFreed.Free != clientQuota {
+		t.Errorf("primary context, 48 MiB allocated and freed: mem_get_info %d bytes free, want the whole 64 MiB",
+			seen.PrimaryFreed.Free)
+	}
+	if seen.PrimaryArray != "allocated" {
+		t.Fatalf("primary context, a 32 MiB array after freeing 48 MiB: %s", seen.PrimaryArray)
+	}
+	checkView(t, "primary context, a 32 MiB array", seen.PrimaryWithArr, 32*clientMiB)
 	peakWithinQuota(t, stats)
 }
 
