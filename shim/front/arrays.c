@@ -205,9 +205,10 @@ typedef CUresult (*driver_make_fn)(void **handle, const void *desc, unsigned int
  * device before the real call (refused with CUDA_ERROR_OUT_OF_MEMORY when it
  * does not fit: an array cannot live on the host, so oversubscription does
  * not take it either). In a primary context, the pool's, the pool may
- * synchronize to make room, as it does for its own allocations. Calls the core cannot place (no current context, a
- * null argument, nothing to count) get the real driver's own answer; those
- * while the core is not running pass through uncounted and never load it.
+ * synchronize to make room, as it does for its own allocations. Calls the
+ * core cannot place (no current context, a null argument, nothing to count)
+ * get the real driver's own answer; those while the core is not running pass
+ * through uncounted and never load it.
  */
 static CUresult driver_array(driver_make_fn make, void **handle, const void *desc, unsigned int levels,
                              uint64_t bytes, int32_t kind)
