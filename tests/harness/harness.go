@@ -75,6 +75,12 @@ func Root(t testing.TB) string {
 	return rootDir
 }
 
+// NVMLReserved is the device memory simcuda's driver sets aside for itself
+// on every device (SIMCUDA_DRIVER_RESERVED_BYTES in tests/simcuda/devices.h):
+// NVML's total is a device's CUDA total (its SIMCUDA_DEVICES size) plus this,
+// which nvmlDeviceGetMemoryInfo counts as used and _v2 reports as reserved.
+const NVMLReserved = 456 << 20
+
 // SimcudaDir returns build/simcuda, failing the test when simcuda is not built.
 func SimcudaDir(t testing.TB) string {
 	t.Helper()

@@ -20,8 +20,8 @@ func TestNVMLQuota(t *testing.T) {
 	_, plain := harness.RunOK(t, harness.Shimmed(t, devices, prog, "16"))
 	_, limited := harness.RunOK(t, harness.Shimmed(t, append(devices, "SPILLWAY_MEMORY_LIMIT_0=64MiB", "SPILLWAY_POOL=0"), prog, "16"))
 	for _, op := range []string{"v1", "v2"} {
-		if total := plain.Num(t, op, 0, 2); total != 16<<30 {
-			t.Errorf("%s without a quota: total %d, want the device's 16 GiB", op, total)
+		if total := plain.Num(t, op, 0, 2); total != 16<<30+harness.NVMLReserved {
+			t.Errorf("%s without a quota: total %d, want NVML's: the device's 16 GiB and the driver's reserve", op, total)
 		}
 		if total, used, free := limited.Num(t, op, 0, 2), limited.Num(t, op, 0, 3), limited.Num(t, op, 0, 4); total != 64<<20 || used != 16<<20 || free != 48<<20 {
 			t.Errorf("%s with a 64 MiB quota and 16 MiB allocated: total %d used %d free %d", op, total, used, free)
@@ -30,8 +30,8 @@ func TestNVMLQuota(t *testing.T) {
 			t.Errorf("%s of the device without a quota: %v, want NVML's %v", op, got, want)
 		}
 	}
-	if used := plain.Num(t, "v1", 0, 3); used != 24<<20 {
-		t.Errorf("without a quota, NVML's used is %d, want 16 MiB allocated + the 8 MiB context", used)
+	if used := plain.Num(t, "v1", 0, 3); used != harness.NVMLReserved+24<<20 {
+		t.Errorf("without a quota, NVML's used is %d, want the driver's reserve, 16 MiB allocated and the 8 MiB context", used)
 	}
 	for _, op := range []string{"p", "q"} {
 		if own := int64(limited.Num(t, op, 0, 2)); own != 16<<20 {
@@ -42,8 +42,8 @@ func TestNVMLQuota(t *testing.T) {
 	if total, used, free := limited.Num(t, "b", 0, 2), limited.Num(t, "b", 0, 3), limited.Num(t, "b", 0, 4); total != 64<<20 || used != 0 || free != 64<<20 {
 		t.Errorf("BAR1 with a 64 MiB quota: total %d used %d free %d, want 64 MiB, 0, 64 MiB", total, used, free)
 	}
-	if got, want := limited.Line(t, "b", 1), plain.Line(t, "b", 1); got[2] != want[2] || plain.Num(t, "b", 0, 2) != 16<<30 {
-		t.Errorf("BAR1 without a quota: %v and %v, want NVML's 16 GiB", got, plain.Line(t, "b", 0))
+	if got, want := limited.Line(t, "b", 1), plain.Line(t, "b", 1); got[2] != want[2] || plain.Num(t, "b", 0, 2) != 32<<30 {
+		t.Errorf("BAR1 without a quota: %v and %v, want NVML's 32 GiB", got, plain.Line(t, "b", 0))
 	}
 }
 
@@ -53,8 +53,8 @@ func TestNVMLWithoutQuota(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/nvmlonly.c"}, ProjectHeaders: true,
 		Flags: []string{"-L", harness.SimcudaDir(t), "-lnvidia-ml"}})
 	_, out := harness.RunOK(t, harness.Shimmed(t, nil, prog))
-	if total := out.Num(t, "t", 0, 1); total != 16<<30 {
-		t.Errorf("total %d, want the device's 16 GiB", total)
+	if total := out.Num(t, "t", 0, 1); total != 16<<30+harness.NVMLReserved {
+		t.Errorf("total %d, want NVML's: the device's 16 GiB and the driver's reserve", total)
 	}
 	if out.Num(t, "L", 0, 1) != 0 {
 		t.Errorf("an NVML call without a quota loaded the core")

@@ -19,6 +19,18 @@
 #define SIMCUDA_MAX_DEVICES 16
 #define SIMCUDA_DEFAULT_CAPACITY (16ULL << 30)
 
+/*
+ * Device memory the driver sets aside for itself on every device: NVML's
+ * total (the whole framebuffer) counts it, CUDA's does not (a device's
+ * SIMCUDA_DEVICES size is what cuDeviceTotalMem, cudaMemGetInfo and
+ * totalGlobalMem report). NVML reports it as reserved (v2) and within used
+ * (v1). Real GPUs set aside some hundreds of MiB, depending on the board and
+ * the driver, and no setting changes it; so it is fixed here, and an odd
+ * size no test allocates, so that code taking one total for the other is
+ * always caught.
+ */
+#define SIMCUDA_DRIVER_RESERVED_BYTES (456ULL << 20)
+
 /* CUDA driver version (cuDriverGetVersion, nvmlSystemGetCudaDriverVersion). */
 #define SIMCUDA_DRIVER_VERSION 12040
 /* The kernel driver version string NVML reports (a release that ships CUDA 12.4). */

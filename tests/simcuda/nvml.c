@@ -287,8 +287,18 @@ static nvmlReturn_t gather(unsigned int ordinal, struct usage *u)
 	return NVML_SUCCESS;
 }
 
-/* total = capacity, used = what the live processes hold, free = the rest (never below zero). */
-static nvmlReturn_t memory_info(nvmlDevice_t device, uint64_t *total, uint64_t *used, uint64_t *free_)
+/*
+ * The device's memory as NVML reports it: total = the whole framebuffer, what
+ * CUDA can use (the capacity) plus what the driver reserves; allocated = what
+ * the live processes hold, capped at the capacity; free = the rest of the
+ * capacity. v1's used is reserved + allocated, v2's allocated alone, as NVML
+ * documents: in both, total = reserved + allocated + free.
+ */
+struct memory_figures {
+	uint64_t total, reserved, allocated, free;
+};
+
+static nvmlReturn_t memory_info(nvmlDevice_t device, struct memory_figures *m)
 {
 	struct usage u;
 
@@ -301,42 +311,43 @@ static nvmlReturn_t memory_info(nvmlDevice_t device, uint64_t *total, uint64_t *
 	if (ret != NVML_SUCCESS)
 		return ret;
 	free(u.procs);
-	*total = capacity[i];
-	*used = u.total_bytes < capacity[i] ? u.total_bytes : capacity[i];
-	*free_ = capacity[i] - *used;
+	m->reserved = SIMCUDA_DRIVER_RESERVED_BYTES;
+	m->total = capacity[i] + m->reserved;
+	m->allocated = u.total_bytes < capacity[i] ? u.total_bytes : capacity[i];
+	m->free = capacity[i] - m->allocated;
 	return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
-	uint64_t total, used, free_;
+	struct memory_figures m;
 
 	if (memory == NULL)
 		return initialised() ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_UNINITIALIZED;
-	nvmlReturn_t ret = memory_info(device, &total, &used, &free_);
+	nvmlReturn_t ret = memory_info(device, &m);
 	if (ret != NVML_SUCCESS)
 		return ret;
-	memory->total = total;
-	memory->used = used;
-	memory->free = free_;
+	memory->total = m.total;
+	memory->used = m.reserved + m.allocated;
+	memory->free = m.free;
 	return NVML_SUCCESS;
 }
 
 nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
-	uint64_t total, used, free_;
+	struct memory_figures m;
 
 	if (memory == NULL)
 		return initialised() ? NVML_ERROR_INVALID_ARGUMENT : NVML_ERROR_UNINITIALIZED;
 	if (memory->version != nvmlMemory_v2)
 		return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-	nvmlReturn_t ret = memory_info(device, &total, &used, &free_);
+	nvmlReturn_t ret = memory_info(device, &m);
 	if (ret != NVML_SUCCESS)
 		return ret;
-	memory->total = total;
-	memory->reserved = 0; /* simcuda sets nothing aside for the driver */
-	memory->used = used;
-	memory->free = free_;
+	memory->total = m.total;
+	memory->reserved = m.reserved;
+	memory->used = m.allocated;
+	memory->free = m.free;
 	return NVML_SUCCESS;
 }
 
@@ -553,8 +564,9 @@ nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major,
 }
 
 /*
- * BAR1 spans the whole device memory (the smallest power of two that holds
- * it, as large-BAR data-centre GPUs have); simcuda maps nothing through it.
+ * BAR1 spans the whole framebuffer, the driver's reserve included (the
+ * smallest power of two that holds it, as large-BAR data-centre GPUs have);
+ * simcuda maps nothing through it.
  */
 nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *bar1Memory)
 {
@@ -564,7 +576,7 @@ nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Memory_t *
 	if (i < 0 || bar1Memory == NULL)
 		return NVML_ERROR_INVALID_ARGUMENT;
 	unsigned long long total = 1;
-	while (total < capacity[i])
+	while (total < capacity[i] + SIMCUDA_DRIVER_RESERVED_BYTES)
 		total <<= 1;
 	bar1Memory->bar1Total = total;
 	bar1Memory->bar1Used = 0;

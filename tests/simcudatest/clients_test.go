@@ -153,15 +153,18 @@ func TestPynvml(t *testing.T) {
 		t.Fatalf("pynvml sees driver %q and %d devices, want 550.54.15 and 1", seen.Driver, len(seen.Devices))
 	}
 	d := seen.Devices[0]
-	const total = 16 << 30
+	// NVML's total is CUDA's 16 GiB and the driver's reserve, which
+	// nvmlDeviceGetMemoryInfo (v1, pynvml's default) counts as used. BAR1
+	// spans all of it: the next power of two.
+	const capacity = 16 << 30
 	if d.Index != 0 || d.Name != "simcuda GPU 16GiB" || !nvmlUUIDPattern.MatchString(d.UUID) ||
-		d.BusID != "00000000:18:00.0" || d.Bar1Total != total || d.UtilizationGPU != 0 ||
+		d.BusID != "00000000:18:00.0" || d.Bar1Total != 32<<30 || d.UtilizationGPU != 0 ||
 		d.Temperature != "not supported" || d.GraphicsProcesses != 0 {
 		t.Errorf("device as pynvml sees it: %+v", d)
 	}
-	if d.Total != total || d.Used != 96*clientMiB || d.Free != total-96*clientMiB {
+	if d.Total != capacity+harness.NVMLReserved || d.Used != harness.NVMLReserved+96*clientMiB || d.Free != capacity-96*clientMiB {
 		t.Errorf("memory info: total %d used %d free %d, want %d, %d, %d", d.Total, d.Used, d.Free,
-			uint64(total), 96*clientMiB, total-96*clientMiB)
+			uint64(capacity+harness.NVMLReserved), harness.NVMLReserved+96*clientMiB, capacity-96*clientMiB)
 	}
 	want := map[string]uint64{strconv.Itoa(holder.pid): 96 * clientMiB}
 	if len(d.Processes) != 1 || d.Processes[strconv.Itoa(holder.pid)] != want[strconv.Itoa(holder.pid)] {
@@ -201,9 +204,11 @@ func TestGpustat(t *testing.T) {
 		t.Fatalf("gpustat: driver %q, %d GPUs; want 550.54.15 and 1\n%s", out.DriverVersion, len(out.GPUs), res.Stdout)
 	}
 	g := out.GPUs[0]
-	// gpustat reports MiB.
-	if g.Index != 0 || g.Name != "simcuda GPU 8GiB" || g.MemoryTotal != 8192 || g.MemoryUsed != 256 {
-		t.Errorf("gpustat GPU: %+v, want index 0, \"simcuda GPU 8GiB\", 256 of 8192 MiB used", g)
+	// gpustat reports MiB, from nvmlDeviceGetMemoryInfo (v1): the driver's
+	// reserve is in the total and in what is used, as on a GPU.
+	reserved := uint64(harness.NVMLReserved >> 20)
+	if g.Index != 0 || g.Name != "simcuda GPU 8GiB" || g.MemoryTotal != 8192+reserved || g.MemoryUsed != reserved+256 {
+		t.Errorf("gpustat GPU: %+v, want index 0, \"simcuda GPU 8GiB\", %d+256 of 8192+%d MiB used", g, reserved, reserved)
 	}
 	if len(g.Processes) != 1 || g.Processes[0].PID != holder.pid || g.Processes[0].GPUMemoryUsage != 256 {
 		t.Errorf("gpustat processes: %+v, want pid %d with 256 MiB", g.Processes, holder.pid)

@@ -206,24 +206,27 @@ func nvmlProcessUsage(t testing.TB, dev nvml.Device) map[int]uint64 {
 	return usage
 }
 
-// checkNVMLMemory asserts both memory-info versions report total and used.
-func checkNVMLMemory(t testing.TB, dev nvml.Device, total, used uint64) {
+// checkNVMLMemory asserts both memory-info versions describe a device
+// whose CUDA total is capacity, used bytes of it allocated: NVML's total
+// adds the driver's reserve, which v2 reports apart and v1 counts as used.
+func checkNVMLMemory(t testing.TB, dev nvml.Device, capacity, used uint64) {
 	t.Helper()
+	total, free := capacity+harness.NVMLReserved, capacity-used
 	mem, ret := dev.GetMemoryInfo()
 	if ret != nvml.SUCCESS {
 		t.Fatalf("GetMemoryInfo: %v", ret)
 	}
-	if mem.Total != total || mem.Used != used || mem.Free != total-used {
-		t.Errorf("GetMemoryInfo = total %d used %d free %d, want total %d used %d free %d",
-			mem.Total, mem.Used, mem.Free, total, used, total-used)
+	if mem.Total != total || mem.Used != harness.NVMLReserved+used || mem.Free != free {
+		t.Errorf("GetMemoryInfo = total %d used %d free %d, want total %d used %d (reserved %d + allocated %d) free %d",
+			mem.Total, mem.Used, mem.Free, total, harness.NVMLReserved+used, harness.NVMLReserved, used, free)
 	}
 	mem2, ret := dev.GetMemoryInfo_v2()
 	if ret != nvml.SUCCESS {
 		t.Fatalf("GetMemoryInfo_v2: %v", ret)
 	}
-	if mem2.Total != total || mem2.Used != used || mem2.Free != total-used || mem2.Reserved != 0 {
-		t.Errorf("GetMemoryInfo_v2 = total %d reserved %d used %d free %d, want total %d reserved 0 used %d free %d",
-			mem2.Total, mem2.Reserved, mem2.Used, mem2.Free, total, used, total-used)
+	if mem2.Total != total || mem2.Used != used || mem2.Free != free || mem2.Reserved != harness.NVMLReserved {
+		t.Errorf("GetMemoryInfo_v2 = total %d reserved %d used %d free %d, want total %d reserved %d used %d free %d",
+			mem2.Total, mem2.Reserved, mem2.Used, mem2.Free, total, harness.NVMLReserved, used, free)
 	}
 }
 
@@ -338,8 +341,8 @@ func TestNVMLDefaultStateFolder(t *testing.T) {
 		t.Errorf("NVML lists holder %d with %d bytes, want %d", h.pid, got, 40*nvmlMiB)
 	}
 	mem, ret := dev.GetMemoryInfo()
-	if ret != nvml.SUCCESS || mem.Used < 40*nvmlMiB || mem.Used+mem.Free != mem.Total {
-		t.Errorf("GetMemoryInfo = %+v, %v; want at least the holder's %d bytes used", mem, ret, 40*nvmlMiB)
+	if ret != nvml.SUCCESS || mem.Used < harness.NVMLReserved+40*nvmlMiB || mem.Used+mem.Free != mem.Total {
+		t.Errorf("GetMemoryInfo = %+v, %v; want at least the driver's reserve and the holder's %d bytes used", mem, ret, 40*nvmlMiB)
 	}
 }
 
@@ -549,8 +552,8 @@ func BenchmarkNVMLMemoryInfo(b *testing.B) {
 	}
 	dev := nvmlDevice(b, openNVML(b, state, "16GiB"), 0)
 	for b.Loop() {
-		if mem, ret := dev.GetMemoryInfo(); ret != nvml.SUCCESS || mem.Used != 32*nvmlMiB {
-			b.Fatalf("GetMemoryInfo = %+v, %v; want 32 MiB used", mem, ret)
+		if mem, ret := dev.GetMemoryInfo(); ret != nvml.SUCCESS || mem.Used != harness.NVMLReserved+32*nvmlMiB {
+			b.Fatalf("GetMemoryInfo = %+v, %v; want the driver's reserve and 32 MiB used", mem, ret)
 		}
 	}
 }

@@ -270,7 +270,7 @@ func checkShown(t *testing.T, s statJSON, table string, gpu int, h *holder, ordi
 	pid := h.cmd.Process.Pid
 	dev := s.Devices[gpu]
 	wantBus := fmt.Sprintf("00000000:%02x:00.0", 0x18+gpu) // simcuda's bus: 0x18 + NVML's index
-	if dev.Index != gpu || dev.TotalBytes != 256*mib || !strings.HasPrefix(dev.UUID, "GPU-") || dev.Name == "" ||
+	if dev.Index != gpu || dev.TotalBytes != 256*mib+harness.NVMLReserved || !strings.HasPrefix(dev.UUID, "GPU-") || dev.Name == "" ||
 		dev.PCIBusID != wantBus {
 		t.Errorf("device %d: %+v; want bus %s", gpu, dev, wantBus)
 	}

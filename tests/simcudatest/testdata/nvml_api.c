@@ -104,7 +104,11 @@ static void arguments(void)
 	CHECK(strcmp(nvmlErrorString((nvmlReturn_t)12345), "Unknown Error") == 0);
 }
 
-/* NVML's CUDA version, device count, names, UUIDs and totals are the runtime's. */
+/*
+ * NVML's CUDA version, device count, names and UUIDs are the runtime's; its
+ * total is the runtime's and the driver's reserve together, as on a GPU, and
+ * its free is the runtime's (this process is the only one on the devices).
+ */
 static void agrees_with_runtime(void)
 {
 	unsigned int count = 0;
@@ -124,20 +128,32 @@ static void agrees_with_runtime(void)
 		struct cudaDeviceProp prop;
 		nvmlDevice_t dev;
 		nvmlMemory_t mem;
+		nvmlMemory_v2_t mem2 = {.version = nvmlMemory_v2};
+		size_t cuda_free = 0, cuda_total = 0;
 		char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE], uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE], want[64];
 		const unsigned char *b = (const unsigned char *)prop.uuid.bytes;
 
 		CHECK(cudaGetDeviceProperties(&prop, (int)i) == cudaSuccess);
+		CHECK(cudaSetDevice((int)i) == cudaSuccess && cudaMemGetInfo(&cuda_free, &cuda_total) == cudaSuccess);
 		EXPECT(nvmlDeviceGetHandleByIndex_v2(i, &dev), NVML_SUCCESS);
 		EXPECT(nvmlDeviceGetName(dev, name, sizeof(name)), NVML_SUCCESS);
 		EXPECT(nvmlDeviceGetUUID(dev, uuid, sizeof(uuid)), NVML_SUCCESS);
 		EXPECT(nvmlDeviceGetMemoryInfo(dev, &mem), NVML_SUCCESS);
+		EXPECT(nvmlDeviceGetMemoryInfo_v2(dev, &mem2), NVML_SUCCESS);
 		snprintf(want, sizeof(want),
 			 "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1],
 			 b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
-		if (strcmp(name, prop.name) != 0 || strcmp(uuid, want) != 0 || mem.total != prop.totalGlobalMem) {
-			printf("FAIL device %u: NVML says %s %s %llu bytes, the runtime %s %s %zu bytes\n", i, name,
-			       uuid, mem.total, prop.name, want, prop.totalGlobalMem);
+		if (strcmp(name, prop.name) != 0 || strcmp(uuid, want) != 0) {
+			printf("FAIL device %u: NVML says %s %s, the runtime %s %s\n", i, name, uuid, prop.name, want);
+			failures++;
+		}
+		if (mem2.reserved == 0 || mem.total != prop.totalGlobalMem + mem2.reserved ||
+		    mem2.total != mem.total || cuda_total != prop.totalGlobalMem || mem.free != cuda_free ||
+		    mem2.free != cuda_free) {
+			printf("FAIL device %u: NVML says total %llu (v2 %llu, of it %llu reserved) free %llu (v2 %llu), "
+			       "the runtime total %zu (cudaMemGetInfo %zu) free %zu\n",
+			       i, mem.total, mem2.total, mem2.reserved, mem.free, mem2.free, prop.totalGlobalMem,
+			       cuda_total, cuda_free);
 			failures++;
 		}
 	}
@@ -185,11 +201,12 @@ static void processes(unsigned long long bytes)
 	CHECK(count == 1 && infos_v1[0].pid == pid && infos_v1[0].usedGpuMemory == bytes);
 	CHECK(infos_v1[1].pid == 0xABABABABu);
 
-	EXPECT(nvmlDeviceGetMemoryInfo(dev, &mem), NVML_SUCCESS);
-	CHECK(mem.used == bytes && mem.free + mem.used == mem.total);
+	/* v1's used counts the driver's reserve, v2's does not: v2 reports it apart. */
 	EXPECT(nvmlDeviceGetMemoryInfo_v2(dev, &mem2), NVML_SUCCESS);
-	CHECK(mem2.used == bytes && mem2.reserved == 0 && mem2.free + mem2.used == mem2.total);
-	CHECK(mem2.total == mem.total);
+	CHECK(mem2.used == bytes && mem2.reserved > 0 && mem2.free + mem2.reserved + mem2.used == mem2.total);
+	EXPECT(nvmlDeviceGetMemoryInfo(dev, &mem), NVML_SUCCESS);
+	CHECK(mem.used == mem2.reserved + bytes && mem.free + mem.used == mem.total);
+	CHECK(mem2.total == mem.total && mem2.free == mem.free);
 }
 
 int main(int argc, char **argv)
