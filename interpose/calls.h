@@ -356,10 +356,13 @@ SPILLWAY_ENTRY(cu_free_async, (uint64_t ptr, uint64_t stream, uint64_t current))
 SPILLWAY_ENTRY(cu_device_total_mem, (int32_t device, uint64_t *total))
 SPILLWAY_ENTRY(cu_device_reset, (int32_t device))
 SPILLWAY_ENTRY(cu_device_synchronize, (int32_t device))
-/* NVML's view of CUDA device `device`: total and used, NVML's in, the
- * process's out (its quota and what it holds, when it has a quota).
- * Returns a cudaError_t and never touches the last error. */
-SPILLWAY_ENTRY(nvml_memory, (int32_t device, uint64_t *total, uint64_t *used))
+/* NVML's view of CUDA device `device`, whose total CUDA reports as
+ * cuda_total (cuDeviceTotalMem; NVML's total also counts what the driver
+ * reserves): *quota the process's quota there, the one every other report
+ * gives, and *used what it holds against it; *quota 0 when the device has
+ * no quota (NVML's own figures stand). Returns a cudaError_t and never
+ * touches the last error. */
+SPILLWAY_ENTRY(nvml_memory, (int32_t device, uint64_t cuda_total, uint64_t *quota, uint64_t *used))
 /*
  * Memory counted but not pooled (contexts the application created, its
  * cuMemCreate). take admits size bytes on device outside the pool against

@@ -54,31 +54,35 @@ func (c *Core) TotalMem(ordinal int, real uint64) (uint64, interpose.Error) {
 	return real, interpose.Success
 }
 
-// NVMLMemory is NVML's view of a device for a process with a quota there:
-// its quota as the total and what it holds against it as used. Without a
-// quota, NVML's own figures. With an invalid configuration it fails with
-// cudaErrorInitializationError, as allocations do: the front then reports
-// none of the device's memory free (see MemGetInfo). So does a setting
-// invalid for this device.
-func (c *Core) NVMLMemory(ordinal int, total, used uint64) (uint64, uint64, interpose.Error) {
+// NVMLMemory is NVML's view of a device whose total CUDA reports as
+// cudaTotal, for a process with a quota there: the quota, which NVML shows
+// as the device's total, and what the process holds against it. A
+// percentage quota is a share of CUDA's total, as when the device is first
+// used, never of NVML's, which also counts the memory the driver reserves:
+// NVML shows the quota that is enforced, before the first use as after.
+// Quota 0: the device has no quota, and NVML's own figures stand. With an
+// invalid configuration it fails with cudaErrorInitializationError, as
+// allocations do: the front then reports none of the device's memory free
+// (see MemGetInfo). So does a setting invalid for this device.
+func (c *Core) NVMLMemory(ordinal int, cudaTotal uint64) (quota, used uint64, rc interpose.Error) {
 	if c.broken != nil {
 		return 0, 0, interpose.ErrorInitialization
 	}
-	if c.mem.unusable(ordinal, total) {
+	if c.mem.unusable(ordinal, cudaTotal) {
 		return 0, 0, interpose.ErrorInitialization
 	}
 	if d := c.mem.existing(ordinal); d != nil {
 		if d.limited {
 			return d.quota, d.ledger.used(), interpose.Success
 		}
-		return total, used, interpose.Success
+		return 0, 0, interpose.Success
 	}
 	if limit := c.cfg.LimitFor(ordinal); limit.IsSet() {
 		held := uint64(0) // after a reset, what outlives the pool
 		if l := c.mem.ledgerAt(ordinal); l != nil {
 			held = l.used()
 		}
-		return limit.Resolve(total), held, interpose.Success
+		return limit.Resolve(cudaTotal), held, interpose.Success
 	}
-	return total, used, interpose.Success
+	return 0, 0, interpose.Success
 }

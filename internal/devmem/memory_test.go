@@ -871,3 +871,26 @@ func TestRequestThatFitsByFreeIsServed(t *testing.T) {
 		}
 	}
 }
+
+// TestNVMLMemoryPercentOfCUDATotal: NVML's quota is a share of the total
+// CUDA reports (the front passes cuDeviceTotalMem's), the one the pool is
+// built with at the first use: the same before it as after. A device
+// without a quota gets quota 0, leaving NVML's own figures.
+func TestNVMLMemoryPercentOfCUDATotal(t *testing.T) {
+	rt := newFake(1 << 30)
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT_0=25%")
+	c := &Core{cfg: m.cfg, mem: m.memory}
+	if quota, used, rc := c.NVMLMemory(0, 1<<30); rc != interpose.Success || quota != 256<<20 || used != 0 {
+		t.Errorf("before the first use: quota %d used %d (%v), want 256 MiB, 0", quota, used, rc)
+	}
+	if _, rc := m.malloc(request{device: 0, size: 56 << 20}); rc != interpose.Success {
+		t.Fatalf("malloc: %v", rc)
+	}
+	_, total, _ := m.memGetInfo(0)
+	if quota, used, rc := c.NVMLMemory(0, 1<<30); rc != interpose.Success || quota != total || quota != 256<<20 || used == 0 {
+		t.Errorf("after it: quota %d used %d (%v), want cudaMemGetInfo's %d and the bytes held", quota, used, rc, total)
+	}
+	if quota, _, rc := c.NVMLMemory(1, 1<<30); rc != interpose.Success || quota != 0 {
+		t.Errorf("a device without a quota: quota %d (%v), want 0", quota, rc)
+	}
+}

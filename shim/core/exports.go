@@ -256,11 +256,11 @@ func spillway_core_cu_device_synchronize(device C.int32_t) (rc C.int32_t) {
 }
 
 //export spillway_core_nvml_memory
-func spillway_core_nvml_memory(device C.int32_t, total, used *C.uint64_t) (rc C.int32_t) {
+func spillway_core_nvml_memory(device C.int32_t, cudaTotal C.uint64_t, quota, used *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "nvmlDeviceGetMemoryInfo")
-	t, u, e := running().NVMLMemory(int(device), uint64(*total), uint64(*used))
+	q, u, e := running().NVMLMemory(int(device), uint64(cudaTotal))
 	if e == interpose.Success {
-		*total, *used = C.uint64_t(t), C.uint64_t(u)
+		*quota, *used = C.uint64_t(q), C.uint64_t(u)
 	}
 	return C.int32_t(e)
 }

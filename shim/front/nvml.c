@@ -15,9 +15,12 @@
  * NVML numbers devices its own way (all of them, by PCI order); CUDA by
  * CUDA_VISIBLE_DEVICES and its ordering. A device is matched to its CUDA
  * ordinal by its UUID, through the driver, which the front loads (and
- * initialises) for the purpose when the process has not. -1: no match.
+ * initialises) for the purpose when the process has not. Also gives the
+ * device's total as CUDA reports it (cuDeviceTotalMem, which needs no
+ * context), the total a percentage quota is a share of: NVML's is larger,
+ * by the memory the driver reserves. -1: no match.
  */
-static int cuda_ordinal(nvmlDevice_t device)
+static int cuda_device(nvmlDevice_t device, uint64_t *cuda_total)
 {
     char want[NVML_DEVICE_UUID_V2_BUFFER_SIZE];
     __typeof__(real.nvml_device_uuid) uuid_of =
@@ -32,8 +35,10 @@ static int cuda_ordinal(nvmlDevice_t device)
     __typeof__(real.cu_device_get) get = (__typeof__(real.cu_device_get))resolve(R_cu_device_get);
     __typeof__(real.cu_device_get_uuid) uuid =
         (__typeof__(real.cu_device_get_uuid))resolve(R_cu_device_get_uuid);
+    __typeof__(real.cu_device_total_mem) total_mem =
+        (__typeof__(real.cu_device_total_mem))resolve(R_cu_device_total_mem);
     int n = 0;
-    if (!init || !count_devices || !get || !uuid || init(0) != CUDA_SUCCESS ||
+    if (!init || !count_devices || !get || !uuid || !total_mem || init(0) != CUDA_SUCCESS ||
         count_devices(&n) != CUDA_SUCCESS)
         return -1;
     for (int i = 0; i < n; i++) {
@@ -47,47 +52,54 @@ static int cuda_ordinal(nvmlDevice_t device)
                  "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
                  b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
                  b[14], b[15]);
-        if (strcmp(have, want) == 0)
-            return i;
+        if (strcmp(have, want) != 0)
+            continue;
+        size_t bytes = 0;
+        if (total_mem(&bytes, dev) != CUDA_SUCCESS)
+            return -1;
+        *cuda_total = bytes;
+        return i;
     }
     return -1;
 }
 
 /*
- * NVML's memory figures as this process may see them: with a quota on the
- * device, total = the quota and used = what Spillway counts against it.
- * Returns 0 when the figures stand as NVML gave them, and NVML_NONE_FREE
- * when every allocation is refused (an invalid configuration, or a quota
- * and no core): none of the device's memory is the process's, as
- * cudaMemGetInfo then says.
+ * The process's share of a device as NVML should show it: with a quota on
+ * the device, returns 1 with *quota = the quota (the one every allocation is
+ * held to, and cudaMemGetInfo and cuDeviceTotalMem report) and *used = what
+ * Spillway counts against it, never above the quota. Returns 0 when NVML's
+ * own figures stand, and NVML_NONE_FREE when every allocation is refused
+ * (an invalid configuration, or a quota and no core): none of the device's
+ * memory is the process's, as cudaMemGetInfo then says.
  * Without a quota configured, NVML never loads the core (a monitoring tool
  * that uses only NVML starts no Go runtime).
  */
 #define NVML_NONE_FREE (-1)
-static int nvml_as_limited(nvmlDevice_t device, unsigned long long *total,
+static int nvml_as_limited(nvmlDevice_t device, unsigned long long *quota,
                            unsigned long long *used)
 {
     int ordinal;
+    uint64_t cuda_total = 0;
     if (atomic_load_explicit(&state, memory_order_acquire) != READY && !quota_configured())
         return 0;
-    /* The ordinal first: it loads the driver, which the core starts on in a
+    /* The device first: it loads the driver, which the core starts on in a
      * process that has used only NVML so far. */
-    ordinal = cuda_ordinal(device);
+    ordinal = cuda_device(device, &cuda_total);
     enum route r = route();
     if (r == ROUTE_REFUSE)
         return NVML_NONE_FREE;
     if (r != ROUTE_CORE || ordinal < 0)
         return 0;
-    uint64_t t = *total, u = *used;
+    uint64_t q = 0, u = 0;
     depth++;
-    int32_t rc = core.nvml_memory(ordinal, &t, &u);
+    int32_t rc = core.nvml_memory(ordinal, cuda_total, &q, &u);
     depth--;
     if (rc == cudaErrorInitializationError)
         return NVML_NONE_FREE;
-    if (rc != cudaSuccess || (t == *total && u == *used))
+    if (rc != cudaSuccess || q == 0)
         return 0;
-    *total = t;
-    *used = u < t ? u : t;
+    *quota = q;
+    *used = u < q ? u : q;
     return 1;
 }
 
@@ -109,9 +121,14 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *m
     nvmlReturn_t rc = real_memory_info(device, memory);
     if (rc != NVML_SUCCESS || depth > 0)
         return rc;
-    int limited = nvml_as_limited(device, &memory->total, &memory->used);
+    unsigned long long quota = 0, used = 0;
+    int limited = nvml_as_limited(device, &quota, &used);
     if (limited == NVML_NONE_FREE)
         memory->used = memory->total;
+    if (limited > 0) {
+        memory->total = quota;
+        memory->used = used;
+    }
     if (limited)
         memory->free = quota_free(memory->total, memory->used, memory->free);
     return rc;
@@ -123,11 +140,16 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
     nvmlReturn_t rc = real_memory_info(device, memory);
     if (rc != NVML_SUCCESS || depth > 0)
         return rc;
-    int limited = nvml_as_limited(device, &memory->total, &memory->used);
+    unsigned long long quota = 0, used = 0;
+    int limited = nvml_as_limited(device, &quota, &used);
     if (limited == NVML_NONE_FREE)
         memory->used = memory->total;
+    if (limited > 0) {
+        memory->total = quota;
+        memory->used = used;
+    }
     if (limited) {
-        memory->reserved = 0;
+        memory->reserved = 0; /* the driver's reserve is in no quota */
         memory->free = quota_free(memory->total, memory->used, memory->free);
     }
     return rc;
@@ -139,8 +161,8 @@ static void own_process_usage(nvmlDevice_t device, unsigned int count, nvmlProce
     unsigned int self = (unsigned int)getpid();
     for (unsigned int i = 0; infos && i < count; i++)
         if (infos[i].pid == self) {
-            unsigned long long total = ~0ull, used = infos[i].usedGpuMemory;
-            if (nvml_as_limited(device, &total, &used) > 0)
+            unsigned long long quota = 0, used = 0;
+            if (nvml_as_limited(device, &quota, &used) > 0)
                 infos[i].usedGpuMemory = used;
             return;
         }
@@ -179,7 +201,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetBAR1MemoryInfo(nvmlDevice_t device, nvmlBAR1Mem
 {
     REAL(real_bar1, nvml_bar1_memory_info);
     nvmlReturn_t rc = real_bar1(device, bar1Memory);
-    unsigned long long quota = ~0ull, held = 0;
+    unsigned long long quota = 0, held = 0;
     if (rc == NVML_SUCCESS && depth == 0 && nvml_as_limited(device, &quota, &held) > 0 &&
         quota < bar1Memory->bar1Total) {
         bar1Memory->bar1Total = quota;
@@ -199,8 +221,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
     unsigned int self = (unsigned int)getpid();
     for (unsigned int i = 0; rc == NVML_SUCCESS && depth == 0 && infos && i < *infoCount; i++)
         if (infos[i].pid == self) {
-            unsigned long long total = ~0ull, used = infos[i].usedGpuMemory;
-            if (nvml_as_limited(device, &total, &used) > 0)
+            unsigned long long quota = 0, used = 0;
+            if (nvml_as_limited(device, &quota, &used) > 0)
                 infos[i].usedGpuMemory = used;
             break;
         }

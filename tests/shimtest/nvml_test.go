@@ -119,3 +119,33 @@ func TestNVMLFreeWithinDevice(t *testing.T) {
 		}
 	}
 }
+
+// TestNVMLPercentQuota: a percentage quota is a share of the device's
+// total as CUDA reports it, NVML's being larger by the memory the driver
+// reserves. NVML shows that quota, the one enforced, from its first call
+// (before the device is first used) as after, as cuDeviceTotalMem and
+// cudaMemGetInfo do; BAR1 is within it from the first call too.
+func TestNVMLPercentQuota(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/nvmlfirstuse.c"}, Cudart: true, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lnvidia-ml", "-lcuda"}})
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SIMCUDA_DEVICES=1x16GiB", "SPILLWAY_MEMORY_LIMIT=50%", "SPILLWAY_POOL=0"}, prog))
+	const quota = 8 << 30 // 50% of CUDA's 16 GiB
+	for k, used := range []uint64{0, 16 << 20} {
+		when := [...]string{"before the first use", "after it"}[k]
+		if total, u, free := out.Num(t, "v1", k, 1), out.Num(t, "v1", k, 2), out.Num(t, "v1", k, 3); total != quota || u != used || free != quota-used {
+			t.Errorf("nvmlDeviceGetMemoryInfo %s: total %d used %d free %d, want %d, %d, %d", when, total, u, free, uint64(quota), used, quota-used)
+		}
+		if total, reserved, u, free := out.Num(t, "v2", k, 1), out.Num(t, "v2", k, 2), out.Num(t, "v2", k, 3), out.Num(t, "v2", k, 4); total != quota || reserved != 0 || u != used || free != quota-used {
+			t.Errorf("nvmlDeviceGetMemoryInfo_v2 %s: total %d reserved %d used %d free %d, want %d, 0, %d, %d", when, total, reserved, u, free, uint64(quota), used, quota-used)
+		}
+		if total := out.Num(t, "b", k, 1); total != quota {
+			t.Errorf("BAR1 %s: %d, want the quota %d", when, total, uint64(quota))
+		}
+		if total := out.Num(t, "d", k, 1); total != quota {
+			t.Errorf("cuDeviceTotalMem %s: %d, want %d", when, total, uint64(quota))
+		}
+		if free, total := out.Num(t, "r", k, 1), out.Num(t, "r", k, 2); total != quota || free != quota-used {
+			t.Errorf("cudaMemGetInfo %s: free %d total %d, want %d, %d", when, free, total, quota-used, uint64(quota))
+		}
+	}
+}
