@@ -505,3 +505,39 @@ func fetch(t *testing.T, url string) string {
 	}
 	return string(body)
 }
+
+// A percentage quota: spillway stat (table and JSON) gives the quota the
+// process is held to, 50% of the device's total as CUDA reports it, and so
+// does NVML to a program started under the same setting (a monitoring tool
+// beside the job), although NVML's own total is larger by the memory the
+// driver reserves.
+func TestStatPercentQuota(t *testing.T) {
+	bin := compileHold(t)
+	e := newEnv(t)
+	h := startHolder(t, e, bin, "50%", "0", "0", strconv.Itoa(8*mib))
+	s := statAfter(t, e, h)
+	table := runStat(t, e)
+	const quota = 128 * mib // 50% of CUDA's 256 MiB
+	if len(s.Devices) == 0 || len(s.Devices[0].Processes) != 1 || s.Devices[0].Processes[0].Spillway == nil {
+		t.Fatalf("stat: %+v, want the holder on GPU 0", s.Devices)
+	}
+	if dev := s.Devices[0]; dev.TotalBytes != 256*mib+harness.NVMLReserved || dev.Processes[0].Spillway.Quota != quota {
+		t.Errorf("stat: GPU total %d, quota %d; want NVML's %d and 50%% of CUDA's 256 MiB, %d",
+			dev.TotalBytes, dev.Processes[0].Spillway.Quota, 256*mib+harness.NVMLReserved, quota)
+	}
+	row := regexp.MustCompile(fmt.Sprintf(`(?m)^\s*%d\s+hold\s+128MiB\s`, h.pid))
+	if !row.MatchString(tableSection(table.Stdout, 0)) {
+		t.Errorf("table: want a 128MiB quota for pid %d in:\n%s", h.pid, table.Stdout)
+	}
+	nvmlOnly := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/nvmltotal.c"}, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lnvidia-ml"}})
+	cmd := harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=50%"}, nvmlOnly)
+	e.apply(cmd)
+	_, out := harness.RunOK(t, cmd)
+	if total := out.Num(t, "t", 0, 1); total != quota {
+		t.Errorf("NVML under SPILLWAY_MEMORY_LIMIT=50%%: total %d, want the quota spillway stat gives, %d", total, uint64(quota))
+	}
+	if report, _ := h.finish(t, 0); report.Quota != quota {
+		t.Errorf("the holder's report: quota %d, want %d", report.Quota, uint64(quota))
+	}
+}
