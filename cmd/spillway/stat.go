@@ -191,6 +191,20 @@ func statMain(args []string) int {
 	}
 }
 
+// gpuMemory is a GPU's total and used bytes as NVML's second memory query
+// gives them, as nvidia-smi shows them: used leaves out what the driver
+// reserves for itself, which the first query (for older drivers, that lack
+// the second) counts as used, hundreds of MiB on an idle GPU.
+func gpuMemory(dev nvml.Device) (total, used uint64) {
+	if mem, ret := dev.GetMemoryInfo_v2(); ret == nvml.SUCCESS {
+		return mem.Total, mem.Used
+	}
+	if mem, ret := dev.GetMemoryInfo(); ret == nvml.SUCCESS {
+		return mem.Total, mem.Used
+	}
+	return 0, 0
+}
+
 // openNVML loads and initialises NVML, or says in one line why not.
 func openNVML() (nvml.Interface, error) {
 	lib := nvml.New()
@@ -300,9 +314,7 @@ func collect(lib nvml.Interface, files figuresReader, dirs []string) (*statRepor
 			text, _ := loc.MarshalText()
 			g.PCIBusID = string(text)
 		}
-		if mem, ret := dev.GetMemoryInfo(); ret == nvml.SUCCESS {
-			g.TotalBytes, g.UsedBytes = mem.Total, mem.Used
-		}
+		g.TotalBytes, g.UsedBytes = gpuMemory(dev)
 		procs, ret := dev.GetComputeRunningProcesses()
 		if ret != nvml.SUCCESS && ret != nvml.ERROR_NOT_SUPPORTED {
 			return nil, fmt.Errorf("NVML processes on device %d: %s", i, nvml.ErrorString(ret))

@@ -26,6 +26,9 @@ func fakeNVML(buses []uint32, procs map[int][]nvml.ProcessInfo) nvml.Interface {
 				GetNameFunc:       func() (string, nvml.Return) { return "Sim GPU", nvml.SUCCESS },
 				GetUUIDFunc:       func() (string, nvml.Return) { return "GPU-" + string(rune('a'+i)), nvml.SUCCESS },
 				GetMemoryInfoFunc: func() (nvml.Memory, nvml.Return) { return nvml.Memory{Total: 1 << 30}, nvml.SUCCESS },
+				GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) {
+					return nvml.Memory_v2{Total: 1 << 30}, nvml.SUCCESS
+				},
 				GetPciInfoFunc: func() (nvml.PciInfo, nvml.Return) {
 					return nvml.PciInfo{Domain: 0, Bus: buses[i], Device: 0}, nvml.SUCCESS
 				},
@@ -199,6 +202,39 @@ func TestCollectKeepsPIDsOfOtherNamespacesApart(t *testing.T) {
 	} {
 		if !strings.Contains(b.String(), series) {
 			t.Errorf("metrics lack %s:\n%s", series, b.String())
+		}
+	}
+}
+
+// A GPU's used bytes leave out the driver's reserve, as NVML's second memory
+// query and nvidia-smi give them; a driver without that query gives the
+// first one's figures.
+func TestGPUMemory(t *testing.T) {
+	const total, reserved, allocated = 16 << 30, 456 << 20, 1 << 30
+	v1 := func() (nvml.Memory, nvml.Return) {
+		return nvml.Memory{Total: total, Used: reserved + allocated, Free: total - reserved - allocated}, nvml.SUCCESS
+	}
+	for _, c := range []struct {
+		name      string
+		v2        nvml.Return
+		wantTotal uint64
+		wantUsed  uint64
+	}{
+		{"v2", nvml.SUCCESS, total, allocated},
+		{"v1 only", nvml.ERROR_FUNCTION_NOT_FOUND, total, reserved + allocated},
+		{"v1 only, v2 refused", nvml.ERROR_NOT_SUPPORTED, total, reserved + allocated},
+	} {
+		dev := &mock.Device{
+			GetMemoryInfoFunc: v1,
+			GetMemoryInfo_v2Func: func() (nvml.Memory_v2, nvml.Return) {
+				if c.v2 != nvml.SUCCESS {
+					return nvml.Memory_v2{}, c.v2
+				}
+				return nvml.Memory_v2{Total: total, Reserved: reserved, Used: allocated, Free: total - reserved - allocated}, nvml.SUCCESS
+			},
+		}
+		if gotTotal, gotUsed := gpuMemory(dev); gotTotal != c.wantTotal || gotUsed != c.wantUsed {
+			t.Errorf("%s: total %d, used %d; want %d, %d", c.name, gotTotal, gotUsed, c.wantTotal, c.wantUsed)
 		}
 	}
 }

@@ -293,6 +293,10 @@ func checkShown(t *testing.T, s statJSON, table string, gpu int, h *holder, ordi
 		t.Errorf("pid %d: NVML's figure %v, simcuda's device_bytes %d, reserved %d: want all equal",
 			pid, p.NVMLUsed, held, report.Reserved)
 	}
+	if dev.UsedBytes != held { // the driver's reserve apart, as nvidia-smi shows it
+		t.Errorf("device %d: used_bytes %d, want the %d bytes its only process holds (NVML's reserve: %d)",
+			gpu, dev.UsedBytes, held, harness.NVMLReserved)
+	}
 	if p.Command != "hold" {
 		t.Errorf("pid %d: command %q, want hold", pid, p.Command)
 	}
