@@ -485,10 +485,10 @@ func TestStatMetrics(t *testing.T) {
 	pid := strconv.Itoa(h.cmd.Process.Pid)
 	for _, want := range []string{
 		"# TYPE spillway_process_quota_bytes gauge",
-		fmt.Sprintf(`spillway_process_quota_bytes{gpu="0",UUID="GPU-`),
+		`spillway_process_quota_bytes{gpu="0",UUID="GPU-`,
 		fmt.Sprintf(`pid="%s",command="hold"} %d`, pid, 64*mib),
 		"# TYPE spillway_process_refusals_total counter",
-		fmt.Sprintf(`spillway_gpu_memory_total_bytes{gpu="0",`),
+		`spillway_gpu_memory_total_bytes{gpu="0",`,
 	} {
 		if !strings.Contains(body, want) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
