@@ -24,7 +24,7 @@ CUresult context_device(int32_t *device)
  * core serves them from that device's pool; in a context the application
  * created (contexts.c), the core counts them and the front passes them through.
  * A call the core cannot place (no current context, a null pointer, zero
- * bytes) gets the real driver's own answer.
+ * bytes, managed flags CUDA refuses) gets the real driver's own answer.
  */
 
 /* Records a driver allocation passed through on the early route; undoes it if it cannot. */
@@ -107,7 +107,7 @@ EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned i
     int32_t device = 0;
     uint64_t p = 0;
     CUcontext ctx = NULL;
-    enum route r = driver_alloc_route(dptr, bytesize, &device, &ctx);
+    enum route r = driver_alloc_route(valid_attach_flags(flags) ? dptr : NULL, bytesize, &device, &ctx);
     depth++;
     switch (r) {
     case ROUTE_CORE:

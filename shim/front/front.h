@@ -172,6 +172,13 @@ static inline uint64_t pitch_bound(uint64_t width)
     return width > UINT64_MAX - 511 ? UINT64_MAX : (width + 511) / 512 * 512;
 }
 
+/* The flags cudaMallocManaged and cuMemAllocManaged accept: others get CUDA's own answer
+ * (runtime.c, driver.c), never the quota's. */
+static inline int valid_attach_flags(unsigned int flags)
+{
+    return flags == CU_MEM_ATTACH_GLOBAL || flags == CU_MEM_ATTACH_HOST;
+}
+
 extern atomic_size_t created_live;
 long created_usage(CUcontext ctx, int delta);
 CUcontext current_created(void);

@@ -47,7 +47,8 @@ static cudaError_t early_alloc(cudaError_t rc, void *const *devPtr, uint64_t siz
  * runtime's own driver calls while it finds the device pass through. The
  * core's route needs the current device (sets *device; where it cannot be
  * found, that error is the answer, *rc, and ROUTE_FAILED); in a context the
- * application created it is ROUTE_CONTEXT (sets *ctx); a null devPtr, and
+ * application created it is ROUTE_CONTEXT (sets *ctx); a null devPtr (the
+ * callers pass NULL for arguments CUDA refuses, such as managed flags), and
  * zero bytes in a created context, get CUDA's own answer (which also sets
  * the thread's last error).
  */
@@ -109,7 +110,7 @@ EXPORT cudaError_t cudaMallocManaged(void **devPtr, size_t size, unsigned int fl
     CUcontext ctx = NULL;
     enum route r = route();
     depth++;
-    switch (runtime_alloc_route(r, devPtr, size, &device, &ctx, &rc)) {
+    switch (runtime_alloc_route(r, valid_attach_flags(flags) ? devPtr : NULL, size, &device, &ctx, &rc)) {
     case ROUTE_CORE:
         if ((rc = core.malloc_managed(device, size, flags, &p)) == cudaSuccess)
             *devPtr = (void *)(uintptr_t)p;

@@ -251,3 +251,22 @@ func TestDriverEntryPointQuota(t *testing.T) {
 		t.Errorf("simcuda held %d bytes at its peak, above the 64 MiB quota", peak)
 	}
 }
+
+// TestManagedFlagsOverQuota: a managed allocation with flags CUDA refuses
+// (neither CU_MEM_ATTACH_GLOBAL nor CU_MEM_ATTACH_HOST) gets CUDA's
+// CUDA_ERROR_INVALID_VALUE / cudaErrorInvalidValue, also when the quota is
+// full: an out-of-memory error would send the program looking for memory
+// to free instead of at its flags. Valid flags are still refused at the
+// quota.
+func TestManagedFlagsOverQuota(t *testing.T) {
+	const cuInvalidValue = 1 // CUDA_ERROR_INVALID_VALUE and cudaErrorInvalidValue
+	out, _ := runScriptWith(t, drvops(t, "dynamic"), 64<<20, nil,
+		"m", "64M", "n", "4K", "0", "n", "4K", "4", "N", "4K", "0", "e", "N", "4K", "7", "e",
+		"n", "4K", "1", "N", "4K", "2", "e")
+	checkSteps(t, out, []step{
+		{"m", 0, cuSuccess},
+		{"n", 0, cuInvalidValue}, {"n", 1, cuInvalidValue},
+		{"N", 0, cuInvalidValue}, {"e", 0, cuInvalidValue}, {"N", 1, cuInvalidValue}, {"e", 1, cuInvalidValue},
+		{"n", 2, cuOutOfMemory}, {"N", 2, harness.ErrMemoryAllocation}, {"e", 2, harness.ErrMemoryAllocation},
+	})
+}

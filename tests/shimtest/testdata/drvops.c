@@ -15,6 +15,7 @@
  *            out for the per-thread default stream -> "h RC SLOT NAME", NAME
  *            the function's symbol and its file's base name
  *   M SIZE   cuMemAllocManaged (global) -> "M RC SLOT"
+ *   n SIZE FLAGS cuMemAllocManaged with FLAGS -> "n RC SLOT"
  *   p W H    cuMemAllocPitch_v2 (4-byte elements) -> "p RC SLOT PITCH"
  *   a SIZE   cuMemAllocAsync on the legacy stream -> "a RC SLOT"
  *   A SIZE   cuMemAllocAsync_ptsz on stream 0 (the per-thread stream)
@@ -31,6 +32,7 @@
  *   R SLOT   cudaFree             -> "R RC"
  *   I        cudaMemGetInfo       -> "I RC FREE TOTAL"
  *   e        cudaGetLastError     -> "e RC"
+ *   N SIZE FLAGS cudaMallocManaged with FLAGS -> "N RC SLOT"
  *   d SIZE   cudaMalloc of the dynamic runtime, loaded with dlopen (in a
  *            program built with the static runtime: both in one process)
  *                                 -> "d RC SLOT"
@@ -149,6 +151,11 @@ int main(int argc, char **argv)
             printf("M %d %d\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1);
             i++;
             break;
+        case 'n':
+            rc = cuMemAllocManaged(&p, size_arg(arg), (unsigned)atoi(i + 2 < argc ? argv[i + 2] : "0"));
+            printf("n %d %d\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1);
+            i += 2;
+            break;
         case 'p': {
             size_t pitch = 0;
             rc = cuMemAllocPitch_v2(&p, &pitch, size_arg(arg), (size_t)atol(i + 2 < argc ? argv[i + 2] : "0"), 4);
@@ -210,6 +217,13 @@ int main(int argc, char **argv)
         case 'e':
             printf("e %d\n", cudaGetLastError());
             break;
+        case 'N': {
+            void *q = NULL;
+            cudaError_t e = cudaMallocManaged(&q, size_arg(arg), (unsigned)atoi(i + 2 < argc ? argv[i + 2] : "0"));
+            printf("N %d %d\n", e, e == cudaSuccess ? keep((CUdeviceptr)(uintptr_t)q) : -1);
+            i += 2;
+            break;
+        }
         case 'd': {
             static cudaError_t (*dynamic_malloc)(void **, size_t);
             void *h = dynamic_malloc ? NULL : dlopen("libcudart.so.12", RTLD_NOW | RTLD_LOCAL);
