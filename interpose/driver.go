@@ -446,9 +446,14 @@ func fromDriver(rc C.CUresult) Error {
 		return ErrorNotReady
 	case C.CUDA_ERROR_NOT_SUPPORTED:
 		return ErrorNotSupported
-	default:
-		return ErrorUnknown
+	case C.CUDA_ERROR_INVALID_HANDLE:
+		return ErrorInvalidResourceHandle
 	}
+	// The stream-capture codes (900-908) are numbered alike in both APIs.
+	if rc >= C.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && rc <= C.CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD {
+		return Error(rc)
+	}
+	return ErrorUnknown
 }
 
 func (d *Driver) Malloc(size uint64) (DevicePtr, Error) {

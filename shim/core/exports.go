@@ -174,7 +174,11 @@ func spillway_core_cu_mem_get_info(device C.int32_t, free, total *C.uint64_t) (r
 }
 
 // driverAnswer is the CUresult the driver would give for the runtime's e.
+// The stream-capture codes (900-908) are numbered alike in both APIs.
 func driverAnswer(e interpose.Error) C.int32_t {
+	if e >= interpose.ErrorStreamCaptureUnsupported && e <= interpose.ErrorStreamCaptureUnsupported+8 {
+		return C.int32_t(e)
+	}
 	switch e {
 	case interpose.Success:
 		return C.CUDA_SUCCESS
@@ -192,6 +196,8 @@ func driverAnswer(e interpose.Error) C.int32_t {
 		return C.CUDA_ERROR_NOT_READY
 	case interpose.ErrorNotSupported:
 		return C.CUDA_ERROR_NOT_SUPPORTED
+	case interpose.ErrorInvalidResourceHandle:
+		return C.CUDA_ERROR_INVALID_HANDLE
 	default:
 		return C.CUDA_ERROR_UNKNOWN
 	}

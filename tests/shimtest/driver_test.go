@@ -270,3 +270,27 @@ func TestManagedFlagsOverQuota(t *testing.T) {
 		{"n", 2, cuOutOfMemory}, {"N", 2, harness.ErrMemoryAllocation}, {"e", 2, harness.ErrMemoryAllocation},
 	})
 }
+
+// TestDriverStreamErrors: a driver call the core answers with an error
+// CUDA has a CUresult for returns that CUresult, not CUDA_ERROR_UNKNOWN:
+// CUDA_ERROR_INVALID_HANDLE for a stream-ordered allocation or free on a
+// destroyed stream, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED for a managed
+// allocation during a global-mode capture (which CUDA invalidates).
+func TestDriverStreamErrors(t *testing.T) {
+	const (
+		cuInvalidHandle            = 400 // CUDA_ERROR_INVALID_HANDLE
+		cuStreamCaptureUnsupported = 900 // CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+		cuStreamCaptureInvalidated = 901 // CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+	)
+	// Without a runtime, the core serves the driver's calls through the driver.
+	for _, runtime := range []string{"dynamic", ""} {
+		out, _ := runScriptWith(t, drvops(t, runtime), 64<<20, nil,
+			"a", "1M", "S", "b", "1M", "B", "0", "F", "0", "c", "M", "4K", "C")
+		t.Logf("runtime %q", runtime)
+		checkSteps(t, out, []step{
+			{"a", 0, cuSuccess}, {"S", 0, cuSuccess},
+			{"b", 0, cuInvalidHandle}, {"B", 0, cuInvalidHandle}, {"F", 0, cuSuccess},
+			{"c", 0, cuSuccess}, {"M", 0, cuStreamCaptureUnsupported}, {"C", 0, cuStreamCaptureInvalidated},
+		})
+	}
+}

@@ -21,6 +21,12 @@
  *   A SIZE   cuMemAllocAsync_ptsz on stream 0 (the per-thread stream)
  *                                 -> "A RC SLOT"
  *   F SLOT   cuMemFreeAsync on the legacy stream -> "F RC"
+ *   S        a stream created and destroyed at once (later b and B use it)
+ *                                 -> "S RC"
+ *   b SIZE   cuMemAllocAsync on the destroyed stream -> "b RC SLOT"
+ *   B SLOT   cuMemFreeAsync on the destroyed stream -> "B RC"
+ *   c        a new stream begins a capture in global mode -> "c RC"
+ *   C        that capture ends  -> "C RC"
  *   t        cuDeviceTotalMem_v2 of device 0 -> "t RC BYTES"
  *   s        cuCtxSynchronize     -> "s RC"
  *   x        cuDevicePrimaryCtxReset_v2 of device 0, then the context made
@@ -106,6 +112,8 @@ static CUdeviceptr slot_arg(const char *s)
 int main(int argc, char **argv)
 {
     CUcontext ctx;
+    CUstream gone = NULL, capturing = NULL;
+    CUgraph graph;
     CUresult rc;
     if ((rc = cuInit(0)) != CUDA_SUCCESS || (rc = cuDevicePrimaryCtxRetain(&ctx, 0)) != CUDA_SUCCESS ||
         (rc = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS) {
@@ -173,6 +181,30 @@ int main(int argc, char **argv)
         case 'F':
             printf("F %d\n", cuMemFreeAsync(slot_arg(arg), NULL));
             i++;
+            break;
+        case 'S':
+            rc = cuStreamCreate(&gone, CU_STREAM_DEFAULT);
+            if (rc == CUDA_SUCCESS)
+                rc = cuStreamDestroy_v2(gone);
+            printf("S %d\n", rc);
+            break;
+        case 'b':
+            rc = cuMemAllocAsync(&p, size_arg(arg), gone);
+            printf("b %d %d\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1);
+            i++;
+            break;
+        case 'B':
+            printf("B %d\n", cuMemFreeAsync(slot_arg(arg), gone));
+            i++;
+            break;
+        case 'c':
+            rc = cuStreamCreate(&capturing, CU_STREAM_NON_BLOCKING);
+            if (rc == CUDA_SUCCESS)
+                rc = cuStreamBeginCapture_v2(capturing, CU_STREAM_CAPTURE_MODE_GLOBAL);
+            printf("c %d\n", rc);
+            break;
+        case 'C':
+            printf("C %d\n", cuStreamEndCapture(capturing, &graph));
             break;
         case 't':
             rc = cuDeviceTotalMem_v2(&total, 0);
