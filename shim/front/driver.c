@@ -346,16 +346,14 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
     int32_t device;
     enum route r = route();
     depth++;
-    if (r == ROUTE_CORE && context_device(&device) == CUDA_SUCCESS) {
+    if (r == ROUTE_CORE && free && total && context_device(&device) == CUDA_SUCCESS) {
         uint64_t f = 0, t = 0;
         rc = (CUresult)core.cu_mem_get_info(device, &f, &t);
         if (rc == CUDA_SUCCESS) {
-            if (free)
-                *free = (size_t)f;
-            if (total)
-                *total = (size_t)t;
+            *free = (size_t)f;
+            *total = (size_t)t;
         }
-    } else {
+    } else { /* null outputs or no context: CUDA's own answer */
         rc = real_mem_get_info(free, total);
         if (rc == CUDA_SUCCESS && r == ROUTE_REFUSE && free)
             *free = 0; /* allocations are refused: none of it is the process's */

@@ -294,3 +294,15 @@ func TestDriverStreamErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestDriverMemGetInfoNull: cuMemGetInfo_v2 with null outputs gets CUDA's
+// CUDA_ERROR_INVALID_VALUE under a quota, as cudaMemGetInfo does, rather
+// than a success that wrote nothing.
+func TestDriverMemGetInfoNull(t *testing.T) {
+	const cuInvalidValue = 1
+	for _, runtime := range []string{"dynamic", ""} {
+		out, _ := runScriptWith(t, drvops(t, runtime), 64<<20, nil, "m", "1M", "j", "i")
+		t.Logf("runtime %q", runtime)
+		checkSteps(t, out, []step{{"m", 0, cuSuccess}, {"j", 0, cuInvalidValue}, {"i", 0, cuSuccess}})
+	}
+}

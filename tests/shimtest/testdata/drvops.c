@@ -7,6 +7,7 @@
  *   m SIZE   cuMemAlloc_v2        -> "m RC SLOT"
  *   f SLOT   cuMemFree_v2         -> "f RC"
  *   i        cuMemGetInfo_v2      -> "i RC FREE TOTAL"
+ *   j        cuMemGetInfo_v2(NULL, NULL) -> "j RC"
  *   g SIZE   cuMemAlloc as cuGetProcAddress hands it out (CUDA 12.0)
  *                                 -> "g RC SLOT"
  *   G SIZE   the same through cuGetProcAddress_v2, asking for the
@@ -228,6 +229,9 @@ int main(int argc, char **argv)
         case 'i':
             rc = cuMemGetInfo_v2(&free, &total);
             printf("i %d %zu %zu\n", rc, free, total);
+            break;
+        case 'j':
+            printf("j %d\n", cuMemGetInfo_v2(NULL, NULL));
             break;
 #ifdef WITH_RUNTIME
         case 'r': {
