@@ -34,9 +34,9 @@
 	X(cudaDeviceReset) X(cudaDriverGetVersion) X(cudaRuntimeGetVersion)                 \
 	X(cudaGetLastError) X(cudaPeekAtLastError) X(cudaGetErrorString) X(cudaGetErrorName) \
 	X(cudaMalloc) X(cudaFree) X(cudaMallocManaged) X(cudaMallocPitch) X(cudaMallocHost) \
-	X(cudaHostAlloc) X(cudaFreeHost) X(cudaHostGetDevicePointer) X(cudaMemGetInfo)      \
-	X(cudaMemcpy) X(cudaMemcpyAsync) X(cudaMemset) X(cudaMemsetAsync) X(cudaMemAdvise)  \
-	X(cudaMemPrefetchAsync) X(cudaMallocAsync) X(cudaFreeAsync)                         \
+	X(cudaMalloc3D) X(cudaHostAlloc) X(cudaFreeHost) X(cudaHostGetDevicePointer)        \
+	X(cudaMemGetInfo) X(cudaMemcpy) X(cudaMemcpyAsync) X(cudaMemset) X(cudaMemsetAsync) \
+	X(cudaMemAdvise) X(cudaMemPrefetchAsync) X(cudaMallocAsync) X(cudaFreeAsync)        \
 	X(cudaPointerGetAttributes) X(cudaStreamCreate) X(cudaStreamCreateWithFlags)        \
 	X(cudaStreamDestroy) X(cudaStreamSynchronize) X(cudaStreamQuery)                    \
 	X(cudaStreamWaitEvent) X(cudaEventCreate) X(cudaEventCreateWithFlags)               \
@@ -746,6 +746,23 @@ RT_API cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
 {
 	ENTER(cudaMallocPitch, NEED_CONTEXT);
 	return DRIVER(drv.MemAllocPitch((CUdeviceptr *)devPtr, pitch, width, height, 16));
+}
+
+/* One pitched allocation of height x depth rows, as cudaMallocPitch makes them. */
+RT_API cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent)
+{
+	ENTER(cudaMalloc3D, NEED_CONTEXT);
+	if (pitchedDevPtr == NULL)
+		return done(cudaErrorInvalidValue);
+	if (extent.depth != 0 && extent.height > SIZE_MAX / extent.depth)
+		return done(cudaErrorMemoryAllocation); /* as the driver answers a size it cannot hold */
+	CUdeviceptr p;
+	size_t pitch;
+	CUresult rc = drv.MemAllocPitch(&p, &pitch, extent.width, extent.height * extent.depth, 16);
+	if (rc != CUDA_SUCCESS)
+		return DRIVER(rc);
+	*pitchedDevPtr = (struct cudaPitchedPtr){(void *)p, pitch, extent.width, extent.height};
+	return cudaSuccess;
 }
 
 RT_API cudaError_t cudaMallocHost(void **ptr, size_t size)

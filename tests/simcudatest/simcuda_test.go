@@ -76,6 +76,7 @@ func TestBehaviour(t *testing.T) {
 		{"event_device", []string{"SIMCUDA_DEVICES=2x1GiB"}, "an event records only on streams of its own device"},
 		{"free_async_race", nil, "a stream-ordered free that races work on another stream aborts with a message"},
 		{"zero_size", nil, "zero-byte runtime allocations succeed with NULL and NULL frees succeed"},
+		{"malloc3d", nil, "cudaMalloc3D allocates pitched rows of the extent, freed by cudaFree"},
 		{"pool_reuse", []string{"SIMCUDA_DEVICES=1GiB"}, "cudaMallocAsync reuses memory whose cudaFreeAsync is queued, waiting for it across streams"},
 		{"runtime_context", []string{"SIMCUDA_DEVICES=2x1GiB"}, "runtime calls use the current context, or the current device's primary one when none is; cudaGetDevice answers the current context's device"},
 	}

@@ -556,12 +556,22 @@ struct cudaChannelFormatDesc {
     enum cudaChannelFormatKind f;
 };
 
-/* In elements for arrays. */
+/* In elements for arrays; in bytes (width) and rows for cudaMalloc3D. */
 struct cudaExtent {
     size_t width;
     size_t height;
     size_t depth;
 };
+
+/* Pitched memory: rows of pitch bytes, of which xsize are the extent's width, ysize rows a slice. */
+struct cudaPitchedPtr {
+    void *ptr;
+    size_t pitch;
+    size_t xsize;
+    size_t ysize;
+};
+
+cudaError_t cudaMalloc3D(struct cudaPitchedPtr *pitchedDevPtr, struct cudaExtent extent);
 
 struct cudaArrayMemoryRequirements {
     size_t size;

@@ -1133,6 +1133,33 @@ static void case_runtime_context(void)
 	EXPECT(cuDevicePrimaryCtxRelease(1), CUDA_SUCCESS);
 }
 
+/*
+ * cudaMalloc3D: width x height x depth bytes of pitched device memory, rows
+ * padded as cudaMallocPitch pads them, the extent echoed in xsize and ysize.
+ */
+static void case_malloc3d(void)
+{
+	struct cudaPitchedPtr pp;
+	struct cudaExtent extent = {100, 10, 4};
+	size_t used = device_used();
+
+	EXPECT(cudaMalloc3D(&pp, extent), cudaSuccess);
+	CHECK(pp.ptr != NULL && (uintptr_t)pp.ptr % 256 == 0);
+	CHECK(pp.pitch >= 100 && pp.pitch % 256 == 0);
+	CHECK(pp.xsize == 100 && pp.ysize == 10);
+	CHECK(device_used() == used + pp.pitch * 10 * 4);
+	EXPECT(cudaMemset(pp.ptr, 7, pp.pitch * 10 * 4), cudaSuccess);
+	EXPECT(cudaMemset(pp.ptr, 7, pp.pitch * 10 * 4 + 1), cudaErrorInvalidValue);
+	EXPECT(cudaFree(pp.ptr), cudaSuccess);
+	CHECK(device_used() == used);
+
+	EXPECT(cudaMalloc3D(NULL, extent), cudaErrorInvalidValue);
+	struct cudaExtent too_deep = {100, SIZE_MAX / 2, 4};
+	EXPECT(cudaMalloc3D(&pp, too_deep), cudaErrorMemoryAllocation);
+	EXPECT(cudaGetLastError(), cudaErrorMemoryAllocation);
+	CHECK(device_used() == used);
+}
+
 static const struct test_case cases[] = {
 	{"hold", case_hold},
 	{"shared_capacity", case_shared_capacity},
@@ -1160,6 +1187,7 @@ static const struct test_case cases[] = {
 	{"pool_reuse", case_pool_reuse},
 	{"event_device", case_event_device},
 	{"zero_size", case_zero_size},
+	{"malloc3d", case_malloc3d},
 	{"free_async_race", case_free_async_race},
 	{"runtime_context", case_runtime_context},
 };
