@@ -247,6 +247,25 @@ func TestPitchPaddingCounts(t *testing.T) {
 	}
 }
 
+// TestMalloc3DCounts: cudaMalloc3D, which the shim does not interpose,
+// counts against the quota through the driver allocation the runtime makes
+// for it: refused beyond it, given back by cudaFree.
+func TestMalloc3DCounts(t *testing.T) {
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, cudaops(t),
+		"D", "1M", "20", "2", "D", "1M", "20", "2", "f", "0", "D", "1M", "20", "2", "i"))
+	for i, want := range []int{0, harness.ErrMemoryAllocation, 0} {
+		if rc := out.Code(t, "D", i); rc != want {
+			t.Errorf("cudaMalloc3D #%d of 40 MiB under a 64 MiB quota: %d, want %d\n%v", i, rc, want, out)
+		}
+	}
+	if pitch := out.Num(t, "D", 0, 3); pitch < 1<<20 {
+		t.Errorf("pitch %d for rows of 1 MiB", pitch)
+	}
+	if free := out.Num(t, "i", 0, 2); free > 24<<20 {
+		t.Errorf("cudaMemGetInfo reports %d bytes free beside a 40 MiB cudaMalloc3D under a 64 MiB quota", free)
+	}
+}
+
 func TestMemGetInfo(t *testing.T) {
 	dev := "SIMCUDA_DEVICES=1GiB"
 	prog := cudaops(t)

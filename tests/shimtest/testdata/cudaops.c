@@ -7,6 +7,7 @@
  *   a SIZE       cudaMallocAsync (default stream) -> "a RC SLOT"
  *   A SIZE       cudaMallocAsync (cudaStreamPerThread) -> "A RC SLOT"
  *   p W H        cudaMallocPitch     -> "p RC SLOT PITCH"
+ *   D W H N      cudaMalloc3D of W x H x N bytes -> "D RC SLOT PITCH"
  *   f SLOT       cudaFree            -> "f RC"
  *   F SLOT       cudaFreeAsync       -> "F RC"
  *   G SLOT       cudaFreeAsync (cudaStreamPerThread) -> "G RC"
@@ -109,6 +110,12 @@ int main(int argc, char **argv)
             i += 2;
             rc = cudaMallocPitch(&p, &pitch, w, h);
             printf("p %d %d %zu\n", rc, rc ? -1 : keep(p), pitch);
+        } else if (!strcmp(op, "D") && i + 3 < argc) {
+            struct cudaPitchedPtr pp = {0};
+            struct cudaExtent e = {size_arg(argv[i + 1]), size_arg(argv[i + 2]), size_arg(argv[i + 3])};
+            i += 3;
+            rc = cudaMalloc3D(&pp, e);
+            printf("D %d %d %zu\n", rc, rc ? -1 : keep(pp.ptr), pp.pitch);
         } else if ((!strcmp(op, "f") || !strcmp(op, "F") || !strcmp(op, "G") || !strcmp(op, "x")) &&
                    i + 1 < argc) {
             int s = atoi(argv[++i]);
