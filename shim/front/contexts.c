@@ -160,10 +160,14 @@ void context_freed_async(int rc, uint64_t p, const struct context_block *b, CUst
  * raised: the core's, also where p was allocated on the early route and
  * the core has adopted the ledger since; ROUTE_CONTEXT for an allocation
  * of a created context (fills *b, for context_freed after the real free);
- * the real function's otherwise.
+ * the real function's otherwise, and always for the null pointer: CUDA's
+ * own answer, which for cudaFree(NULL), the usual way to initialise CUDA,
+ * initialises the runtime and its context, or reports why it cannot.
  */
 enum route free_route(enum route r, uint64_t p, struct context_block *b)
 {
+    if (p == 0)
+        return ROUTE_REAL;
     if (r == ROUTE_EARLY && !early_forget((void *)(uintptr_t)p))
         r = ROUTE_CORE;
     if (r != ROUTE_CORE)

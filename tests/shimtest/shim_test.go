@@ -266,6 +266,38 @@ func TestMalloc3DCounts(t *testing.T) {
 	}
 }
 
+// TestFreeNullReachesCUDA: a free of the null pointer gets CUDA's own
+// answer, not the shim's. cudaFree(NULL) is how programs initialise CUDA
+// and check that it works: it must initialise the runtime (simcuda counts
+// the call and the primary context's retain) and, with no device, fail
+// with cudaErrorNoDevice as it does without the shim. The driver's frees of
+// 0 answer what the driver answers.
+func TestFreeNullReachesCUDA(t *testing.T) {
+	const errNoDevice = 100
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "CUDA_VISIBLE_DEVICES=-1"}
+	_, out := harness.RunOK(t, harness.Shimmed(t, env, cudaops(t), "n", "N"))
+	checkSteps(t, out, []step{{"n", 0, errNoDevice}, {"N", 0, errNoDevice}})
+
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	env = []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+	_, out = harness.RunOK(t, harness.Shimmed(t, env, cudaops(t), "n"))
+	checkSteps(t, out, []step{{"n", 0, 0}})
+	calls := harness.ReadStats(t, stats).Calls
+	if calls["cudaFree"] != 1 || calls["cuDevicePrimaryCtxRetain"] == 0 {
+		t.Errorf("cudaFree(NULL) under the shim: simcuda saw %d cudaFree and %d cuDevicePrimaryCtxRetain calls, want 1 and at least 1",
+			calls["cudaFree"], calls["cuDevicePrimaryCtxRetain"])
+	}
+
+	drv := drvops(t, "")
+	_, plain := harness.RunOK(t, harness.Command(t, drv, "z", "Z"))
+	_, shimmed := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, drv, "z", "Z"))
+	for _, op := range []string{"z", "Z"} {
+		if got, want := shimmed.Code(t, op, 0), plain.Code(t, op, 0); got != want {
+			t.Errorf("%s: %d under the shim, %d without it", op, got, want)
+		}
+	}
+}
+
 func TestMemGetInfo(t *testing.T) {
 	dev := "SIMCUDA_DEVICES=1GiB"
 	prog := cudaops(t)

@@ -13,6 +13,7 @@
  *   G SLOT       cudaFreeAsync (cudaStreamPerThread) -> "G RC"
  *   x SLOT       cudaFree of a slot already freed (double free) -> "x RC"
  *   n            cudaFree(NULL)      -> "n RC"
+ *   N            cudaFreeAsync(NULL) on the legacy stream -> "N RC"
  *   i            cudaMemGetInfo      -> "i RC FREE TOTAL"
  *   I            cudaMemGetInfo(NULL, NULL) -> "I RC"
  *   d DEV        cudaSetDevice       -> "d RC"
@@ -129,6 +130,8 @@ int main(int argc, char **argv)
             printf("%s %d\n", op, rc);
         } else if (!strcmp(op, "n")) {
             printf("n %d\n", cudaFree(NULL));
+        } else if (!strcmp(op, "N")) {
+            printf("N %d\n", cudaFreeAsync(NULL, 0));
         } else if (!strcmp(op, "i")) {
             size_t free = 0, total = 0;
             rc = cudaMemGetInfo(&free, &total);

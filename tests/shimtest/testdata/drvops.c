@@ -22,6 +22,8 @@
  *   A SIZE   cuMemAllocAsync_ptsz on stream 0 (the per-thread stream)
  *                                 -> "A RC SLOT"
  *   F SLOT   cuMemFreeAsync on the legacy stream -> "F RC"
+ *   z        cuMemFree_v2(0)      -> "z RC"
+ *   Z        cuMemFreeAsync(0) on the legacy stream -> "Z RC"
  *   S        a stream created and destroyed at once (later b and B use it)
  *                                 -> "S RC"
  *   b SIZE   cuMemAllocAsync on the destroyed stream -> "b RC SLOT"
@@ -182,6 +184,12 @@ int main(int argc, char **argv)
         case 'F':
             printf("F %d\n", cuMemFreeAsync(slot_arg(arg), NULL));
             i++;
+            break;
+        case 'z':
+            printf("z %d\n", cuMemFree_v2(0));
+            break;
+        case 'Z':
+            printf("Z %d\n", cuMemFreeAsync(0, NULL));
             break;
         case 'S':
             rc = cuStreamCreate(&gone, CU_STREAM_DEFAULT);
