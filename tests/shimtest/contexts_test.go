@@ -190,6 +190,28 @@ func TestExplicitPoolQuota(t *testing.T) {
 	}
 }
 
+// TestOddSizesGivenBackExactly: an allocation outside the pool whose size is
+// no multiple of the 512 bytes the quota counts in (here 1,000 bytes: in a
+// created context, and from the application's own pool) gives back all it
+// was charged, by each free path and with its context: cuMemGetInfo shows
+// the whole quota free again, not a few hundred bytes short of it.
+func TestOddSizesGivenBackExactly(t *testing.T) {
+	out, _ := runScript(t, 64<<20,
+		"C", "m", "1000", "f", "0", "i", // slot 0: cuMemFree_v2
+		"m", "1000", "X", "0", "i", // slot 1: with its context
+		"P", "a", "1000", "z", "2", "i") // slot 2: cuMemFreeAsync
+	checkSteps(t, out, []step{
+		{"C", 0, cuSuccess}, {"m", 0, cuSuccess}, {"f", 0, cuSuccess}, {"i", 0, cuSuccess},
+		{"m", 1, cuSuccess}, {"X", 0, cuSuccess}, {"i", 1, cuSuccess},
+		{"P", 0, cuSuccess}, {"a", 0, cuSuccess}, {"z", 0, cuSuccess}, {"i", 2, cuSuccess},
+	})
+	for i, after := range []string{"cuMemFree_v2", "cuCtxDestroy_v2", "cuMemFreeAsync"} {
+		if free := out.Num(t, "i", i, 2); free != 64<<20 {
+			t.Errorf("cuMemGetInfo_v2 after %s of 1,000 bytes: %d bytes free, want the whole 64 MiB quota", after, free)
+		}
+	}
+}
+
 // TestExplicitPoolGraphQuota: an allocation from the application's own pool
 // freed during a stream capture belongs to the graph, which keeps the
 // memory until it is destroyed: its bytes stay counted until then, so
