@@ -187,11 +187,14 @@ func (c *Core) PrimaryCtxReset(device int) interpose.Error {
 }
 
 // primaryReset resets device's primary context with reset, which destroys
-// the memory and arrays made in it.
+// the memory and arrays made in it, its allocations from the application's
+// own pools included. (The front's count of recorded allocations stays as
+// it was: it only spares a look-up on frees while it is 0.)
 func (c *Core) primaryReset(device int, reset func() interpose.Error) interpose.Error {
 	rc := c.mem.deviceReset(device, reset)
 	if rc == interpose.Success {
 		c.arraysGone(0, device)
+		c.blocksGone(0, device)
 	}
 	return rc
 }

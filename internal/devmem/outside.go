@@ -162,12 +162,20 @@ func (c *Core) CtxForget(p interpose.DevicePtr) (ContextBlock, bool) {
 func (c *Core) CtxDestroyed(ctx uint64) int {
 	c.mem.forgetContextStreams(ctx)
 	c.arraysGone(ctx, 0)
+	return c.blocksGone(ctx, 0)
+}
+
+// blocksGone gives back the recorded allocations that destroying a context
+// destroyed: those made in created context ctx, or, with ctx 0, in the
+// primary context of device ordinal (from the application's own pools). It
+// returns how many.
+func (c *Core) blocksGone(ctx uint64, ordinal int) int {
 	l := &c.contexts
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
 	for p, b := range l.blocks {
-		if b.Ctx == ctx {
+		if b.Ctx == ctx && (ctx != 0 || b.Device == ordinal) {
 			b.ledger.giveOutside(charge(b.Size))
 			delete(l.blocks, p)
 			n++

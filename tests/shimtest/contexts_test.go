@@ -212,6 +212,24 @@ func TestOddSizesGivenBackExactly(t *testing.T) {
 	}
 }
 
+// TestExplicitPoolResetQuota: a reset of the primary context destroys the
+// allocations made in it from the application's own pool, and gives their
+// bytes back: cuMemGetInfo and NVML show the whole quota free, and the
+// pool serves it again.
+func TestExplicitPoolResetQuota(t *testing.T) {
+	out, _ := runScript(t, 64<<20, "P", "a", "40M", "D", "i", "n", "a", "64M")
+	checkSteps(t, out, []step{
+		{"P", 0, cuSuccess}, {"a", 0, cuSuccess}, {"D", 0, cuSuccess}, {"i", 0, cuSuccess},
+		{"n", 0, 0}, {"a", 1, cuSuccess},
+	})
+	if free := out.Num(t, "i", 0, 2); free != 64<<20 {
+		t.Errorf("cuMemGetInfo_v2 after the reset: %d bytes free, want the whole 64 MiB quota", free)
+	}
+	if used := out.Num(t, "n", 0, 3); used != 0 {
+		t.Errorf("NVML after the reset: %d bytes used, want 0", used)
+	}
+}
+
 // TestExplicitPoolGraphQuota: an allocation from the application's own pool
 // freed during a stream capture belongs to the graph, which keeps the
 // memory until it is destroyed: its bytes stay counted until then, so
