@@ -215,14 +215,18 @@ func TestOddSizesGivenBackExactly(t *testing.T) {
 // TestExplicitPoolResetQuota: a reset of the primary context destroys the
 // allocations made in it from the application's own pool, and gives their
 // bytes back: cuMemGetInfo and NVML show the whole quota free, and the
-// pool serves it again.
+// pool serves it again. A reset of another device leaves them counted.
 func TestExplicitPoolResetQuota(t *testing.T) {
-	out, _ := runScript(t, 64<<20, "P", "a", "40M", "D", "i", "n", "a", "64M")
+	out, _ := runScriptWith(t, ctxvmm(t, false), 64<<20, []string{"SIMCUDA_DEVICES=2x1GiB"},
+		"P", "a", "40M", "b", "1", "i", "D", "i", "n", "a", "64M")
 	checkSteps(t, out, []step{
-		{"P", 0, cuSuccess}, {"a", 0, cuSuccess}, {"D", 0, cuSuccess}, {"i", 0, cuSuccess},
-		{"n", 0, 0}, {"a", 1, cuSuccess},
+		{"P", 0, cuSuccess}, {"a", 0, cuSuccess}, {"b", 0, cuSuccess}, {"i", 0, cuSuccess},
+		{"D", 0, cuSuccess}, {"i", 1, cuSuccess}, {"n", 0, 0}, {"a", 1, cuSuccess},
 	})
-	if free := out.Num(t, "i", 0, 2); free != 64<<20 {
+	if free := out.Num(t, "i", 0, 2); free != 24<<20 {
+		t.Errorf("cuMemGetInfo_v2 after a reset of device 1: %d bytes free, want 24 MiB (device 0's 40 MiB still counted)", free)
+	}
+	if free := out.Num(t, "i", 1, 2); free != 64<<20 {
 		t.Errorf("cuMemGetInfo_v2 after the reset: %d bytes free, want the whole 64 MiB quota", free)
 	}
 	if used := out.Num(t, "n", 0, 3); used != 0 {
@@ -346,5 +350,17 @@ func TestCreatedContextSyncKeepsPoolPending(t *testing.T) {
 				t.Errorf("%d of 4096 bytes overwritten by a memset queued before the free\n%v", wrong, out)
 			}
 		})
+	}
+}
+
+// TestExplicitPoolFailureGivesBack: an allocation from the application's own
+// pool that the quota admitted but CUDA then failed gives its bytes back:
+// the whole quota is free and allocated afterwards.
+func TestExplicitPoolFailureGivesBack(t *testing.T) {
+	out, _ := runScriptWith(t, ctxvmm(t, false), 64<<20, []string{"SIMCUDA_FAIL=cuMemAllocFromPoolAsync:1"},
+		"P", "a", "40M", "i", "a", "64M")
+	checkSteps(t, out, []step{{"P", 0, cuSuccess}, {"a", 0, cuOutOfMemory}, {"i", 0, cuSuccess}, {"a", 1, cuSuccess}})
+	if free := out.Num(t, "i", 0, 2); free != 64<<20 {
+		t.Errorf("cuMemGetInfo_v2 after a failed allocation from the pool: %d bytes free, want the whole 64 MiB quota", free)
 	}
 }
