@@ -2,6 +2,7 @@ package shimtest
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
@@ -259,5 +260,50 @@ func TestVMMCreateInvalidOverQuota(t *testing.T) {
 			t.Errorf("%v: simcuda holds %d bytes of physical memory at exit, want the one 2 MiB handle",
 				vars, truth.VMMPhysicalBytes)
 		}
+	}
+}
+
+// TestVMMAfterStreamFreeInPassThrough: with the pool passing allocations
+// through (SPILLWAY_POOL=0), the bytes of a cudaFreeAsync stay counted until
+// the device reaches the free; a cuMemCreate that needs them settles the
+// frees the device has reached and is admitted, rather than refused for
+// memory already free.
+func TestVMMAfterStreamFreeInPassThrough(t *testing.T) {
+	out, _ := runScriptWith(t, ctxvmm(t, true), 64<<20, []string{"SPILLWAY_POOL=0"},
+		"Y", "40M", "Z", "0", "c", "64M", "i")
+	checkSteps(t, out, []step{{"Y", 0, 0}, {"Z", 0, 0}, {"c", 0, cuSuccess}, {"i", 0, cuSuccess}})
+	if free := out.Num(t, "i", 0, 2); free != 0 {
+		t.Errorf("cuMemGetInfo_v2 beside a 64 MiB handle: %d bytes free, want 0", free)
+	}
+}
+
+// TestVMMRefusalWarnings: a cuMemCreate the quota refuses is warned about
+// once, naming what refused it: the quota alone without oversubscription,
+// the host limit too with it; one placed on the host instead is no refusal
+// and is not warned about.
+func TestVMMRefusalWarnings(t *testing.T) {
+	run := func(vars []string, ops ...string) (harness.Output, string) {
+		env := append([]string{"SPILLWAY_MEMORY_LIMIT=4MiB", "SPILLWAY_VMM=0"}, vars...)
+		res, out := harness.RunOK(t, harness.Shimmed(t, env, ctxvmm(t, false), ops...))
+		return out, res.Stderr
+	}
+	out, stderr := run(nil, "r", "1G", "g", "3")
+	checkSteps(t, out, []step{{"r", 0, cuSuccess}, {"g", 0, cuOutOfMemory}})
+	want := "cuMemCreate of 2MiB refused on device 0: 4MiB in use of a quota of 4MiB"
+	if !strings.Contains(stderr, want) || strings.Count(stderr, "refused") != 1 {
+		t.Errorf("without oversubscription: want one warning %q\nstderr:\n%s", want, stderr)
+	}
+
+	oversubscribe := []string{"SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_HOST_LIMIT=4MiB"}
+	out, stderr = run(oversubscribe, "r", "1G", "g", "4")
+	checkSteps(t, out, []step{{"r", 0, cuSuccess}, {"g", 0, cuSuccess}})
+	if strings.Contains(stderr, "refused") {
+		t.Errorf("two granules placed on the host: want no refusal warned\nstderr:\n%s", stderr)
+	}
+	out, stderr = run(oversubscribe, "r", "1G", "g", "5")
+	checkSteps(t, out, []step{{"r", 0, cuSuccess}, {"g", 0, cuOutOfMemory}})
+	want = "cuMemCreate (nor could the host limit hold it) of 2MiB refused on device 0"
+	if !strings.Contains(stderr, want) || strings.Count(stderr, "refused") != 1 {
+		t.Errorf("past the host limit: want one warning %q\nstderr:\n%s", want, stderr)
 	}
 }
