@@ -114,6 +114,25 @@ func TestDefaultMemPoolAttributes(t *testing.T) {
 	}
 }
 
+// TestDefaultMemPoolTrimKeeps: cudaMemPoolTrimTo of the default pool keeps
+// up to the bytes it is asked to keep: trimmed to 256 MiB, more than the
+// pool holds, it releases nothing, and neither does trimming a pool the
+// program made to 0; trimmed to 0 afterwards, only the live 8 MiB block
+// stays.
+func TestDefaultMemPoolTrimKeeps(t *testing.T) {
+	out, held := runMempool(t, nil, "trimkeep")
+	before := figures(t, out, "after-drvreset")
+	if rc := out.Code(t, "trimkeep", 0); rc != 0 {
+		t.Fatalf("cudaMemPoolTrimTo(pool, 256 MiB), then of a pool the program made: %d", rc)
+	}
+	if kept := figures(t, out, "kept"); kept.reserved != before.reserved || kept.reserved <= 8*miB {
+		t.Errorf("trimmed to 256 MiB, and another pool to 0: %d bytes reserved, want the %d held before (more than the 8 MiB live)", kept.reserved, before.reserved)
+	}
+	if trimmed := figures(t, out, "trimmed"); trimmed.reserved != 8*miB || held != 8*miB {
+		t.Errorf("then trimmed to 0: %d bytes reserved, simcuda holds %d; want the live 8 MiB", trimmed.reserved, held)
+	}
+}
+
 // TestDefaultMemPoolWithoutPooling: with SPILLWAY_POOL=0 cudaMallocAsync
 // reaches CUDA's own default pool, whose figures then stand: the 32 MiB of
 // cudaMallocAsync, not cudaMalloc's 4 MiB.

@@ -23,6 +23,10 @@
  *   "threshold RC V"       ReleaseThreshold set to UINT64_MAX through the runtime,
  *                          read back through the driver
  * then, unless MODE is "keep" (the process ends holding its cache):
+ *   "trimkeep RC"          MODE "trimkeep" only: cudaDeviceSynchronize,
+ *                          cudaMemPoolTrimTo(pool, 256 MiB), and a pool made
+ *                          with cudaMemPoolCreate trimmed to 0 and destroyed;
+ *                          "kept ..." the attributes after that
  *   "trim RC"              cudaDeviceSynchronize, cudaMemPoolTrimTo(pool, 0)
  *   "trimmed ..."          the attributes after that; A is still live.
  * RC is the first call's error that failed, else 0. Exits 2 if it cannot begin.
@@ -145,6 +149,22 @@ int main(int argc, char **argv)
     if (strcmp(argv[1], "keep") == 0)
         return 0;
 
+    if (strcmp(argv[1], "trimkeep") == 0) {
+        rc = cudaDeviceSynchronize();
+        if (rc == cudaSuccess)
+            rc = cudaMemPoolTrimTo(pool, 256 * MIB);
+        struct cudaMemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = 1;
+        props.location.type = 1;
+        props.location.id = device;
+        cudaMemPool_t mine;
+        if (rc == cudaSuccess && (rc = cudaMemPoolCreate(&mine, &props)) == cudaSuccess &&
+            (rc = cudaMemPoolTrimTo(mine, 0)) == cudaSuccess)
+            rc = cudaMemPoolDestroy(mine);
+        printf("trimkeep %d\n", rc);
+        usage("kept", pool, 0);
+    }
     rc = cudaDeviceSynchronize();
     if (rc == cudaSuccess)
         rc = cudaMemPoolTrimTo(pool, 0);
