@@ -307,8 +307,8 @@ func (p *Pool) preferDeviceMapped(b *block, size uint64, short shortage) (*block
 	cost := short.unmapped + short.host
 	for k := 0; k < numClasses && cost > 0; k++ {
 		p.idx[k].scan(size, placementScan, func(c *block) bool {
-			if c == b || c.seg.granules == nil {
-				return true // the reserve, a fixed segment, was tried first
+			if c == b {
+				return true
 			}
 			if s := p.virt.shortOf(c, size); s.unmapped+s.host < cost {
 				b, short, cost = c, s, s.unmapped+s.host
@@ -818,16 +818,14 @@ func (p *Pool) closeVirtual() []error {
 // fewestGranules returns the free block, of any class, whose first size
 // bytes lie on the fewest unmapped granules (then the smallest, then the
 // lowest), or nil if none is large enough: under quota pressure, the free
-// parts of partly used granules are used before new granules are needed.
+// parts of partly used granules, and the reserve's free blocks, which lie on
+// none, are used before new granules are needed.
 // (preferDeviceMapped is the same search, bounded, off the pressure path.)
 func (p *Pool) fewestGranules(size uint64) *block {
 	var best *block
 	bestN := 0
 	for k := range numClasses {
 		p.idx[k].scan(size, math.MaxInt, func(b *block) bool {
-			if b.seg.granules == nil {
-				return true
-			}
 			n := p.virt.shortOf(b, size).unmapped
 			if best == nil || n < bestN || n == bestN && (b.size < best.size || b.size == best.size && b.base < best.base) {
 				best, bestN = b, n

@@ -891,3 +891,32 @@ func TestVirtualPageSpillEvents(t *testing.T) {
 	h.closeVirtual()
 	obs.check(t, f, "after Close")
 }
+
+// TestVirtualReserveBeforeNewGranules: a free block of the static reserve,
+// which needs no granule, serves a request whose own class would map one,
+// and under quota pressure it is served there rather than refused.
+func TestVirtualReserveBeforeNewGranules(t *testing.T) {
+	for _, quota := range []uint64{2 * granule, 64 * granule} {
+		t.Run(fmt.Sprintf("quota=%d", quota), func(t *testing.T) {
+			f := pooltest.NewVirtual(0)
+			opt := virtualOptions(quota)
+			opt.Reserve = granule
+			h := newVirtualHarness(t, f, opt)
+			a := h.mustAlloc(1 * miB) // the reserve
+			h.mustAlloc(1 * miB)      // the reserve, now full
+			h.mustAlloc(1 * miB)      // the small class's first granule
+			h.mustAlloc(1 * miB)
+			h.mustFree(a)
+			h.appSync()
+			physical := f.PhysicalBytes()
+			got, err := h.alloc(1 * miB)
+			if err != nil {
+				t.Fatalf("1 MiB refused with a free MiB in the reserve at %#x: %v", a, err)
+			}
+			if got != a || f.PhysicalBytes() != physical {
+				t.Fatalf("1 MiB at %#x with %d physical bytes, want the reserve's free MiB at %#x and %d", got, f.PhysicalBytes(), a, physical)
+			}
+			h.closeVirtual()
+		})
+	}
+}
