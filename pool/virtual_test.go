@@ -920,3 +920,72 @@ func TestVirtualReserveBeforeNewGranules(t *testing.T) {
 		})
 	}
 }
+
+// TestVirtualIdleGranulesTakenBack: a block handed out again on idle
+// granules takes them off the idle list, so a later request short of memory
+// never unmaps them from under it.
+func TestVirtualIdleGranulesTakenBack(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	opt := virtualOptions(2 * granule)
+	opt.ReleaseThreshold = opt.Quota // freed granules stay mapped, idle
+	h := newVirtualHarness(t, f, opt)
+	a := h.mustAlloc(2 * granule)
+	h.mustFree(a)
+	h.appSync()
+	if b := h.mustAlloc(2 * granule); b != a {
+		t.Fatalf("two granules at %#x, want them at %#x, where they are mapped", b, a)
+	}
+	if _, err := h.alloc(granule); !errors.Is(err, pool.ErrQuota) {
+		t.Fatalf("a granule more than the quota: %v", err)
+	}
+	if !f.Mapped(a, a+2*granule) {
+		t.Fatalf("the live block at %#x lost its memory", a)
+	}
+	if st := h.p.Stats(); st.CachedBytes != 0 {
+		t.Fatalf("%d bytes cached with every granule in use", st.CachedBytes)
+	}
+	h.closeVirtual()
+}
+
+// TestVirtualFailedGranuleGivesBackItsQuota: a granule the device fails to
+// create, for lack of memory or otherwise, gives its bytes back to the
+// ledger, so the whole quota is still there once the device recovers.
+func TestVirtualFailedGranuleGivesBackItsQuota(t *testing.T) {
+	f := pooltest.NewVirtual(2 * granule)
+	h := newVirtualHarness(t, f, virtualOptions(4*granule))
+	for range 3 {
+		if _, err := h.alloc(3 * granule); !errors.Is(err, pool.ErrOutOfMemory) {
+			t.Fatalf("three granules on a device of two: %v", err)
+		}
+	}
+	f.FailReserve = func(uint64) error { return errors.New("injected creation failure") }
+	if _, err := h.alloc(granule); err == nil {
+		t.Fatal("allocation succeeded with every granule creation failing")
+	}
+	f.FailReserve = nil
+	f.Capacity = 0
+	h.mustAlloc(4 * granule)
+	h.closeVirtual()
+}
+
+// TestVirtualArenaSize: an arena reserves twice the quota, at least 1 GiB
+// and at most 64 GiB, and a class's last arena stays when it empties.
+func TestVirtualArenaSize(t *testing.T) {
+	for _, c := range []struct{ quota, arena uint64 }{
+		{64 * miB, 1 * giB}, {1 * giB, 2 * giB}, {48 * giB, 64 * giB},
+	} {
+		f := pooltest.NewVirtual(0)
+		h := newVirtualHarness(t, f, virtualOptions(c.quota))
+		a := h.mustAlloc(1 * miB)
+		if got := h.p.Stats().LargestFreeBlock; got != c.arena-1*miB {
+			t.Fatalf("quota %d: %d bytes of free address space after 1 MiB, want an arena of %d", c.quota, got, c.arena)
+		}
+		h.mustFree(a)
+		h.appSync()
+		h.mustAlloc(1 * miB)
+		if vc := f.VirtualCounts(); vc.AddressReserves != 1 || vc.AddressFrees != 0 {
+			t.Fatalf("quota %d: %d address ranges reserved and %d freed, want the one arena kept", c.quota, vc.AddressReserves, vc.AddressFrees)
+		}
+		h.closeVirtual()
+	}
+}
