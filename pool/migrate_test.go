@@ -242,3 +242,82 @@ func TestMigrateHotHostGranules(t *testing.T) {
 	}
 	h.closeVirtual()
 }
+
+// TestMigrateNotWhileStreamFreesWait: a block freed on a stream while the
+// synchronization ran, still stream-owned at SyncEnd, stops every move as a
+// pending one does.
+func TestMigrateNotWhileStreamFreesWait(t *testing.T) {
+	h, f, _ := migrateHarness(t)
+	for range 3 {
+		h.mustAlloc(2 * granule)
+	}
+	other, err := h.allocAsync(granule/2, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.appSync()
+	h.mustFree(h.mustAlloc(4 * granule))
+	ticket := h.p.SyncBegin()
+	if err := h.freeAsync(other, 1); err != nil { // after the cut: stream-owned at SyncEnd
+		t.Fatal(err)
+	}
+	if err := h.f.Synchronize(); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.p.SyncEnd(ticket); err != nil {
+		t.Fatal(err)
+	}
+	if st := h.p.Stats(); st.DemotedTotal != 0 || f.VirtualCounts().Moves != 0 {
+		t.Fatalf("moved with a stream's free waiting: %v", st)
+	}
+	h.closeVirtual()
+}
+
+// TestMigrateColdestFirst: demotion takes the granules handed out on
+// longest ago first: of four blocks each handed out in an interval of its
+// own, the oldest.
+func TestMigrateColdestFirst(t *testing.T) {
+	h, f, _ := migrateHarness(t)
+	var blocks []uint64
+	for range 4 { // the device is full
+		blocks = append(blocks, h.mustAlloc(2*granule))
+		h.appSync()
+	}
+	h.mustFree(h.mustAlloc(2 * granule)) // on the host: two granules short
+	h.appSync()
+	host := f.HostGranules()
+	if oldest := blocks[0]; len(host) != 2 || !host[oldest] || !host[oldest+granule] {
+		t.Fatalf("host granules %v, want the oldest block's two at %#x", host, oldest)
+	}
+	h.closeVirtual()
+}
+
+// TestMigrateIdleGranulesAreRoom: idle granules, mapped with no used byte,
+// count as the device's room and are never demoted: a granule freed while
+// a hot one waited on the host makes room for it, and the one cold live
+// granule that the reserve still needs is demoted.
+func TestMigrateIdleGranulesAreRoom(t *testing.T) {
+	h, f, _ := migrateHarness(t)
+	h.p.Close()
+	h.opt.ReleaseThreshold = h.opt.Quota // freed granules stay mapped, idle
+	p, err := pool.New(f, h.opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.p = p
+	w := h.mustAlloc(2 * granule)
+	x := h.mustAlloc(granule) // keeps w's arena
+	h.mustAlloc(5 * granule)  // the device is full
+	h.appSync()
+	s := h.mustAlloc(granule) // on the host, hot
+	if !f.HostGranules()[s] {
+		t.Fatalf("%#x on the device with the quota full", s)
+	}
+	h.mustFree(w) // idle at SyncEnd, and cold
+	h.appSync()
+	host := f.HostGranules()
+	if st := h.p.Stats(); st.DemotedTotal != granule || len(host) != 1 || !host[x] {
+		t.Fatalf("demoted %d bytes, host granules %v; want x's granule %#x alone", st.DemotedTotal, host, x)
+	}
+	h.closeVirtual()
+}
