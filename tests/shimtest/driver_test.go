@@ -306,3 +306,22 @@ func TestDriverMemGetInfoNull(t *testing.T) {
 		checkSteps(t, out, []step{{"m", 0, cuSuccess}, {"j", 0, cuInvalidValue}, {"i", 0, cuSuccess}})
 	}
 }
+
+// TestDriverInvalidAllocationsGetCUDAsAnswer: a driver allocation CUDA
+// refuses for its arguments gets CUDA_ERROR_INVALID_VALUE under a quota, as
+// without Spillway, rather than a success from the pool: cuMemAlloc_v2 of
+// zero bytes, and cuMemAllocPitch_v2 with an element size other than 4, 8
+// or 16 bytes. A valid element size is still served.
+func TestDriverInvalidAllocationsGetCUDAsAnswer(t *testing.T) {
+	const cuInvalidValue = 1
+	for _, runtime := range []string{"dynamic", ""} {
+		out, _ := runScriptWith(t, drvops(t, runtime), 64<<20, nil,
+			"m", "0", "P", "1K", "16", "3", "P", "1K", "16", "0", "P", "1K", "16", "32", "P", "1K", "16", "8")
+		t.Logf("runtime %q", runtime)
+		checkSteps(t, out, []step{
+			{"m", 0, cuInvalidValue},
+			{"P", 0, cuInvalidValue}, {"P", 1, cuInvalidValue}, {"P", 2, cuInvalidValue},
+			{"P", 3, cuSuccess},
+		})
+	}
+}

@@ -18,6 +18,7 @@
  *   M SIZE   cuMemAllocManaged (global) -> "M RC SLOT"
  *   n SIZE FLAGS cuMemAllocManaged with FLAGS -> "n RC SLOT"
  *   p W H    cuMemAllocPitch_v2 (4-byte elements) -> "p RC SLOT PITCH"
+ *   P W H E  cuMemAllocPitch_v2 with E-byte elements -> "P RC SLOT PITCH"
  *   a SIZE   cuMemAllocAsync on the legacy stream -> "a RC SLOT"
  *   A SIZE   cuMemAllocAsync_ptsz on stream 0 (the per-thread stream)
  *                                 -> "A RC SLOT"
@@ -172,6 +173,14 @@ int main(int argc, char **argv)
             rc = cuMemAllocPitch_v2(&p, &pitch, size_arg(arg), (size_t)atol(i + 2 < argc ? argv[i + 2] : "0"), 4);
             printf("p %d %d %zu\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1, pitch);
             i += 2;
+            break;
+        }
+        case 'P': {
+            size_t pitch = 0;
+            rc = cuMemAllocPitch_v2(&p, &pitch, size_arg(arg), (size_t)atol(i + 2 < argc ? argv[i + 2] : "0"),
+                                    (unsigned int)atoi(i + 3 < argc ? argv[i + 3] : "0"));
+            printf("P %d %d %zu\n", rc, rc == CUDA_SUCCESS ? keep(p) : -1, pitch);
+            i += 3;
             break;
         }
         case 'a':
