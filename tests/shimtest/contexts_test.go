@@ -364,3 +364,32 @@ func TestExplicitPoolFailureGivesBack(t *testing.T) {
 		t.Errorf("cuMemGetInfo_v2 after a failed allocation from the pool: %d bytes free, want the whole 64 MiB quota", free)
 	}
 }
+
+// TestCreatedContextFailedCallsKeepCount: a call on a created context that
+// CUDA fails changes nothing, and neither does the quota's count: an
+// allocation CUDA refuses gives its bytes back (40 MiB then fit), a free
+// CUDA refuses keeps the block counted until its context is destroyed, and
+// a cuCtxDestroy_v2 or cuCtxDetach CUDA refuses leaves the context, and
+// what it holds, counted (40 MiB more are refused).
+func TestCreatedContextFailedCallsKeepCount(t *testing.T) {
+	for _, c := range []struct {
+		name, fail string
+		ops        []string
+		steps      []step
+	}{
+		{"alloc", "cuMemAlloc_v2:1", []string{"C", "m", "40M", "m", "40M"},
+			[]step{{"m", 0, cuOutOfMemory}, {"m", 1, cuSuccess}}},
+		{"free", "cuMemFree_v2:1", []string{"C", "m", "40M", "f", "0", "m", "40M", "X", "0", "m", "40M"},
+			[]step{{"m", 0, cuSuccess}, {"f", 0, cuOutOfMemory}, {"m", 1, cuOutOfMemory}, {"X", 0, cuSuccess},
+				{"m", 2, cuSuccess}}},
+		{"destroy", "cuCtxDestroy_v2:1", []string{"C", "m", "40M", "X", "0", "m", "40M"},
+			[]step{{"m", 0, cuSuccess}, {"X", 0, cuOutOfMemory}, {"m", 1, cuOutOfMemory}}},
+		{"detach", "cuCtxDetach:1", []string{"C", "m", "40M", "T", "0", "m", "40M"},
+			[]step{{"m", 0, cuSuccess}, {"T", 0, cuOutOfMemory}, {"m", 1, cuOutOfMemory}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, _ := runScriptWith(t, ctxvmm(t, false), 64<<20, []string{"SIMCUDA_FAIL=" + c.fail}, c.ops...)
+			checkSteps(t, out, append([]step{{"C", 0, cuSuccess}}, c.steps...))
+		})
+	}
+}
