@@ -247,15 +247,17 @@ func TestVMMTakesPoolCache(t *testing.T) {
 }
 
 // TestVMMCreateInvalidOverQuota: a cuMemCreate CUDA itself refuses (a size
-// that is no multiple of the granularity) gets CUDA's answer,
-// CUDA_ERROR_INVALID_VALUE, whether or not the size fits the quota: an
-// out-of-memory error would send the program looking for memory to free
-// instead of at its size.
+// that is no multiple of the granularity, flags other than 0) gets CUDA's
+// answer, CUDA_ERROR_INVALID_VALUE, whether or not the size fits the quota:
+// an out-of-memory error would send the program looking for memory to free
+// instead of at its arguments.
 func TestVMMCreateInvalidOverQuota(t *testing.T) {
 	const cuInvalidValue = 1
 	for _, vars := range [][]string{nil, {"SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_HOST_LIMIT=64MiB"}} {
-		out, truth := runScriptWith(t, ctxvmm(t, false), 8<<20, vars, "c", "3M", "c", "17M", "c", "2M")
-		checkSteps(t, out, []step{{"c", 0, cuInvalidValue}, {"c", 1, cuInvalidValue}, {"c", 2, cuSuccess}})
+		out, truth := runScriptWith(t, ctxvmm(t, false), 8<<20, vars,
+			"c", "3M", "c", "17M", "v", "16M", "0", "1", "v", "2M", "0", "1", "c", "2M")
+		checkSteps(t, out, []step{{"c", 0, cuInvalidValue}, {"c", 1, cuInvalidValue},
+			{"v", 0, cuInvalidValue}, {"v", 1, cuInvalidValue}, {"c", 2, cuSuccess}})
 		if truth.VMMPhysicalBytes != 2<<20 {
 			t.Errorf("%v: simcuda holds %d bytes of physical memory at exit, want the one 2 MiB handle",
 				vars, truth.VMMPhysicalBytes)
@@ -305,5 +307,21 @@ func TestVMMRefusalWarnings(t *testing.T) {
 	want = "cuMemCreate (nor could the host limit hold it) of 2MiB refused on device 0"
 	if !strings.Contains(stderr, want) || strings.Count(stderr, "refused") != 1 {
 		t.Errorf("past the host limit: want one warning %q\nstderr:\n%s", want, stderr)
+	}
+}
+
+// TestVMMHostLocatedNotCounted: physical memory the application asks CUDA
+// to place on the host (CU_MEM_LOCATION_TYPE_HOST_NUMA) counts on no
+// device: 16 MiB of it are made under an 8 MiB quota, and the device's
+// quota stays whole for device memory (cuMemGetInfo_v2 shows 8 MiB free
+// before the 2 MiB handle, 6 MiB after).
+func TestVMMHostLocatedNotCounted(t *testing.T) {
+	out, _ := runScript(t, 8<<20, "l", "16M", "i", "c", "2M", "i")
+	checkSteps(t, out, []step{{"l", 0, cuSuccess}, {"i", 0, cuSuccess}, {"c", 0, cuSuccess}, {"i", 1, cuSuccess}})
+	if free := out.Num(t, "i", 0, 2); free != 8<<20 {
+		t.Errorf("cuMemGetInfo_v2 after 16 MiB on the host: %d bytes free, want the whole 8 MiB quota", free)
+	}
+	if free := out.Num(t, "i", 1, 2); free != 6<<20 {
+		t.Errorf("cuMemGetInfo_v2 after 2 MiB on the device: %d bytes free, want 6 MiB", free)
 	}
 }

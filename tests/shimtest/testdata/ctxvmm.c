@@ -16,6 +16,8 @@
  *   i        cuMemGetInfo_v2                  -> "i RC FREE TOTAL"
  *   r SIZE   cuMemAddressReserve              -> "r RC"  (one range, used by M)
  *   c SIZE   cuMemCreate on device 0          -> "c RC H"
+ *   v SIZE DEV FLAGS  cuMemCreate on device DEV with FLAGS -> "v RC H"
+ *   l SIZE   cuMemCreate located on the host (NUMA node 0) -> "l RC H"
  *   M H OFF  cuMemMap of handle H at OFF in the range, read-write for device 0
  *                                             -> "M RC MAP"
  *   N MAP    cuMemUnmap of mapping MAP        -> "N RC"
@@ -286,6 +288,25 @@ int main(int argc, char **argv)
             CUmemAllocationProp prop = device_prop();
             rc = cuMemCreate(&handles[nhandles], size_arg(a), &prop, 0);
             printf("c %d %d\n", rc, nhandles);
+            nhandles += rc == CUDA_SUCCESS;
+            i++;
+            break;
+        }
+        case 'v': {
+            CUmemAllocationProp prop = device_prop();
+            prop.location.id = atoi(b);
+            rc = cuMemCreate(&handles[nhandles], size_arg(a), &prop,
+                             strtoull(i + 3 < argc ? argv[i + 3] : "0", NULL, 10));
+            printf("v %d %d\n", rc, nhandles);
+            nhandles += rc == CUDA_SUCCESS;
+            i += 3;
+            break;
+        }
+        case 'l': {
+            CUmemAllocationProp prop = device_prop();
+            prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+            rc = cuMemCreate(&handles[nhandles], size_arg(a), &prop, 0);
+            printf("l %d %d\n", rc, nhandles);
             nhandles += rc == CUDA_SUCCESS;
             i++;
             break;
