@@ -46,7 +46,8 @@ func runMempoolOn(t *testing.T, env []string, arg string, device int) (harness.O
 // cudaMallocAsync backend reads them, are Spillway's pool's (cudaMalloc's
 // memory included, since the pool serves both), agree with simcuda's
 // device bytes, and reset their high-water marks to the current figures
-// when set to 0 (any other value is CUDA's cudaErrorInvalidValue). The
+// when set to 0 (any other value is CUDA's cudaErrorInvalidValue, and
+// resets nothing). The
 // release threshold reads back what was set, and a pool the program created
 // keeps CUDA's figures. cudaDeviceSynchronize and cudaMemPoolTrimTo(pool, 0)
 // give the cache back to the device: simcuda then holds only the live
@@ -75,11 +76,14 @@ func TestDefaultMemPoolAttributes(t *testing.T) {
 			if freed := figures(t, out, "freed"); freed.used != 8*miB || freed.usedHigh != 36*miB || freed.reserved != full.reserved {
 				t.Errorf("after freeing 28 MiB: %+v, want 8 MiB used, 36 MiB used high, reserved unchanged %d", freed, full.reserved)
 			}
-			if rc := out.Code(t, "reset", 0); rc != 0 {
-				t.Errorf("setting both Highs to 0: %d", rc)
-			}
 			if rc := out.Code(t, "badhigh", 0); rc != harness.ErrInvalidValue {
 				t.Errorf("setting UsedMemHigh to 5: %d, want cudaErrorInvalidValue", rc)
+			}
+			if bad, freed := figures(t, out, "after-badhigh"), figures(t, out, "freed"); bad != freed {
+				t.Errorf("after UsedMemHigh set to 5, which CUDA refuses: %+v, want the figures unchanged %+v", bad, freed)
+			}
+			if rc := out.Code(t, "reset", 0); rc != 0 {
+				t.Errorf("setting both Highs to 0: %d", rc)
 			}
 			if reset := figures(t, out, "after-reset"); reset.usedHigh != 8*miB || reset.reservedHigh != reset.reserved {
 				t.Errorf("after the reset: %+v, want the Highs at the current figures", reset)

@@ -15,8 +15,9 @@
  *                          UsedMemHigh); "full-drv" through the driver
  *   "freed ..."            once the 24 MiB (cudaFreeAsync) and the 4 MiB
  *                          (cudaFree) are freed
+ *   "badhigh RC"           UsedMemHigh set to 5 through the runtime (CUDA refuses it)
+ *   "after-badhigh ..."    the attributes after that
  *   "reset RC"             both Highs set to 0 through the runtime
- *   "badhigh RC"           UsedMemHigh set to 5 through the runtime
  *   "after-reset ..."      the attributes after that
  *   "drvreset RC"          16 MiB allocated and freed, then UsedMemHigh set to 0
  *                          through the driver; "after-drvreset ..." the attributes after
@@ -125,12 +126,13 @@ int main(int argc, char **argv)
     usage("freed", pool, 0);
 
     uint64_t zero = 0, five = 5;
+    printf("badhigh %d\n", cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &five));
+    cudaGetLastError();
+    usage("after-badhigh", pool, 0);
     rc = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReservedMemHigh, &zero);
     if (rc == cudaSuccess)
         rc = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &zero);
     printf("reset %d\n", rc);
-    printf("badhigh %d\n", cudaMemPoolSetAttribute(pool, cudaMemPoolAttrUsedMemHigh, &five));
-    cudaGetLastError();
     usage("after-reset", pool, 0);
 
     rc = cudaMallocAsync(&d, 16 * MIB, s);
