@@ -240,6 +240,9 @@ func (h *harness) close() {
 	if dev, host, m := h.f.DeviceBytes(), h.f.HostBytes(), h.f.LiveMarkers(); dev != 0 || host != 0 || m != 0 {
 		h.t.Fatalf("after Close: %d device bytes, %d host bytes, %d markers left", dev, host, m)
 	}
+	if h.vmm != nil {
+		h.checkVirtualClosed()
+	}
 }
 
 // appSync is a synchronization made by the application, announced to the pool.

@@ -82,8 +82,14 @@ func (h *harness) closeVirtual() {
 	h.t.Helper()
 	h.vmm.OnUnmap = nil // Close releases live blocks too
 	h.close()
-	if n, m := h.vmm.AddressRanges(), h.vmm.MappedBytes(); n != 0 || m != 0 {
-		h.t.Fatalf("after Close: %d address ranges, %d mapped bytes left", n, m)
+}
+
+// checkVirtualClosed fails if the device still holds an address range, a
+// mapping or physical memory, device or host, after Close.
+func (h *harness) checkVirtualClosed() {
+	h.t.Helper()
+	if n, m, ph := h.vmm.AddressRanges(), h.vmm.MappedBytes(), h.vmm.PhysicalHandles(); n != 0 || m != 0 || ph != 0 {
+		h.t.Fatalf("after Close: %d address ranges, %d mapped bytes, %d physical allocations (device or host) left", n, m, ph)
 	}
 }
 

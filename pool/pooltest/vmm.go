@@ -24,6 +24,19 @@ type VirtualFake struct {
 	OnUnmap func(va, size uint64)
 	// FailMove, if set, can fail a MoveGranule before anything changes.
 	FailMove func(va uint64) error
+	// The other Fail hooks, like Fake's, are consulted before the call they
+	// name, without the fake's lock; an error they return is the call's,
+	// which then changes nothing.
+	//
+	// FailMap: Map of handle at va fails, mapping nothing.
+	FailMap func(va, handle uint64) error
+	// FailUnmap: Unmap at va fails, the memory staying mapped.
+	FailUnmap func(va uint64) error
+	// FailReleasePhysical: ReleasePhysical of handle fails, freeing nothing.
+	FailReleasePhysical func(handle uint64) error
+	// FailFreeAddress: FreeAddress of the range at va fails, the range
+	// staying reserved.
+	FailFreeAddress func(va uint64) error
 
 	ranges   map[uint64]uint64 // reserved address ranges: base -> size
 	handles  map[uint64]*physical
@@ -76,6 +89,11 @@ func (f *VirtualFake) ReserveAddress(size uint64) (uint64, error) {
 
 // FreeAddress implements pool.VirtualBacking.
 func (f *VirtualFake) FreeAddress(va, size uint64) error {
+	if f.FailFreeAddress != nil {
+		if err := f.FailFreeAddress(va); err != nil {
+			return err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if got, ok := f.ranges[va]; !ok || got != size {
@@ -139,6 +157,11 @@ func (f *VirtualFake) createHost(size uint64) (uint64, error) {
 
 // ReleasePhysical implements pool.VirtualBacking.
 func (f *VirtualFake) ReleasePhysical(handle, size uint64) error {
+	if f.FailReleasePhysical != nil {
+		if err := f.FailReleasePhysical(handle); err != nil {
+			return err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ph, ok := f.handles[handle]
@@ -172,6 +195,11 @@ func (f *VirtualFake) inRange(va, size uint64) bool {
 
 // Map implements pool.VirtualBacking. One handle is one granule.
 func (f *VirtualFake) Map(va, size, handle uint64) error {
+	if f.FailMap != nil {
+		if err := f.FailMap(va, handle); err != nil {
+			return err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	ph, ok := f.handles[handle]
@@ -196,6 +224,11 @@ func (f *VirtualFake) Map(va, size, handle uint64) error {
 
 // Unmap implements pool.VirtualBacking.
 func (f *VirtualFake) Unmap(va, size uint64) error {
+	if f.FailUnmap != nil {
+		if err := f.FailUnmap(va); err != nil {
+			return err
+		}
+	}
 	f.mu.Lock()
 	if !aligned(va) || !aligned(size) || size == 0 {
 		f.mu.Unlock()
@@ -243,6 +276,14 @@ func (f *VirtualFake) PhysicalBytes() uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.physical
+}
+
+// PhysicalHandles returns how many physical allocations, device or host,
+// are created and not released.
+func (f *VirtualFake) PhysicalHandles() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.handles)
 }
 
 // MappedBytes returns the physical memory mapped now.
