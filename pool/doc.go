@@ -422,7 +422,12 @@
 // A release that fails (Release, ReleaseAsync, ReleaseHost) frees nothing:
 // a pass-through or spilled block stays live and counted, the free returns
 // the error, and a retry releases it; a segment stays held and is not tried
-// again before Close. Every Backing failure is counted in Stats
+// again before Close. With virtual memory, a failed mapping fails the
+// allocation: the device granule it was given stays free, a host one goes
+// back. A granule that fails to unmap, a host granule that fails to be
+// freed and an emptied arena whose range fails to be freed stay held and
+// counted until Close; a free device granule that fails to be released is
+// tried again by the next release. Every Backing failure is counted in Stats
 // (ReleaseErrors for releases, BackingErrors for the rest, refusals for lack
 // of memory excepted) and printed by Stats.String; those that fail no call
 // are also told to a FailureObserver.

@@ -124,6 +124,9 @@ type virtualMemory struct {
 	// counts the granules whose Spill is in force.
 	spills     uint64
 	spilledNow int
+	// unreleasedHost are the host granules the host failed to free,
+	// still held (in hostBytes) until Close.
+	unreleasedHost []uint64
 }
 
 func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
@@ -145,7 +148,9 @@ func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
 // is a placement that needs new physical memory (free address space is
 // always found): then completed markers, and a synchronization when anything
 // is pending, may give granules back before the pool creates more. Only when
-// the quota cannot provide the granules does the pressure path run.
+// the quota cannot provide the granules does the pressure path run. A
+// failure to map a granule ends the request with its error wherever it
+// occurs: it is counted, and no other placement hides it.
 func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache, found *block) (uint64, error) {
 	b, short, src, captured, err := p.placeVirtual(size, class, c, found)
 	if err != nil {
@@ -173,12 +178,16 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache, found *bl
 			}
 			if err = p.commit(b, size, short, false); err == nil {
 				return p.hand(b, size, src), nil
+			} else if !errors.Is(err, errNoPhysical) {
+				return 0, err
 			}
 		}
 	}
 	if b := p.fewestGranules(size); b != nil {
 		if err = p.commit(b, size, p.virt.shortOf(b, size), false); err == nil {
 			return p.hand(b, size, SourceCache), nil
+		} else if !errors.Is(err, errNoPhysical) {
+			return 0, err
 		}
 	}
 	if b, err = p.growVirtual(size, class, true); err != nil {
@@ -188,13 +197,18 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache, found *bl
 		return p.hand(b, size, SourceDevice), nil
 	}
 	defer p.arenaEmptied(b) // if nothing was placed in it
+	if !errors.Is(err, errNoPhysical) {
+		return 0, err
+	}
 	// The device, not the quota, had no granule left.
 	deviceFull := errors.Is(err, ErrOutOfMemory)
-	if p.opt.Oversubscribe && errors.Is(err, errNoPhysical) {
+	if p.opt.Oversubscribe {
 		// Page-granular spill: the granules the quota cannot hold are
 		// host-located, behind the same range as the device ones.
 		if err = p.commit(b, size, p.virt.shortOf(b, size), true); err == nil {
 			return p.hand(b, size, SourceDevice), nil
+		} else if !errors.Is(err, errNoPhysical) && !errors.Is(err, ErrOutOfMemory) {
+			return 0, err // not the host's lack of memory, which spills whole
 		}
 	}
 	if p.opt.Oversubscribe {
@@ -372,12 +386,12 @@ func (p *Pool) arenaEmptied(b *block) {
 	}
 	for i := range seg.granules {
 		if g := &seg.granules[i]; g.mapped && p.unmapGranule(g) != nil {
-			return // counted in BackingErrors; the arena stays
+			return // counted and told; the arena stays
 		}
 	}
 	if err := v.back.FreeAddress(seg.base, seg.size); err != nil {
-		p.stats.BackingErrors++
-		return
+		p.backingFailed(fmt.Errorf("pool: freeing the emptied arena at %#x: %w", seg.base, err))
+		return // the arena stays, until Close
 	}
 	p.idx[seg.class].remove(b)
 	p.recycle(b)
@@ -584,11 +598,13 @@ func (p *Pool) createHostGranule() (uint64, error) {
 	return h, nil
 }
 
-// releaseHostGranule frees a host granule mapped nowhere.
+// releaseHostGranule frees a host granule mapped nowhere. One the host
+// fails to free stays held and counted, until Close tries again.
 func (p *Pool) releaseHostGranule(h uint64) {
 	v := p.virt
 	if err := v.back.ReleasePhysical(h, v.gran); err != nil {
-		p.stats.BackingErrors++
+		v.unreleasedHost = append(v.unreleasedHost, h)
+		p.backingFailed(fmt.Errorf("pool: releasing host granule %#x: %w", h, err))
 		return
 	}
 	p.hostBytes -= v.gran
@@ -601,9 +617,11 @@ func (p *Pool) unmapGranule(g *granule) error {
 	v := p.virt
 	v.idle.remove(g)
 	if err := v.back.Unmap(g.va, v.gran); err != nil {
-		// Its state is unknown: never use this granule again.
-		p.stats.BackingErrors++
-		return fmt.Errorf("pool: unmapping the granule at %#x: %w", g.va, err)
+		// Its state is unknown: never use this granule again. No caller
+		// fails for it: each goes without the granule.
+		err = fmt.Errorf("pool: unmapping the granule at %#x: %w", g.va, err)
+		p.backingFailed(err)
+		return err
 	}
 	g.mapped = false
 	v.free = append(v.free, g.handle)
@@ -705,7 +723,8 @@ func (p *Pool) granuleUnused(g *granule) {
 		return
 	}
 	if err := v.back.Unmap(g.va, v.gran); err != nil {
-		p.stats.BackingErrors++ // its state is unknown: left as it is
+		// Its state is unknown: left as it is, until Close.
+		p.backingFailed(fmt.Errorf("pool: unmapping the host granule at %#x: %w", g.va, err))
 		return
 	}
 	g.mapped, g.host = false, false
@@ -752,7 +771,8 @@ func (p *Pool) releaseGranulesWhile(cond func() bool) {
 		}
 		h := v.free[len(v.free)-1]
 		if err := v.back.ReleasePhysical(h, v.gran); err != nil {
-			p.stats.BackingErrors++
+			// The granule stays free and counted; a later release tries again.
+			p.backingFailed(fmt.Errorf("pool: releasing physical granule %#x: %w", h, err))
 			return
 		}
 		v.free = v.free[:len(v.free)-1]
@@ -809,9 +829,14 @@ func (p *Pool) closeVirtual() []error {
 			errs = append(errs, fmt.Errorf("pool: releasing physical granule %#x: %w", h, err))
 		}
 	}
+	for _, h := range v.unreleasedHost {
+		if err := v.back.ReleasePhysical(h, v.gran); err != nil {
+			errs = append(errs, fmt.Errorf("pool: releasing host granule %#x: %w", h, err))
+		}
+	}
 	p.segs = slices.DeleteFunc(p.segs, func(s *segment) bool { return s.granules != nil })
 	v.free, v.idle, v.granule, v.arenas, v.inUse, v.inUsePeak = nil, idleList{}, 0, [numClasses]int{}, 0, 0
-	v.spilledNow = 0
+	v.spilledNow, v.unreleasedHost = 0, nil
 	return errs
 }
 
