@@ -196,6 +196,17 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache, found *bl
 	if err = p.commit(b, size, p.virt.shortOf(b, size), false); err == nil {
 		return p.hand(b, size, SourceDevice), nil
 	}
+	return p.spillOrRefuse(b, size, err)
+}
+
+// spillOrRefuse ends a request whose new arena, b, commit could not give its
+// granules (err): the block spills to the host under oversubscription, and
+// is refused otherwise; the arena goes if nothing was placed in it. (A
+// function of its own because Go open-codes a deferred call only in a
+// function with few returns: in allocateVirtual, every return, whichever the
+// request took, would call into the runtime, 20 instructions a pair on
+// random churn.)
+func (p *Pool) spillOrRefuse(b *block, size uint64, err error) (uint64, error) {
 	defer p.arenaEmptied(b) // if nothing was placed in it
 	if !errors.Is(err, errNoPhysical) {
 		return 0, err
