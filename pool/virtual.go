@@ -364,9 +364,13 @@ func (p *Pool) growVirtual(size uint64, class int, exact bool) (*block, error) {
 	}
 	base, err := v.back.ReserveAddress(arena)
 	if err != nil {
+		if !isOOM(err) {
+			p.stats.BackingErrors++
+		}
 		return nil, fmt.Errorf("pool: reserving %d bytes of address space: %w", arena, err)
 	}
 	if base%v.gran != 0 || base == 0 {
+		p.stats.BackingErrors++
 		freeErr := v.back.FreeAddress(base, arena)
 		return nil, fmt.Errorf("pool: backing returned address range %#x, not aligned to %d bytes (free: %v)", base, v.gran, freeErr)
 	}
@@ -582,6 +586,7 @@ func (p *Pool) takePhysical() (uint64, error) {
 			// spills or refuses the same way.
 			return 0, fmt.Errorf("pool: creating a %d-byte granule: %w: %w", v.gran, err, errNoPhysical)
 		}
+		p.stats.BackingErrors++
 		return 0, fmt.Errorf("pool: creating a %d-byte granule: %w", v.gran, err)
 	}
 	v.granule++
@@ -599,6 +604,9 @@ func (p *Pool) createHostGranule() (uint64, error) {
 	}
 	h, err := v.back.CreatePhysical(v.gran, TierPinned)
 	if err != nil {
+		if !isOOM(err) {
+			p.stats.BackingErrors++
+		}
 		return 0, fmt.Errorf("pool: creating a %d-byte host granule: %w", v.gran, err)
 	}
 	p.hostBytes += v.gran

@@ -2,6 +2,7 @@ package pool_test
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/pool"
@@ -236,4 +237,65 @@ func TestMigrateFailedPromotion(t *testing.T) {
 		t.Fatalf("after ReleaseCached: %d granules, %d physical bytes; want the 4 in use", st.Granules, f.PhysicalBytes())
 	}
 	h.closeVirtual()
+}
+
+// TestVirtualFailedCreationCounted: physical memory or address space the
+// backing fails to create for a reason other than lack of memory fails the
+// allocation with its error and is counted (not told: the call returns
+// it); lack of memory is a refusal, not a failure.
+func TestVirtualFailedCreationCounted(t *testing.T) {
+	oom := fmt.Errorf("injected: %w", pool.ErrOutOfMemory)
+	for _, c := range []struct {
+		name    string
+		inject  func(f *pooltest.VirtualFake, err error)
+		host    bool
+		counted bool
+		err     error
+	}{
+		{"device granule", func(f *pooltest.VirtualFake, err error) {
+			f.FailReserve = func(uint64) error { return err }
+		}, false, true, errInjected},
+		{"device granule, out of memory", func(f *pooltest.VirtualFake, err error) {
+			f.FailReserve = func(uint64) error { return err }
+		}, false, false, oom},
+		{"address range", func(f *pooltest.VirtualFake, err error) {
+			f.FailReserveAddress = func(uint64) error { return err }
+		}, false, true, errInjected},
+		{"address range, out of memory", func(f *pooltest.VirtualFake, err error) {
+			f.FailReserveAddress = func(uint64) error { return err }
+		}, false, false, oom},
+		{"host granule", func(f *pooltest.VirtualFake, err error) {
+			f.FailCreateHost = func(uint64) error { return err }
+		}, true, true, errInjected},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := pooltest.NewVirtual(0)
+			opt := virtualOptions(4 * granule)
+			if c.host {
+				opt = virtualOptions(granule) // the device granule is the whole quota
+				opt.Oversubscribe = true
+				opt.SpillTier = pool.TierPinned
+				opt.HostLimit = 8 * granule
+			}
+			h, obs := observedVirtual(t, f, opt)
+			if c.host {
+				h.mustAlloc(granule)
+			}
+			c.inject(f, c.err)
+			if _, err := h.alloc(granule); err == nil || c.counted && !errors.Is(err, errInjected) {
+				t.Fatalf("allocation whose %s fails: %v, want the backing's error", c.name, err)
+			}
+			want := uint64(0)
+			if c.counted {
+				want = 1
+			}
+			if st := h.p.Stats(); st.BackingErrors != want || len(obs.failures) != 0 {
+				t.Fatalf("after the failed %s: %d backing errors, failures told %v; want %d, none told",
+					c.name, st.BackingErrors, obs.failures, want)
+			}
+			f.FailReserve, f.FailReserveAddress, f.FailCreateHost = nil, nil, nil
+			h.mustAlloc(granule)
+			h.closeVirtual()
+		})
+	}
 }

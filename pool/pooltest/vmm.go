@@ -37,6 +37,12 @@ type VirtualFake struct {
 	// FailFreeAddress: FreeAddress of the range at va fails, the range
 	// staying reserved.
 	FailFreeAddress func(va uint64) error
+	// FailReserveAddress: ReserveAddress of size bytes fails, reserving
+	// nothing. (Device physical memory fails with Fake's FailReserve.)
+	FailReserveAddress func(size uint64) error
+	// FailCreateHost: CreatePhysical of size bytes of host-located memory
+	// fails, creating nothing.
+	FailCreateHost func(size uint64) error
 
 	ranges   map[uint64]uint64 // reserved address ranges: base -> size
 	handles  map[uint64]*physical
@@ -76,6 +82,11 @@ func aligned(v uint64) bool { return v%Granularity == 0 }
 
 // ReserveAddress implements pool.VirtualBacking.
 func (f *VirtualFake) ReserveAddress(size uint64) (uint64, error) {
+	if f.FailReserveAddress != nil {
+		if err := f.FailReserveAddress(size); err != nil {
+			return 0, err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if size == 0 || !aligned(size) {
@@ -140,6 +151,11 @@ func (f *VirtualFake) CreatePhysical(size uint64, tier pool.Tier) (uint64, error
 }
 
 func (f *VirtualFake) createHost(size uint64) (uint64, error) {
+	if f.FailCreateHost != nil {
+		if err := f.FailCreateHost(size); err != nil {
+			return 0, err
+		}
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if size == 0 || !aligned(size) {
