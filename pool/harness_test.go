@@ -20,6 +20,9 @@ type harness struct {
 	live  map[uint64]uint64 // base -> aligned size
 	dirty []dirtyRange
 	vmm   *pooltest.VirtualFake // the device, when it has virtual memory
+	// ledger is the pool's own ledger, when the test gave it none: what it
+	// has taken must be what the pool holds.
+	ledger *pool.QuotaLedger
 	// unmappedLive are the live blocks the pool unmapped granules under
 	// during the current call: a defect unless the call freed them.
 	unmappedLive []uint64
@@ -39,11 +42,16 @@ type dirtyRange struct {
 
 func newHarness(t testing.TB, f *pooltest.Fake, opt pool.Options) *harness {
 	t.Helper()
+	var ledger *pool.QuotaLedger
+	if opt.Ledger == nil {
+		ledger = pool.NewQuotaLedger(opt.Quota)
+		opt.Ledger = ledger
+	}
 	p, err := pool.New(f, opt)
 	if err != nil {
 		t.Fatalf("pool.New: %v", err)
 	}
-	return &harness{t: t, f: f, p: p, opt: opt, live: make(map[uint64]uint64)}
+	return &harness{t: t, f: f, p: p, opt: opt, live: make(map[uint64]uint64), ledger: ledger}
 }
 
 func alignUp(v uint64) uint64 { return (v + pool.Alignment - 1) &^ (pool.Alignment - 1) }
@@ -217,6 +225,9 @@ func (h *harness) check() {
 	if dev := h.f.DeviceBytes(); st.ReservedBytes != dev {
 		h.t.Fatalf("stats: %d bytes reserved, device has %d", st.ReservedBytes, dev)
 	}
+	if h.ledger != nil && h.ledger.Taken() != st.ReservedBytes {
+		h.t.Fatalf("stats: %d bytes reserved, the ledger has %d taken", st.ReservedBytes, h.ledger.Taken())
+	}
 	if st.ReservedBytes > h.opt.Quota {
 		h.t.Fatalf("stats: %d bytes reserved, above the quota of %d", st.ReservedBytes, h.opt.Quota)
 	}
@@ -242,6 +253,9 @@ func (h *harness) close() {
 	}
 	if h.vmm != nil {
 		h.checkVirtualClosed()
+	}
+	if h.ledger != nil && h.ledger.Taken() != 0 {
+		h.t.Fatalf("after Close: the ledger has %d bytes taken", h.ledger.Taken())
 	}
 }
 
