@@ -853,6 +853,9 @@ func TestDeviceFullIsNotAQuotaRefusal(t *testing.T) {
 	if !errors.Is(err, pool.ErrOutOfMemory) || errors.Is(err, pool.ErrQuota) {
 		t.Fatalf("device out of memory below the quota: %v, want ErrOutOfMemory without ErrQuota", err)
 	}
+	if st := h.p.Stats(); st.BackingErrors != 0 || st.Refused != 1 {
+		t.Fatalf("device out of memory: %d backing errors, %d refusals; want a refusal, no backing error", st.BackingErrors, st.Refused)
+	}
 	h.close()
 }
 

@@ -49,9 +49,14 @@ func (p *Pool) grow(size uint64, class int) (*block, error) {
 		return nil, fmt.Errorf("pool: reserving a %d-byte segment: %w", size, err)
 	}
 	if base%Alignment != 0 || base == 0 {
+		p.stats.BackingErrors++
 		relErr := p.back.Release(base, size)
 		if relErr == nil {
 			p.ledger.Give(size)
+		} else {
+			// Still held: counted until Close, which gives it back.
+			p.stats.ReleaseErrors++
+			p.addDevice(size)
 		}
 		return nil, fmt.Errorf("pool: backing returned segment %#x, not aligned to %d bytes (release: %v)", base, Alignment, relErr)
 	}
