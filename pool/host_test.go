@@ -424,3 +424,82 @@ func TestSpillFailureSaysWhatWasFull(t *testing.T) {
 		}
 	}
 }
+
+// A promotion pass releases no cached segment for a block it cannot fit
+// even with every empty segment released, and for one it can, only as many
+// as the block needs, oldest emptied first.
+func TestPromotionReleasesOnlyTheSegmentsItNeeds(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, oversubscribed(12*miB, pool.TierManaged))
+	a, b := h.mustAlloc(4*miB), h.mustAlloc(4*miB) // a segment each
+	h.mustAlloc(4 * miB)
+	big := h.mustAlloc(6 * miB) // spilled: the quota is full
+	h.mustFree(a)
+	h.appSync() // 4 MiB cached: the 6 MiB block does not fit
+	if st := h.p.Stats(); st.Segments != 3 || st.PromotedTotal != 0 {
+		t.Fatalf("after a promotion that cannot fit: %d segments held, %d bytes promoted; want the empty segment kept", st.Segments, st.PromotedTotal)
+	}
+	h.mustFree(big)
+	a = h.mustAlloc(4 * miB) // a's segment again
+	if st := h.p.Stats(); st.Segments != 3 || st.SpilledBytes != 0 {
+		t.Fatalf("%d segments held, %d bytes spilled; want the cached segment reused", st.Segments, st.SpilledBytes)
+	}
+	h.mustAlloc(4 * miB) // spilled
+	h.mustFree(a)
+	h.mustFree(b)
+	h.appSync()
+	if st := h.p.Stats(); st.PromotedTotal != 4*miB || st.SegmentsReleased != 1 {
+		t.Fatalf("after promoting a 4 MiB block with two empty 4 MiB segments: %d bytes promoted, %d segments released; want 4 MiB and one segment", st.PromotedTotal, st.SegmentsReleased)
+	}
+	h.close()
+}
+
+// A block whose promotion failed before it moved stays first in line: the
+// next pass tries it before the blocks spilled after it.
+func TestBlockNotMovedStaysFirstInLine(t *testing.T) {
+	f := pooltest.New(0)
+	var tried []uint64
+	f.FailPromote = func(base, size uint64) error {
+		tried = append(tried, base)
+		if len(tried) == 1 {
+			return fmt.Errorf("advice refused: %w", pool.ErrNotMoved)
+		}
+		return nil
+	}
+	opt := oversubscribed(8*miB, pool.TierManaged)
+	opt.Pooling = false // a free gives its room back at once
+	h := newHarness(t, f, opt)
+	dev := h.mustAlloc(8 * miB)
+	older, younger := h.mustAlloc(4*miB), h.mustAlloc(4*miB) // both spilled
+	h.mustFree(dev)
+	h.appSync()          // the older block's promotion fails before it moves
+	h.mustAlloc(4 * miB) // room for one of them only
+	h.appSync()
+	if len(tried) != 2 || tried[1] != older {
+		t.Fatalf("promotions tried at %#x; want the older block %#x again first (the younger is %#x)", tried, older, younger)
+	}
+	h.close()
+}
+
+// GiveHost never returns more than TakeHost admitted: the host limit still
+// holds after a caller gives back too much.
+func TestGiveHostReturnsNoMoreThanHeld(t *testing.T) {
+	opt := oversubscribed(4*miB, pool.TierManaged)
+	opt.HostLimit = 4 * miB
+	h := newHarness(t, pooltest.New(0), opt)
+	if err := h.p.TakeHost(miB); err != nil {
+		t.Fatal(err)
+	}
+	h.p.GiveHost(2 * miB)
+	if st := h.p.Stats(); st.HostOutside != 0 {
+		t.Fatalf("%d bytes held outside the pool after giving back more than taken, want 0", st.HostOutside)
+	}
+	if err := h.p.TakeHost(4 * miB); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.p.TakeHost(miB); !errors.Is(err, pool.ErrHostLimit) {
+		t.Fatalf("TakeHost beyond the 4 MiB host limit: %v, want ErrHostLimit", err)
+	}
+	h.p.GiveHost(4 * miB)
+	h.close()
+}

@@ -62,3 +62,37 @@ func TestUnusableSegmentAddressIsCountedAndGivenBack(t *testing.T) {
 		})
 	}
 }
+
+// A segment whose release failed is kept and never tried again before
+// Close, however often it empties again.
+func TestFailedSegmentReleaseIsNotRetried(t *testing.T) {
+	f := pooltest.New(0)
+	opt := pool.DefaultOptions(64 * miB)
+	opt.ReleaseThreshold = 0
+	h := newHarness(t, f, opt)
+	f.FailRelease = func(uint64, uint64) error { return errors.New("cudaFree failed") }
+	for range 3 {
+		h.mustFree(h.mustAlloc(miB))
+		h.appSync() // the segment is empty again, above the threshold
+	}
+	if st := h.p.Stats(); st.ReleaseErrors != 1 || st.Segments != 1 {
+		t.Fatalf("%d failed releases, %d segments held; want one try, the segment kept", st.ReleaseErrors, st.Segments)
+	}
+	f.FailRelease = nil
+	h.close()
+}
+
+// Giving more bytes than were taken panics rather than admitting more than
+// the quota later.
+func TestQuotaLedgerRefusesToGiveMoreThanTaken(t *testing.T) {
+	l := pool.NewQuotaLedger(4 * miB)
+	if !l.Take(miB) {
+		t.Fatal("Take(1 MiB) refused under a 4 MiB quota")
+	}
+	defer func() {
+		if recover() == nil {
+			t.Fatalf("Give(2 MiB) after Take(1 MiB) did not panic; headroom now %d", l.Headroom())
+		}
+	}()
+	l.Give(2 * miB)
+}
