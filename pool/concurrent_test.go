@@ -272,3 +272,48 @@ func TestPromotionReleasesTheLock(t *testing.T) {
 		t.Fatalf("after Close: %d device bytes, %d host bytes", f.DeviceBytes(), f.HostBytes())
 	}
 }
+
+// A caller whose frees the synchronization in flight covers waits for it
+// and starts none of its own.
+func TestCoveredCallerStartsNoSynchronization(t *testing.T) {
+	f := pooltest.New(0)
+	entered, release := make(chan struct{}, 4), make(chan struct{})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // a failed test lets the held call return
+	f.FailSynchronize = func() error {
+		entered <- struct{}{}
+		<-release
+		return nil
+	}
+	p, err := pool.New(f, pool.DefaultOptions(64*miB))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := p.Alloc(2 * miB) // a segment of its own
+	if err := p.Free(a); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	alloc := func() {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := p.Alloc(2 * miB); err != nil {
+				t.Errorf("Alloc: %v", err)
+			}
+		}()
+	}
+	alloc() // the pending block could serve it: synchronizes
+	<-entered
+	alloc() // so could it serve this one, which the synchronization in flight covers
+	time.Sleep(20 * time.Millisecond)
+	letGo()
+	wg.Wait()
+	if n := f.Counts().Syncs; n != 1 {
+		t.Fatalf("%d synchronizations, want 1", n)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
