@@ -174,7 +174,11 @@ func TestForcedSynchronizationReleasesTheLock(t *testing.T) {
 		}()
 	}
 	alloc(2 * miB) // the pending block could serve it: synchronizes
-	<-entered
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second): // a hang, not a speed goal
+		t.Fatal("an allocation the pending block could serve started no synchronization")
+	}
 	returnsWhile(t, "Stats, Alloc, Free and FreeAsync", func() {
 		_ = p.Stats()
 		b, err := p.Alloc(kiB) // nothing of its class pending: grows
