@@ -136,49 +136,79 @@ func returnsWhile(t *testing.T, what string, call func()) {
 	}
 }
 
+// heldSyncs is a pool holding one 2 MiB block that waits for a
+// synchronization, over a Backing that holds every synchronization until
+// letGo, counting how many run at once.
+type heldSyncs struct {
+	f              *pooltest.Fake
+	p              *pool.Pool
+	entered        chan struct{}
+	letGo          func()
+	wg             sync.WaitGroup
+	inFlight, most atomic.Int32
+}
+
+func newHeldSyncs(t *testing.T) *heldSyncs {
+	h := &heldSyncs{f: pooltest.New(0), entered: make(chan struct{}, 4)}
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	h.letGo = func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(h.letGo) // a failed test lets the held call return
+	h.f.FailSynchronize = func() error {
+		n := h.inFlight.Add(1)
+		for m := h.most.Load(); n > m && !h.most.CompareAndSwap(m, n); m = h.most.Load() {
+		}
+		h.entered <- struct{}{}
+		<-release
+		h.inFlight.Add(-1)
+		return nil
+	}
+	var err error
+	if h.p, err = pool.New(h.f, pool.DefaultOptions(64*miB)); err != nil {
+		t.Fatal(err)
+	}
+	a, _ := h.p.Alloc(2 * miB) // a segment of its own
+	if err := h.p.Free(a); err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// alloc allocates size bytes in a goroutine of its own.
+func (h *heldSyncs) alloc(t *testing.T, size uint64) {
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		if _, err := h.p.Alloc(size); err != nil {
+			t.Errorf("Alloc(%d): %v", size, err)
+		}
+	}()
+}
+
+// awaitSync returns once a synchronization is held in the Backing.
+func (h *heldSyncs) awaitSync(t *testing.T) {
+	t.Helper()
+	select {
+	case <-h.entered:
+	case <-time.After(10 * time.Second): // a hang, not a speed goal
+		t.Fatal("an allocation the pending block could serve started no synchronization")
+	}
+}
+
+// finish lets the synchronizations go and waits for the allocations.
+func (h *heldSyncs) finish() {
+	h.letGo()
+	h.wg.Wait()
+}
+
 // A forced synchronization runs with the pool's lock released, and only one
 // runs at a time: a caller whose frees it covers waits for it, one whose
 // frees came later starts the next once it ends.
 func TestForcedSynchronizationReleasesTheLock(t *testing.T) {
-	f := pooltest.New(0)
-	entered, release := make(chan struct{}, 4), make(chan struct{})
-	var releaseOnce sync.Once
-	letGo := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(letGo) // a failed test lets the held call return
-	var inFlight, most atomic.Int32
-	f.FailSynchronize = func() error {
-		n := inFlight.Add(1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		entered <- struct{}{}
-		<-release
-		inFlight.Add(-1)
-		return nil
-	}
-	p, err := pool.New(f, pool.DefaultOptions(64*miB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := p.Alloc(2 * miB) // a segment of its own
-	if err := p.Free(a); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	alloc := func(size uint64) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := p.Alloc(size); err != nil {
-				t.Errorf("Alloc(%d): %v", size, err)
-			}
-		}()
-	}
-	alloc(2 * miB) // the pending block could serve it: synchronizes
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second): // a hang, not a speed goal
-		t.Fatal("an allocation the pending block could serve started no synchronization")
-	}
+	h := newHeldSyncs(t)
+	p := h.p
+	h.alloc(t, 2*miB) // the pending block could serve it: synchronizes
+	h.awaitSync(t)
 	returnsWhile(t, "Stats, Alloc, Free and FreeAsync", func() {
 		_ = p.Stats()
 		b, err := p.Alloc(kiB) // nothing of its class pending: grows
@@ -199,11 +229,10 @@ func TestForcedSynchronizationReleasesTheLock(t *testing.T) {
 		}
 	})
 	// Needs e: waits for the synchronization in flight, then starts the next.
-	alloc(4 * miB)
+	h.alloc(t, 4*miB)
 	time.Sleep(20 * time.Millisecond)
-	letGo()
-	wg.Wait()
-	if n, c := most.Load(), f.Counts().Syncs; n != 1 || c != 2 {
+	h.finish()
+	if n, c := h.most.Load(), h.f.Counts().Syncs; n != 1 || c != 2 {
 		t.Fatalf("%d synchronizations at once, %d in all; want 1 and 2", n, c)
 	}
 	if err := p.Close(); err != nil {
@@ -280,44 +309,16 @@ func TestPromotionReleasesTheLock(t *testing.T) {
 // A caller whose frees the synchronization in flight covers waits for it
 // and starts none of its own.
 func TestCoveredCallerStartsNoSynchronization(t *testing.T) {
-	f := pooltest.New(0)
-	entered, release := make(chan struct{}, 4), make(chan struct{})
-	var releaseOnce sync.Once
-	letGo := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(letGo) // a failed test lets the held call return
-	f.FailSynchronize = func() error {
-		entered <- struct{}{}
-		<-release
-		return nil
-	}
-	p, err := pool.New(f, pool.DefaultOptions(64*miB))
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, _ := p.Alloc(2 * miB) // a segment of its own
-	if err := p.Free(a); err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	alloc := func() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if _, err := p.Alloc(2 * miB); err != nil {
-				t.Errorf("Alloc: %v", err)
-			}
-		}()
-	}
-	alloc() // the pending block could serve it: synchronizes
-	<-entered
-	alloc() // so could it serve this one, which the synchronization in flight covers
+	h := newHeldSyncs(t)
+	h.alloc(t, 2*miB) // the pending block could serve it: synchronizes
+	h.awaitSync(t)
+	h.alloc(t, 2*miB) // so could it serve this one, which the synchronization in flight covers
 	time.Sleep(20 * time.Millisecond)
-	letGo()
-	wg.Wait()
-	if n := f.Counts().Syncs; n != 1 {
+	h.finish()
+	if n := h.f.Counts().Syncs; n != 1 {
 		t.Fatalf("%d synchronizations, want 1", n)
 	}
-	if err := p.Close(); err != nil {
+	if err := h.p.Close(); err != nil {
 		t.Fatal(err)
 	}
 }
