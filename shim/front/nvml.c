@@ -104,33 +104,38 @@ static int nvml_as_limited(nvmlDevice_t device, unsigned long long *quota,
 }
 
 /*
- * Free under a quota: what is left of it, never more than the device
- * really has free (the GPU's other processes hold the rest), as
- * cudaMemGetInfo reports. nvml_as_limited keeps used within total.
+ * NVML's memory figures of device as this process may see them, in place:
+ * with a quota, the quota as total, what Spillway counts as used, and as
+ * free what is left of the quota, never more than the device really has
+ * free (the GPU's other processes hold the rest), as cudaMemGetInfo
+ * reports; none free when every allocation is refused. Returns whether the
+ * figures were changed.
  */
-static unsigned long long quota_free(unsigned long long total, unsigned long long used,
-                                     unsigned long long device_free)
+static int limit_memory(nvmlDevice_t device, unsigned long long *total, unsigned long long *used,
+                        unsigned long long *free)
 {
-    unsigned long long left = total - used;
-    return left < device_free ? left : device_free;
+    unsigned long long quota = 0, counted = 0;
+    int limited = nvml_as_limited(device, &quota, &counted);
+    if (limited == NVML_NONE_FREE) {
+        *used = *total;
+        *free = 0;
+        return 1;
+    }
+    if (limited == 0)
+        return 0;
+    unsigned long long left = quota - counted; /* nvml_as_limited keeps used within the quota */
+    *total = quota;
+    *used = counted;
+    *free = left < *free ? left : *free;
+    return 1;
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
     REAL(real_memory_info, nvml_memory_info);
     nvmlReturn_t rc = real_memory_info(device, memory);
-    if (rc != NVML_SUCCESS || depth > 0)
-        return rc;
-    unsigned long long quota = 0, used = 0;
-    int limited = nvml_as_limited(device, &quota, &used);
-    if (limited == NVML_NONE_FREE)
-        memory->used = memory->total;
-    if (limited > 0) {
-        memory->total = quota;
-        memory->used = used;
-    }
-    if (limited)
-        memory->free = quota_free(memory->total, memory->used, memory->free);
+    if (rc == NVML_SUCCESS && depth == 0)
+        limit_memory(device, &memory->total, &memory->used, &memory->free);
     return rc;
 }
 
@@ -138,20 +143,9 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
 {
     REAL(real_memory_info, nvml_memory_info_v2);
     nvmlReturn_t rc = real_memory_info(device, memory);
-    if (rc != NVML_SUCCESS || depth > 0)
-        return rc;
-    unsigned long long quota = 0, used = 0;
-    int limited = nvml_as_limited(device, &quota, &used);
-    if (limited == NVML_NONE_FREE)
-        memory->used = memory->total;
-    if (limited > 0) {
-        memory->total = quota;
-        memory->used = used;
-    }
-    if (limited) {
+    if (rc == NVML_SUCCESS && depth == 0 &&
+        limit_memory(device, &memory->total, &memory->used, &memory->free))
         memory->reserved = 0; /* the driver's reserve is in no quota */
-        memory->free = quota_free(memory->total, memory->used, memory->free);
-    }
     return rc;
 }
 
