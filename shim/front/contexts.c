@@ -32,8 +32,7 @@ static void created_add(CUcontext ctx)
 {
     pthread_mutex_lock(&created_lock);
     if (created_len == created_cap) {
-        size_t cap = created_cap ? 2 * created_cap : 8;
-        struct created *grown = realloc(created, cap * sizeof *created);
+        struct created *grown = grow_table(created, &created_cap, sizeof *created);
         if (!grown) {
             pthread_mutex_unlock(&created_lock);
             log_line("cannot record a created context (out of host memory): its allocations are "
@@ -41,7 +40,6 @@ static void created_add(CUcontext ctx)
             return;
         }
         created = grown;
-        created_cap = cap;
     }
     created[created_len++] = (struct created){ctx, 1};
     atomic_store(&created_live, created_len);

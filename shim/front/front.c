@@ -196,6 +196,15 @@ static void atfork_child(void)
     pthread_mutex_init(&arrays_lock, NULL);
 }
 
+void *grow_table(void *items, size_t *cap, size_t item_size)
+{
+    size_t grown_cap = *cap ? 2 * *cap : 8;
+    void *grown = realloc(items, grown_cap * item_size);
+    if (grown)
+        *cap = grown_cap;
+    return grown;
+}
+
 int quota_configured(void)
 {
     extern char **environ;

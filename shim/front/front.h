@@ -99,6 +99,11 @@ int missing_real(int i);
 
 void log_line(const char *fmt, ...);
 
+/* A table of *cap items of item_size bytes moved to one with more room
+ * (double, 8 at first; *cap updated), or NULL, items and *cap unchanged,
+ * when the host has no memory for it. */
+void *grow_table(void *items, size_t *cap, size_t item_size);
+
 enum state { UNLOADED, LOADING, READY, FAILED, PASSTHROUGH };
 extern atomic_int state;
 

@@ -32,8 +32,7 @@ static void pool_created(CUmemoryPool pool, int location_type, int location_id)
     while (i < pools_len && pools[i].pool != pool)
         i++;
     if (i == pools_len && pools_len == pools_cap) {
-        size_t cap = pools_cap ? 2 * pools_cap : 8;
-        struct pool_place *grown = realloc(pools, cap * sizeof *pools);
+        struct pool_place *grown = grow_table(pools, &pools_cap, sizeof *pools);
         if (!grown) {
             pthread_mutex_unlock(&pools_lock);
             log_line("cannot record a memory pool's device (out of host memory): its allocations "
@@ -41,7 +40,6 @@ static void pool_created(CUmemoryPool pool, int location_type, int location_id)
             return;
         }
         pools = grown;
-        pools_cap = cap;
     }
     pools[i] = (struct pool_place){pool, location_id};
     if (i == pools_len)
