@@ -32,31 +32,27 @@ func spillway_core_init(abi C.int32_t, real *C.struct_spillway_real, probes *C.s
 func spillway_core_malloc(device C.int32_t, size C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMalloc")
 	p, e := running().Malloc(int(device), uint64(size))
-	return finishAlloc(p, e, ptr)
+	return answer(allocated(p, e, ptr))
 }
 
 //export spillway_core_malloc_managed
 func spillway_core_malloc_managed(device C.int32_t, size C.uint64_t, flags C.uint32_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMallocManaged")
 	p, e := running().MallocManaged(int(device), uint64(size), uint32(flags))
-	return finishAlloc(p, e, ptr)
+	return answer(allocated(p, e, ptr))
 }
 
 //export spillway_core_malloc_pitch
 func spillway_core_malloc_pitch(device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMallocPitch")
-	p, pt, e := running().MallocPitch(int(device), uint64(width), uint64(height))
-	if e == interpose.Success {
-		*pitch = C.uint64_t(pt)
-	}
-	return finishAlloc(p, e, ptr)
+	return answer(mallocPitch(device, width, height, ptr, pitch))
 }
 
 //export spillway_core_malloc_async
 func spillway_core_malloc_async(device C.int32_t, size, stream C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMallocAsync")
 	p, e := running().MallocAsync(int(device), uint64(size), interpose.Stream(stream))
-	return finishAlloc(p, e, ptr)
+	return answer(allocated(p, e, ptr))
 }
 
 //export spillway_core_free
@@ -74,11 +70,7 @@ func spillway_core_free_async(ptr, stream, current C.uint64_t) (rc C.int32_t) {
 //export spillway_core_mem_get_info
 func spillway_core_mem_get_info(device C.int32_t, free, total *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMemGetInfo")
-	f, t, e := running().MemGetInfo(int(device))
-	if e == interpose.Success {
-		*free, *total = C.uint64_t(f), C.uint64_t(t)
-	}
-	return answer(e)
+	return answer(memGetInfo(device, free, total))
 }
 
 //export spillway_core_device_reset
@@ -120,11 +112,34 @@ func spillway_core_adopt(ptr, size C.uint64_t, device C.int32_t) (rc C.int32_t) 
 	return 0
 }
 
-func finishAlloc(p interpose.DevicePtr, e interpose.Error, ptr *C.uint64_t) C.int32_t {
+// The runtime's and the driver's entry points share their calls to the
+// core, which write the outputs only after a success; each answers e in
+// its own API (answer, driverAnswer).
+
+// allocated writes p to ptr after a success and passes e on.
+func allocated(p interpose.DevicePtr, e interpose.Error, ptr *C.uint64_t) interpose.Error {
 	if e == interpose.Success {
 		*ptr = C.uint64_t(p)
 	}
-	return answer(e)
+	return e
+}
+
+// mallocPitch is cudaMallocPitch's and cuMemAllocPitch's call.
+func mallocPitch(device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t) interpose.Error {
+	p, pt, e := running().MallocPitch(int(device), uint64(width), uint64(height))
+	if e == interpose.Success {
+		*pitch = C.uint64_t(pt)
+	}
+	return allocated(p, e, ptr)
+}
+
+// memGetInfo is cudaMemGetInfo's and cuMemGetInfo's call.
+func memGetInfo(device C.int32_t, free, total *C.uint64_t) interpose.Error {
+	f, t, e := running().MemGetInfo(int(device))
+	if e == interpose.Success {
+		*free, *total = C.uint64_t(f), C.uint64_t(t)
+	}
+	return e
 }
 
 // answer returns an interposed call's result. A failure becomes the
@@ -151,10 +166,7 @@ func setLastError(e interpose.Error) {
 func spillway_core_cu_malloc(device C.int32_t, size C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemAlloc")
 	p, e := running().Malloc(int(device), uint64(size))
-	if e == interpose.Success {
-		*ptr = C.uint64_t(p)
-	}
-	return driverAnswer(e)
+	return driverAnswer(allocated(p, e, ptr))
 }
 
 //export spillway_core_cu_free
@@ -166,11 +178,7 @@ func spillway_core_cu_free(ptr C.uint64_t) (rc C.int32_t) {
 //export spillway_core_cu_mem_get_info
 func spillway_core_cu_mem_get_info(device C.int32_t, free, total *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemGetInfo")
-	f, t, e := running().MemGetInfo(int(device))
-	if e == interpose.Success {
-		*free, *total = C.uint64_t(f), C.uint64_t(t)
-	}
-	return driverAnswer(e)
+	return driverAnswer(memGetInfo(device, free, total))
 }
 
 // driverAnswer is the CUresult the driver would give for the runtime's e.
@@ -207,30 +215,20 @@ func driverAnswer(e interpose.Error) C.int32_t {
 func spillway_core_cu_malloc_managed(device C.int32_t, size C.uint64_t, flags C.uint32_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemAllocManaged")
 	p, e := running().MallocManaged(int(device), uint64(size), uint32(flags))
-	if e == interpose.Success {
-		*ptr = C.uint64_t(p)
-	}
-	return driverAnswer(e)
+	return driverAnswer(allocated(p, e, ptr))
 }
 
 //export spillway_core_cu_malloc_pitch
 func spillway_core_cu_malloc_pitch(device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemAllocPitch")
-	p, pt, e := running().MallocPitch(int(device), uint64(width), uint64(height))
-	if e == interpose.Success {
-		*ptr, *pitch = C.uint64_t(p), C.uint64_t(pt)
-	}
-	return driverAnswer(e)
+	return driverAnswer(mallocPitch(device, width, height, ptr, pitch))
 }
 
 //export spillway_core_cu_malloc_async
 func spillway_core_cu_malloc_async(device C.int32_t, size, stream C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemAllocAsync")
 	p, e := running().MallocAsync(int(device), uint64(size), interpose.Stream(stream))
-	if e == interpose.Success {
-		*ptr = C.uint64_t(p)
-	}
-	return driverAnswer(e)
+	return driverAnswer(allocated(p, e, ptr))
 }
 
 //export spillway_core_cu_free_async
