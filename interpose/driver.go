@@ -359,7 +359,6 @@ static CUresult vmm_set_access(const struct spillway_real *r, CUcontext ctx, uin
 import "C"
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"unsafe"
@@ -388,12 +387,9 @@ type primaryContexts struct {
 // NewDriverRuntime returns a Driver over the table of real functions, or
 // an error naming a driver function the table lacks.
 func NewDriverRuntime(table unsafe.Pointer) (*Driver, error) {
-	t := (*C.struct_spillway_real)(table)
-	if t == nil {
-		return nil, errors.New("no real-function table")
-	}
-	if uintptr(t.size) < unsafe.Sizeof(*t) {
-		return nil, fmt.Errorf("real-function table of %d bytes, want at least %d (front and core from different builds?)", t.size, unsafe.Sizeof(*t))
+	t, err := realTable(table)
+	if err != nil {
+		return nil, err
 	}
 	if missing := C.drv_missing(t); missing != nil {
 		return nil, fmt.Errorf("the real %s was not found", C.GoString(missing))
@@ -655,12 +651,9 @@ type VMM struct {
 // context is retained at each call, so one reset by cudaDeviceReset is
 // made active again.
 func NewVMM(table unsafe.Pointer, device int) (*VMM, error) {
-	t := (*C.struct_spillway_real)(table)
-	if t == nil {
-		return nil, errors.New("no real-function table")
-	}
-	if uintptr(t.size) < unsafe.Sizeof(*t) {
-		return nil, fmt.Errorf("real-function table of %d bytes, want at least %d (front and core from different builds?)", t.size, unsafe.Sizeof(*t))
+	t, err := realTable(table)
+	if err != nil {
+		return nil, err
 	}
 	if missing := C.vmm_missing(t); missing != nil {
 		return nil, fmt.Errorf("the real %s was not found", C.GoString(missing))

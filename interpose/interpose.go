@@ -404,14 +404,24 @@ type Runtime struct {
 var required = []string{"cudaMalloc", "cudaFree", "cudaMallocManaged", "cudaMallocPitch",
 	"cudaMallocAsync", "cudaFreeAsync", "cudaMemGetInfo", "cudaDeviceReset", "cudaGetDevice"}
 
-// NewRuntime wraps the table at table, a const struct spillway_real *.
-func NewRuntime(table unsafe.Pointer) (*Runtime, error) {
+// realTable is table, a const struct spillway_real *, where it is one this
+// build can read: present, and at least as long as this build's.
+func realTable(table unsafe.Pointer) (*C.struct_spillway_real, error) {
 	t := (*C.struct_spillway_real)(table)
 	if t == nil {
 		return nil, errors.New("no real-function table")
 	}
 	if uintptr(t.size) < unsafe.Sizeof(*t) {
 		return nil, fmt.Errorf("real-function table of %d bytes, want at least %d (front and core from different builds?)", t.size, unsafe.Sizeof(*t))
+	}
+	return t, nil
+}
+
+// NewRuntime wraps the table at table, a const struct spillway_real *.
+func NewRuntime(table unsafe.Pointer) (*Runtime, error) {
+	t, err := realTable(table)
+	if err != nil {
+		return nil, err
 	}
 	bits := uint32(C.present(t))
 	for i, name := range required {
