@@ -147,10 +147,10 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
     int32_t device = 0;
     uint64_t p = 0, pitch = 0;
     CUcontext ctx = NULL;
+    uint64_t bound = pitch_bound(WidthInBytes, Height);
     enum route r = driver_alloc_route(dptr, (uint64_t)WidthInBytes * Height, &device, &ctx);
     if ((r == ROUTE_CORE || r == ROUTE_CONTEXT) &&
-        (!pPitch || !valid_element_size(ElementSizeBytes) ||
-         Height > UINT64_MAX / pitch_bound(WidthInBytes)))
+        (!pPitch || !valid_element_size(ElementSizeBytes) || bound == 0))
         r = ROUTE_REAL;
     depth++;
     switch (r) {
@@ -162,9 +162,9 @@ EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wid
         }
         break;
     case ROUTE_CONTEXT: /* taken at the widest pitch the driver may choose */
-        if ((rc = context_take(device, pitch_bound(WidthInBytes) * Height)) == CUDA_SUCCESS) {
+        if ((rc = context_take(device, bound)) == CUDA_SUCCESS) {
             rc = real_alloc(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
-            context_took(rc, ctx, device, *dptr, pitch_bound(WidthInBytes) * Height);
+            context_took(rc, ctx, device, *dptr, bound);
         }
         break;
     case ROUTE_EARLY:

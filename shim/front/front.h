@@ -170,11 +170,13 @@ int early_forget(void *ptr);
 
 /* ---- contexts the application created (contexts.c) ---- */
 
-/* The widest pitch CUDA pads rows of width bytes to (its pitch alignment is at most 512):
- * a pitched allocation in a created context is taken at it (runtime.c, driver.c). */
-static inline uint64_t pitch_bound(uint64_t width)
+/* The bytes of height rows of width bytes at the widest pitch CUDA pads them to (its pitch
+ * alignment is at most 512): a pitched allocation in a created context is taken at it
+ * (runtime.c, driver.c). 0 for no width, or where the bytes overflow. */
+static inline uint64_t pitch_bound(uint64_t width, uint64_t height)
 {
-    return width > UINT64_MAX - 511 ? UINT64_MAX : (width + 511) / 512 * 512;
+    uint64_t pitch = width > UINT64_MAX - 511 ? UINT64_MAX : (width + 511) / 512 * 512;
+    return width == 0 || height > UINT64_MAX / pitch ? 0 : pitch * height;
 }
 
 /* The flags cudaMallocManaged and cuMemAllocManaged accept: others get CUDA's own answer

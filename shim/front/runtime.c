@@ -145,9 +145,7 @@ EXPORT cudaError_t cudaMallocPitch(void **devPtr, size_t *pitch, size_t width, s
     CUcontext ctx = NULL;
     /* A created context's allocation is taken at the widest pitch CUDA may choose; zero
      * (CUDA's own answer) where that overflows. */
-    uint64_t bound = width == 0 || height > UINT64_MAX / pitch_bound(width)
-                         ? 0
-                         : pitch_bound(width) * height;
+    uint64_t bound = pitch_bound(width, height);
     enum route r = route();
     depth++;
     switch (runtime_alloc_route(r, pitch ? devPtr : NULL, bound, &device, &ctx, &rc)) {
