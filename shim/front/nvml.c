@@ -149,17 +149,26 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v
     return rc;
 }
 
-/* This process's entry in a process list: what Spillway counts, when it has a quota. */
+/*
+ * Whether a process list's entry of pid is this process's, whose used
+ * memory is then what Spillway counts, when it has a quota. Each version of
+ * the list has its own entry type.
+ */
+static int own_process_entry(nvmlDevice_t device, unsigned int pid, unsigned long long *usedGpuMemory)
+{
+    if (pid != (unsigned int)getpid())
+        return 0;
+    unsigned long long quota = 0, used = 0;
+    if (nvml_as_limited(device, &quota, &used) > 0)
+        *usedGpuMemory = used;
+    return 1;
+}
+
 static void own_process_usage(nvmlDevice_t device, unsigned int count, nvmlProcessInfo_t *infos)
 {
-    unsigned int self = (unsigned int)getpid();
     for (unsigned int i = 0; infos && i < count; i++)
-        if (infos[i].pid == self) {
-            unsigned long long quota = 0, used = 0;
-            if (nvml_as_limited(device, &quota, &used) > 0)
-                infos[i].usedGpuMemory = used;
+        if (own_process_entry(device, infos[i].pid, &infos[i].usedGpuMemory))
             return;
-        }
 }
 
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t device,
@@ -212,13 +221,8 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t device,
 {
     REAL(real_processes, nvml_processes_v1);
     nvmlReturn_t rc = real_processes(device, infoCount, infos);
-    unsigned int self = (unsigned int)getpid();
     for (unsigned int i = 0; rc == NVML_SUCCESS && depth == 0 && infos && i < *infoCount; i++)
-        if (infos[i].pid == self) {
-            unsigned long long quota = 0, used = 0;
-            if (nvml_as_limited(device, &quota, &used) > 0)
-                infos[i].usedGpuMemory = used;
+        if (own_process_entry(device, infos[i].pid, &infos[i].usedGpuMemory))
             break;
-        }
     return rc;
 }
