@@ -61,6 +61,13 @@ __asm__(".text\n"
         ".size dlsym, .-dlsym\n");
 #endif
 
+/* The C library's name, by its versions, newest first; NULL where it has neither. */
+static void *libc_function(const char *name)
+{
+    void *f = dlvsym(RTLD_NEXT, name, "GLIBC_2.34");
+    return f ? f : dlvsym(RTLD_NEXT, name, "GLIBC_2.2.5");
+}
+
 typedef void *(*dlsym_fn)(void *handle, const char *name);
 
 static void *no_dlsym(void *handle, const char *name)
@@ -70,16 +77,14 @@ static void *no_dlsym(void *handle, const char *name)
     return NULL;
 }
 
-/* The C library's dlsym; by its versions, newest first. */
+/* The C library's dlsym. */
 __attribute__((visibility("hidden"))) void *front_real_dlsym(void)
 {
     static dlsym_fn real;
     dlsym_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
     if (f)
         return (void *)f;
-    f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
-    if (!f)
-        f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
+    f = (dlsym_fn)libc_function("dlsym");
     if (!f)
         f = no_dlsym;
     __atomic_store_n(&real, f, __ATOMIC_RELEASE);
@@ -104,9 +109,7 @@ int front_dlclose_real(void *handle)
     static dlclose_fn real;
     dlclose_fn f = __atomic_load_n(&real, __ATOMIC_ACQUIRE);
     if (!f) {
-        f = (dlclose_fn)dlvsym(RTLD_NEXT, "dlclose", "GLIBC_2.34");
-        if (!f)
-            f = (dlclose_fn)dlvsym(RTLD_NEXT, "dlclose", "GLIBC_2.2.5");
+        f = (dlclose_fn)libc_function("dlclose");
         if (!f)
             f = no_dlclose;
         __atomic_store_n(&real, f, __ATOMIC_RELEASE);
