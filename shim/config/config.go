@@ -27,9 +27,11 @@ package config
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"math/big"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -203,7 +205,7 @@ func Parse(environ []string) (Config, error) {
 			env[k] = v
 		}
 	}
-	for _, name := range sortedKeys(env) {
+	for _, name := range slices.Sorted(maps.Keys(env)) { // in name order: the first error is always the same one
 		value := env[name]
 		var err error
 		switch {
@@ -290,7 +292,7 @@ func (c Config) checkReserve(value string) error {
 	if err := check(c.MemoryLimit, "of every device"); err != nil {
 		return err
 	}
-	for _, n := range sortedOrdinals(c.DeviceLimits) {
+	for _, n := range c.Ordinals() {
 		if err := check(c.DeviceLimits[n], fmt.Sprintf("of device %d", n)); err != nil {
 			return err
 		}
@@ -325,20 +327,7 @@ func (c Config) Warnings() []string {
 }
 
 // Ordinals returns the device ordinals that have a limit of their own, in order.
-func (c Config) Ordinals() []int { return sortedOrdinals(c.DeviceLimits) }
-
-func sortedOrdinals(m map[int]Limit) []int {
-	keys := make([]int, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	for i := 1; i < len(keys); i++ {
-		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
-			keys[j], keys[j-1] = keys[j-1], keys[j]
-		}
-	}
-	return keys
-}
+func (c Config) Ordinals() []int { return slices.Sorted(maps.Keys(c.DeviceLimits)) }
 
 // FormatBytes writes a byte count for people: exact in the largest binary
 // unit that divides it below 1024 (8GiB, 768MiB), else with one decimal
@@ -373,20 +362,6 @@ func LargerThan(larger, limit uint64, what string) string {
 		return fmt.Sprintf("larger than %s (%s)", what, FormatBytes(limit))
 	}
 	return fmt.Sprintf("%d bytes, larger than %s (%s, %d bytes)", larger, what, FormatBytes(limit), limit)
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	// Insertion sort: a handful of entries; keeps errors deterministic.
-	for i := 1; i < len(keys); i++ {
-		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
-			keys[j], keys[j-1] = keys[j-1], keys[j]
-		}
-	}
-	return keys
 }
 
 func parseOrdinalSuffix(name, value string) (int, error) {
