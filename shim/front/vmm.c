@@ -44,6 +44,18 @@ static CUresult create_taken(__typeof__(real.cu_mem_create) real_create, CUmemGe
     return rc;
 }
 
+/* After a quiet refusal, the quota answers again, and reports the refusal
+ * (or has room by now: the memory is made on the device). */
+static CUresult create_reported(__typeof__(real.cu_mem_create) real_create, CUmemGenericAllocationHandle *handle,
+                                size_t size, const CUmemAllocationProp *prop, unsigned long long flags,
+                                int32_t device)
+{
+    CUresult rc = (CUresult)core.take(device, size, SPILLWAY_TAKE_VMM);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return create_taken(real_create, handle, size, prop, flags, device, SPILLWAY_TAKE_VMM);
+}
+
 /*
  * CUDA's answer to a cuMemCreate the quota cannot hold, where CUDA refuses
  * it whatever the memory: flags other than 0, properties the granularity
@@ -103,23 +115,15 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     } else if (refusal != CUDA_SUCCESS) {
         rc = refusal;
     } else if (rc == CUDA_ERROR_OUT_OF_MEMORY && !host_placeable(prop)) {
-        /* The quota answers again, and reports the refusal (or has room by now). */
-        rc = (CUresult)core.take(device, size, SPILLWAY_TAKE_VMM);
-        if (rc == CUDA_SUCCESS)
-            rc = create_taken(real_create, handle, size, prop, flags, device, SPILLWAY_TAKE_VMM);
+        rc = create_reported(real_create, handle, size, prop, flags, device);
     } else if (rc == CUDA_ERROR_OUT_OF_MEMORY &&
                core.take(device, size, SPILLWAY_TAKE_VMM_HOST) == CUDA_SUCCESS) {
         CUmemAllocationProp host = *prop;
         host.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
         host.location.id = 0;
         rc = create_taken(real_create, handle, size, &host, flags, device, SPILLWAY_TAKE_VMM_HOST);
-        /* Where the driver cannot place it on the host, the quota answers
-         * again, and reports a refusal (or has room by now). */
-        if (rc != CUDA_SUCCESS) {
-            rc = (CUresult)core.take(device, size, SPILLWAY_TAKE_VMM);
-            if (rc == CUDA_SUCCESS)
-                rc = create_taken(real_create, handle, size, prop, flags, device, SPILLWAY_TAKE_VMM);
-        }
+        if (rc != CUDA_SUCCESS) /* the driver cannot place it on the host */
+            rc = create_reported(real_create, handle, size, prop, flags, device);
     }
     depth--;
     return rc;
