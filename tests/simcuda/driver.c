@@ -1396,16 +1396,6 @@ NOT_SUPPORTED(cuTexRefSetFormat)
 
 /* ---- per-thread default stream variants ---- */
 
-/* The _ptsz/_ptds entry points: the same call with the per-thread default stream. */
-#define PER_THREAD(variant, base, params, args)   \
-	SIM_API CUresult variant params           \
-	{                                         \
-		sim_ptds++;                       \
-		CUresult rc = base args;          \
-		sim_ptds--;                       \
-		return rc;                        \
-	}
-
 PER_THREAD(cuMemcpy_ptds, cuMemcpy, (CUdeviceptr d, CUdeviceptr s, size_t n), (d, s, n))
 PER_THREAD(cuMemcpyHtoD_v2_ptds, cuMemcpyHtoD_v2, (CUdeviceptr d, const void *s, size_t n),
 	   (d, s, n))

@@ -127,6 +127,16 @@ extern __thread int sim_in_host_fn;
 /* Non-zero inside a _ptsz/_ptds entry point: the NULL stream means the per-thread one. */
 extern __thread int sim_ptds;
 
+/* A _ptsz/_ptds entry point: the same call with the per-thread default stream. */
+#define PER_THREAD(variant, base, params, args) \
+	SIM_API CUresult variant params         \
+	{                                       \
+		sim_ptds++;                     \
+		CUresult rc = base args;        \
+		sim_ptds--;                     \
+		return rc;                      \
+	}
+
 /* Entry of every API function: counts the call, refuses it when the driver
  * cannot serve it, and applies fault injection. counter caches, per call
  * site, where name's count lives, so that a call costs an atomic add. */

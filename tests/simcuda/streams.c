@@ -1494,23 +1494,14 @@ SIM_API CUresult cuGraphDestroy(CUgraph hGraph)
 	return CUDA_SUCCESS;
 }
 
-/* The per-thread default stream variants (see driver.c). */
-#define PER_THREAD_CAPTURE(variant, base, params, args) \
-	SIM_API CUresult variant params                 \
-	{                                               \
-		sim_ptds++;                             \
-		CUresult rc = base args;                \
-		sim_ptds--;                             \
-		return rc;                              \
-	}
-
-PER_THREAD_CAPTURE(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2,
-		   (CUstream h, CUstreamCaptureMode m), (h, m))
-PER_THREAD_CAPTURE(cuStreamEndCapture_ptsz, cuStreamEndCapture, (CUstream h, CUgraph *g), (h, g))
-PER_THREAD_CAPTURE(cuStreamIsCapturing_ptsz, cuStreamIsCapturing,
-		   (CUstream h, CUstreamCaptureStatus *st), (h, st))
-PER_THREAD_CAPTURE(cuStreamGetCaptureInfo_v2_ptsz, cuStreamGetCaptureInfo_v2,
-		   (CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
-		    const CUgraphNode **d, size_t *n),
-		   (h, st, id, g, d, n))
-PER_THREAD_CAPTURE(cuGraphLaunch_ptsz, cuGraphLaunch, (CUgraphExec x, CUstream h), (x, h))
+/* The per-thread default stream variants. */
+PER_THREAD(cuStreamBeginCapture_v2_ptsz, cuStreamBeginCapture_v2,
+	   (CUstream h, CUstreamCaptureMode m), (h, m))
+PER_THREAD(cuStreamEndCapture_ptsz, cuStreamEndCapture, (CUstream h, CUgraph *g), (h, g))
+PER_THREAD(cuStreamIsCapturing_ptsz, cuStreamIsCapturing,
+	   (CUstream h, CUstreamCaptureStatus *st), (h, st))
+PER_THREAD(cuStreamGetCaptureInfo_v2_ptsz, cuStreamGetCaptureInfo_v2,
+	   (CUstream h, CUstreamCaptureStatus *st, cuuint64_t *id, CUgraph *g,
+	    const CUgraphNode **d, size_t *n),
+	   (h, st, id, g, d, n))
+PER_THREAD(cuGraphLaunch_ptsz, cuGraphLaunch, (CUgraphExec x, CUstream h), (x, h))
