@@ -315,6 +315,15 @@ SPILLWAY_INTERPOSED(cudaError_t, free_mipmapped_array, cudaFreeMipmappedArray,
 /* The primary context's reset as programs built with CUDA 7 to 10 call it
  * (and cuGetProcAddress answers it below CUDA 11.0): the same reset. */
 SPILLWAY_INTERPOSED(CUresult, cu_primary_ctx_reset_v1, cuDevicePrimaryCtxReset, (CUdevice dev))
+/* The address range of a pointer: a pooled block's is the block's own,
+ * not that of the pool's memory it was cut from. */
+SPILLWAY_INTERPOSED(CUresult, cu_mem_get_address_range, cuMemGetAddressRange_v2,
+                    (CUdeviceptr * pbase, size_t *psize, CUdeviceptr dptr))
+SPILLWAY_INTERPOSED(CUresult, cu_pointer_get_attribute, cuPointerGetAttribute,
+                    (void *data, CUpointer_attribute attribute, CUdeviceptr ptr))
+SPILLWAY_INTERPOSED(CUresult, cu_pointer_get_attributes, cuPointerGetAttributes,
+                    (unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
+                     CUdeviceptr ptr))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */
@@ -426,6 +435,11 @@ SPILLWAY_ENTRY(mempool_trim, (int32_t device, uint64_t keep))
  * context, or resetting the primary one, gives back the arrays made in it. */
 SPILLWAY_ENTRY(array_created, (uint64_t handle, uint64_t ctx, int32_t device, uint64_t size))
 SPILLWAY_ENTRY(array_destroyed, (uint64_t handle))
+/* How the pools hold ptr, in *held: SPILLWAY_HELD_NOT (no pool's memory:
+ * CUDA's answer stands), SPILLWAY_HELD_FREE (a pool's memory no live block
+ * holds), SPILLWAY_HELD_BLOCK (inside the live block of *size bytes at
+ * *base). CUresult. */
+SPILLWAY_ENTRY(address_range, (uint64_t ptr, int32_t *held, uint64_t *base, uint64_t *size))
 
 #undef SPILLWAY_REAL
 #undef SPILLWAY_INTERPOSED

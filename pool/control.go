@@ -212,6 +212,31 @@ func (p *Pool) Lookup(ptr uint64) (Allocation, bool) {
 	return Allocation{Base: b.base, Size: b.used, Tier: b.tier}, true
 }
 
+// Containing returns the live allocation that holds ptr (its first
+// Allocation.Size bytes, anywhere from its base), as CUDA's address-range
+// queries describe an allocation. held says whether ptr lies in memory the
+// pool holds at all: in a segment, or at the base of a block outside
+// segments (a pass-through or spilled block, whose interior CUDA describes
+// as the allocation it is). A block's base is found in O(1); a pointer
+// inside a segment's block walks that segment's blocks.
+func (p *Pool) Containing(ptr uint64) (a Allocation, live, held bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if b := p.live.get(ptr); b != nil {
+		return Allocation{Base: b.base, Size: b.used, Tier: b.tier}, true, true
+	}
+	seg := p.segmentOf(ptr)
+	if seg == nil {
+		return Allocation{}, false, false
+	}
+	for b := seg.head; b != nil && b.base <= ptr; b = b.nextPhys {
+		if ptr < b.base+b.used && p.live.get(b.base) == b {
+			return Allocation{Base: b.base, Size: b.used, Tier: b.tier}, true, true
+		}
+	}
+	return Allocation{}, false, true
+}
+
 // Close synchronizes the device and releases everything the pool holds, live
 // allocations included; later calls fail with ErrClosed. Call it before the
 // device is reset (cudaDeviceReset) or when the process stops using it. It

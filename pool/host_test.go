@@ -503,3 +503,29 @@ func TestGiveHostReturnsNoMoreThanHeld(t *testing.T) {
 	h.p.GiveHost(4 * miB)
 	h.close()
 }
+
+// TestContaining: a pointer anywhere in a live block's accounted bytes finds
+// that block; one in the pool's memory that no live block holds (a freed
+// block) is held but not live; one outside the pool's memory is not held.
+func TestContaining(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(64*miB))
+	small := h.mustAlloc(1000)
+	mid := h.mustAlloc(5000)
+	freed := h.mustAlloc(4096)
+	h.mustFree(freed)
+	for _, q := range []struct {
+		ptr, base, size uint64
+	}{{small, small, 1024}, {small + 1023, small, 1024}, {mid, mid, 5120}, {mid + 5119, mid, 5120}} {
+		a, live, held := h.p.Containing(q.ptr)
+		if !live || !held || a.Base != q.base || a.Size != q.size {
+			t.Errorf("Containing(%#x) = %+v live %v held %v, want base %#x size %d", q.ptr, a, live, held, q.base, q.size)
+		}
+	}
+	if _, live, held := h.p.Containing(freed + 100); live || !held {
+		t.Errorf("Containing(a freed block) live %v held %v, want held and not live", live, held)
+	}
+	if _, live, held := h.p.Containing(1); live || held {
+		t.Errorf("Containing(1) live %v held %v, want neither", live, held)
+	}
+}

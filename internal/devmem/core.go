@@ -263,6 +263,20 @@ func (c *Core) refused(kind allocKind, size uint64, device int, used, quota uint
 	}).Warn(refusalMessage(kind, size, device, used, quota))
 }
 
+// AddressRange describes p as CUDA's address-range queries would if each
+// block the pools serve were an allocation of its own: live, p lies in the
+// live block of size bytes (the request rounded up to the pool's alignment)
+// at base; held, p lies in memory a pool holds, so that, not live, p is in
+// no allocation at all. A pointer no pool holds is CUDA's to describe.
+func (c *Core) AddressRange(p interpose.DevicePtr) (base, size uint64, live, held bool) {
+	d := c.mem.index.find(uint64(p))
+	if d == nil || d.pool == nil {
+		return 0, 0, false, false
+	}
+	a, live, held := d.pool.Containing(uint64(p))
+	return a.Base, a.Size, live, held
+}
+
 // CaptureBegun says a stream capture has begun: from now on a block freed
 // with cudaFreeAsync during a capture is kept for the graph.
 func (c *Core) CaptureBegun() { c.mem.graphs.begun.Store(true) }

@@ -30,7 +30,7 @@
  * The front asks the core for its version before anything else, and passes
  * its own to spillway_core_init, so each side refuses the other's.
  */
-#define SPILLWAY_CORE_ABI 18
+#define SPILLWAY_CORE_ABI 19
 
 /* spillway_core_take's kinds: what the bytes are for. */
 #define SPILLWAY_TAKE_CONTEXT 0 /* an allocation in a context the application created */
@@ -59,6 +59,11 @@
 /* Or'ed into a kind: the calling thread is in the device's primary context,
  * the pool's, so the pool may synchronize to give back what it holds freed. */
 #define SPILLWAY_TAKE_IN_PRIMARY 0x200
+
+/* spillway_core_address_range's answers: how the pools hold a pointer. */
+#define SPILLWAY_HELD_NOT 0
+#define SPILLWAY_HELD_FREE 1
+#define SPILLWAY_HELD_BLOCK 2
 
 /*
  * Entry points, looked up by the front with dlsym: spillway_core_<name> has

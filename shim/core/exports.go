@@ -366,6 +366,21 @@ func spillway_core_vmm_unmapped(ptr, size C.uint64_t) (rc C.int32_t) {
 	return C.CUDA_SUCCESS
 }
 
+//export spillway_core_address_range
+func spillway_core_address_range(ptr C.uint64_t, held *C.int32_t, base, size *C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemGetAddressRange")
+	b, n, live, inPool := running().AddressRange(interpose.DevicePtr(ptr))
+	switch {
+	case live:
+		*held, *base, *size = C.SPILLWAY_HELD_BLOCK, C.uint64_t(b), C.uint64_t(n)
+	case inPool:
+		*held = C.SPILLWAY_HELD_FREE
+	default:
+		*held = C.SPILLWAY_HELD_NOT
+	}
+	return C.CUDA_SUCCESS
+}
+
 //export spillway_core_graph_instantiated
 func spillway_core_graph_instantiated(exec, graph C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaGraphInstantiate")

@@ -1,7 +1,8 @@
 /*
  * driver.c: the driver's memory API (cuMemAlloc and its kinds, cuMemFree,
  * cuMemGetInfo, the device's total and reset, cuCtxSynchronize), routed as
- * the runtime's calls are, with CUresult codes.
+ * the runtime's calls are, with CUresult codes; and the address range of a
+ * pointer (cuMemGetAddressRange_v2, cuPointerGetAttribute[s]).
  */
 #define _GNU_SOURCE
 
@@ -359,5 +360,93 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
             *free = 0; /* allocations are refused: none of it is the process's */
     }
     depth--;
+    return rc;
+}
+
+/* ---- address ranges ---- */
+
+/*
+ * A block the pool serves is cut from bigger memory (a segment, or the
+ * virtual-memory granules behind it), which is all CUDA sees: the front
+ * answers the range of a pointer into a pooled block with the block, as
+ * CUDA answers a cuMemAlloc's, and a pointer into pool memory no live block
+ * holds as CUDA answers memory that is not allocated. Every other pointer,
+ * and every other attribute, is CUDA's to describe.
+ */
+
+/* How the pools hold ptr (SPILLWAY_HELD_*); for a block, its range. */
+static int32_t pool_holds(CUdeviceptr ptr, uint64_t *base, uint64_t *size)
+{
+    int32_t held = SPILLWAY_HELD_NOT;
+    if (!core_listens() || core.address_range((uint64_t)ptr, &held, base, size) != CUDA_SUCCESS)
+        return SPILLWAY_HELD_NOT;
+    return held;
+}
+
+static int is_range_attribute(CUpointer_attribute attribute)
+{
+    return attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
+           attribute == CU_POINTER_ATTRIBUTE_RANGE_SIZE;
+}
+
+/* Writes the range attribute into data, as CUDA types it. */
+static void put_range_attribute(CUpointer_attribute attribute, void *data, uint64_t base, uint64_t size)
+{
+    if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+        *(CUdeviceptr *)data = (CUdeviceptr)base;
+    else
+        *(size_t *)data = (size_t)size;
+}
+
+EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
+{
+    REAL(real_range, cu_mem_get_address_range);
+    uint64_t base = 0, size = 0;
+    switch (pool_holds(dptr, &base, &size)) {
+    case SPILLWAY_HELD_BLOCK:
+        if (pbase)
+            *pbase = (CUdeviceptr)base;
+        if (psize)
+            *psize = (size_t)size;
+        return CUDA_SUCCESS;
+    case SPILLWAY_HELD_FREE:
+        return CUDA_ERROR_NOT_FOUND; /* CUDA's answer for memory not allocated */
+    }
+    return real_range(pbase, psize, dptr);
+}
+
+EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
+{
+    REAL(real_attribute, cu_pointer_get_attribute);
+    uint64_t base = 0, size = 0;
+    if (data && is_range_attribute(attribute)) {
+        switch (pool_holds(ptr, &base, &size)) {
+        case SPILLWAY_HELD_BLOCK:
+            put_range_attribute(attribute, data, base, size);
+            return CUDA_SUCCESS;
+        case SPILLWAY_HELD_FREE:
+            return CUDA_ERROR_INVALID_VALUE; /* as for a pointer CUDA does not know */
+        }
+    }
+    return real_attribute(data, attribute, ptr);
+}
+
+EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes,
+                                       void **data, CUdeviceptr ptr)
+{
+    REAL(real_attributes, cu_pointer_get_attributes);
+    CUresult rc = real_attributes(numAttributes, attributes, data, ptr);
+    uint64_t base = 0, size = 0;
+    int32_t held = -1; /* not asked yet: only a range attribute needs the pools */
+    for (unsigned int i = 0; rc == CUDA_SUCCESS && i < numAttributes; i++) {
+        if (!data[i] || !is_range_attribute(attributes[i]))
+            continue;
+        if (held < 0)
+            held = pool_holds(ptr, &base, &size);
+        if (held == SPILLWAY_HELD_FREE)
+            put_range_attribute(attributes[i], data[i], 0, 0); /* unknown memory's default */
+        else if (held == SPILLWAY_HELD_BLOCK)
+            put_range_attribute(attributes[i], data[i], base, size);
+    }
     return rc;
 }

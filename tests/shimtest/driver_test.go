@@ -1,8 +1,10 @@
 package shimtest
 
 import (
+	"fmt"
 	"maps"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
@@ -322,6 +324,79 @@ func TestDriverInvalidAllocationsGetCUDAsAnswer(t *testing.T) {
 			{"m", 0, cuInvalidValue},
 			{"P", 0, cuInvalidValue}, {"P", 1, cuInvalidValue}, {"P", 2, cuInvalidValue},
 			{"P", 3, cuSuccess},
+		})
+	}
+}
+
+// TestPooledAddressRange: the address range of a pointer into a block the
+// pool served (cuMemGetAddressRange_v2, and CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+// and RANGE_SIZE of cuPointerGetAttribute and cuPointerGetAttributes) is the
+// block's, as CUDA reports a cuMemAlloc's, not the pool's segment or granule
+// the block was cut from: start at the pointer the allocation returned, size
+// the request rounded up to 512 bytes. A pointer into pool memory that no
+// live block holds is answered as CUDA answers freed memory. Checked with
+// fixed segments, with virtual memory, and for a block partly spilled to
+// host granules.
+func TestPooledAddressRange(t *testing.T) {
+	const cuNotFound, cuInvalidValue = 500, 1
+	prog := drvops(t, "")
+	type query struct {
+		slot, offset string
+		size         int64 // 0: no live block
+	}
+	for _, tc := range []struct {
+		name    string
+		env     []string
+		ops     []string
+		queries []query
+	}{
+		{"segments", []string{"SPILLWAY_MEMORY_LIMIT=256MiB", "SPILLWAY_VMM=0"},
+			[]string{"m", "1000", "m", "5000", "m", "48M", "m", "4K", "f", "3"},
+			[]query{{"0", "0", 1024}, {"0", "999", 1024}, {"1", "100", 5120}, {"2", "40M", 48 << 20},
+				{"3", "0", 0}}},
+		{"virtual", []string{"SPILLWAY_MEMORY_LIMIT=256MiB"},
+			[]string{"m", "1000", "m", "5000", "m", "48M", "m", "4K", "f", "3"},
+			[]query{{"0", "0", 1024}, {"0", "999", 1024}, {"1", "100", 5120}, {"2", "40M", 48 << 20},
+				{"3", "0", 0}}},
+		{"spilled", []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_OVERSUBSCRIBE=1"},
+			[]string{"m", "60M", "m", "16M"},
+			[]query{{"0", "1M", 60 << 20}, {"1", "15M", 16 << 20}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append([]string{}, tc.ops...)
+			for _, q := range tc.queries {
+				args = append(args, "q", q.slot, q.offset, "u", q.slot, q.offset)
+			}
+			_, out := harness.RunOK(t, harness.Shimmed(t, tc.env, prog, args...))
+			for i := 0; i < out.Count("m"); i++ {
+				if rc := out.Code(t, "m", i); rc != cuSuccess {
+					t.Fatalf("cuMemAlloc_v2 #%d: %d\n%v", i, rc, out)
+				}
+			}
+			for i, q := range tc.queries {
+				where := "slot " + q.slot + " + " + q.offset
+				rc, base, size := out.Code(t, "q", i), int64(out.Num(t, "q", i, 2)), int64(out.Num(t, "q", i, 3))
+				u := out.Line(t, "u", i)
+				if q.size == 0 {
+					if rc != cuNotFound {
+						t.Errorf("cuMemGetAddressRange_v2 of freed %s: %d, want CUDA_ERROR_NOT_FOUND", where, rc)
+					}
+					if rc := out.Code(t, "u", i); rc != cuInvalidValue {
+						t.Errorf("cuPointerGetAttribute of freed %s: %d, want CUDA_ERROR_INVALID_VALUE", where, rc)
+					}
+					if rcs, sizes := out.Num(t, "u", i, 4), out.Num(t, "u", i, 6); rcs != 0 || sizes != 0 {
+						t.Errorf("cuPointerGetAttributes of freed %s: rc %d size %d, want 0 and 0 (unknown memory)", where, rcs, sizes)
+					}
+					continue
+				}
+				if rc != cuSuccess || base != 0 || size != q.size {
+					t.Errorf("cuMemGetAddressRange_v2 of %s: rc %d base %+d size %d (base from the slot's address), want 0 +0 %d", where, rc, base, size, q.size)
+				}
+				want := []string{"u", "0", "0", fmt.Sprint(q.size), "0", "0", fmt.Sprint(q.size)}
+				if !slices.Equal(u, want) {
+					t.Errorf("range attributes of %s: %v, want %v (cuPointerGetAttribute, then cuPointerGetAttributes)", where, u, want)
+				}
+			}
 		})
 	}
 }

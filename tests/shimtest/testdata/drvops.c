@@ -46,6 +46,13 @@
  *   d SIZE   cudaMalloc of the dynamic runtime, loaded with dlopen (in a
  *            program built with the static runtime: both in one process)
  *                                 -> "d RC SLOT"
+ *   q SLOT OFFSET  cuMemGetAddressRange_v2 of the address OFFSET bytes into
+ *            the slot's block -> "q RC BASE SIZE", BASE the range's start
+ *            less the slot's address
+ *   u SLOT OFFSET  the same range as CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
+ *            and RANGE_SIZE, asked of cuPointerGetAttribute (RC, the first
+ *            error of the two) and of cuPointerGetAttributes (RCS)
+ *                                 -> "u RC BASE SIZE RCS BASE SIZE"
  * SIZE takes K, M, G suffixes (binary).
  */
 #include <dlfcn.h>
@@ -91,6 +98,21 @@ static mem_alloc_fn looked_up(int v2)
         exit(2);
     }
     return (mem_alloc_fn)fn;
+}
+
+/* The range of the address offset bytes into slot p, as cuPointerGetAttribute
+ * (attributes 0) or cuPointerGetAttributes reports it. */
+static CUresult range_attributes(CUdeviceptr p, size_t offset, int attributes, CUdeviceptr *start,
+                                 size_t *size)
+{
+    CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+                                   CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    void *data[] = {start, size};
+    if (attributes)
+        return cuPointerGetAttributes(2, which, data, p + offset);
+    CUresult rc = cuPointerGetAttribute(start, which[0], p + offset);
+    CUresult rc_size = cuPointerGetAttribute(size, which[1], p + offset);
+    return rc != CUDA_SUCCESS ? rc : rc_size;
 }
 
 static int keep(CUdeviceptr p)
@@ -250,6 +272,24 @@ int main(int argc, char **argv)
         case 'j':
             printf("j %d\n", cuMemGetInfo_v2(NULL, NULL));
             break;
+        case 'q': {
+            CUdeviceptr at = slot_arg(arg), base = 0;
+            size_t offset = size_arg(i + 2 < argc ? argv[i + 2] : "0");
+            rc = cuMemGetAddressRange_v2(&base, &total, at + offset);
+            printf("q %d %lld %zu\n", rc, (long long)(base - at), total);
+            i += 2;
+            break;
+        }
+        case 'u': {
+            CUdeviceptr at = slot_arg(arg), start = 0, starts = 0;
+            size_t offset = size_arg(i + 2 < argc ? argv[i + 2] : "0"), size = 0, sizes = 0;
+            rc = range_attributes(at, offset, 0, &start, &size);
+            CUresult rcs = range_attributes(at, offset, 1, &starts, &sizes);
+            printf("u %d %lld %zu %d %lld %zu\n", rc, (long long)(start - at), size, rcs,
+                   (long long)(starts - at), sizes);
+            i += 2;
+            break;
+        }
 #ifdef WITH_RUNTIME
         case 'r': {
             void *q = NULL;
