@@ -640,9 +640,11 @@ SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
 	ENTER(ENTER_INIT);
 	pthread_mutex_lock(&sim.lock);
 	struct alloc *a = mem_find(dptr);
+	if (a != NULL && a->kind == ALLOC_HOST)
+		a = NULL; /* pinned host memory is no cuMemAlloc allocation */
 	if (a == NULL)
-		a = vmm_find(dptr); /* a cuMemMap mapping: its range is what was mapped */
-	CUresult rc = (a != NULL && a->kind != ALLOC_HOST) ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+		a = vmm_find(dptr); /* a cuMemMap mapping, device- or host-located: what was mapped */
+	CUresult rc = a != NULL ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
 	if (rc == CUDA_SUCCESS) {
 		if (pbase != NULL)
 			*pbase = a->base;

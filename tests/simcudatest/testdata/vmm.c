@@ -664,6 +664,14 @@ static void case_host_numa(void)
 	unsigned int type = 0;
 	OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p));
 	CHECK(type == CU_MEMORYTYPE_HOST);
+	/* Its range is the mapping's, whichever query asks, as for device memory. */
+	CUdeviceptr start = 0, attr_start = 0;
+	size_t size = 0, attr_size = 0;
+	OK(cuMemGetAddressRange_v2(&start, &size, p + 3 * MiB));
+	CHECK(start == p && size == 4 * MiB);
+	OK(cuPointerGetAttribute(&attr_start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p + 3 * MiB));
+	OK(cuPointerGetAttribute(&attr_size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, p + 3 * MiB));
+	CHECK(attr_start == p && attr_size == 4 * MiB);
 	/* left alive at exit, with 2 MiB of device memory, for the statistics */
 	dev_h = create(2 * MiB);
 	CHECK(used() == 2 * MiB);
