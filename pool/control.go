@@ -214,15 +214,18 @@ func (p *Pool) Lookup(ptr uint64) (Allocation, bool) {
 
 // Containing returns the live allocation that holds ptr (its first
 // Allocation.Size bytes, anywhere from its base), as CUDA's address-range
-// queries describe an allocation. held says whether ptr lies in memory the
-// pool holds at all: in a segment, or at the base of a block outside
-// segments (a pass-through or spilled block, whose interior CUDA describes
-// as the allocation it is). A block's base is found in O(1); a pointer
-// inside a segment's block walks that segment's blocks.
+// queries describe an allocation. held says whether ptr lies in a segment,
+// memory the pool cut into blocks; a block outside segments (passed
+// through, or spilled whole) is an allocation of its own, which CUDA
+// describes, so it is not held. A block's base is found in O(1); a pointer
+// inside a block walks its segment's blocks.
 func (p *Pool) Containing(ptr uint64) (a Allocation, live, held bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if b := p.live.get(ptr); b != nil {
+		if b.seg == nil {
+			return Allocation{}, false, false
+		}
 		return Allocation{Base: b.base, Size: b.used, Tier: b.tier}, true, true
 	}
 	seg := p.segmentOf(ptr)

@@ -506,7 +506,8 @@ func TestGiveHostReturnsNoMoreThanHeld(t *testing.T) {
 
 // TestContaining: a pointer anywhere in a live block's accounted bytes finds
 // that block; one in the pool's memory that no live block holds (a freed
-// block) is held but not live; one outside the pool's memory is not held.
+// block) is held but not live; one outside the pool's memory, or in a block
+// spilled whole (an allocation of its own), is not held.
 func TestContaining(t *testing.T) {
 	f := pooltest.New(0)
 	h := newHarness(t, f, pool.DefaultOptions(64*miB))
@@ -527,5 +528,21 @@ func TestContaining(t *testing.T) {
 	}
 	if _, live, held := h.p.Containing(1); live || held {
 		t.Errorf("Containing(1) live %v held %v, want neither", live, held)
+	}
+
+	spilling := newHarness(t, pooltest.New(0), oversubscribed(16*miB, pool.TierManaged))
+	spilled := 0
+	for range 8 {
+		p := spilling.mustAlloc(4 * miB)
+		if a, _ := spilling.p.Lookup(p); a.Tier != pool.TierManaged {
+			continue
+		}
+		spilled++
+		if _, live, held := spilling.p.Containing(p + miB); live || held {
+			t.Errorf("Containing(inside a block spilled whole) live %v held %v, want neither", live, held)
+		}
+	}
+	if spilled == 0 {
+		t.Fatal("no block spilled beyond the quota")
 	}
 }

@@ -335,8 +335,8 @@ func TestDriverInvalidAllocationsGetCUDAsAnswer(t *testing.T) {
 // the block was cut from: start at the pointer the allocation returned, size
 // the request rounded up to 512 bytes. A pointer into pool memory that no
 // live block holds is answered as CUDA answers freed memory. Checked with
-// fixed segments, with virtual memory, and for a block partly spilled to
-// host granules.
+// fixed segments, with virtual memory, for a block partly spilled to host
+// granules and for one spilled whole (managed memory of its own).
 func TestPooledAddressRange(t *testing.T) {
 	const cuNotFound, cuInvalidValue = 500, 1
 	prog := drvops(t, "")
@@ -359,6 +359,9 @@ func TestPooledAddressRange(t *testing.T) {
 			[]query{{"0", "0", 1024}, {"0", "999", 1024}, {"1", "100", 5120}, {"2", "40M", 48 << 20},
 				{"3", "0", 0}}},
 		{"spilled", []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_OVERSUBSCRIBE=1"},
+			[]string{"m", "60M", "m", "16M"},
+			[]query{{"0", "1M", 60 << 20}, {"1", "15M", 16 << 20}}},
+		{"spilled whole", []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_VMM=0"},
 			[]string{"m", "60M", "m", "16M"},
 			[]query{{"0", "1M", 60 << 20}, {"1", "15M", 16 << 20}}},
 	} {
