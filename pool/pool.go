@@ -591,7 +591,7 @@ func (p *Pool) allocate(size uint64, async bool, s Stream) (uint64, error) {
 		}
 	}
 	class := classOf(size)
-	b := p.fromCache(size, class, c, ownClass)
+	b := p.fromClass(size, class, c, ownClass)
 	if p.virt != nil {
 		// A cached block serves at once if it lies on device granules
 		// mapped and in use; allocateVirtual places the others.
@@ -606,7 +606,7 @@ func (p *Pool) allocate(size uint64, async bool, s Stream) (uint64, error) {
 	// A miss. Blocks freed on other streams whose markers completed, then
 	// blocks waiting for a synchronization, may serve it before the pool grows.
 	if p.pollMarkers() {
-		if b := p.fromCache(size, class, c, ownClass); b != nil {
+		if b := p.fromClass(size, class, c, ownClass); b != nil {
 			return p.hand(b, size, SourceCache), nil
 		}
 	}
@@ -621,7 +621,7 @@ func (p *Pool) allocate(size uint64, async bool, s Stream) (uint64, error) {
 		if async {
 			c = p.cacheOf(s) // the lock was released
 		}
-		if b := p.fromCache(size, class, c, ownClass); b != nil {
+		if b := p.fromClass(size, class, c, ownClass); b != nil {
 			return p.hand(b, size, SourceCache), nil
 		}
 	}
@@ -699,20 +699,20 @@ func (p *Pool) countRefusal(size uint64) {
 	}
 }
 
-// How far fromCache searches.
+// How far fromClass and fromCache search.
 type search int
 
 const (
-	ownClass   search = iota // the request's class, bounded scans: the hot path
+	ownClass   search = iota // bounded scans: the hot path (fromClass of the request's class)
 	anyClass                 // every class, bounded scans: a static reserve
 	everything               // every class, full scans of the request's size class, any slack: quota pressure
 )
 
-// fromCache finds a cached block for size bytes, in each class first among
-// the blocks freed on the requesting stream, then among those reusable by
-// anyone.
+// fromCache finds a cached block for size bytes in any class, the request's
+// first (a search the hot path, which looks in the request's class alone,
+// makes with fromClass).
 func (p *Pool) fromCache(size uint64, class int, c *streamCache, how search) *block {
-	if b := p.fromClass(size, class, c, how); b != nil || how == ownClass {
+	if b := p.fromClass(size, class, c, how); b != nil {
 		return b
 	}
 	for k := range numClasses {
@@ -725,6 +725,9 @@ func (p *Pool) fromCache(size uint64, class int, c *streamCache, how search) *bl
 	return nil
 }
 
+// fromClass finds a cached block for size bytes in class k, first among the
+// blocks freed on the requesting stream, then among those reusable by
+// anyone.
 func (p *Pool) fromClass(size uint64, k int, c *streamCache, how search) *block {
 	slack, scan := ^uint64(0), exactScan
 	if how == everything {

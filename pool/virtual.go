@@ -142,7 +142,7 @@ func newVirtualMemory(back VirtualBacking) (*virtualMemory, error) {
 }
 
 // allocateVirtual serves a pooled request of size aligned bytes with virtual
-// memory that found, the cached block fromCache found for it (or nil), cannot
+// memory that found, the cached block fromClass found for it (or nil), cannot
 // serve as it lies (allocate hands out a block on device granules mapped and
 // in use, useMapped). It follows allocate, except that what counts as a miss
 // is a placement that needs new physical memory (free address space is
@@ -173,7 +173,7 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache, found *bl
 			return 0, err
 		}
 		if err == nil {
-			if b, short, src, _, err = p.placeVirtual(size, class, c, p.fromCache(size, class, c, ownClass)); err != nil {
+			if b, short, src, _, err = p.placeVirtual(size, class, c, p.fromClass(size, class, c, ownClass)); err != nil {
 				return 0, err
 			}
 			if err = p.commit(b, size, short, false); err == nil {
@@ -244,7 +244,7 @@ func (p *Pool) spillOrRefuse(b *block, size uint64, err error) (uint64, error) {
 }
 
 // placeVirtual chooses the address of a block: found, the cached block
-// fromCache found for the request (or nil), if its memory is mapped or can
+// fromClass found for the request (or nil), if its memory is mapped or can
 // be from free and idle granules; otherwise, after moving the blocks of
 // completed markers and synchronizing when any bytes are pending, the best
 // cached block, the static reserve, or the start of a new arena. A
@@ -274,7 +274,7 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache, found *block
 		}
 	}
 	if p.pollMarkers() {
-		b = p.fromCache(size, class, c, ownClass)
+		b = p.fromClass(size, class, c, ownClass)
 	}
 	if (b == nil || p.needsNew(p.virt.shortOf(b, size))) && p.pending.bytes > 0 {
 		switch err = p.synchronize(); {
@@ -284,7 +284,7 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache, found *block
 			return nil, shortage{}, 0, false, err
 		}
 		// The lock was released, refused or not: b may be handed out.
-		b = p.fromCache(size, class, c, ownClass)
+		b = p.fromClass(size, class, c, ownClass)
 	}
 	if b != nil {
 		if short = p.virt.shortOf(b, size); short.unmapped+short.host > 0 {
