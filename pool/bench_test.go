@@ -3,8 +3,10 @@ package pool_test
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -158,18 +160,18 @@ type replayTarget struct {
 	p       *pool.Pool
 	f       *pooltest.Fake
 	ops     *int
-	streams map[pool.Stream]bool
+	streams *[]pool.Stream // in the order first used, so replays repeat
 }
 
 const replayLag = 64
 
 func newReplayTarget(p *pool.Pool, f *pooltest.Fake) replayTarget {
-	return replayTarget{p: p, f: f, ops: new(int), streams: map[pool.Stream]bool{}}
+	return replayTarget{p: p, f: f, ops: new(int), streams: new([]pool.Stream)}
 }
 
 func (t replayTarget) tick() {
 	if *t.ops++; *t.ops%replayLag == 0 {
-		for s := range t.streams {
+		for _, s := range *t.streams {
 			t.f.Complete(s)
 		}
 	}
@@ -182,7 +184,9 @@ func (t replayTarget) Alloc(size uint64) (uint64, error) {
 
 func (t replayTarget) AllocAsync(size, s uint64) (uint64, error) {
 	t.tick()
-	t.streams[pool.Stream(s)] = true
+	if !slices.Contains(*t.streams, pool.Stream(s)) {
+		*t.streams = append(*t.streams, pool.Stream(s))
+	}
 	return t.p.AllocAsync(size, pool.Stream(s))
 }
 
@@ -220,7 +224,7 @@ func loadTrace(b testing.TB, file string) []traces.Op {
 			delete(live, op.ID)
 		}
 	}
-	for id := range live {
+	for _, id := range slices.Sorted(maps.Keys(live)) { // sorted, so replays repeat
 		ops = append(ops, traces.Op{Kind: traces.Free, ID: id})
 	}
 	return ops
