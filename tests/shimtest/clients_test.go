@@ -328,3 +328,29 @@ func TestNVMLClientsUnderQuota(t *testing.T) {
 			g.MemoryUsed, g.MemoryTotal, g.Processes, reserved, reserved, strconv.Itoa(inside.PID))
 	}
 }
+
+// TestNumbaExtents: numba's device_extents (cuMemGetAddressRange) of a pooled
+// array, or of a view into it, is that array's own allocation: its pointer
+// and at least its bytes, short of the next 512 (the pool's rounding), not
+// the segment the pool cut both arrays from.
+func TestNumbaExtents(t *testing.T) {
+	type extents struct {
+		Ptr       uint64 `json:"ptr"`
+		Begin     uint64 `json:"begin"`
+		End       uint64 `json:"end"`
+		ViewBegin uint64 `json:"view_begin"`
+		ViewEnd   uint64 `json:"view_end"`
+	}
+	var seen struct{ A, B extents }
+	runNumba(t, "numba_extents.py", &seen)
+	for name, e := range map[string]extents{"first": seen.A, "second": seen.B} {
+		if e.Begin != e.Ptr || e.End < e.Ptr+1000 || e.End >= e.Ptr+1000+512 {
+			t.Errorf("%s 1000-byte array at %#x: extents [%#x, %#x), want [%#x, %#x up to %#x]",
+				name, e.Ptr, e.Begin, e.End, e.Ptr, e.Ptr+1000, e.Ptr+1000+511)
+		}
+		if e.ViewBegin != e.Begin || e.ViewEnd != e.End {
+			t.Errorf("%s array's view from byte 100: extents [%#x, %#x), want its array's [%#x, %#x)",
+				name, e.ViewBegin, e.ViewEnd, e.Begin, e.End)
+		}
+	}
+}
