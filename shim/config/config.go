@@ -367,7 +367,9 @@ func LargerThan(larger, limit uint64, what string) string {
 func parseOrdinalSuffix(name, value string) (int, error) {
 	suffix := strings.TrimPrefix(name, EnvMemoryLimitDevicePrefix)
 	bad := &Error{name, value, "the suffix must be a device ordinal from 0 to 1023", EnvMemoryLimitDevicePrefix + "0=8GiB"}
-	if suffix == "" || (len(suffix) > 1 && suffix[0] == '0') {
+	// Digits only: strconv.Atoi would also take a sign, so that
+	// SPILLWAY_MEMORY_LIMIT_+1 would be device 1 and _-0 device 0.
+	if suffix == "" || (len(suffix) > 1 && suffix[0] == '0') || strings.Trim(suffix, "0123456789") != "" {
 		return 0, bad
 	}
 	n, err := strconv.Atoi(suffix)
