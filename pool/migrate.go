@@ -163,6 +163,7 @@ func (p *Pool) demoteGranule(g *granule) error {
 	}
 	v.free = append(v.free, g.handle)
 	g.handle, g.host = h, true
+	v.hostLive += g.used // nothing is pending or stream-owned: its used bytes are live
 	p.stats.DemotedTotal += v.gran
 	p.spilledGranule(g)
 	return nil
@@ -190,6 +191,7 @@ func (p *Pool) promoteGranules(granules []*granule, keep int) error {
 		}
 		host := g.handle
 		g.handle, g.host = h, false
+		v.hostLive -= g.used
 		p.releaseHostGranule(host)
 		g.spillN = 0
 		v.spilledNow--

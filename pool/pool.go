@@ -541,6 +541,9 @@ func (p *Pool) takeLive(ptr uint64) (*block, error) {
 	p.stats.Frees++
 	if b.seg != nil {
 		p.segLive -= b.size
+		if p.virt != nil {
+			p.virt.hostLive -= p.virt.hostShare(b.seg, b.base, b.size)
+		}
 	}
 	if p.obs != nil {
 		p.obs.Free(b.base, b.used, b.tier)
@@ -786,6 +789,9 @@ func (p *Pool) hand(b *block, size uint64, src Source) uint64 {
 	b.used = size
 	p.live.put(b)
 	p.segLive += b.size
+	if p.virt != nil {
+		p.virt.hostLive += p.virt.hostShare(b.seg, b.base, b.size)
+	}
 	p.stats.LiveBytes += size
 	p.stats.LiveBlocks++
 	p.stats.PeakLiveBytes = max(p.stats.PeakLiveBytes, p.stats.LiveBytes)

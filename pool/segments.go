@@ -127,7 +127,7 @@ func (p *Pool) releaseEmptyWhile(cond func() bool) {
 
 // trim applies the release threshold.
 func (p *Pool) trim() {
-	p.releaseEmptyWhile(func() bool { return p.segBytes-p.segLive > p.opt.ReleaseThreshold })
+	p.releaseEmptyWhile(func() bool { return p.cachedBytes() > p.opt.ReleaseThreshold })
 }
 
 // makeFree returns a block to its class index, merging it with free

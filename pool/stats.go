@@ -18,7 +18,7 @@ type Stats struct {
 	HighLiveBytes     uint64
 	HighReservedBytes uint64
 	Quota             uint64
-	CachedBytes       uint64 // reserved in segments but not live (free, pending or stream-owned)
+	CachedBytes       uint64 // device memory reserved in segments but not live (free, pending or stream-owned)
 	PendingBytes      uint64 // freed, waiting for a synchronization or a marker
 	LargestFreeBlock  uint64 // largest block reusable by any stream now
 	Segments          uint64 // segments held now
@@ -64,7 +64,7 @@ func (p *Pool) Stats() Stats {
 	s := p.stats
 	s.ReservedBytes = p.devBytes
 	s.Quota = p.opt.Quota
-	s.CachedBytes = p.segBytes - p.segLive
+	s.CachedBytes = p.cachedBytes()
 	s.PendingBytes = p.pending.bytes + p.streamBytes()
 	for k := range numClasses {
 		s.LargestFreeBlock = max(s.LargestFreeBlock, p.idx[k].largest())
@@ -73,6 +73,18 @@ func (p *Pool) Stats() Stats {
 		s.HostLimit = p.opt.HostLimit
 	}
 	return s
+}
+
+// cachedBytes is the device memory the pool holds in segments that no live
+// block uses. The parts of host granules no live block uses are host
+// memory: neither the program's to use on the device (cudaMemGetInfo adds
+// the cache to free) nor the release threshold's.
+func (p *Pool) cachedBytes() uint64 {
+	n := p.segBytes - p.segLive
+	if v := p.virt; v != nil {
+		n -= v.hostGranules*v.gran - v.hostLive
+	}
+	return n
 }
 
 // String formats the stats as the one-line summary printed at exit.

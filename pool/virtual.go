@@ -124,6 +124,11 @@ type virtualMemory struct {
 	// counts the granules whose Spill is in force.
 	spills     uint64
 	spilledNow int
+	// hostGranules counts the host granules held (their bytes are in
+	// segBytes), and hostLive the bytes of live blocks on them (in
+	// segLive): what they hold and no live block uses is host memory,
+	// which cachedBytes leaves out.
+	hostGranules, hostLive uint64
 	// unreleasedHost are the host granules the host failed to free,
 	// still held (in hostBytes) until Close.
 	unreleasedHost []uint64
@@ -611,6 +616,7 @@ func (p *Pool) createHostGranule() (uint64, error) {
 	}
 	p.hostBytes += v.gran
 	p.segBytes += v.gran // live bytes on it count in segLive
+	v.hostGranules++
 	// In the peak and the total only once it holds the application's bytes
 	// (spilledGranule): a placement that fails gives it back unspilled.
 	p.stats.SpilledBytes += v.gran
@@ -628,7 +634,24 @@ func (p *Pool) releaseHostGranule(h uint64) {
 	}
 	p.hostBytes -= v.gran
 	p.segBytes -= v.gran
+	v.hostGranules--
 	p.stats.SpilledBytes -= v.gran
+}
+
+// hostShare is how many of the bytes of [base, base+size) of seg lie on
+// host granules.
+func (v *virtualMemory) hostShare(seg *segment, base, size uint64) uint64 {
+	if v.hostGranules == 0 || seg.granules == nil {
+		return 0
+	}
+	var n uint64
+	first, last := v.granuleRange(seg, base, size)
+	for i := first; i <= last; i++ {
+		if g := &seg.granules[i]; g.host {
+			n += min(base+size, g.va+v.gran) - max(base, g.va)
+		}
+	}
+	return n
 }
 
 // unmapGranule unmaps an idle granule and keeps its physical memory free.
@@ -855,7 +878,7 @@ func (p *Pool) closeVirtual() []error {
 	}
 	p.segs = slices.DeleteFunc(p.segs, func(s *segment) bool { return s.granules != nil })
 	v.free, v.idle, v.granule, v.arenas, v.inUse, v.inUsePeak = nil, idleList{}, 0, [numClasses]int{}, 0, 0
-	v.spilledNow, v.unreleasedHost = 0, nil
+	v.spilledNow, v.unreleasedHost, v.hostGranules, v.hostLive = 0, nil, 0, 0
 	return errs
 }
 

@@ -248,3 +248,35 @@ func TestMoveGranule(t *testing.T) {
 		})
 	}
 }
+
+// cudaMemGetInfo's free never includes host memory: the unused tail of a
+// spilled block's last host granule, and a spilled block freed and not yet
+// known complete, are cached by the pool but are no device memory the
+// program can have, so a full quota still reports none free.
+func TestMemGetInfoLeavesOutHostGranules(t *testing.T) {
+	vmm := newFakeVMM(1 << 30)
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_OVERSUBSCRIBE=1",
+		"SPILLWAY_HOST_LIMIT=64MiB")
+	m.vmm = func(int) (realVMM, error) { return vmm, nil }
+	for range 32 { // the quota, in whole granules
+		if _, rc := m.malloc(request{device: 0, size: 2 << 20}); rc != interpose.Success {
+			t.Fatalf("filling the quota: %v\n%s", rc, m.logged)
+		}
+	}
+	spilled, rc := m.malloc(request{device: 0, size: 1 << 20}) // half of a host granule
+	if rc != interpose.Success {
+		t.Fatalf("spilling: %v\n%s", rc, m.logged)
+	}
+	if _, host := vmm.bytes(); host != 2<<20 {
+		t.Fatalf("the driver holds %d host bytes, want one granule", host)
+	}
+	if free, total, rc := m.memGetInfo(0); rc != interpose.Success || free != 0 || total != 64<<20 {
+		t.Fatalf("with the quota full and half a host granule unused: free %d, total %d (%v); want 0 free of 64 MiB", free, total, rc)
+	}
+	if rc := m.free(spilled, 0, false); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if free, _, _ := m.memGetInfo(0); free != 0 {
+		t.Fatalf("with the spilled block freed and its host granule not yet given back: free %d, want 0", free)
+	}
+}
