@@ -71,7 +71,8 @@ func (k TakeKind) Runtime() bool {
 // Take admits size bytes on device outside the pool, the pool returning
 // what it holds known free first if they do not fit (with TakeInPrimary,
 // also what waits for a synchronization), or refuses them for the quota
-// (the refuse probe fires, and a rate-limited warning).
+// (the refuse probe fires, and a rate-limited warning). On a device a
+// setting leaves without a pool it fails with cudaErrorInitializationError.
 func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 	if c.broken != nil {
 		return interpose.ErrorInitialization
@@ -79,6 +80,11 @@ func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 	d, rc := c.mem.device(ordinal)
 	if rc != interpose.Success {
 		return rc
+	}
+	if d.pool == nil {
+		// A setting invalid for this device: every allocation on it
+		// fails alike, as cudaMalloc's does.
+		return interpose.ErrorInitialization
 	}
 	quiet, inPrimary := kind&TakeQuiet != 0, kind&TakeInPrimary != 0
 	kind &^= TakeQuiet | TakeInPrimary

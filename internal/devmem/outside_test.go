@@ -308,3 +308,29 @@ func TestArrayHandleReused(t *testing.T) {
 		t.Errorf("used %d once every array is destroyed, want 0", got)
 	}
 }
+
+// A setting invalid for a device's size leaves it without a pool, and every
+// allocation on it fails with cudaErrorInitializationError: those counted
+// outside the pool (cuMemCreate, a created context's, an explicit pool's, a
+// CUDA array) as well as cudaMalloc's, never admitted by the quota nor
+// refused as if the quota were full.
+func TestTakeOnDeviceWithInvalidSetting(t *testing.T) {
+	for _, env := range [][]string{
+		{"SPILLWAY_MEMORY_LIMIT=10%", "SPILLWAY_POOL_RESERVE=512MiB"}, // a reserve above the quota
+		{"SPILLWAY_MEMORY_LIMIT=0.0000000001%"},                       // a quota of no byte
+	} {
+		m := newTestMemory(t, newFake(1<<30), env...)
+		c := &Core{mem: m.memory}
+		if _, rc := m.malloc(request{device: 0, size: 4096}); rc != interpose.ErrorInitialization {
+			t.Fatalf("%v: cudaMalloc: %v, want cudaErrorInitializationError", env, rc)
+		}
+		for _, kind := range []TakeKind{TakeVMM, TakeContext, TakeRuntimePool, TakeArray, TakeVMM | TakeInPrimary} {
+			if rc := c.Take(0, 2<<20, kind); rc != interpose.ErrorInitialization {
+				t.Errorf("%v: taking 2 MiB for %v: %v, want cudaErrorInitializationError", env, kind, rc)
+			}
+		}
+		if used := m.existing(0).ledger.used(); used != 0 {
+			t.Errorf("%v: the ledger holds %d bytes, want none", env, used)
+		}
+	}
+}
