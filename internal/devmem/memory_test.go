@@ -427,6 +427,24 @@ func TestMemGetInfoAndPercent(t *testing.T) {
 	if free, total, _ := m.memGetInfo(1); free != 1<<30-56<<20 || total != 4<<30 {
 		t.Errorf("device 1: free %d total %d", free, total)
 	}
+	// And once the device is used: the quota's room counts only as far as
+	// the device has free, and the pool's cache on top.
+	if _, rc := m.malloc(request{device: 1, size: 100 << 20}); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	realFree, _, _ := rt.MemGetInfo()
+	cached := m.existing(1).pool.Stats().CachedBytes
+	if free, total, _ := m.memGetInfo(1); free != realFree+cached || total != 4<<30 {
+		t.Errorf("device 1 in use: free %d total %d, want the device's %d free and %d cached", free, total, realFree, cached)
+	}
+	// And after a reset, before the device's next use.
+	if rc := m.deviceReset(1, rt.DeviceReset); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	realFree, _, _ = rt.MemGetInfo()
+	if free, total, _ := m.memGetInfo(1); free != realFree || total != 4<<30 {
+		t.Errorf("device 1 after a reset: free %d total %d, want the device's %d free", free, total, realFree)
+	}
 }
 
 func TestManagedAndAdoptedCountAgainstTheQuota(t *testing.T) {
