@@ -321,3 +321,34 @@ func TestMigrateIdleGranulesAreRoom(t *testing.T) {
 	}
 	h.closeVirtual()
 }
+
+// TestMigrateStreamReuseIsHot: a block handed out again from its stream's
+// cache (cudaFreeAsync, then cudaMallocAsync on the same stream) was handed
+// out in the interval, as one from the pool's free blocks is: its granules
+// are hot, and room for the interval's short-lived blocks is made by
+// demoting a block no one handed out since, never it.
+func TestMigrateStreamReuseIsHot(t *testing.T) {
+	h, f, _ := migrateHarness(t)
+	const s = pool.Stream(7)
+	old, _ := oldStampedBlocks(t, h, f)
+	oldest := h.liveOldest(old)
+	if err := h.freeAsync(oldest, s); err != nil {
+		t.Fatal(err)
+	}
+	again, err := h.allocAsync(2*granule, s)
+	if err != nil || again != oldest {
+		t.Fatalf("reallocation on the stream: %#x (%v), want the block just freed there, %#x", again, err, oldest)
+	}
+	h.mustFree(h.mustAlloc(4 * granule)) // short-lived: two granules spill
+	h.appSync()
+	if st := h.p.Stats(); st.DemotedTotal != 2*granule {
+		t.Fatalf("demoted %d bytes, want 2 granules: %v", st.DemotedTotal, st)
+	}
+	for va := oldest; va < oldest+2*granule; va += granule {
+		if f.HostGranules()[va] {
+			t.Fatalf("granule %#x of the block handed out again in the interval was demoted: host granules %v", va, f.HostGranules())
+		}
+	}
+	h.appSync()
+	h.closeVirtual()
+}

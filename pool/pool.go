@@ -759,6 +759,10 @@ func (p *Pool) hand(b *block, size uint64, src Source) uint64 {
 		}
 	case stateStream:
 		b.cache.idx[b.seg.class].remove(b)
+		if p.virt != nil {
+			// Its granules are used already, but it is handed out now.
+			p.virt.stampHot(b.seg, b.base, size)
+		}
 	}
 	var r *block // the rest, split off
 	if rest := b.size - size; rest >= Alignment && (b.seg.class != classHuge || b.seg.granules != nil || rest > hugeSlack(size)) {

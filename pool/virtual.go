@@ -731,6 +731,18 @@ func (v *virtualMemory) useGranule(g *granule, n uint64) {
 	g.hot = v.epoch
 }
 
+// stampHot marks the granules under [base, base+size) of seg as handed out
+// on in the current interval (see migrate), as useGranules does.
+func (v *virtualMemory) stampHot(seg *segment, base, size uint64) {
+	if seg.granules == nil {
+		return
+	}
+	first, last := v.granuleRange(seg, base, size)
+	for i := first; i <= last; i++ {
+		seg.granules[i].hot = v.epoch
+	}
+}
+
 // unuseGranules removes the bytes of [base, base+size) from the used bytes
 // of the granules they lie on.
 func (p *Pool) unuseGranules(seg *segment, base, size uint64) {
