@@ -317,6 +317,7 @@ func TestMigrateSwitch(t *testing.T) {
 		{[]string{"SPILLWAY_MIGRATE=0", "SPILLWAY_OVERSUBSCRIBE=1"}, false, ""},
 		{[]string{"SPILLWAY_MIGRATE=1"}, true, "SPILLWAY_MIGRATE has no effect without SPILLWAY_OVERSUBSCRIBE=1"},
 		{[]string{"SPILLWAY_MIGRATE=1", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_VMM=0"}, true, "SPILLWAY_MIGRATE has no effect without virtual memory (SPILLWAY_VMM=1 and SPILLWAY_POOL=1)"},
+		{[]string{"SPILLWAY_MIGRATE=1", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_POOL=0"}, true, "SPILLWAY_MIGRATE has no effect without virtual memory (SPILLWAY_VMM=1 and SPILLWAY_POOL=1)"},
 	} {
 		cfg, err := Parse(tc.env)
 		if err != nil || cfg.Migrate != tc.want || len(cfg.Unknown) != 0 {
