@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -320,5 +321,80 @@ func TestCoveredCallerStartsNoSynchronization(t *testing.T) {
 	}
 	if err := h.p.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Close waits for a promotion in flight before it releases anything: the
+// block being moved is released only once its move has returned, never
+// under it.
+func TestCloseWaitsForThePromotionInFlight(t *testing.T) {
+	f := pooltest.New(0)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // a failed test lets the held call return
+	var armed, moving atomic.Bool
+	f.FailPromote = func(uint64, uint64) error {
+		if !armed.Load() {
+			return nil
+		}
+		moving.Store(true)
+		entered <- struct{}{}
+		<-release
+		moving.Store(false)
+		return nil
+	}
+	f.FailReleaseHost = func(base, size uint64) error {
+		if moving.Load() {
+			t.Errorf("host block %#x released while its promotion was in flight", base)
+		}
+		return nil
+	}
+	opt := pool.DefaultOptions(8 * miB)
+	opt.Oversubscribe = true
+	opt.Pooling = false
+	p, err := pool.New(f, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, _ := p.Alloc(8 * miB)
+	if _, err := p.Alloc(4 * miB); err != nil { // spilled
+		t.Fatal(err)
+	}
+	if err := p.Free(dev); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	synced := make(chan error, 1)
+	go func() { synced <- p.SyncEnd(p.SyncBegin()) }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no promotion at SyncEnd")
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	// Close has begun once calls fail with ErrClosed; it then waits for
+	// the move, with the lock released.
+	returnsWhile(t, "waiting for Close to begin", func() {
+		for {
+			ptr, err := p.Alloc(pool.Alignment)
+			if errors.Is(err, pool.ErrClosed) {
+				return
+			}
+			if err == nil {
+				_ = p.Free(ptr)
+			}
+		}
+	})
+	letGo()
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := <-synced; err != nil && !errors.Is(err, pool.ErrClosed) {
+		t.Fatalf("SyncEnd: %v", err)
+	}
+	if f.DeviceBytes() != 0 || f.HostBytes() != 0 {
+		t.Fatalf("after Close: %d device bytes, %d host bytes", f.DeviceBytes(), f.HostBytes())
 	}
 }
