@@ -398,3 +398,71 @@ func TestCloseWaitsForThePromotionInFlight(t *testing.T) {
 		t.Fatalf("after Close: %d device bytes, %d host bytes", f.DeviceBytes(), f.HostBytes())
 	}
 }
+
+// A synchronization announced while a promotion pass runs in another thread
+// leaves the promotions to that pass: it starts none of its own, so one
+// pass at most moves blocks, and Close, which waits for it, waits for all.
+func TestOnePromotionPassAtATime(t *testing.T) {
+	f := pooltest.New(0)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var releaseOnce sync.Once
+	letGo := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(letGo) // a failed test lets the held call return
+	var armed, moving atomic.Bool
+	var calls atomic.Int32
+	f.FailPromote = func(uint64, uint64) error {
+		if !armed.Load() {
+			return nil
+		}
+		if calls.Add(1) > 1 {
+			if moving.Load() {
+				t.Error("a second promotion began while one was in flight")
+			}
+			return nil
+		}
+		moving.Store(true)
+		entered <- struct{}{}
+		<-release
+		moving.Store(false)
+		return nil
+	}
+	opt := pool.DefaultOptions(8 * miB)
+	opt.Oversubscribe = true
+	opt.Pooling = false
+	p, err := pool.New(f, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, _ := p.Alloc(8 * miB)
+	for range 2 { // spilled, and both fit once dev is freed
+		if _, err := p.Alloc(2 * miB); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := p.Free(dev); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	synced := make(chan error, 1)
+	go func() { synced <- p.SyncEnd(p.SyncBegin()) }()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no promotion at SyncEnd")
+	}
+	returnsWhile(t, "a second SyncEnd", func() {
+		if err := p.SyncEnd(p.SyncBegin()); err != nil {
+			t.Errorf("SyncEnd: %v", err)
+		}
+	})
+	letGo()
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+	if st := p.Stats(); st.PromotedBytes != 4*miB || st.SpilledBytes != 0 {
+		t.Fatalf("after the pass: %v; want both blocks promoted", st)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
