@@ -269,6 +269,28 @@ func TestVMMOversubscribed(t *testing.T) {
 	}
 }
 
+// TestVMMMemGetInfoPartlySpilled: with the quota full, a block that puts
+// half a host granule to use leaves the other half cached by the pool, and
+// its free leaves the granule cached until the free completes: host
+// memory, so cudaMemGetInfo reports no free memory all along, and the
+// report's cached counts none of it.
+func TestVMMMemGetInfoPartlySpilled(t *testing.T) {
+	const quota = 64 * miB
+	env, _ := vmmEnv(t, quota, "SPILLWAY_OVERSUBSCRIBE=1", fmt.Sprintf("SPILLWAY_HOST_LIMIT=%d", quota))
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t), "N", "16", "4M", "m", "1M", "i", "f", "16", "i"))
+	if ok := out.Num(t, "N", 0, 1); ok != 16 || out.Code(t, "m", 0) != 0 {
+		t.Fatalf("filling the quota and spilling 1 MiB: %v\nstderr: %s", out, res.Stderr)
+	}
+	for i, when := range []string{"with half a host granule unused", "with the spilled block freed"} {
+		if free, total := out.Num(t, "i", i, 2), out.Num(t, "i", i, 3); free != 0 || total != quota {
+			t.Errorf("cudaMemGetInfo %s: free %d total %d, want 0 and %d", when, free, total, quota)
+		}
+	}
+	if r := harness.ReportFor(t, res.Stderr, 0); r.Cached != 0 {
+		t.Errorf("report %+v: want nothing cached, the quota being full of live blocks", r)
+	}
+}
+
 // TestVMMRuntimeOnly: a program linked with the runtime alone, whose driver
 // the runtime opens at its first call (after the shim's core has started),
 // still gets the pool in virtual memory.
