@@ -1563,9 +1563,10 @@ SIM_API CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
 		return CUDA_ERROR_INVALID_VALUE;
 	for (;;) {
 		pthread_mutex_lock(&sim.lock);
+		/* Any pointer into the allocation names it, as CUDA's drivers answer an interior one. */
 		struct alloc *a = mem_find(dptr);
-		if (a == NULL || a->base != dptr || a->kind != ALLOC_DEVICE || a->free_pending ||
-		    a->stream_ordered || a->ipc_opened) {
+		if (a == NULL || a->kind != ALLOC_DEVICE || a->free_pending || a->stream_ordered ||
+		    a->ipc_opened) {
 			pthread_mutex_unlock(&sim.lock);
 			return CUDA_ERROR_INVALID_VALUE;
 		}

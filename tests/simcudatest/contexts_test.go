@@ -55,7 +55,8 @@ func TestContexts(t *testing.T) {
 
 // TestIPC: a device allocation exported with cuIpcGetMemHandle is opened by
 // another process, which reads and writes the same bytes; once the exporter
-// frees it, the handle is refused.
+// frees it, the handle is refused. The handle exported is that of a pointer
+// inside the allocation, which is the base's, and opens at the base.
 func TestIPC(t *testing.T) {
 	bin := harness.Compile(t, harness.CBuild{
 		Sources:        []string{"testdata/ipc.c"},

@@ -2,10 +2,12 @@
  * ipc.c - the two sides of a CUDA IPC handle on simcuda, linked against
  * libcuda only.
  *   ipc export         allocates 8 MiB, fills its first MiB, prints
- *                      "handle <hex>", then at the line "check" verifies the
+ *                      "handle <hex>" (the handle of a pointer 1 MiB + 4 KiB
+ *                      into it), then at the line "check" verifies the
  *                      MiB at 4 MiB that an importer wrote and prints
  *                      "checked"; it frees and exits at the end of its input.
- *   ipc import <hex>   opens the handle, checks the first MiB, writes the MiB
+ *   ipc import <hex>   opens the handle, checks the first MiB (the opened
+ *                      pointer is the allocation's base), writes the MiB
  *                      at 4 MiB, closes it and prints "PASS import".
  *   ipc gone <hex>     checks that a handle whose memory is gone is refused.
  * Any failed check names itself on stderr and exits 1.
@@ -69,7 +71,7 @@ static void parse_handle(const char *hex, CUipcMemHandle *h)
 static void export(unsigned char *buf)
 {
 	CUdeviceptr p, opened;
-	CUipcMemHandle h, again;
+	CUipcMemHandle h, again, inner;
 	char line[64];
 
 	context();
@@ -77,10 +79,13 @@ static void export(unsigned char *buf)
 	for (size_t i = 0; i < MiB; i++)
 		buf[i] = pattern(i, 0);
 	EXPECT(cuMemcpyHtoD_v2(p, buf, MiB), CUDA_SUCCESS);
-	EXPECT(cuIpcGetMemHandle(&h, p + 4096), CUDA_ERROR_INVALID_VALUE); /* not the base */
+	/* A pointer inside the allocation names the whole allocation, as the base does. */
+	EXPECT(cuIpcGetMemHandle(&inner, p + MiB + 4096), CUDA_SUCCESS);
 	EXPECT(cuIpcGetMemHandle(&h, p), CUDA_SUCCESS);
 	EXPECT(cuIpcGetMemHandle(&again, p), CUDA_SUCCESS);
 	CHECK(memcmp(&h, &again, sizeof(h)) == 0);
+	CHECK(memcmp(&h, &inner, sizeof(h)) == 0);
+	EXPECT(cuIpcGetMemHandle(&again, p + 8 * MiB), CUDA_ERROR_INVALID_VALUE); /* past its end */
 	/* The bytes survive the export, and the exporter cannot open its own handle. */
 	memset(buf, 0, MiB);
 	EXPECT(cuMemcpyDtoH_v2(buf, p, MiB), CUDA_SUCCESS);
@@ -88,9 +93,10 @@ static void export(unsigned char *buf)
 	EXPECT(cuIpcOpenMemHandle_v2(&opened, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
 	       CUDA_ERROR_INVALID_CONTEXT);
 
+	/* The importer gets the interior pointer's handle and must open at the base. */
 	printf("handle ");
-	for (size_t i = 0; i < sizeof(h.reserved); i++)
-		printf("%02x", (unsigned char)h.reserved[i]);
+	for (size_t i = 0; i < sizeof(inner.reserved); i++)
+		printf("%02x", (unsigned char)inner.reserved[i]);
 	printf("\n");
 	fflush(stdout);
 

@@ -200,6 +200,9 @@ static void case_round_trip(void)
 	int ipc = -1;
 	OK(cuPointerGetAttribute(&ipc, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, base));
 	CHECK(ipc == 0); /* cuIpcGetMemHandle does not take VMM memory */
+	CUipcMemHandle refused;
+	EXPECT(cuIpcGetMemHandle(&refused, base), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuIpcGetMemHandle(&refused, base + 100), CUDA_ERROR_INVALID_VALUE);
 	unsigned long long unanswered = 0;
 	EXPECT(cuPointerGetAttribute(&unanswered, CU_POINTER_ATTRIBUTE_ACCESS_FLAGS, base),
 	       CUDA_ERROR_NOT_SUPPORTED); /* documented: cuMemGetAccess answers instead */
