@@ -324,6 +324,11 @@ SPILLWAY_INTERPOSED(CUresult, cu_pointer_get_attribute, cuPointerGetAttribute,
 SPILLWAY_INTERPOSED(CUresult, cu_pointer_get_attributes, cuPointerGetAttributes,
                     (unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
                      CUdeviceptr ptr))
+/* An IPC handle names the whole allocation behind a pointer, for a pooled
+ * block the pool's memory: refused there (the runtime's cudaIpcGetMemHandle
+ * calls it through cuGetProcAddress). */
+SPILLWAY_INTERPOSED(CUresult, cu_ipc_get_mem_handle, cuIpcGetMemHandle,
+                    (CUipcMemHandle * pHandle, CUdeviceptr dptr))
 
 /* ---- the core's entry points ---- */
 /* Returns the core's SPILLWAY_CORE_ABI; the front calls it first. */

@@ -1,8 +1,9 @@
 /*
  * driver.c: the driver's memory API (cuMemAlloc and its kinds, cuMemFree,
  * cuMemGetInfo, the device's total and reset, cuCtxSynchronize), routed as
- * the runtime's calls are, with CUresult codes; and the address range of a
- * pointer (cuMemGetAddressRange_v2, cuPointerGetAttribute[s]).
+ * the runtime's calls are, with CUresult codes; the address range of a
+ * pointer (cuMemGetAddressRange_v2, cuPointerGetAttribute[s]); and the IPC
+ * handle of a pointer (cuIpcGetMemHandle).
  */
 #define _GNU_SOURCE
 
@@ -449,4 +450,37 @@ EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_att
             put_range_attribute(attributes[i], data[i], base, size);
     }
     return rc;
+}
+
+/* ---- IPC handles ---- */
+
+/*
+ * CUDA's IPC handle of a pointer names the whole allocation behind it and
+ * opens at that allocation's start, which for a pooled block is the pool's
+ * segment: the importer would read another block's bytes at the offset the
+ * exporter sends (and, with virtual memory, CUDA refuses the pool's memory
+ * anyway). So a pointer into pool memory is refused as CUDA refuses memory
+ * it cannot share. A block that starts its segment is refused too, though
+ * CUDA's handle would open at it: whether a block starts a segment is the
+ * pool's placement, which the program cannot see or choose, so sharing would
+ * work for some blocks and not others from run to run; and the handle would
+ * also reach the segment's other blocks and stay valid after the block is
+ * freed. Every other pointer is CUDA's to answer.
+ */
+EXPORT CUresult cuIpcGetMemHandle(CUipcMemHandle *pHandle, CUdeviceptr dptr)
+{
+    REAL(real_get_handle, cu_ipc_get_mem_handle);
+    static atomic_int told;
+    uint64_t base = 0, size = 0;
+    switch (pool_holds(dptr, &base, &size)) {
+    case SPILLWAY_HELD_BLOCK:
+        if (!atomic_exchange(&told, 1))
+            log_line("cuIpcGetMemHandle: pooled memory cannot be shared by CUDA IPC (the handle "
+                     "would open at the pool's memory, not the block); run the program with "
+                     "SPILLWAY_POOL=0 to share device memory between processes");
+        return CUDA_ERROR_INVALID_VALUE;
+    case SPILLWAY_HELD_FREE:
+        return CUDA_ERROR_INVALID_VALUE; /* CUDA's answer for memory not allocated */
+    }
+    return real_get_handle(pHandle, dptr);
 }

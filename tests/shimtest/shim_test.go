@@ -101,7 +101,7 @@ func TestExportSurface(t *testing.T) {
 		"cuCtxAttach", "cuCtxCreate_v2", "cuCtxCreate_v3", "cuCtxCreate_v4", "cuCtxDestroy_v2", "cuCtxDetach",
 		"cuCtxSynchronize", "cuDevicePrimaryCtxReset", "cuDevicePrimaryCtxReset_v2", "cuDeviceTotalMem_v2",
 		"cuGetProcAddress", "cuGetProcAddress_v2", "cuGraphDestroy", "cuGraphExecDestroy",
-		"cuGraphInstantiateWithFlags", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
+		"cuGraphInstantiateWithFlags", "cuIpcGetMemHandle", "cuMemAllocAsync", "cuMemAllocAsync_ptsz",
 		"cuMemAllocFromPoolAsync", "cuMemAllocFromPoolAsync_ptsz",
 		"cuMemAllocManaged", "cuMemAllocPitch_v2", "cuMemAlloc_v2", "cuMemCreate", "cuMemFreeAsync",
 		"cuMemFreeAsync_ptsz", "cuMemFree_v2", "cuMemGetAddressRange_v2", "cuMemGetInfo_v2",

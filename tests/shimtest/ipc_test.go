@@ -1,0 +1,107 @@
+package shimtest
+
+import (
+	"bufio"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/spillway-gpu/spillway/tests/harness"
+)
+
+// TestPooledIPC: cuIpcGetMemHandle of a pooled block is refused with
+// CUDA_ERROR_INVALID_VALUE and one log line that says to run with
+// SPILLWAY_POOL=0, however the program reaches it (linked, cuGetProcAddress,
+// dlsym) and wherever the block lies in the pool's memory. CUDA's handle
+// names the whole allocation behind a pointer, which for a pooled block is
+// the pool's segment: the importer would open it at the segment's start and
+// read another block's bytes. With SPILLWAY_POOL=0 the allocation is CUDA's
+// own, and another process (under the shim too) opens it and reads the
+// block's bytes at the offset the exporter sends.
+func TestPooledIPC(t *testing.T) {
+	const cuInvalidValue, block = 1, 4096
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ipcshare.c"}, ProjectHeaders: true,
+		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda", "-ldl"}})
+	for _, tc := range []struct {
+		name   string
+		env    []string
+		shared bool
+	}{
+		{"segments", []string{"SPILLWAY_MEMORY_LIMIT=256MiB", "SPILLWAY_VMM=0"}, false},
+		{"virtual", []string{"SPILLWAY_MEMORY_LIMIT=256MiB"}, false},
+		{"pool off", []string{"SPILLWAY_MEMORY_LIMIT=256MiB", "SPILLWAY_POOL=0"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			state := t.TempDir()
+			env := append([]string{"SIMCUDA_STATE_DIR=" + state}, tc.env...)
+			exporter := harness.Shimmed(t, env, prog, "export")
+			stdin, err := exporter.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stdout, err := exporter.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stderr strings.Builder
+			exporter.Stderr = &stderr
+			if err := exporter.Start(); err != nil {
+				t.Fatal(err)
+			}
+			lines := bufio.NewScanner(stdout)
+			if !lines.Scan() {
+				stdin.Close()
+				_ = exporter.Wait()
+				t.Fatalf("exporter printed nothing\nstderr:\n%s", stderr.String())
+			}
+			export := harness.ParseOutput(lines.Text()).Line(t, "export", 0)
+			offset, handle := export[5], export[6]
+			imported := harness.Output{}
+			if export[2] == "0" { // shared: what does another process read?
+				importer := harness.Shimmed(t, env, prog, "import", offset, handle)
+				_, imported = harness.RunOK(t, importer)
+			}
+			stdin.Close()
+			if err := exporter.Wait(); err != nil {
+				t.Fatalf("exporter: %v\nstderr:\n%s", err, stderr.String())
+			}
+
+			if !tc.shared {
+				if export[1] != "1" || export[2] != "1" || export[3] != "1" || export[4] != "1" {
+					detail := ""
+					if len(imported) > 0 {
+						read := imported.Line(t, "import", 0)
+						detail = fmt.Sprintf("; the importer read %s of the block's %d bytes and %s of "+
+							"the other block's", read[2], block, read[3])
+					}
+					t.Errorf("cuIpcGetMemHandle of the first block, the second, and the second as "+
+						"cuGetProcAddress and dlsym hand it out: %v, want %d (CUDA_ERROR_INVALID_VALUE) "+
+						"for each%s", export[1:5], cuInvalidValue, detail)
+				}
+				var said []string
+				for _, l := range strings.Split(stderr.String(), "\n") {
+					if strings.Contains(l, "cuIpcGetMemHandle") {
+						said = append(said, l)
+					}
+				}
+				if len(said) != 1 || !strings.Contains(said[0], "SPILLWAY_POOL=0") ||
+					!strings.Contains(said[0], "pool") {
+					t.Errorf("log lines naming cuIpcGetMemHandle: %q, want one that says to run with "+
+						"SPILLWAY_POOL=0\nstderr:\n%s", said, stderr.String())
+				}
+				return
+			}
+			if export[1] != "0" || export[2] != "0" || export[3] != "0" || export[4] != "0" {
+				t.Fatalf("cuIpcGetMemHandle with the pool off: %v, want 0 (CUDA_SUCCESS) for each\nstderr:\n%s",
+					export[1:5], stderr.String())
+			}
+			if read := imported.Line(t, "import", 0); read[1] != "0" || read[2] != "4096" {
+				t.Errorf("the importer: rc %s, read %s of the block's %d bytes, want 0 and all of them",
+					read[1], read[2], block)
+			}
+			if strings.Contains(stderr.String(), "cuIpcGetMemHandle") {
+				t.Errorf("with the pool off nothing is logged of cuIpcGetMemHandle\nstderr:\n%s", stderr.String())
+			}
+		})
+	}
+}

@@ -1,0 +1,149 @@
+/*
+ * ipcshare: shares a device allocation with another process by CUDA IPC, as
+ * torch.multiprocessing does: the handle of the allocation, and the
+ * pointer's offset from the start of its address range.
+ *
+ *   ipcshare export  allocates two blocks of 4 KiB with cuMemAlloc_v2 in
+ *                    device 0's primary context, fills each with its own
+ *                    pattern, asks cuIpcGetMemHandle for the first and for
+ *                    the second (also as cuGetProcAddress and dlsym hand it
+ *                    out), and prints
+ *                    "export RC_FIRST RC RC_PROC RC_DLSYM OFFSET HANDLE",
+ *                    OFFSET the second's address less its range's start
+ *                    (cuMemGetAddressRange_v2), HANDLE the second's in hex;
+ *                    then frees both at the end of its input.
+ *   ipcshare import OFFSET HANDLE
+ *                    opens the handle and reads 4 KiB at OFFSET into it:
+ *                    "import RC SECOND FIRST", how many bytes match the
+ *                    second block's pattern and the first's.
+ */
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <spillway/cuda.h>
+
+#define BLOCK 4096
+
+typedef CUresult (*ipc_get_fn)(CUipcMemHandle *, CUdeviceptr);
+
+static unsigned char pattern(size_t i, int second)
+{
+    return (unsigned char)(second ? i * 13 + 5 : i * 7 + 1);
+}
+
+static void primary_context(void)
+{
+    CUcontext ctx;
+    CUresult rc;
+    if ((rc = cuInit(0)) != CUDA_SUCCESS || (rc = cuDevicePrimaryCtxRetain(&ctx, 0)) != CUDA_SUCCESS ||
+        (rc = cuCtxSetCurrent(ctx)) != CUDA_SUCCESS) {
+        fprintf(stderr, "ipcshare: no primary context on device 0: %d\n", rc);
+        exit(2);
+    }
+}
+
+static CUdeviceptr filled_block(int second)
+{
+    unsigned char buf[BLOCK];
+    CUdeviceptr p = 0;
+    for (size_t i = 0; i < BLOCK; i++)
+        buf[i] = pattern(i, second);
+    if (cuMemAlloc_v2(&p, BLOCK) != CUDA_SUCCESS || cuMemcpyHtoD_v2(p, buf, BLOCK) != CUDA_SUCCESS) {
+        fprintf(stderr, "ipcshare: cannot allocate and fill a block\n");
+        exit(2);
+    }
+    return p;
+}
+
+/* cuIpcGetMemHandle as cuGetProcAddress (lookup 0) or dlsym (lookup 1) hands it out. */
+static ipc_get_fn looked_up(int lookup)
+{
+    void *fn = NULL;
+    if (lookup == 0) {
+        if (cuGetProcAddress("cuIpcGetMemHandle", &fn, 12000, CU_GET_PROC_ADDRESS_DEFAULT) != CUDA_SUCCESS)
+            fn = NULL;
+    } else {
+        void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        fn = lib ? dlsym(lib, "cuIpcGetMemHandle") : NULL;
+    }
+    if (!fn) {
+        fprintf(stderr, "ipcshare: no cuIpcGetMemHandle from %s\n", lookup ? "dlsym" : "cuGetProcAddress");
+        exit(2);
+    }
+    return (ipc_get_fn)fn;
+}
+
+static int export(void)
+{
+    CUipcMemHandle first_handle, handle, again;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    char line[64];
+
+    primary_context();
+    CUdeviceptr first = filled_block(0), second = filled_block(1);
+    CUresult rc_first = cuIpcGetMemHandle(&first_handle, first);
+    memset(&handle, 0, sizeof handle);
+    CUresult rc = cuIpcGetMemHandle(&handle, second);
+    CUresult rc_proc = looked_up(0)(&again, second);
+    CUresult rc_dlsym = looked_up(1)(&again, second);
+    if (cuMemGetAddressRange_v2(&start, &size, second) != CUDA_SUCCESS) {
+        fprintf(stderr, "ipcshare: no address range for the second block\n");
+        return 2;
+    }
+    printf("export %d %d %d %d %llu ", rc_first, rc, rc_proc, rc_dlsym,
+           (unsigned long long)(second - start));
+    for (size_t i = 0; i < sizeof handle.reserved; i++)
+        printf("%02x", (unsigned char)handle.reserved[i]);
+    printf("\n");
+    fflush(stdout);
+    while (fgets(line, sizeof line, stdin) != NULL)
+        ;
+    return cuMemFree_v2(second) == CUDA_SUCCESS && cuMemFree_v2(first) == CUDA_SUCCESS ? 0 : 1;
+}
+
+static int import(const char *offset, const char *hex)
+{
+    CUipcMemHandle handle;
+    CUdeviceptr opened = 0;
+    unsigned char buf[BLOCK];
+    size_t second = 0, first = 0;
+
+    primary_context();
+    if (strlen(hex) != 2 * sizeof handle.reserved) {
+        fprintf(stderr, "ipcshare: a handle is %zu hex digits, not %zu\n", 2 * sizeof handle.reserved,
+                strlen(hex));
+        return 2;
+    }
+    for (size_t i = 0; i < sizeof handle.reserved; i++) {
+        unsigned int byte;
+        if (sscanf(hex + 2 * i, "%2x", &byte) != 1) {
+            fprintf(stderr, "ipcshare: %s is not a handle in hex\n", hex);
+            return 2;
+        }
+        handle.reserved[i] = (char)byte;
+    }
+    CUresult rc = cuIpcOpenMemHandle_v2(&opened, handle, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+    if (rc == CUDA_SUCCESS)
+        rc = cuMemcpyDtoH_v2(buf, opened + strtoull(offset, NULL, 10), BLOCK);
+    for (size_t i = 0; rc == CUDA_SUCCESS && i < BLOCK; i++) {
+        second += buf[i] == pattern(i, 1);
+        first += buf[i] == pattern(i, 0);
+    }
+    printf("import %d %zu %zu\n", rc, second, first);
+    if (opened)
+        cuIpcCloseMemHandle(opened);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && strcmp(argv[1], "export") == 0)
+        return export();
+    if (argc == 4 && strcmp(argv[1], "import") == 0)
+        return import(argv[2], argv[3]);
+    fprintf(stderr, "usage: %s export | import OFFSET HANDLE\n", argv[0]);
+    return 2;
+}
