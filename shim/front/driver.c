@@ -371,8 +371,9 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
  * virtual-memory granules behind it), which is all CUDA sees: the front
  * answers the range of a pointer into a pooled block with the block, as
  * CUDA answers a cuMemAlloc's, and a pointer into pool memory no live block
- * holds as CUDA answers memory that is not allocated. Every other pointer,
- * and every other attribute, is CUDA's to describe.
+ * holds as CUDA answers memory that is not allocated. Pool memory is not
+ * capable of legacy CUDA IPC, since cuIpcGetMemHandle refuses it (below).
+ * Every other pointer, and every other attribute, is CUDA's to describe.
  */
 
 /* How the pools hold ptr (SPILLWAY_HELD_*); for a block, its range. */
@@ -388,6 +389,12 @@ static int is_range_attribute(CUpointer_attribute attribute)
 {
     return attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR ||
            attribute == CU_POINTER_ATTRIBUTE_RANGE_SIZE;
+}
+
+/* Whether the front answers attribute of a pointer the pools hold. */
+static int is_pool_attribute(CUpointer_attribute attribute)
+{
+    return is_range_attribute(attribute) || attribute == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE;
 }
 
 /* Writes the range attribute into data, as CUDA types it. */
@@ -420,8 +427,15 @@ EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
 {
     REAL(real_attribute, cu_pointer_get_attribute);
     uint64_t base = 0, size = 0;
-    if (data && is_range_attribute(attribute)) {
-        switch (pool_holds(ptr, &base, &size)) {
+    if (data && is_pool_attribute(attribute)) {
+        int32_t held = pool_holds(ptr, &base, &size);
+        if (attribute == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE) {
+            if (held == SPILLWAY_HELD_NOT)
+                return real_attribute(data, attribute, ptr);
+            *(int *)data = 0;
+            return CUDA_SUCCESS;
+        }
+        switch (held) {
         case SPILLWAY_HELD_BLOCK:
             put_range_attribute(attribute, data, base, size);
             return CUDA_SUCCESS;
@@ -438,13 +452,16 @@ EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_att
     REAL(real_attributes, cu_pointer_get_attributes);
     CUresult rc = real_attributes(numAttributes, attributes, data, ptr);
     uint64_t base = 0, size = 0;
-    int32_t held = -1; /* not asked yet: only a range attribute needs the pools */
+    int32_t held = -1; /* not asked yet: only the attributes above need the pools */
     for (unsigned int i = 0; rc == CUDA_SUCCESS && i < numAttributes; i++) {
-        if (!data[i] || !is_range_attribute(attributes[i]))
+        if (!data[i] || !is_pool_attribute(attributes[i]))
             continue;
         if (held < 0)
             held = pool_holds(ptr, &base, &size);
-        if (held == SPILLWAY_HELD_FREE)
+        if (attributes[i] == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE) {
+            if (held != SPILLWAY_HELD_NOT)
+                *(int *)data[i] = 0;
+        } else if (held == SPILLWAY_HELD_FREE)
             put_range_attribute(attributes[i], data[i], 0, 0); /* unknown memory's default */
         else if (held == SPILLWAY_HELD_BLOCK)
             put_range_attribute(attributes[i], data[i], base, size);

@@ -12,7 +12,8 @@ import (
 // TestPooledIPC: cuIpcGetMemHandle of a pooled block is refused with
 // CUDA_ERROR_INVALID_VALUE and one log line that says to run with
 // SPILLWAY_POOL=0, however the program reaches it (linked, cuGetProcAddress,
-// dlsym) and wherever the block lies in the pool's memory. CUDA's handle
+// dlsym) and wherever the block lies in the pool's memory, and the block's
+// CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE says so. CUDA's handle
 // names the whole allocation behind a pointer, which for a pooled block is
 // the pool's segment: the importer would open it at the segment's start and
 // read another block's bytes. With SPILLWAY_POOL=0 the allocation is CUDA's
@@ -55,7 +56,7 @@ func TestPooledIPC(t *testing.T) {
 				t.Fatalf("exporter printed nothing\nstderr:\n%s", stderr.String())
 			}
 			export := harness.ParseOutput(lines.Text()).Line(t, "export", 0)
-			offset, handle := export[5], export[6]
+			capable, offset, handle := export[5:7], export[7], export[8]
 			imported := harness.Output{}
 			if export[2] == "0" { // shared: what does another process read?
 				importer := harness.Shimmed(t, env, prog, "import", offset, handle)
@@ -78,6 +79,10 @@ func TestPooledIPC(t *testing.T) {
 						"cuGetProcAddress and dlsym hand it out: %v, want %d (CUDA_ERROR_INVALID_VALUE) "+
 						"for each%s", export[1:5], cuInvalidValue, detail)
 				}
+				if capable[0] != "0" || capable[1] != "0" {
+					t.Errorf("CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE of a pooled block from "+
+						"cuPointerGetAttribute and cuPointerGetAttributes: %v, want 0 for both", capable)
+				}
 				var said []string
 				for _, l := range strings.Split(stderr.String(), "\n") {
 					if strings.Contains(l, "cuIpcGetMemHandle") {
@@ -94,6 +99,10 @@ func TestPooledIPC(t *testing.T) {
 			if export[1] != "0" || export[2] != "0" || export[3] != "0" || export[4] != "0" {
 				t.Fatalf("cuIpcGetMemHandle with the pool off: %v, want 0 (CUDA_SUCCESS) for each\nstderr:\n%s",
 					export[1:5], stderr.String())
+			}
+			if capable[0] != "1" || capable[1] != "1" {
+				t.Errorf("CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE with the pool off, from "+
+					"cuPointerGetAttribute and cuPointerGetAttributes: %v, want 1 for both", capable)
 			}
 			if read := imported.Line(t, "import", 0); read[1] != "0" || read[2] != "4096" {
 				t.Errorf("the importer: rc %s, read %s of the block's %d bytes, want 0 and all of them",

@@ -7,9 +7,12 @@
  *                    device 0's primary context, fills each with its own
  *                    pattern, asks cuIpcGetMemHandle for the first and for
  *                    the second (also as cuGetProcAddress and dlsym hand it
- *                    out), and prints
- *                    "export RC_FIRST RC RC_PROC RC_DLSYM OFFSET HANDLE",
- *                    OFFSET the second's address less its range's start
+ *                    out), and prints "export RC_FIRST RC RC_PROC RC_DLSYM
+ *                    CAPABLE CAPABLES OFFSET HANDLE", CAPABLE and CAPABLES
+ *                    the second's CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
+ *                    from cuPointerGetAttribute and cuPointerGetAttributes
+ *                    (-1 where the call failed), OFFSET the second's
+ *                    address less its range's start
  *                    (cuMemGetAddressRange_v2), HANDLE the second's in hex;
  *                    then frees both at the end of its input.
  *   ipcshare import OFFSET HANDLE
@@ -75,6 +78,19 @@ static ipc_get_fn looked_up(int lookup)
     return (ipc_get_fn)fn;
 }
 
+/* The pointer's CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE as
+ * cuPointerGetAttribute (attributes 0) or cuPointerGetAttributes reports
+ * it; -1 where the call fails. */
+static int ipc_capable(CUdeviceptr p, int attributes)
+{
+    CUpointer_attribute which = CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE;
+    int capable = -1;
+    void *data = &capable;
+    CUresult rc = attributes ? cuPointerGetAttributes(1, &which, &data, p)
+                             : cuPointerGetAttribute(&capable, which, p);
+    return rc == CUDA_SUCCESS ? capable : -1;
+}
+
 static int export(void)
 {
     CUipcMemHandle first_handle, handle, again;
@@ -93,8 +109,8 @@ static int export(void)
         fprintf(stderr, "ipcshare: no address range for the second block\n");
         return 2;
     }
-    printf("export %d %d %d %d %llu ", rc_first, rc, rc_proc, rc_dlsym,
-           (unsigned long long)(second - start));
+    printf("export %d %d %d %d %d %d %llu ", rc_first, rc, rc_proc, rc_dlsym, ipc_capable(second, 0),
+           ipc_capable(second, 1), (unsigned long long)(second - start));
     for (size_t i = 0; i < sizeof handle.reserved; i++)
         printf("%02x", (unsigned char)handle.reserved[i]);
     printf("\n");
