@@ -376,8 +376,7 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total)
  * Every other pointer, and every other attribute, is CUDA's to describe.
  */
 
-/* How the pools hold ptr (SPILLWAY_HELD_*); for a block, its range. */
-static int32_t pool_holds(CUdeviceptr ptr, uint64_t *base, uint64_t *size)
+int32_t pool_holds(CUdeviceptr ptr, uint64_t *base, uint64_t *size)
 {
     int32_t held = SPILLWAY_HELD_NOT;
     if (!core_listens() || core.address_range((uint64_t)ptr, &held, base, size) != CUDA_SUCCESS)

@@ -222,6 +222,8 @@ enum route runtime_alloc_route(enum route r, void **devPtr, uint64_t size, int32
 
 CUresult context_device(int32_t *device);
 enum route driver_alloc_route(CUdeviceptr *dptr, uint64_t size, int32_t *device, CUcontext *ctx);
+/* How the pools hold ptr (SPILLWAY_HELD_*); for a block, its range. Never loads the core. */
+int32_t pool_holds(CUdeviceptr ptr, uint64_t *base, uint64_t *size);
 
 #pragma GCC visibility pop
 

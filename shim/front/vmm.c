@@ -146,9 +146,18 @@ EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     return rc;
 }
 
+/*
+ * To the program, pool memory is cudaMalloc's, which no handle describes:
+ * the handle CUDA would give is of the pool's granule, shared with other
+ * blocks and not where the block starts (its address range is the block's),
+ * so exporting or mapping it would reach other bytes than the block's.
+ */
 EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
     REAL(real_retain, cu_mem_retain_allocation_handle);
+    uint64_t base = 0, size = 0;
+    if (handle && pool_holds((CUdeviceptr)(uintptr_t)addr, &base, &size) != SPILLWAY_HELD_NOT)
+        return CUDA_ERROR_INVALID_VALUE; /* CUDA's answer for memory cuMemMap did not map */
     pthread_mutex_lock(&vmm_lock);
     CUresult rc = real_retain(handle, addr);
     if (vmm_heard(rc))

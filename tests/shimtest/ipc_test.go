@@ -18,7 +18,8 @@ import (
 // the pool's segment: the importer would open it at the segment's start and
 // read another block's bytes. With SPILLWAY_POOL=0 the allocation is CUDA's
 // own, and another process (under the shim too) opens it and reads the
-// block's bytes at the offset the exporter sends.
+// block's bytes at the offset the exporter sends. Nor does
+// cuMemRetainAllocationHandle give a pooled block the pool's handle.
 func TestPooledIPC(t *testing.T) {
 	const cuInvalidValue, block = 1, 4096
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ipcshare.c"}, ProjectHeaders: true,
@@ -67,6 +68,12 @@ func TestPooledIPC(t *testing.T) {
 				t.Fatalf("exporter: %v\nstderr:\n%s", err, stderr.String())
 			}
 
+			// cuMemAlloc's memory, pooled or not, has no handle of its own:
+			// a pooled block's would be the pool's granule (virtual memory).
+			if retain := export[9]; retain != "1" {
+				t.Errorf("cuMemRetainAllocationHandle of the second block: %s, want %d (CUDA_ERROR_INVALID_VALUE)",
+					retain, cuInvalidValue)
+			}
 			if !tc.shared {
 				if export[1] != "1" || export[2] != "1" || export[3] != "1" || export[4] != "1" {
 					detail := ""

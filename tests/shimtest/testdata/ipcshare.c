@@ -8,13 +8,14 @@
  *                    pattern, asks cuIpcGetMemHandle for the first and for
  *                    the second (also as cuGetProcAddress and dlsym hand it
  *                    out), and prints "export RC_FIRST RC RC_PROC RC_DLSYM
- *                    CAPABLE CAPABLES OFFSET HANDLE", CAPABLE and CAPABLES
+ *                    CAPABLE CAPABLES OFFSET HANDLE RETAIN", CAPABLE and CAPABLES
  *                    the second's CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
  *                    from cuPointerGetAttribute and cuPointerGetAttributes
  *                    (-1 where the call failed), OFFSET the second's
  *                    address less its range's start
- *                    (cuMemGetAddressRange_v2), HANDLE the second's in hex;
- *                    then frees both at the end of its input.
+ *                    (cuMemGetAddressRange_v2), HANDLE the second's in hex,
+ *                    RETAIN what cuMemRetainAllocationHandle answers for
+ *                    the second; then frees both at the end of its input.
  *   ipcshare import OFFSET HANDLE
  *                    opens the handle and reads 4 KiB at OFFSET into it:
  *                    "import RC SECOND FIRST", how many bytes match the
@@ -113,7 +114,11 @@ static int export(void)
            ipc_capable(second, 1), (unsigned long long)(second - start));
     for (size_t i = 0; i < sizeof handle.reserved; i++)
         printf("%02x", (unsigned char)handle.reserved[i]);
-    printf("\n");
+    CUmemGenericAllocationHandle retained;
+    CUresult rc_retain = cuMemRetainAllocationHandle(&retained, (void *)(uintptr_t)second);
+    if (rc_retain == CUDA_SUCCESS)
+        cuMemRelease(retained);
+    printf(" %d\n", rc_retain);
     fflush(stdout);
     while (fgets(line, sizeof line, stdin) != NULL)
         ;
