@@ -541,8 +541,8 @@ func (p *Pool) takeLive(ptr uint64) (*block, error) {
 	p.stats.Frees++
 	if b.seg != nil {
 		p.segLive -= b.size
-		if p.virt != nil {
-			p.virt.hostLive -= p.virt.hostShare(b.seg, b.base, b.size)
+		if v := p.virt; v != nil && v.hostGranules != 0 {
+			v.hostLive -= v.hostShare(b.seg, b.base, b.size)
 		}
 	}
 	if p.obs != nil {
@@ -759,7 +759,7 @@ func (p *Pool) hand(b *block, size uint64, src Source) uint64 {
 		}
 	case stateStream:
 		b.cache.idx[b.seg.class].remove(b)
-		if p.virt != nil {
+		if p.virt != nil && p.migration != nil {
 			// Its granules are used already, but it is handed out now.
 			p.virt.stampHot(b.seg, b.base, size)
 		}
@@ -793,8 +793,8 @@ func (p *Pool) hand(b *block, size uint64, src Source) uint64 {
 	b.used = size
 	p.live.put(b)
 	p.segLive += b.size
-	if p.virt != nil {
-		p.virt.hostLive += p.virt.hostShare(b.seg, b.base, b.size)
+	if v := p.virt; v != nil && v.hostGranules != 0 {
+		v.hostLive += v.hostShare(b.seg, b.base, b.size)
 	}
 	p.stats.LiveBytes += size
 	p.stats.LiveBlocks++

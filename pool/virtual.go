@@ -641,7 +641,7 @@ func (p *Pool) releaseHostGranule(h uint64) {
 // hostShare is how many of the bytes of [base, base+size) of seg lie on
 // host granules.
 func (v *virtualMemory) hostShare(seg *segment, base, size uint64) uint64 {
-	if v.hostGranules == 0 || seg.granules == nil {
+	if seg.granules == nil {
 		return 0
 	}
 	var n uint64
