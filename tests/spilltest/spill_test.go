@@ -189,6 +189,33 @@ func TestHostLimit(t *testing.T) {
 	}
 }
 
+// TestHostLimitDefaultsToQuota: without SPILLWAY_HOST_LIMIT the host may
+// hold as much as the quota, with fixed segments and with virtual memory
+// (page-granular spill): a chunk beyond both gets cudaErrorMemoryAllocation.
+func TestHostLimitDefaultsToQuota(t *testing.T) {
+	const quota, n = 64 * miB, 2*64*miB/chunk + 1
+	for _, vmm := range []string{"0", "1"} {
+		t.Run("SPILLWAY_VMM="+vmm, func(t *testing.T) {
+			env := []string{
+				"SPILLWAY_VMM=" + vmm, "SIMCUDA_DEVICES=1GiB", "SIMCUDA_CONTEXT_BYTES=0",
+				fmt.Sprintf("SPILLWAY_MEMORY_LIMIT=%d", quota), "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_REPORT=1",
+			}
+			res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t), "N", fmt.Sprint(n), "4M", "V"))
+			ok, failed, rc := out.Num(t, "N", 0, 1), out.Num(t, "N", 0, 2), int(out.Num(t, "N", 0, 3))
+			if ok != n-1 || failed != 1 || rc != harness.ErrMemoryAllocation {
+				t.Fatalf("%d chunks of 4 MiB allocated, %d failed (last error %d); want %d on the device and the host, the last refused with %d\nstderr: %s",
+					ok, failed, rc, n-1, harness.ErrMemoryAllocation, res.Stderr)
+			}
+			if bad := out.Num(t, "V", 0, 2); bad != 0 {
+				t.Errorf("%d chunks read back corrupt", bad)
+			}
+			if r := harness.ReportFor(t, res.Stderr, 0); r.Spilled != quota || r.Refused != 1 {
+				t.Errorf("report %+v: want spilled=%d (the quota) and refused=1", r, quota)
+			}
+		})
+	}
+}
+
 // pinnedScript spills 4 of 8 chunks, frees two device chunks (pinned memory
 // is never promoted), frees one spilled chunk, and checks everything.
 var pinnedScript = script(
