@@ -136,6 +136,26 @@ func TestDriverMemoryAPI(t *testing.T) {
 	}
 }
 
+// TestCtxSynchronizePromotes: cuCtxSynchronize is a device synchronization
+// for oversubscription as cudaDeviceSynchronize is: after a free made room
+// under the quota, it brings the spilled block back to the device, where
+// the free alone did not.
+func TestCtxSynchronizePromotes(t *testing.T) {
+	env := []string{"SPILLWAY_VMM=0", "SPILLWAY_MEMORY_LIMIT=16MiB", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_REPORT=1"}
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, drvops(t, ""), "m", "8M", "m", "8M", "m", "8M", "f", "0", "s"))
+	for i := range 3 {
+		if rc := out.Code(t, "m", i); rc != cuSuccess {
+			t.Fatalf("cuMemAlloc_v2 %d: %d, want the third spilled\n%v\nstderr: %s", i, rc, out, res.Stderr)
+		}
+	}
+	if out.Code(t, "f", 0) != cuSuccess || out.Code(t, "s", 0) != cuSuccess {
+		t.Fatalf("%v", out)
+	}
+	if r := harness.ReportFor(t, res.Stderr, 0); r.PromotedTotal != 8<<20 || r.Spilled != 0 {
+		t.Errorf("report %+v: want the spilled 8 MiB promoted at cuCtxSynchronize", r)
+	}
+}
+
 // A quota above the device's memory is the total cuDeviceTotalMem and NVML
 // report, as cudaMemGetInfo does, before the device is first used as after.
 func TestQuotaAboveTheDeviceIsTheTotalFromTheStart(t *testing.T) {
