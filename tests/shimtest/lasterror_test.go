@@ -12,7 +12,9 @@ import (
 // event not yet reached, polled by the pool or by the accounting of
 // stream-ordered frees with the pool off) never show, and an error the application had
 // pending survives them; a call the shim refuses itself (the quota, a double
-// free) leaves its error, as CUDA's would.
+// free) leaves its error, as CUDA's would; a refusal for an invalid setting
+// (cudaErrorInitializationError, which no real call can leave) is returned
+// and leaves the last error as it was.
 func TestLastError(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/lasterror.c"}, Cudart: true, ProjectHeaders: true})
 	for _, tc := range []struct {
@@ -34,6 +36,9 @@ func TestLastError(t *testing.T) {
 		}},
 		{"refuse", []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, map[string][4]int{
 			"malloc": {harness.ErrMemoryAllocation, harness.ErrMemoryAllocation, harness.ErrMemoryAllocation, 0},
+		}},
+		{"invalid", []string{"SPILLWAY_MEMORY_LIMIT=8gigs"}, map[string][4]int{
+			"malloc": {harness.ErrInitialization, 0, 0, 0},
 		}},
 		{"double", nil, map[string][4]int{
 			"free": {harness.ErrInvalidValue, harness.ErrInvalidValue, harness.ErrInvalidValue, 0},

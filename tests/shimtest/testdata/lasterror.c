@@ -12,6 +12,7 @@
  *   inflight with SPILLWAY_POOL=0: cudaFreeAsync calls on a held stream,
  *            enough that the core queries their events (not reached)
  *   refuse   a cudaMalloc refused for the quota (run with a 1 MiB quota)
+ *   invalid  the same cudaMalloc, refused for an invalid setting
  *   double   a cudaFree of a pointer already freed
  */
 #include <pthread.h>
@@ -84,7 +85,7 @@ int main(int argc, char **argv)
         report("free", rc);
         open_gate();
         report("sync", cudaStreamSynchronize(s));
-    } else if (!strcmp(argv[1], "refuse")) {
+    } else if (!strcmp(argv[1], "refuse") || !strcmp(argv[1], "invalid")) {
         report("malloc", cudaMalloc(&p, 2 << 20));
     } else if (!strcmp(argv[1], "double")) {
         if (cudaMalloc(&p, 4096) != cudaSuccess || cudaFree(p) != cudaSuccess)
