@@ -114,8 +114,14 @@ def check(args):
         failures.append(f"accesses: traced {acc['total']} ({acc['bytes']} bytes), replayed {did.get('accesses')} ({did.get('access_bytes')} bytes)")
     if args.exact and (acc["spilled"] != did.get("spilled_accesses") or acc["spilled_bytes"] != did.get("spilled_access_bytes")):
         failures.append(f"spilled accesses: traced {acc['spilled']} ({acc['spilled_bytes']} bytes), replayer's {did.get('spilled_accesses')} ({did.get('spilled_access_bytes')} bytes)")
-    if not args.exact and acc["spilled"] > did.get("spilled_accesses", 0):
-        failures.append(f"spilled accesses: traced {acc['spilled']}, more than the replayer's {did.get('spilled_accesses')} to blocks spilled when allocated")
+    # Without --exact (managed memory) spilled blocks may be promoted, so the
+    # replayer's counts, taken from where each block was before its touch,
+    # bound the traced ones; the touch right after a spilled allocation comes
+    # before any promotion, so some must be traced.
+    if not args.exact and (acc["spilled"] == 0 or acc["spilled"] > did.get("spilled_accesses", 0)
+                           or acc["spilled_bytes"] > did.get("spilled_access_bytes", 0)):
+        failures.append(f"spilled accesses: traced {acc['spilled']} ({acc['spilled_bytes']} bytes); want some, and at most "
+                        f"the replayer's {did.get('spilled_accesses')} ({did.get('spilled_access_bytes')} bytes)")
 
     per_step = summary["moved_bytes_per_step"] or 0
     print(f"trace: Qwen2.5-32B inference, sizes / {args.factor}, quota {args.quota} bytes")
