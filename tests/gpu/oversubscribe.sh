@@ -124,6 +124,7 @@ reports=$(grep -E '^spillway: .*[ :]peak_reserved=[0-9]+' "$log" || true)
 echo "---- SPILLWAY_REPORT ----"
 if [[ -z $reports ]]; then
 	echo "no SPILLWAY_REPORT line with peak_reserved= in the output"
+	failures+=("no SPILLWAY_REPORT line: the shim did not run the check, or did not report at exit")
 else
 	while IFS= read -r line; do
 		peak=$(field peak_reserved "$line")
