@@ -28,6 +28,14 @@ quota=${1:-${GPU_CHECK_QUOTA:-8GiB}}
 chunk=${GPU_CHECK_CHUNK:-512MiB}
 slack=${GPU_CHECK_SLACK:-256MiB}
 limit_s=${GPU_CHECK_TIMEOUT:-540}
+if [[ ! $limit_s =~ ^[1-9][0-9]*$ ]]; then
+	echo "$0: GPU_CHECK_TIMEOUT must be a whole number of seconds, got '$limit_s'" >&2
+	exit 2
+fi
+# GPU_CHECK_TIMEOUT bounds the whole check, build included (SECONDS counts
+# from the start): the build gets what is left, and the run what is left
+# after it, less the time its kill may take.
+kill_grace=20
 python=${PYTHON:-python3}
 
 skip() {
@@ -77,7 +85,7 @@ if [[ ! -x $spillway || ! -e $root/build/lib/libspillway.so || ! -e $root/build/
 		PATH=$PATH:/usr/local/go/bin
 	fi
 	echo "building spillway (make all) ..."
-	if ! GOFLAGS=${GOFLAGS:--mod=mod} GOPROXY=off make -C "$root" all >"$tmp/build.log" 2>&1; then
+	if ! GOFLAGS=${GOFLAGS:--mod=mod} GOPROXY=off timeout "$((limit_s > SECONDS ? limit_s - SECONDS : 1))" make -C "$root" all >"$tmp/build.log" 2>&1; then
 		tail -n 30 "$tmp/build.log"
 		echo "FAIL: building spillway failed (it needs Go, gcc and the module cache offline; see tests/gpu/README.md)"
 		exit 1
@@ -102,8 +110,13 @@ else
 fi
 
 log=$tmp/run.log
+run_s=$((limit_s - SECONDS - kill_grace))
+if ((run_s <= 0)); then
+	echo "oversubscribe: FAIL: GPU_CHECK_TIMEOUT=$limit_s s spent before the run (build and setup took $SECONDS s)"
+	exit 1
+fi
 set +e
-timeout -k 30 "$limit_s" "$spillway" run --memory-limit "$quota" --oversubscribe --log-level "${GPU_CHECK_LOG_LEVEL:-info}" -- \
+timeout -k "$kill_grace" "$run_s" "$spillway" run --memory-limit "$quota" --oversubscribe --log-level "${GPU_CHECK_LOG_LEVEL:-info}" -- \
 	"$python" -u "$here/oversubscribe.py" --quota "$quota" --chunk "$chunk" --slack "$slack" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
@@ -111,7 +124,7 @@ set -e
 failures=()
 case $status in
 0) ;;
-124 | 137) failures+=("timed out after ${limit_s} s, or killed") ;;
+124 | 137) failures+=("timed out after ${run_s} s (GPU_CHECK_TIMEOUT=${limit_s} s in all), or killed") ;;
 *) failures+=("the check exited with status $status") ;;
 esac
 if grep -q '^SKIP: ' "$log"; then

@@ -35,6 +35,14 @@ fi
 percent=60
 touch_bytes=${GPU_CHECK_TOUCH:-65536}
 limit_s=${GPU_CHECK_TIMEOUT:-540}
+if [[ ! $limit_s =~ ^[1-9][0-9]*$ ]]; then
+	echo "$0: GPU_CHECK_TIMEOUT must be a whole number of seconds, got '$limit_s'" >&2
+	exit 2
+fi
+# GPU_CHECK_TIMEOUT bounds the whole check, build included (SECONDS counts
+# from the start): the build gets what is left, and the run what is left
+# after it, less the time its kill may take.
+kill_grace=20
 spill=${SPILLWAY_SPILL:-pinned}
 migrate=${SPILLWAY_MIGRATE:-0}
 if [[ $migrate != 0 && $migrate != 1 ]]; then
@@ -77,7 +85,7 @@ if [[ ! -x $spillway || ! -e $root/build/lib/libspillway.so || ! -e $root/build/
 		PATH=$PATH:/usr/local/go/bin
 	fi
 	echo "building spillway (make all) ..."
-	if ! GOFLAGS=${GOFLAGS:--mod=mod} GOPROXY=off make -C "$root" all >"$tmp/build.log" 2>&1; then
+	if ! GOFLAGS=${GOFLAGS:--mod=mod} GOPROXY=off timeout "$((limit_s > SECONDS ? limit_s - SECONDS : 1))" make -C "$root" all >"$tmp/build.log" 2>&1; then
 		tail -n 30 "$tmp/build.log"
 		echo "FAIL: building spillway failed (it needs Go, gcc and the module cache offline; see tests/gpu/README.md)"
 		exit 1
@@ -106,8 +114,13 @@ export SPILLWAY_REPORT=1 SPILLWAY_LOG_FORMAT=text SPILLWAY_OVERSUBSCRIBE=1 SPILL
 export SPILLWAY_MEMORY_LIMIT=$quota SPILLWAY_HOST_LIMIT=$peak_live
 unset SPILLWAY_LOG_FILE SPILLWAY_DISABLE SPILLWAY_POOL
 start=$(date +%s.%N)
+run_s=$((limit_s - SECONDS - kill_grace))
+if ((run_s <= 0)); then
+	echo "replay-trace: FAIL: GPU_CHECK_TIMEOUT=$limit_s s spent before the run (build and setup took $SECONDS s)"
+	exit 1
+fi
 set +e
-timeout -k 30 "$limit_s" "$spillway" trace --interval 10s --ring-buffer 256MiB --summary-json "$tmp/summary.json" \
+timeout -k "$kill_grace" "$run_s" "$spillway" trace --interval 10s --ring-buffer 256MiB --summary-json "$tmp/summary.json" \
 	--output "$tmp/view.txt" -- "$replay" "$tmp/qwen.trace" "$touch_bytes" >"$tmp/replay.out" 2>"$tmp/run.log"
 status=$?
 set -e
@@ -119,7 +132,7 @@ grep -E '^spillway: device' "$tmp/run.log" || true
 case $status in
 0) ;;
 124 | 137)
-	echo "replay-trace: FAIL: timed out after ${limit_s} s, or killed"
+	echo "replay-trace: FAIL: timed out after ${run_s} s (GPU_CHECK_TIMEOUT=${limit_s} s in all), or killed"
 	tail -n 20 "$tmp/run.log"
 	exit 1
 	;;
