@@ -44,6 +44,10 @@ fi
 # after it, less the time its kill may take.
 kill_grace=20
 spill=${SPILLWAY_SPILL:-pinned}
+if [[ $spill != pinned && $spill != managed ]]; then
+	echo "$0: SPILLWAY_SPILL must be pinned or managed, got '$spill'" >&2
+	exit 2
+fi
 migrate=${SPILLWAY_MIGRATE:-0}
 if [[ $migrate != 0 && $migrate != 1 ]]; then
 	echo "$0: SPILLWAY_MIGRATE must be 0 or 1, got '$migrate'" >&2
@@ -103,10 +107,17 @@ fi
 free_mib=$(nvidia-smi --query-gpu=memory.free --format=csv,noheader,nounits -i 0 | head -n 1)
 host_kib=$(awk '/^MemAvailable:/ {print $2}' /proc/meminfo)
 gpu=$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader -i 0 | head -n 1)
-read -r scaled < <("$python" "$here/replay_trace.py" scale --trace "$root/tests/traces/qwen2.5-32b-inference.trace.gz" \
+if ! scaled=$("$python" "$here/replay_trace.py" scale --trace "$root/tests/traces/qwen2.5-32b-inference.trace.gz" \
 	--out "$tmp/qwen.trace" --free-bytes $((free_mib << 20)) --host-bytes $((host_kib << 10)) \
-	--quota-percent "$percent" ${factor:+--factor "$factor"})
-eval "$(tr ' ' '\n' <<<"$scaled" | grep -E '^(factor|peak_live|steps|quota)=[0-9]+$')"
+	--quota-percent "$percent" ${factor:+--factor "$factor"}); then
+	echo "replay-trace: FAIL: scaling the trace failed"
+	exit 1
+fi
+if [[ ! $scaled =~ ^factor=([0-9]+)\ peak_live=([0-9]+)\ steps=([0-9]+)\ quota=([0-9]+)$ ]]; then
+	echo "replay-trace: FAIL: unexpected answer from replay_trace.py scale: $scaled"
+	exit 1
+fi
+factor=${BASH_REMATCH[1]} peak_live=${BASH_REMATCH[2]} steps=${BASH_REMATCH[3]} quota=${BASH_REMATCH[4]}
 echo "gpu: $gpu, ${free_mib} MiB free; runtime $cudart"
 echo "trace: sizes / $factor, peak live $peak_live bytes, $steps steps; quota $quota bytes ($percent%); SPILLWAY_SPILL=$spill SPILLWAY_MIGRATE=$migrate"
 
