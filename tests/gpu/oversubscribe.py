@@ -6,9 +6,11 @@ does that, and builds what it needs). It allocates tensors summing to 1.5x the
 quota Q in equal chunks, alternating float32 and bfloat16, and checks:
 
   - the shim is in front of PyTorch's runtime: cudaMemGetInfo's total is Q;
-  - every chunk is allocated; the chunks the driver reports as device memory
+  - every chunk is allocated; the bytes the driver reports as device memory
     (or managed memory preferring the device) sum to at most Q, and the rest
-    are in host memory (managed memory preferring the CPU, or pinned memory);
+    are in host memory (managed memory preferring the CPU, pinned memory, or
+    virtual memory's host granules: the driver is asked at every 2 MiB, as
+    a chunk may be part device, part host);
   - cudaMemGetInfo's free excludes host memory: at most Q minus device chunks;
   - a matmul of a spilled chunk with another chunk (both ways round, for each
     dtype that has a spilled chunk) equals the CPU's result;
@@ -67,10 +69,14 @@ TIER_DEVICE = "device"  # cudaMalloc'd device memory
 TIER_MANAGED_DEVICE = "managed, prefers the device"  # promoted
 TIER_MANAGED_HOST = "managed, prefers the CPU"  # spilled
 TIER_MANAGED_ANY = "managed, no preferred location"
-TIER_PINNED = "pinned host"  # spilled
-SPILLED_TIERS = (TIER_MANAGED_HOST, TIER_PINNED)
+TIER_HOST = "host (pinned, or host granules)"  # spilled
+TIER_MIXED = "device and host granules"  # partly spilled
+SPILLED_TIERS = (TIER_MANAGED_HOST, TIER_HOST, TIER_MIXED)
 TIER_LETTER = {TIER_DEVICE: "D", TIER_MANAGED_DEVICE: "P", TIER_MANAGED_HOST: "S",
-               TIER_MANAGED_ANY: "?", TIER_PINNED: "H"}
+               TIER_MANAGED_ANY: "?", TIER_HOST: "H", TIER_MIXED: "M"}
+# With virtual memory the shim spills per granule of this size, so one
+# allocation may be part device memory, part host memory.
+GRANULE = 2 * MiB
 
 SIZE_UNITS = {"": 1, "b": 1,
               "k": KiB, "ki": KiB, "kib": KiB, "kb": 10**3,
@@ -290,6 +296,7 @@ class Placement:
         return f"{v.value // 1000}.{v.value % 1000 // 10}"
 
     def tier(self, ptr, size):
+        """(tier, bytes in device memory) of the allocation [ptr, ptr + size)."""
         managed = ctypes.c_uint()
         self._check(self.cuda.cuPointerGetAttribute(ctypes.byref(managed), CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr),
                     f"cuPointerGetAttribute(IS_MANAGED, {ptr:#x})")
@@ -299,18 +306,25 @@ class Placement:
                                                          CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, ptr, size),
                         f"cuMemRangeGetAttribute(PREFERRED_LOCATION, {ptr:#x})")
             if where.value == CU_DEVICE_CPU:
-                return TIER_MANAGED_HOST
+                return TIER_MANAGED_HOST, 0
             if where.value == self.device:
-                return TIER_MANAGED_DEVICE
-            return TIER_MANAGED_ANY
-        kind = ctypes.c_uint()
-        self._check(self.cuda.cuPointerGetAttribute(ctypes.byref(kind), CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr),
-                    f"cuPointerGetAttribute(MEMORY_TYPE, {ptr:#x})")
-        if kind.value == CU_MEMORYTYPE_HOST:
-            return TIER_PINNED
-        if kind.value == CU_MEMORYTYPE_DEVICE:
-            return TIER_DEVICE
-        raise RuntimeError(f"pointer {ptr:#x} has memory type {kind.value}")
+                return TIER_MANAGED_DEVICE, size
+            return TIER_MANAGED_ANY, size
+        # Host granules are host-located memory mapped among the device
+        # granules: the driver is asked at every granule.
+        on_device = 0
+        for offset in range(0, size, GRANULE):
+            kind = ctypes.c_uint()
+            p = ptr + offset
+            self._check(self.cuda.cuPointerGetAttribute(ctypes.byref(kind), CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p),
+                        f"cuPointerGetAttribute(MEMORY_TYPE, {p:#x})")
+            if kind.value == CU_MEMORYTYPE_DEVICE:
+                on_device += min(GRANULE, size - offset)
+            elif kind.value != CU_MEMORYTYPE_HOST:
+                raise RuntimeError(f"pointer {p:#x} has memory type {kind.value}")
+        if on_device == size:
+            return TIER_DEVICE, size
+        return (TIER_HOST if on_device == 0 else TIER_MIXED), on_device
 
 
 # ---------------------------------------------------------------- patterns
@@ -348,7 +362,10 @@ class Chunk:
         self.index, self.nbytes, self.dtype = index, nbytes, dtype
         self.rows = nbytes // (ROW * torch.tensor([], dtype=dtype).element_size())
         self.tensor = torch.empty((self.rows, ROW), dtype=dtype, device=device)
-        self.tier = None
+        self.tier, self.device_bytes = None, None
+
+    def locate(self, placement):
+        self.tier, self.device_bytes = placement.tier(self.tensor.data_ptr(), self.nbytes)
 
     def fill(self, torch):
         row, col = pattern_terms(torch, self.index, self.rows, self.dtype)
@@ -552,7 +569,7 @@ def warm_up(torch, placement, checks, chunk_bytes):
     figures = {}
     try:
         single = Chunk(torch, 0, chunk_bytes, torch.float32, "cuda")
-        single.tier = placement.tier(single.tensor.data_ptr(), chunk_bytes)
+        single.locate(placement)
         half = Chunk(torch, 1, chunk_bytes, torch.bfloat16, "cuda")
         for c in (single, half):
             c.fill(torch)
@@ -600,12 +617,12 @@ def allocate(torch, placement, checks, count, chunk_bytes, quota):
 def classify(placement, checks, chunks, quota):
     try:
         for c in chunks:
-            c.tier = placement.tier(c.tensor.data_ptr(), c.nbytes)
+            c.locate(placement)
     except Exception as e:
         checks.record("placement", False, f"asking the driver where a chunk lives failed: {e}")
         return False
-    on_device = sum(c.nbytes for c in chunks if not c.spilled)
-    spilled = sum(c.nbytes for c in chunks if c.spilled)
+    on_device = sum(c.device_bytes for c in chunks)
+    spilled = sum(c.nbytes - c.device_bytes for c in chunks)
     tiers = sorted({c.tier for c in chunks})
     say("placement: " + "".join(TIER_LETTER[c.tier] for c in chunks)
         + "  (" + ", ".join(f"{TIER_LETTER[t]} = {t}" for t in tiers) + ")")
@@ -620,7 +637,7 @@ def classify(placement, checks, chunks, quota):
 
 def check_mem_get_info(torch, checks, chunks, quota):
     free, total = torch.cuda.mem_get_info()
-    on_device = sum(c.nbytes for c in chunks if not c.spilled)
+    on_device = sum(c.device_bytes for c in chunks)
     checks.record("mem-get-info", total == quota and free <= quota - min(on_device, quota),
                   f"total {human(total)}, free {human(free)}: at most quota - device chunks "
                   f"{human(max(0, quota - on_device))} (host memory is not counted as free)")
@@ -690,15 +707,17 @@ def measure_spilled_read(torch, placement, checks, chunks):
     before = {c.index: c.tier for c in chunks}
     try:
         for c in chunks:
-            c.tier = placement.tier(c.tensor.data_ptr(), c.nbytes)
+            c.locate(placement)
     except Exception as e:
         checks.record("gpu-read", False, f"asking the driver where a chunk lives failed: {e}")
         return {}
     moved = [f"{c.index}: {before[c.index]} -> {c.tier}" for c in chunks if c.tier != before[c.index]]
     if moved:
         say(f"note: chunks moved since allocation: {'; '.join(moved)}")
-    spilled = [c for c in chunks if c.spilled]
-    target = next((c for c in spilled if c.dtype == torch.float32), spilled[0] if spilled else None)
+    # Wholly in host memory if one is, so that the read is the interconnect's
+    # alone; float32 if one is.
+    spilled = sorted((c for c in chunks if c.spilled), key=lambda c: (c.tier == TIER_MIXED, c.dtype != torch.float32))
+    target = spilled[0] if spilled else None
     if target is None:
         say("note: no chunk is spilled any more: spilled reads not measured")
         return {}
