@@ -4,8 +4,8 @@
  * statistics file. Memory lives in memory.c, streams and events in streams.c.
  *
  * Configuration is read once when the library loads: SIMCUDA_DEVICES,
- * SIMCUDA_CONTEXT_BYTES, SIMCUDA_NO_MANAGED, SIMCUDA_NO_VMM, SIMCUDA_PEER,
- * SIMCUDA_FAIL and SIMCUDA_STATS_FILE (see README.md). A malformed value makes cuInit fail
+ * SIMCUDA_CONTEXT_BYTES, SIMCUDA_NO_MANAGED, SIMCUDA_NO_VMM, SIMCUDA_NO_HOST_ACCESS,
+ * SIMCUDA_PEER, SIMCUDA_FAIL and SIMCUDA_STATS_FILE (see README.md). A malformed value makes cuInit fail
  * with CUDA_ERROR_INVALID_VALUE after printing what is wrong.
  */
 #define _GNU_SOURCE
@@ -230,6 +230,7 @@ __attribute__((constructor)) static void load_config(void)
 			 v);
 	read_switch("SIMCUDA_NO_MANAGED", &sim.no_managed);
 	read_switch("SIMCUDA_NO_VMM", &sim.no_vmm);
+	read_switch("SIMCUDA_NO_HOST_ACCESS", &sim.no_host_access);
 	read_switch("SIMCUDA_PEER", &sim.peer);
 	v = getenv("SIMCUDA_FAIL");
 	if (v != NULL && v[0] != '\0')

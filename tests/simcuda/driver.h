@@ -109,6 +109,7 @@ struct sim {
 	uint64_t context_bytes;
 	int no_managed;
 	int no_vmm; /* SIMCUDA_NO_VMM=1: the virtual memory management API is unsupported */
+	int no_host_access; /* SIMCUDA_NO_HOST_ACCESS=1: cuMemSetAccess refuses host locations */
 	int peer;   /* SIMCUDA_PEER=1: every device can access every other's memory (P2P) */
 	uint64_t clock;     /* logical time for managed eviction order */
 	uint64_t next_id;   /* allocation ids */

@@ -828,7 +828,8 @@ static CUresult check_access_desc(const CUmemAccessDesc *desc, const struct rese
 				return CUDA_ERROR_INVALID_DEVICE;
 		return CUDA_SUCCESS;
 	}
-	if (!host_location(&desc->location))
+	/* A driver that cannot map virtual memory for the CPU (SIMCUDA_NO_HOST_ACCESS=1). */
+	if (!host_location(&desc->location) || sim.no_host_access)
 		return CUDA_ERROR_INVALID_VALUE;
 	/* The CPU reaches host-located memory only: device memory cannot be mapped for it. */
 	for (const struct mapping *m = r->maps; m != NULL; m = m->next)

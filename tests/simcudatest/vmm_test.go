@@ -117,6 +117,8 @@ func TestVMM(t *testing.T) {
 		{name: "share_visible", env: []string{"SIMCUDA_DEVICES=2x1GiB"},
 			why: "an importer that numbers the devices otherwise (CUDA_VISIBLE_DEVICES) finds the memory where it lives"},
 		{name: "no_vmm", env: []string{"SIMCUDA_NO_VMM=1"}, why: "SIMCUDA_NO_VMM=1 turns the API off"},
+		{name: "no_host_access", env: []string{"SIMCUDA_NO_HOST_ACCESS=1"},
+			why: "SIMCUDA_NO_HOST_ACCESS=1 refuses to grant the CPU host-located memory; the device's grant still works"},
 		{name: "proc_address", why: "cuGetProcAddress finds every VMM entry point"},
 	}
 	for _, c := range cases {

@@ -936,6 +936,40 @@ static void case_no_vmm(void)
 	CHECK(used() == 0);
 }
 
+/*
+ * SIMCUDA_NO_HOST_ACCESS=1: a host location is refused in a grant, alone or
+ * beside a device, and the grant changes nothing; the device's own grant
+ * still works, so host-located memory serves the device.
+ */
+static void case_no_host_access(void)
+{
+	CUmemAllocationProp prop = device_prop(0);
+	CUmemGenericAllocationHandle h;
+
+	init_device(0);
+	prop.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+	prop.location.id = 0;
+	OK(cuMemCreate(&h, GRANULE, &prop, 0));
+	CUdeviceptr p = reserve(GRANULE);
+	OK(cuMemMap(p, GRANULE, 0, h, 0));
+	CUmemAccessDesc d[2] = {
+		{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
+		{{CU_MEM_LOCATION_TYPE_HOST_NUMA, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
+	};
+	EXPECT(cuMemSetAccess(p, GRANULE, d, 2), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuMemSetAccess(p, GRANULE, &d[1], 1), CUDA_ERROR_INVALID_VALUE);
+	unsigned long long flags = 1;
+	OK(cuMemGetAccess(&flags, &d[0].location, p));
+	CHECK(flags == CU_MEM_ACCESS_FLAGS_PROT_NONE);
+	OK(cuMemGetAccess(&flags, &d[1].location, p));
+	CHECK(flags == CU_MEM_ACCESS_FLAGS_PROT_NONE);
+	OK(cuMemSetAccess(p, GRANULE, d, 1));
+	round_trip(p, GRANULE, 33);
+	OK(cuMemUnmap(p, GRANULE));
+	OK(cuMemRelease(h));
+	OK(cuMemAddressFree(p, GRANULE));
+}
+
 /* The VMM entry points are reachable through cuGetProcAddress, as the runtime finds them. */
 static void case_proc_address(void)
 {
@@ -1027,6 +1061,7 @@ static const struct test_case cases[] = {
 	{"share", case_share},
 	{"share_visible", case_share_visible},
 	{"no_vmm", case_no_vmm},
+	{"no_host_access", case_no_host_access},
 	{"proc_address", case_proc_address},
 };
 
