@@ -344,13 +344,21 @@ static int vmm_grantees(const struct spillway_real *r, int device, int *out) {
 	return n;
 }
 
-static CUresult vmm_set_access(const struct spillway_real *r, CUcontext ctx, uint64_t va, uint64_t size, const int *devices, int n) {
-	CUmemAccessDesc d[VMM_MAX_GRANTS];
+// vmm_set_access grants the devices read and write access, and the CPU too
+// (cpu) through host NUMA node 0, where vmm_create puts host memory.
+static CUresult vmm_set_access(const struct spillway_real *r, CUcontext ctx, uint64_t va, uint64_t size, const int *devices, int n, int cpu) {
+	CUmemAccessDesc d[VMM_MAX_GRANTS + 1];
 	memset(d, 0, sizeof d);
 	for (int i = 0; i < n; i++) {
 		d[i].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
 		d[i].location.id = devices[i];
 		d[i].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+	}
+	if (cpu) {
+		d[n].location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+		d[n].location.id = 0;
+		d[n].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+		n++;
 	}
 	IN_CONTEXT(r->cu_mem_set_access((CUdeviceptr)va, (size_t)size, d, (size_t)n));
 	return rc;
@@ -722,9 +730,11 @@ func (v *VMM) Copy(dst, src DevicePtr, size uint64) Error {
 }
 
 // SetAccess calls cuMemSetAccess: the device and its peers read and write
-// [va, va+size).
-func (v *VMM) SetAccess(va DevicePtr, size uint64) Error {
-	return fromDriver(C.vmm_set_access(v.t, v.ctx, C.uint64_t(va), C.uint64_t(size), &v.grantees[0], C.int(len(v.grantees))))
+// [va, va+size), and so does the CPU (cpu), which the driver allows for
+// host-located memory only, so that the address of memory CUDA calls host
+// is one the CPU can use, as pinned memory's is.
+func (v *VMM) SetAccess(va DevicePtr, size uint64, cpu bool) Error {
+	return fromDriver(C.vmm_set_access(v.t, v.ctx, C.uint64_t(va), C.uint64_t(size), &v.grantees[0], C.int(len(v.grantees)), cbool(cpu)))
 }
 
 func cbool(b bool) C.int {

@@ -117,6 +117,7 @@ type memory struct {
 	spillWarn, hostLimitWarn, deviceFullWarn, releaseWarn, backingWarn, earlyWarn limiter
 	earlyDropped                                                                  atomic.Uint64 // allocations passed through while the core started and not counted
 	warned                                                                        atomic.Bool   // the managed-to-pinned fallback was logged
+	cpuAccessSaid                                                                 atomic.Bool   // the driver's refusal to map host granules for the CPU was logged
 	// settingSaid marks the devices whose invalid setting was logged, by a
 	// memory query before their first use or when their pool was made.
 	settingSaid [maxDevices]atomic.Bool

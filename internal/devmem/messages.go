@@ -19,6 +19,18 @@ func refusalMessage(kind allocKind, size uint64, device int, used, quota uint64)
 		config.FormatBytes(size), device, config.FormatBytes(used), config.FormatBytes(quota))
 }
 
+// cpuAccessRefused logs, once, that the driver refused to map host granules
+// for the CPU (rc), which pointer queries still call host memory.
+func (m *memory) cpuAccessRefused(ordinal int, rc interpose.Error) {
+	if m.cpuAccessSaid.Swap(true) {
+		return
+	}
+	m.log.Warnf("device %d: cuMemSetAccess refused the CPU access to host-located memory (%v): the CPU cannot reach host granules at their addresses. "+
+		"Blocks spilled to them still serve the device, but cudaPointerGetAttributes calls them host memory, so a program or library "+
+		"that reads or writes memory CUDA calls host with the CPU (CUDA-aware MPI does) will fault on them; "+
+		"%s=0 with %s=pinned spills to pinned memory, which the CPU reaches", ordinal, rc, config.EnvVMM, config.EnvSpill)
+}
+
 // hostLimitRefused logs a request refused because spilling it would pass
 // the host limit: the limit reached is SPILLWAY_HOST_LIMIT, not the quota.
 // deviceFull: what sent the request to the host was the device being full,

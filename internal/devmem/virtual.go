@@ -22,7 +22,7 @@ type realVMM interface {
 	Release(handle uint64) interpose.Error
 	Map(va interpose.DevicePtr, size, handle uint64) interpose.Error
 	Unmap(va interpose.DevicePtr, size uint64) interpose.Error
-	SetAccess(va interpose.DevicePtr, size uint64) interpose.Error
+	SetAccess(va interpose.DevicePtr, size uint64, cpu bool) interpose.Error
 	Copy(dst, src interpose.DevicePtr, size uint64) interpose.Error
 }
 
@@ -46,6 +46,15 @@ type virtualBacking struct {
 	*backing
 	vmm  realVMM
 	gran uint64
+	// host are the host-located handles it created: mapped, they are
+	// granted to the CPU too, as CUDA calls them host memory and programs
+	// that ask then read them with the CPU. Device memory the CPU never
+	// reaches.
+	host map[uint64]bool
+	// noCPU is set once the driver refused the CPU a host granule; the
+	// granules are then mapped for the devices only. cpuRefused says so.
+	noCPU      bool
+	cpuRefused func(rc interpose.Error)
 }
 
 // minGranules is the fewest granules a quota must hold for the pool to use
@@ -95,7 +104,8 @@ func (m *memory) virtualBacking(d *device) *virtualBacking {
 		return off("the quota of %s holds fewer than %d granules of %s", config.FormatBytes(d.quota), minGranules, config.FormatBytes(gran))
 	}
 	m.log.Debugf("device %d: virtual memory, %s granules (%s=0 for fixed segments)", d.ordinal, config.FormatBytes(gran), config.EnvVMM)
-	return &virtualBacking{backing: d.back, vmm: vmm, gran: gran}
+	return &virtualBacking{backing: d.back, vmm: vmm, gran: gran, host: map[uint64]bool{},
+		cpuRefused: func(rc interpose.Error) { m.cpuAccessRefused(d.ordinal, rc) }}
 }
 
 // Granularity is the size of every granule.
@@ -130,6 +140,9 @@ func (v *virtualBacking) CreatePhysical(size uint64, tier pool.Tier) (uint64, er
 	if rc != interpose.Success {
 		return 0, cudaErr(fmt.Sprintf("cuMemCreate of %d bytes (%v) for device %d", size, tier, v.ordinal), rc)
 	}
+	if host {
+		v.host[h] = true
+	}
 	return h, nil
 }
 
@@ -138,23 +151,44 @@ func (v *virtualBacking) ReleasePhysical(handle, size uint64) error {
 	if rc := v.vmm.Release(handle); rc != interpose.Success {
 		return cudaErr(fmt.Sprintf("cuMemRelease(%#x) on device %d", handle, v.ordinal), rc)
 	}
+	delete(v.host, handle)
 	return nil
 }
 
-// Map calls cuMemMap and grants the device read and write access with
-// cuMemSetAccess; a grant that fails unmaps again.
+// Map calls cuMemMap and grants the device (and its peers) read and write
+// access with cuMemSetAccess, and the CPU too for a host handle; a grant
+// that fails unmaps again.
 func (v *virtualBacking) Map(va, size, handle uint64) error {
 	p := interpose.DevicePtr(va)
 	if rc := v.vmm.Map(p, size, handle); rc != interpose.Success {
 		return cudaErr(fmt.Sprintf("cuMemMap at %#x on device %d", va, v.ordinal), rc)
 	}
-	if rc := v.vmm.SetAccess(p, size); rc != interpose.Success {
+	if rc := v.grant(p, size, v.host[handle]); rc != interpose.Success {
 		if urc := v.vmm.Unmap(p, size); urc != interpose.Success {
 			return fmt.Errorf("cuMemSetAccess at %#x on device %d: %w, and cuMemUnmap: %w", va, v.ordinal, rc, urc)
 		}
 		return cudaErr(fmt.Sprintf("cuMemSetAccess at %#x on device %d", va, v.ordinal), rc)
 	}
 	return nil
+}
+
+// grant calls cuMemSetAccess for the devices, and the CPU (cpu) unless the
+// driver refused it before. A driver that refuses the CPU (one older than
+// host-located access) gets the devices alone, so spilling goes on.
+func (v *virtualBacking) grant(p interpose.DevicePtr, size uint64, cpu bool) interpose.Error {
+	if !cpu || v.noCPU {
+		return v.vmm.SetAccess(p, size, false)
+	}
+	rc := v.vmm.SetAccess(p, size, true)
+	if rc == interpose.Success {
+		return rc
+	}
+	if devices := v.vmm.SetAccess(p, size, false); devices != interpose.Success {
+		return devices
+	}
+	v.noCPU = true
+	v.cpuRefused(rc)
+	return interpose.Success
 }
 
 // Unmap calls cuMemUnmap.

@@ -1,10 +1,12 @@
 package devmem
 
 import (
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/interpose"
+	"github.com/spillway-gpu/spillway/pool"
 )
 
 // fakeVMM is the driver's virtual memory management on a device of
@@ -20,6 +22,12 @@ type fakeVMM struct {
 	next        uint64 // the next address range's start
 	mapped      map[interpose.DevicePtr]uint64
 	ranges      map[interpose.DevicePtr]uint64
+	// cpu are the mappings granted to the CPU, which the driver allows
+	// for host-located memory only, and not at all with refuseCPU (a
+	// driver without host-located access).
+	cpu        map[interpose.DevicePtr]bool
+	refuseCPU  bool
+	cpuRefusal int // grants refused for naming the CPU
 	// failMapAt fails the next Map at that address; failCopy every Copy.
 	failMapAt interpose.DevicePtr
 	failCopy  bool
@@ -27,7 +35,7 @@ type fakeVMM struct {
 
 func newFakeVMM(capacity uint64) *fakeVMM {
 	return &fakeVMM{capacity: capacity, handles: map[uint64]bool{}, next: 1 << 40,
-		mapped: map[interpose.DevicePtr]uint64{}, ranges: map[interpose.DevicePtr]uint64{}}
+		mapped: map[interpose.DevicePtr]uint64{}, ranges: map[interpose.DevicePtr]uint64{}, cpu: map[interpose.DevicePtr]bool{}}
 }
 
 func (f *fakeVMM) Supported() (bool, interpose.Error) { return !f.unsupported, interpose.Success }
@@ -107,10 +115,26 @@ func (f *fakeVMM) Unmap(va interpose.DevicePtr, size uint64) interpose.Error {
 		return interpose.ErrorInvalidValue
 	}
 	delete(f.mapped, va)
+	delete(f.cpu, va)
 	return interpose.Success
 }
 
-func (f *fakeVMM) SetAccess(interpose.DevicePtr, uint64) interpose.Error { return interpose.Success }
+func (f *fakeVMM) SetAccess(va interpose.DevicePtr, size uint64, cpu bool) interpose.Error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	h, ok := f.mapped[va]
+	if !ok {
+		return interpose.ErrorInvalidValue
+	}
+	if cpu && (f.refuseCPU || !f.handles[h]) {
+		f.cpuRefusal++
+		return interpose.ErrorInvalidValue
+	}
+	if cpu {
+		f.cpu[va] = true
+	}
+	return interpose.Success
+}
 
 func (f *fakeVMM) bytes() (device, host uint64) {
 	f.mu.Lock()
@@ -218,18 +242,24 @@ func TestMoveGranule(t *testing.T) {
 	}{{"moved", false, false}, {"copy fails", true, false}, {"remap fails", false, true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeVMM(1 << 30)
-			v := &virtualBacking{backing: &backing{}, vmm: f, gran: gran}
+			v := &virtualBacking{backing: &backing{}, vmm: f, gran: gran, host: map[uint64]bool{}}
 			va, _ := f.AddressReserve(4*gran, gran)
-			from, _ := f.Create(gran, false)
-			to, _ := f.Create(gran, true)
-			if rc := f.Map(va, gran, from); rc != interpose.Success {
-				t.Fatal(rc)
+			from, err := v.CreatePhysical(gran, pool.TierDevice)
+			if err != nil {
+				t.Fatal(err)
+			}
+			to, err := v.CreatePhysical(gran, pool.TierPinned)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := v.Map(uint64(va), gran, from); err != nil {
+				t.Fatal(err)
 			}
 			f.failCopy = tc.failCopy
 			if tc.failRemap {
 				f.failMapAt = va
 			}
-			err := v.MoveGranule(uint64(va), gran, from, to)
+			err = v.MoveGranule(uint64(va), gran, from, to)
 			want := from
 			if !tc.failCopy && !tc.failRemap {
 				want = to
@@ -245,7 +275,65 @@ func TestMoveGranule(t *testing.T) {
 			if len(f.ranges) != 1 {
 				t.Errorf("address ranges %v: the staging range is left", f.ranges)
 			}
+			// The CPU reaches the address when it is host memory, and
+			// never device memory (which the driver refuses).
+			if f.cpu[va] != (want == to) || f.cpuRefusal != 0 {
+				t.Errorf("CPU access at the address %v with %d grants refused; want it granted iff the host granule is mapped there", f.cpu[va], f.cpuRefusal)
+			}
+			if !tc.failCopy && !tc.failRemap {
+				// And back: the device granule is mapped for the devices only.
+				if err := v.MoveGranule(uint64(va), gran, to, from); err != nil {
+					t.Fatalf("moving back: %v", err)
+				}
+				if f.mapped[va] != from || f.cpu[va] || f.cpuRefusal != 0 {
+					t.Errorf("moved back to the device: mapped %d, CPU access %v, %d grants refused; want %d for the devices only",
+						f.mapped[va], f.cpu[va], f.cpuRefusal, from)
+				}
+			}
 		})
+	}
+}
+
+// Host granules are mapped for the CPU too, so the address of memory CUDA
+// calls host is one the CPU can use; device granules for the devices only.
+// A driver that refuses the CPU still gets host granules, mapped for the
+// devices, is asked once, and the log says once what that means.
+func TestVirtualBackingCPUAccess(t *testing.T) {
+	for _, refuse := range []bool{false, true} {
+		vmm := newFakeVMM(1 << 30)
+		vmm.refuseCPU = refuse
+		m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_OVERSUBSCRIBE=1",
+			"SPILLWAY_HOST_LIMIT=64MiB")
+		m.vmm = func(int) (realVMM, error) { return vmm, nil }
+		for i := range 40 { // 80 MiB: 64 on the device, 16 in host granules
+			if _, rc := m.malloc(request{device: 0, size: 2 << 20}); rc != interpose.Success {
+				t.Fatalf("refused CPU %v: allocation %d: %v\n%s", refuse, i, rc, m.logged)
+			}
+		}
+		if _, host := vmm.bytes(); host != 16<<20 {
+			t.Fatalf("refused CPU %v: %d host bytes, want 16 MiB of host granules", refuse, host)
+		}
+		hostMapped, granted := 0, 0
+		for va, h := range vmm.mapped {
+			if vmm.handles[h] {
+				hostMapped++
+			}
+			if vmm.cpu[va] {
+				granted++
+			}
+		}
+		said := strings.Count(m.logged.String(), "the CPU cannot reach host granules at their addresses")
+		if refuse {
+			if granted != 0 || vmm.cpuRefusal != 1 || said != 1 {
+				t.Errorf("refused CPU: %d mappings granted to the CPU, %d refusals, said %d times; want 0, 1, once\n%s",
+					granted, vmm.cpuRefusal, said, m.logged)
+			}
+			continue
+		}
+		if hostMapped != 8 || granted != 8 || vmm.cpuRefusal != 0 || said != 0 {
+			t.Errorf("%d host granules mapped, %d mappings granted to the CPU, %d refusals, said %d times; want 8, 8, 0, never\n%s",
+				hostMapped, granted, vmm.cpuRefusal, said, m.logged)
+		}
 	}
 }
 

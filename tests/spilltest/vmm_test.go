@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
@@ -358,5 +359,136 @@ func TestVMMMigrate(t *testing.T) {
 					r.SpilledTotal, r.DemotedTotal, r.PromotedTotal, want.spilled, want.demoted, want.promoted)
 			}
 		})
+	}
+}
+
+// cpuFallbackLine is the start of what the core logs once when the driver
+// will not map host granules for the CPU.
+const cpuFallbackLine = "the CPU cannot reach host granules at their addresses"
+
+// TestVMMHostGranulesReachableByCPU: a block spilled to host granules is
+// host memory to cudaPointerGetAttributes, so a CUDA-aware library (MPI)
+// reads and writes it with the CPU at its address, as it does pinned
+// memory: the core grants the CPU access to every host granule it maps,
+// and the device sees what the CPU wrote.
+func TestVMMHostGranulesReachableByCPU(t *testing.T) {
+	const quota = 64 * miB
+	env, statsFile := vmmEnv(t, quota, "SPILLWAY_OVERSUBSCRIBE=1", fmt.Sprintf("SPILLWAY_HOST_LIMIT=%d", quota))
+	// The quota filled with 16 blocks of 4 MiB, then one of 4 MiB on two
+	// host granules: written with the CPU, read back with cudaMemcpy, and
+	// written with cudaMemcpy, read back with the CPU.
+	res := harness.Run(t, harness.Shimmed(t, env, harness.Ops(t), "N", "16", "4M", "m", "4M", "t", "16",
+		"C", "16", "77", "v", "16", "77", "w", "16", "78", "c", "16", "78"))
+	if res.ExitCode != 0 {
+		t.Fatalf("the program died (exit %d, -1 for a signal such as SIGSEGV) touching with the CPU a block cudaPointerGetAttributes calls host memory\nstdout:\n%s\nstderr:\n%s",
+			res.ExitCode, res.Stdout, res.Stderr)
+	}
+	out := harness.ParseOutput(res.Stdout)
+	if ok := out.Num(t, "N", 0, 1); ok != 16 || out.Code(t, "m", 0) != 0 {
+		t.Fatalf("filling the quota and spilling 4 MiB: %v\nstderr: %s", out, res.Stderr)
+	}
+	if typ := out.Num(t, "t", 0, 2); typ != 1 {
+		t.Fatalf("cudaPointerGetAttributes of the spilled block: type %d, want 1 (cudaMemoryTypeHost)", typ)
+	}
+	if rc, host := out.Code(t, "C", 0), out.Num(t, "C", 0, 2); rc != 0 || host != 2 {
+		t.Errorf("writing with the CPU: rc %d, %d pieces called host memory, want 0 and 2", rc, host)
+	}
+	if rc, ok := out.Code(t, "v", 0), out.Num(t, "v", 0, 2); rc != 0 || ok != 1 {
+		t.Errorf("cudaMemcpy of what the CPU wrote: rc %d, intact %d; want it read back as written", rc, ok)
+	}
+	if host, intact := out.Num(t, "c", 0, 2), out.Num(t, "c", 0, 3); host != 2 || intact != 2 {
+		t.Errorf("the CPU read %d of %d host pieces as cudaMemcpy wrote them, want 2 of 2", intact, host)
+	}
+	if strings.Contains(res.Stderr, cpuFallbackLine) {
+		t.Errorf("the core says the CPU cannot reach host granules, where the driver grants it:\n%s", res.Stderr)
+	}
+	s := readVMMStats(t, statsFile)
+	if s.VMM.HostPhysicalBytes != 4*miB || s.Calls["cudaHostAlloc"] != 0 || s.Calls["cudaMallocManaged"] != 0 {
+		t.Errorf("simcuda: %d bytes of host granules, calls %v; want the block on 4 MiB of host granules, not spilled whole",
+			s.VMM.HostPhysicalBytes, s.Calls)
+	}
+}
+
+// TestVMMHostGranulesWithoutCPUAccess: a driver that refuses to grant the
+// CPU host-located memory (SIMCUDA_NO_HOST_ACCESS=1) still gets blocks
+// spilled to host granules, mapped for the device alone, and the core says
+// once what that means.
+func TestVMMHostGranulesWithoutCPUAccess(t *testing.T) {
+	const quota = 64 * miB
+	env, statsFile := vmmEnv(t, quota, "SPILLWAY_OVERSUBSCRIBE=1", fmt.Sprintf("SPILLWAY_HOST_LIMIT=%d", quota),
+		"SIMCUDA_NO_HOST_ACCESS=1")
+	res, out := harness.RunOK(t, harness.Shimmed(t, env, harness.Ops(t), "N", "16", "4M", "m", "4M", "m", "4M",
+		"t", "16", "w", "16", "5", "w", "17", "6", "v", "16", "5", "v", "17", "6"))
+	if ok := out.Num(t, "N", 0, 1); ok != 16 || out.Code(t, "m", 0) != 0 || out.Code(t, "m", 1) != 0 {
+		t.Fatalf("filling the quota and spilling 8 MiB: %v\nstderr: %s", out, res.Stderr)
+	}
+	if typ := out.Num(t, "t", 0, 2); typ != 1 {
+		t.Errorf("cudaPointerGetAttributes of the spilled block: type %d, want 1 (cudaMemoryTypeHost)", typ)
+	}
+	for i := range 2 {
+		if rc, ok := out.Code(t, "v", i), out.Num(t, "v", i, 2); rc != 0 || ok != 1 {
+			t.Errorf("spilled block %d: read back rc %d, intact %d; want it as written", i, rc, ok)
+		}
+	}
+	if n := strings.Count(res.Stderr, cpuFallbackLine); n != 1 {
+		t.Errorf("the core said %d times that the CPU cannot reach host granules, want once:\n%s", n, res.Stderr)
+	}
+	if !strings.Contains(res.Stderr, "SPILLWAY_VMM=0") || !strings.Contains(res.Stderr, "SPILLWAY_SPILL=pinned") {
+		t.Errorf("the warning does not name SPILLWAY_VMM=0 with SPILLWAY_SPILL=pinned as the way out:\n%s", res.Stderr)
+	}
+	s := readVMMStats(t, statsFile)
+	if s.VMM.HostPhysicalBytes != 8*miB || s.Calls["cudaHostAlloc"] != 0 || s.Calls["cudaMallocManaged"] != 0 {
+		t.Errorf("simcuda: %d bytes of host granules, calls %v; want both blocks on 8 MiB of host granules, not spilled whole",
+			s.VMM.HostPhysicalBytes, s.Calls)
+	}
+}
+
+// TestVMMMigrateCPUAccess: with SPILLWAY_MIGRATE=1, granules demoted to the
+// host are host memory the CPU reaches at their address, as spilled ones
+// are; promoted back to the device they are device memory again, mapped
+// for the device alone (the driver refuses the CPU device memory), and
+// every byte stays as written.
+func TestVMMMigrateCPUAccess(t *testing.T) {
+	const quota = 64 * miB
+	env, _ := vmmEnv(t, quota, "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_SPILL=pinned",
+		fmt.Sprintf("SPILLWAY_HOST_LIMIT=%d", 2*quota), "SPILLWAY_MIGRATE=1")
+	// Seven blocks of 8 MiB; a block of 16 MiB spills its last 4 granules
+	// and is freed: the synchronization after moves 4 granules of the
+	// oldest block (slot 0, filled with seed 1) to the host, and those
+	// after, with the room unused, move them back.
+	res := harness.Run(t, harness.Shimmed(t, env, harness.Ops(t), "N", "7", "8M", "s",
+		"m", "16M", "f", "7", "s", "c", "0", "1", "C", "0", "2", "v", "0", "2",
+		"s", "s", "c", "0", "2", "v", "0", "2", "V"))
+	if res.ExitCode != 0 {
+		t.Fatalf("the program died (exit %d, -1 for a signal such as SIGSEGV) touching with the CPU granules cudaPointerGetAttributes calls host memory\nstdout:\n%s\nstderr:\n%s",
+			res.ExitCode, res.Stdout, res.Stderr)
+	}
+	out := harness.ParseOutput(res.Stdout)
+	if ok := out.Num(t, "N", 0, 1); ok != 7 || out.Code(t, "m", 0) != 0 {
+		t.Fatalf("allocating: %v\nstderr: %s", out, res.Stderr)
+	}
+	r := harness.ReportFor(t, res.Stderr, 0)
+	if r.DemotedTotal != 8*miB || r.PromotedTotal != 8*miB {
+		t.Fatalf("report %+v: want 8 MiB demoted and promoted back", r)
+	}
+	if host, intact := out.Num(t, "c", 0, 2), out.Num(t, "c", 0, 3); host != 4 || intact != 4 {
+		t.Errorf("demoted: the CPU read %d of %d host pieces of the oldest block intact, want 4 of 4", intact, host)
+	}
+	if rc, host := out.Code(t, "C", 0), out.Num(t, "C", 0, 2); rc != 0 || host != 4 {
+		t.Errorf("demoted: writing with the CPU: rc %d, %d host pieces, want 0 and 4", rc, host)
+	}
+	for i, when := range []string{"demoted", "promoted"} {
+		if rc, ok := out.Code(t, "v", i), out.Num(t, "v", i, 2); rc != 0 || ok != 1 {
+			t.Errorf("%s: cudaMemcpy read the oldest block back rc %d, intact %d; want it as the CPU wrote it", when, rc, ok)
+		}
+	}
+	if host := out.Num(t, "c", 1, 2); host != 0 {
+		t.Errorf("promoted: %d pieces of the oldest block still host memory, want 0", host)
+	}
+	if checked, bad := out.Num(t, "V", 0, 1), out.Num(t, "V", 0, 2); checked != 7 || bad != 0 {
+		t.Errorf("%d of %d blocks read back corrupt after the moves\nstderr: %s", bad, checked, res.Stderr)
+	}
+	if strings.Contains(res.Stderr, cpuFallbackLine) || r.BackingErrors != 0 {
+		t.Errorf("moving granules: backing errors %d, or the CPU grant refused:\n%s", r.BackingErrors, res.Stderr)
 	}
 }

@@ -20,6 +20,14 @@
  *   v SLOT SEED       read the block back (cudaMemcpy) -> "v RC INTACT"
  *   V                 verify every live filled slot    -> "V CHECKED BAD"
  *   t SLOT            cudaPointerGetAttributes         -> "t RC TYPE DEVICE"
+ *   C SLOT SEED       fill the block with SEED's pattern as a CUDA-aware
+ *                     library does: each 2 MiB piece (a granule of virtual
+ *                     memory) that cudaPointerGetAttributes calls host memory
+ *                     with the CPU (memcpy at the address), the others with
+ *                     cudaMemcpy                       -> "C RC HOST"
+ *   c SLOT SEED       read with the CPU the pieces that cudaPointerGetAttributes
+ *                     calls host memory, comparing them with SEED's pattern
+ *                                                      -> "c RC HOST INTACT"
  *   i                 cudaMemGetInfo                   -> "i RC FREE TOTAL"
  *   d DEV             cudaSetDevice                    -> "d RC"
  *   r                 cudaDeviceReset                  -> "r RC"
@@ -153,6 +161,51 @@ static int intact(int k, unsigned seed, cudaError_t *rc)
     free(want);
     free(got);
     return ok;
+}
+
+/* The piece of virtual memory whose placement one pointer query answers. */
+#define GRANULE ((uintptr_t)2 << 20)
+
+/*
+ * by_type writes (write) or checks SEED's pattern in block k piece by piece,
+ * each piece ending at a 2 MiB boundary: the CPU reaches the pieces that
+ * cudaPointerGetAttributes calls host memory, at their address, as a
+ * CUDA-aware library would; cudaMemcpy writes the others, which checks skip.
+ * *host counts the host pieces, *intact those of them that read back right.
+ */
+static cudaError_t by_type(int k, unsigned seed, int write, int *host, int *intact)
+{
+    size_t size = slot[k].size;
+    unsigned char *want = malloc(size ? size : 1);
+    if (!want)
+        die("out of host memory", NULL);
+    pattern(want, size, seed);
+    uintptr_t base = (uintptr_t)slot[k].p;
+    cudaError_t rc = cudaSuccess;
+    *host = *intact = 0;
+    for (size_t off = 0; off < size && rc == cudaSuccess;) {
+        uintptr_t at = base + off;
+        size_t n = ((at | (GRANULE - 1)) + 1) - at;
+        if (n > size - off)
+            n = size - off;
+        struct cudaPointerAttributes attr;
+        memset(&attr, 0, sizeof attr);
+        rc = cudaPointerGetAttributes(&attr, (void *)at);
+        if (rc == cudaSuccess && attr.type == cudaMemoryTypeHost) {
+            (*host)++;
+            if (write)
+                memcpy((void *)at, want + off, n);
+            else if (memcmp((void *)at, want + off, n) == 0)
+                (*intact)++;
+        } else if (rc == cudaSuccess && write) {
+            rc = cudaMemcpy((void *)at, want + off, n, cudaMemcpyHostToDevice);
+        }
+        off += n;
+    }
+    free(want);
+    if (write && rc == cudaSuccess)
+        slot[k].seed = seed;
+    return rc;
 }
 
 static void hold(void *arg)
@@ -308,6 +361,17 @@ int main(int argc, char **argv)
             memset(&attr, 0, sizeof attr);
             rc = cudaPointerGetAttributes(&attr, slot[k].p);
             printf("t %d %d %d\n", rc, (int)attr.type, attr.device);
+        } else if (!strcmp(op, "C") || !strcmp(op, "c")) {
+            need(i, 2, argc, argv);
+            int k = slot_arg(argv[i + 1]);
+            unsigned seed = (unsigned)atoi(argv[i + 2]);
+            i += 2;
+            int host, good;
+            rc = by_type(k, seed, op[0] == 'C', &host, &good);
+            if (op[0] == 'C')
+                printf("C %d %d\n", rc, host);
+            else
+                printf("c %d %d %d\n", rc, host, good);
         } else if (!strcmp(op, "i")) {
             size_t free = 0, total = 0;
             rc = cudaMemGetInfo(&free, &total);
