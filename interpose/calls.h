@@ -224,7 +224,7 @@ SPILLWAY_INTERPOSED(nvmlReturn_t, nvml_processes_v1, nvmlDeviceGetComputeRunning
 /* Virtual memory management, for the pool's granules (the core's own calls,
  * in the device's primary context; never counted as the application's). The
  * core also calls the real cuMemCreate, cuMemRelease, cuMemMap and cuMemUnmap
- * through the interposed rows above. */
+ * through the interposed rows above, and cuMemSetAccess through its row. */
 SPILLWAY_REAL(CUresult, cu_mem_get_allocation_granularity, cuMemGetAllocationGranularity,
               (size_t * granularity, const CUmemAllocationProp *prop,
                CUmemAllocationGranularity_flags option))
@@ -232,8 +232,10 @@ SPILLWAY_REAL(CUresult, cu_mem_address_reserve, cuMemAddressReserve,
               (CUdeviceptr * ptr, size_t size, size_t alignment, CUdeviceptr addr,
                unsigned long long flags))
 SPILLWAY_REAL(CUresult, cu_mem_address_free, cuMemAddressFree, (CUdeviceptr ptr, size_t size))
-SPILLWAY_REAL(CUresult, cu_mem_set_access, cuMemSetAccess,
-              (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))
+/* The application's grants reach the core, which adds the CPU's to memory
+ * the front placed on the host (vmm_accessed). */
+SPILLWAY_INTERPOSED(CUresult, cu_mem_set_access, cuMemSetAccess,
+                    (CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count))
 /* The pool's granules are granted to every device that can reach them. */
 SPILLWAY_REAL(CUresult, cu_device_can_access_peer, cuDeviceCanAccessPeer,
               (int *canAccessPeer, CUdevice dev, CUdevice peerDev))
@@ -404,6 +406,10 @@ SPILLWAY_ENTRY(vmm_retained, (uint64_t handle))
 SPILLWAY_ENTRY(vmm_released, (uint64_t handle))
 SPILLWAY_ENTRY(vmm_mapped, (uint64_t ptr, uint64_t size, uint64_t handle))
 SPILLWAY_ENTRY(vmm_unmapped, (uint64_t ptr, uint64_t size))
+/* The application granted devices only access to [ptr, ptr+size), a run of
+ * whole mappings: the core grants the CPU too each mapping of a handle
+ * created with SPILLWAY_TAKE_VMM_HOST, in the calling thread's context. */
+SPILLWAY_ENTRY(vmm_accessed, (uint64_t ptr, uint64_t size))
 /* CUDA graphs' events, after the real call succeeded: a capture began
  * (from then on frees are checked for one); exec was instantiated from
  * graph; exec, or graph, was destroyed. */

@@ -737,6 +737,31 @@ func (v *VMM) SetAccess(va DevicePtr, size uint64, cpu bool) Error {
 	return fromDriver(C.vmm_set_access(v.t, v.ctx, C.uint64_t(va), C.uint64_t(size), &v.grantees[0], C.int(len(v.grantees)), cbool(cpu)))
 }
 
+// HostAccess grants the CPU the application's own host-located virtual
+// memory, as VMM.SetAccess does the pool's host granules.
+type HostAccess struct {
+	t *C.struct_spillway_real
+}
+
+// NewHostAccess returns a HostAccess over the table of real functions.
+func NewHostAccess(table unsafe.Pointer) (*HostAccess, error) {
+	t, err := realTable(table)
+	if err != nil {
+		return nil, err
+	}
+	return &HostAccess{t: t}, nil
+}
+
+// Grant calls cuMemSetAccess, in the calling thread's context, to let the
+// CPU read and write [va, va+size) through host NUMA node 0, where the
+// front places host memory; the devices' access stays as it was.
+func (h *HostAccess) Grant(va DevicePtr, size uint64) Error {
+	if h.t.cu_mem_set_access == nil {
+		return fromDriver(C.CUDA_ERROR_NOT_FOUND)
+	}
+	return fromDriver(C.vmm_set_access(h.t, nil, C.uint64_t(va), C.uint64_t(size), nil, 0, 1))
+}
+
 func cbool(b bool) C.int {
 	if b {
 		return 1

@@ -15,6 +15,7 @@ func TestRealTableRefused(t *testing.T) {
 		"NewRuntime":       func(p unsafe.Pointer) error { _, err := NewRuntime(p); return err },
 		"NewDriverRuntime": func(p unsafe.Pointer) error { _, err := NewDriverRuntime(p); return err },
 		"NewVMM":           func(p unsafe.Pointer) error { _, err := NewVMM(p, 0); return err },
+		"NewHostAccess":    func(p unsafe.Pointer) error { _, err := NewHostAccess(p); return err },
 	}
 	for name, construct := range constructors {
 		if err := construct(nil); err == nil || err.Error() != "no real-function table" {

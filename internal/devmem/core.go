@@ -53,6 +53,12 @@ func Start(frontABI, coreABI int32, real, probes unsafe.Pointer) (*Core, interpo
 		return nil, interpose.ErrorInitialization
 	}
 	c.rt = rt
+	hostAccess, err := interpose.NewHostAccess(real)
+	if err != nil {
+		c.log.Errorf("cannot start: %v", err)
+		return nil, interpose.ErrorInitialization
+	}
+	c.vmm.grantCPU = hostAccess.Grant
 	if c.probes, err = interpose.NewProbes(probes); err != nil {
 		c.log.Errorf("cannot start: %v", err)
 		return nil, interpose.ErrorInitialization

@@ -31,6 +31,16 @@ func (m *memory) cpuAccessRefused(ordinal int, rc interpose.Error) {
 		"%s=0 with %s=pinned spills to pinned memory, which the CPU reaches", ordinal, rc, config.EnvVMM, config.EnvSpill)
 }
 
+// hostPlacedCPURefused logs, once (the caller's), that the driver refused
+// to map for the CPU (rc) the application's cuMemCreate memory the front
+// placed on the host, which pointer queries still call host memory.
+func (m *memory) hostPlacedCPURefused(ordinal int, rc interpose.Error) {
+	m.log.Warnf("device %d: cuMemSetAccess refused the CPU access to host-located memory (%v): the CPU cannot reach the program's cuMemCreate memory placed on the host beyond the quota. "+
+		"The program's own grant stands and the devices reach that memory, but cudaPointerGetAttributes calls it host memory, so a program or library "+
+		"that reads or writes memory CUDA calls host with the CPU (CUDA-aware MPI does) will fault on it; "+
+		"without %s such a cuMemCreate is refused at the quota instead", ordinal, rc, config.EnvOversubscribe)
+}
+
 // hostLimitRefused logs a request refused because spilling it would pass
 // the host limit: the limit reached is SPILLWAY_HOST_LIMIT, not the quota.
 // deviceFull: what sent the request to the host was the device being full,

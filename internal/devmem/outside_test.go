@@ -1,6 +1,8 @@
 package devmem
 
 import (
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/interpose"
@@ -137,6 +139,54 @@ func TestVMMHostPlacement(t *testing.T) {
 	off := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=4MiB")
 	if rc := (&Core{mem: off.memory}).Take(0, granule, TakeVMMHost); rc != interpose.ErrorMemoryAllocation {
 		t.Fatalf("host placement without oversubscription: %v", rc)
+	}
+}
+
+// TestVMMAccessGrantsCPU: the application's cuMemSetAccess over a run of
+// mappings grants the CPU each mapping of a handle placed on the host, one
+// call per mapping, and nothing else: not device memory in the same run,
+// not another mapping of the same handle outside it. A driver that refuses
+// is said once and not asked again.
+func TestVMMAccessGrantsCPU(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=4MiB", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_HOST_LIMIT=4MiB")
+	c := &Core{mem: m.memory}
+	const granule = 2 << 20
+	for h, kind := range map[uint64]TakeKind{1: TakeVMM, 2: TakeVMM, 3: TakeVMMHost, 4: TakeVMMHost} {
+		if rc := c.Take(0, granule, kind|TakeQuiet); rc != interpose.Success {
+			t.Fatalf("handle %d: %v", h, rc)
+		}
+		c.VMMCreated(h, 0, granule, kind)
+	}
+	const at = interpose.DevicePtr(0x100000000)
+	for i, h := range []uint64{1, 3, 2, 4, 3} {
+		c.VMMMapped(at+interpose.DevicePtr(i*granule), granule, h)
+	}
+	type grant struct {
+		at   interpose.DevicePtr
+		size uint64
+	}
+	var grants []grant
+	answer := interpose.Success
+	c.vmm.grantCPU = func(p interpose.DevicePtr, size uint64) interpose.Error {
+		grants = append(grants, grant{p, size})
+		return answer
+	}
+	c.VMMAccessed(at, 4*granule)
+	if want := []grant{{at + granule, granule}, {at + 3*granule, granule}}; !slices.Equal(grants, want) {
+		t.Errorf("a run of device and host mappings granted the CPU %v, want the host ones alone %v", grants, want)
+	}
+	if m.logged.Len() != 0 {
+		t.Errorf("granted, yet logged: %s", m.logged)
+	}
+
+	grants, answer = nil, interpose.ErrorInvalidValue
+	c.VMMAccessed(at+3*granule, 2*granule)
+	c.VMMAccessed(at+granule, granule)
+	if want := []grant{{at + 3*granule, granule}}; !slices.Equal(grants, want) {
+		t.Errorf("refused: the CPU was asked %v, want once %v and never again", grants, want)
+	}
+	if n := strings.Count(m.logged.String(), "the CPU cannot reach the program's cuMemCreate memory placed on the host"); n != 1 {
+		t.Errorf("the refusal was said %d times, want once:\n%s", n, m.logged)
 	}
 }
 

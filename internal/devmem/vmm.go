@@ -2,6 +2,7 @@ package devmem
 
 import (
 	"sync"
+	"sync/atomic"
 
 	"github.com/spillway-gpu/spillway/interpose"
 )
@@ -21,6 +22,10 @@ type vmmLedger struct {
 	mu       sync.Mutex
 	handles  map[uint64]*physical
 	mappings map[interpose.DevicePtr]mapping // by start address
+	// grantCPU lets the CPU read and write a range, in the calling thread's
+	// context (cuMemSetAccess for host NUMA node 0); nil: not asked.
+	grantCPU func(p interpose.DevicePtr, size uint64) interpose.Error
+	noCPU    atomic.Bool // the driver refused grantCPU: not asked again
 }
 
 type physical struct {
@@ -93,15 +98,57 @@ func (c *Core) VMMMapped(p interpose.DevicePtr, size, handle uint64) {
 	}
 }
 
-// VMMUnmapped forgets the mappings within [p, p+size). cuMemUnmap unmaps
-// whole mappings only, so they lie end to end from p: one look-up each,
-// where a scan of every mapping per call would make unmapping a large range
-// granule by granule quadratic. A gap (a mapping made while the core was
-// not listening) falls back to that scan for the rest of the range.
+// VMMUnmapped forgets the mappings within [p, p+size).
 func (c *Core) VMMUnmapped(p interpose.DevicePtr, size uint64) {
 	v := &c.vmm
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	v.within(p, size, c.unmapped)
+}
+
+// VMMAccessed follows the application's cuMemSetAccess of [p, p+size): each
+// mapping in it of a handle the front placed on the host is granted to the
+// CPU as well. The application asked for device memory and granted its
+// devices only, but CUDA's pointer queries call this memory host memory,
+// and a library that reads host memory with the CPU (CUDA-aware MPI)
+// faults on it unless the CPU was granted. Mapping by mapping: the range
+// may hold device memory too, which the driver never grants the CPU. A
+// driver that refuses the grant is said once and not asked again.
+func (c *Core) VMMAccessed(p interpose.DevicePtr, size uint64) {
+	v := &c.vmm
+	if v.grantCPU == nil || v.noCPU.Load() {
+		return
+	}
+	type onHost struct {
+		at      interpose.DevicePtr
+		size    uint64
+		ordinal int
+	}
+	var host []onHost
+	v.mu.Lock()
+	v.within(p, size, func(at interpose.DevicePtr, m mapping) {
+		if h := v.handles[m.handle]; h != nil && h.onHost {
+			host = append(host, onHost{at, m.size, h.ordinal})
+		}
+	})
+	v.mu.Unlock()
+	for _, r := range host {
+		if rc := v.grantCPU(r.at, r.size); rc != interpose.Success {
+			if !v.noCPU.Swap(true) {
+				c.mem.hostPlacedCPURefused(r.ordinal, rc)
+			}
+			return
+		}
+	}
+}
+
+// within calls f for each mapping within [p, p+size); v.mu is held, and f
+// may forget the mapping. cuMemUnmap and cuMemSetAccess take whole mappings
+// only, so they lie end to end from p: one look-up each, where a scan of
+// every mapping per call would make a large range handled granule by
+// granule quadratic. A gap (a mapping made while the core was not
+// listening) falls back to that scan for the rest of the range.
+func (v *vmmLedger) within(p interpose.DevicePtr, size uint64, f func(at interpose.DevicePtr, m mapping)) {
 	end := p + interpose.DevicePtr(size)
 	start := p
 	for start < end {
@@ -109,7 +156,7 @@ func (c *Core) VMMUnmapped(p interpose.DevicePtr, size uint64) {
 		if !ok {
 			break
 		}
-		c.unmapped(start, m)
+		f(start, m)
 		start += interpose.DevicePtr(m.size)
 	}
 	if start >= end {
@@ -117,7 +164,7 @@ func (c *Core) VMMUnmapped(p interpose.DevicePtr, size uint64) {
 	}
 	for at, m := range v.mappings {
 		if start <= at && at < end {
-			c.unmapped(at, m)
+			f(at, m)
 		}
 	}
 }

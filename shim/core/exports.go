@@ -366,6 +366,13 @@ func spillway_core_vmm_unmapped(ptr, size C.uint64_t) (rc C.int32_t) {
 	return C.CUDA_SUCCESS
 }
 
+//export spillway_core_vmm_accessed
+func spillway_core_vmm_accessed(ptr, size C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuMemSetAccess")
+	running().VMMAccessed(interpose.DevicePtr(ptr), uint64(size))
+	return C.CUDA_SUCCESS
+}
+
 //export spillway_core_address_range
 func spillway_core_address_range(ptr C.uint64_t, held *C.int32_t, base, size *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemGetAddressRange")

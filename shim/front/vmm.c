@@ -86,7 +86,8 @@ static CUresult cuda_refusal(size_t size, const CUmemAllocationProp *prop, unsig
  * (SPILLWAY_TAKE_VMM_HOST is admitted within the host limit, or refused and
  * reported), it is made host-located on NUMA node 0, as the pool's own
  * spilled granules are: the application maps it and sets the device's
- * access as it would for device memory. A request CUDA itself refuses gets
+ * access as it would for device memory (cuMemSetAccess below adds the
+ * CPU's). A request CUDA itself refuses gets
  * CUDA's error, not the quota's, and no refusal is reported. Host-located
  * memory the application asks for, and calls while the core is not running,
  * pass through uncounted; the others reach the core only once it runs and
@@ -204,6 +205,34 @@ EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
     CUresult rc = real_unmap(ptr, size);
     if (vmm_heard(rc))
         core.vmm_unmapped((uint64_t)ptr, size);
+    pthread_mutex_unlock(&vmm_lock);
+    return rc;
+}
+
+/* Whether desc names devices only, as a grant for device memory does. */
+static int devices_only(const CUmemAccessDesc *desc, size_t count)
+{
+    for (size_t i = 0; i < count; i++)
+        if (desc[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE)
+            return 0;
+    return 1;
+}
+
+/*
+ * The program's grant is made as it asked. Memory cuMemCreate placed on the
+ * host for oversubscription, which CUDA's pointer queries call host memory,
+ * is then granted to the CPU too (by the core), as the program may read it
+ * with the CPU as host memory, unless the program named the CPU's access
+ * itself.
+ */
+EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
+                               size_t count)
+{
+    REAL(real_set_access, cu_mem_set_access);
+    pthread_mutex_lock(&vmm_lock);
+    CUresult rc = real_set_access(ptr, size, desc, count);
+    if (vmm_heard(rc) && devices_only(desc, count))
+        core.vmm_accessed((uint64_t)ptr, size);
     pthread_mutex_unlock(&vmm_lock);
     return rc;
 }

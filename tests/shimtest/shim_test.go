@@ -107,7 +107,7 @@ func TestExportSurface(t *testing.T) {
 		"cuMemFreeAsync_ptsz", "cuMemFree_v2", "cuMemGetAddressRange_v2", "cuMemGetInfo_v2",
 		"cuMemImportFromShareableHandle",
 		"cuMemMap", "cuMemPoolCreate", "cuMemPoolDestroy", "cuMemPoolGetAttribute",
-		"cuMemPoolSetAttribute", "cuMemPoolTrimTo", "cuMemRelease", "cuMemRetainAllocationHandle", "cuMemUnmap",
+		"cuMemPoolSetAttribute", "cuMemPoolTrimTo", "cuMemRelease", "cuMemRetainAllocationHandle", "cuMemSetAccess", "cuMemUnmap",
 		"cuMipmappedArrayCreate", "cuMipmappedArrayDestroy", "cuPointerGetAttribute", "cuPointerGetAttributes",
 		"cuStreamBeginCapture_v2", "cuStreamBeginCapture_v2_ptsz", "cuStreamDestroy_v2",
 		"cuStreamEndCapture", "cuStreamEndCapture_ptsz",

@@ -65,6 +65,79 @@ func TestExpandableSegmentsOversubscribed(t *testing.T) {
 	}
 }
 
+// hostPlacedNoCPULine is what the core logs once when the driver refuses
+// the CPU the program's cuMemCreate memory placed on the host.
+const hostPlacedNoCPULine = "the CPU cannot reach the program's cuMemCreate memory placed on the host"
+
+// runHostPlaced runs ctxvmm under an 8 MiB quota (4 granules) with
+// oversubscription into 16 MiB of host memory, and vars.
+func runHostPlaced(t *testing.T, vars []string, ops ...string) harness.Result {
+	env := append([]string{"SPILLWAY_MEMORY_LIMIT=8MiB", "SPILLWAY_VMM=0", "SPILLWAY_OVERSUBSCRIBE=1", "SPILLWAY_HOST_LIMIT=16MiB"}, vars...)
+	res := harness.Run(t, harness.Shimmed(t, env, ctxvmm(t, false), ops...))
+	if res.ExitCode != 0 {
+		t.Fatalf("the program died (exit %d, -1 for a signal such as SIGSEGV)\nstdout:\n%s\nstderr:\n%s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	return res
+}
+
+// TestVMMHostPlacedReachableByCPU: the program's cuMemCreate placed on the
+// host beyond the quota is host memory to CUDA's pointer queries, so a
+// CUDA-aware library (MPI) writes it with the CPU at its address: the
+// program granted only its device access, and the shim adds the CPU's to
+// each host-placed mapping the grant covers, whether the grant is one per
+// granule or one over a run that mixes device and host granules (which the
+// driver refuses the CPU for device memory). A program that names the CPU's
+// access itself gets what it named.
+func TestVMMHostPlacedReachableByCPU(t *testing.T) {
+	const deviceMemory, hostMemory = 2, 1 // CU_MEMORYTYPE_DEVICE, _HOST
+	const protRead = 1                    // CU_MEM_ACCESS_FLAGS_PROT_READ
+	// 4 granules on the device, 2 on the host, each granted as mapped; then
+	// 4 more on the host, mapped bare and granted with the 6 before them.
+	res := runHostPlaced(t, nil, "r", "1G", "g", "6", "u", "0", "u", "4", "u", "5", "j", "10", "u", "9", "w",
+		"k", "8", "1", "s", "10")
+	out := harness.ParseOutput(res.Stdout)
+	checkSteps(t, out, []step{{"g", 0, cuSuccess}, {"j", 0, cuSuccess}, {"w", 0, cuSuccess}, {"k", 0, cuSuccess}, {"s", 0, cuSuccess}})
+	if flags := out.Num(t, "k", 0, 2); flags != protRead {
+		t.Errorf("the program granted the CPU read access to a host-placed granule, and it has %d, want %d", flags, protRead)
+	}
+	if grown := out.Num(t, "j", 0, 2); grown != 10 {
+		t.Fatalf("grew %d granules, want 10 (4 on the device, 6 on the host)", grown)
+	}
+	for i, want := range []uint64{deviceMemory, hostMemory, hostMemory, hostMemory} {
+		if rc, typ, wrong := out.Code(t, "u", i), out.Num(t, "u", i, 2), out.Num(t, "u", i, 3); rc != cuSuccess || typ != want || wrong != 0 {
+			t.Errorf("granule query #%d: rc %d, memory type %d, %d bytes read wrong; want 0, %d, 0", i, rc, typ, wrong, want)
+		}
+	}
+	if wrong := out.Num(t, "w", 0, 2); wrong != 0 {
+		t.Errorf("copy over the grown range read %d bytes wrong", wrong)
+	}
+	if strings.Contains(res.Stderr, hostPlacedNoCPULine) {
+		t.Errorf("the shim says the CPU cannot reach host-placed memory, where the driver grants it:\n%s", res.Stderr)
+	}
+}
+
+// TestVMMHostPlacedWithoutCPUAccess: a driver that refuses the CPU
+// host-located memory (SIMCUDA_NO_HOST_ACCESS=1) still grants the program
+// what it asked, the device's access, and the shim says once what that
+// means.
+func TestVMMHostPlacedWithoutCPUAccess(t *testing.T) {
+	res := runHostPlaced(t, []string{"SIMCUDA_NO_HOST_ACCESS=1"}, "r", "1G", "g", "6", "j", "8", "w", "s", "8")
+	out := harness.ParseOutput(res.Stdout)
+	checkSteps(t, out, []step{{"g", 0, cuSuccess}, {"j", 0, cuSuccess}, {"w", 0, cuSuccess}, {"s", 0, cuSuccess}})
+	if grown := out.Num(t, "j", 0, 2); grown != 8 {
+		t.Errorf("grew %d granules, want 8 (4 on the device, 4 on the host)", grown)
+	}
+	if wrong := out.Num(t, "w", 0, 2); wrong != 0 {
+		t.Errorf("copy over the grown range read %d bytes wrong", wrong)
+	}
+	if n := strings.Count(res.Stderr, hostPlacedNoCPULine); n != 1 {
+		t.Errorf("the shim said %d times that the CPU cannot reach host-placed memory, want once:\n%s", n, res.Stderr)
+	}
+	if !strings.Contains(res.Stderr, "SPILLWAY_OVERSUBSCRIBE") {
+		t.Errorf("the warning does not name SPILLWAY_OVERSUBSCRIBE, which keeps such memory off the host:\n%s", res.Stderr)
+	}
+}
+
 // TestVMMHostPlacementFails: where the driver cannot create a refused
 // cuMemCreate on the host, the quota's refusal stands and the host limit
 // gets its bytes back: a later growth still reaches the host limit.

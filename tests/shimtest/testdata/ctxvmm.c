@@ -25,10 +25,20 @@
  *   K MAP    cuMemRetainAllocationHandle at mapping MAP -> "K RC H"
  *   g N      grows: cuMemCreate and map 2 MiB granules at the end of the
  *            range until N are mapped or one is refused -> "g RC MAPPED"
+ *   j N      grows as g does, mapping each granule without access, then grants
+ *            device 0 read-write to every grown granule with one cuMemSetAccess
+ *                                             -> "j RC MAPPED"
  *   s N      shrinks: unmaps and releases the last N granules -> "s RC MAPPED"
  *   w        writes a pattern over the grown granules and reads it back
  *                                             -> "w RC WRONG" (bytes read wrong)
  *   h N      where the Nth grown granule's memory lives -> "h RC LOCATION_TYPE"
+ *   u N      the Nth grown granule as a CUDA-aware library treats it: its
+ *            CU_POINTER_ATTRIBUTE_MEMORY_TYPE, and where that is host memory, a
+ *            pattern written with the CPU at its address and read back with
+ *            cuMemcpyDtoH_v2 -> "u RC TYPE WRONG" (bytes read wrong)
+ *   k N FLAGS  cuMemSetAccess of the Nth grown granule for device 0 read-write
+ *            and the CPU (host NUMA node 0) FLAGS, then cuMemGetAccess of the
+ *            CPU's -> "k RC FLAGS"
  *   x SIZE   cuMemCreate on device 0 exportable as a file descriptor -> "x RC H"
  *   E H      cuMemExportToShareableHandle of handle H as a descriptor -> "E RC D"
  *   J D      cuMemImportFromShareableHandle of descriptor D -> "J RC H"
@@ -160,11 +170,8 @@ static CUmemAllocationProp device_prop(void)
     return prop;
 }
 
-static CUresult map_rw(CUdeviceptr at, size_t size, CUmemGenericAllocationHandle h)
+static CUresult grant_rw(CUdeviceptr at, size_t size)
 {
-    CUresult rc = cuMemMap(at, size, 0, h, 0);
-    if (rc != CUDA_SUCCESS)
-        return rc;
     CUmemAccessDesc access;
     memset(&access, 0, sizeof access);
     access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
@@ -173,7 +180,15 @@ static CUresult map_rw(CUdeviceptr at, size_t size, CUmemGenericAllocationHandle
     return cuMemSetAccess(at, size, &access, 1);
 }
 
-static CUresult grow(int want)
+static CUresult map_rw(CUdeviceptr at, size_t size, CUmemGenericAllocationHandle h)
+{
+    CUresult rc = cuMemMap(at, size, 0, h, 0);
+    return rc == CUDA_SUCCESS ? grant_rw(at, size) : rc;
+}
+
+/* Grows the range to want granules, each granted to device 0 as it is mapped
+ * (grant_each) or left without access. */
+static CUresult grow(int want, int grant_each)
 {
     CUmemAllocationProp prop = device_prop();
     while (ngrown < want) {
@@ -181,7 +196,9 @@ static CUresult grow(int want)
         CUresult rc = cuMemCreate(&h, GRANULE, &prop, 0);
         if (rc != CUDA_SUCCESS)
             return rc;
-        if ((rc = map_rw(range + (size_t)ngrown * GRANULE, GRANULE, h)) != CUDA_SUCCESS)
+        CUdeviceptr at = range + (size_t)ngrown * GRANULE;
+        rc = grant_each ? map_rw(at, GRANULE, h) : cuMemMap(at, GRANULE, 0, h, 0);
+        if (rc != CUDA_SUCCESS)
             return rc;
         grown[ngrown++] = h;
     }
@@ -340,8 +357,15 @@ int main(int argc, char **argv)
             i++;
             break;
         case 'g':
-            rc = grow(atoi(a));
+            rc = grow(atoi(a), 1);
             printf("g %d %d\n", rc, ngrown);
+            i++;
+            break;
+        case 'j':
+            rc = grow(atoi(a), 0);
+            if (rc == CUDA_SUCCESS)
+                rc = grant_rw(range, (size_t)ngrown * GRANULE);
+            printf("j %d %d\n", rc, ngrown);
             i++;
             break;
         case 's':
@@ -374,6 +398,44 @@ int main(int argc, char **argv)
             rc = cuMemGetAllocationPropertiesFromHandle(&prop, grown[atoi(a)]);
             printf("h %d %d\n", rc, (int)prop.location.type);
             i++;
+            break;
+        }
+        case 'u': {
+            CUdeviceptr at = range + (size_t)atoi(a) * GRANULE;
+            unsigned int type = 0;
+            size_t wrong = 0;
+            rc = cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, at);
+            if (rc == CUDA_SUCCESS && type == CU_MEMORYTYPE_HOST) {
+                unsigned char *cpu = (unsigned char *)(uintptr_t)at, *in = malloc(GRANULE);
+                if (!in) {
+                    fprintf(stderr, "ctxvmm: no memory for %zu bytes\n", GRANULE);
+                    return 2;
+                }
+                for (size_t k = 0; k < GRANULE; k++)
+                    cpu[k] = (unsigned char)(k * 7 + 3);
+                rc = cuMemcpyDtoH_v2(in, at, GRANULE);
+                for (size_t k = 0; rc == CUDA_SUCCESS && k < GRANULE; k++)
+                    wrong += in[k] != (unsigned char)(k * 7 + 3);
+                free(in);
+            }
+            printf("u %d %u %zu\n", rc, type, wrong);
+            i++;
+            break;
+        }
+        case 'k': {
+            CUdeviceptr at = range + (size_t)atoi(a) * GRANULE;
+            CUmemAccessDesc access[2];
+            memset(access, 0, sizeof access);
+            access[0].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+            access[0].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+            access[1].location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+            access[1].flags = (CUmemAccess_flags)atoi(b);
+            unsigned long long flags = 0;
+            rc = cuMemSetAccess(at, GRANULE, access, 2);
+            if (rc == CUDA_SUCCESS)
+                rc = cuMemGetAccess(&flags, &access[1].location, at);
+            printf("k %d %llu\n", rc, flags);
+            i += 2;
             break;
         }
         case 'x': {
