@@ -523,8 +523,16 @@ func TestContaining(t *testing.T) {
 			t.Errorf("Containing(%#x) = %+v live %v held %v, want base %#x size %d", q.ptr, a, live, held, q.base, q.size)
 		}
 	}
-	if _, live, held := h.p.Containing(freed + 100); live || !held {
-		t.Errorf("Containing(a freed block) live %v held %v, want held and not live", live, held)
+	for _, ptr := range []uint64{freed, freed + 100} { // freed starts where mid's bytes end
+		if _, live, held := h.p.Containing(ptr); live || !held {
+			t.Errorf("Containing(%#x, in a freed block) live %v held %v, want held and not live", ptr, live, held)
+		}
+	}
+	// A huge block is handed out whole, its segment rounded up to 2 MiB:
+	// the bytes past the request are in no allocation.
+	huge := h.mustAlloc(15 * miB)
+	if a, live, held := h.p.Containing(huge + 15*miB); live || !held {
+		t.Errorf("Containing(past the request in a huge block) = %+v live %v held %v, want held and not live", a, live, held)
 	}
 	if _, live, held := h.p.Containing(1); live || held {
 		t.Errorf("Containing(1) live %v held %v, want neither", live, held)
@@ -538,11 +546,23 @@ func TestContaining(t *testing.T) {
 			continue
 		}
 		spilled++
-		if _, live, held := spilling.p.Containing(p + miB); live || held {
-			t.Errorf("Containing(inside a block spilled whole) live %v held %v, want neither", live, held)
+		for _, ptr := range []uint64{p, p + miB} {
+			if _, live, held := spilling.p.Containing(ptr); live || held {
+				t.Errorf("Containing(%#x, in a block spilled whole at %#x) live %v held %v, want neither", ptr, p, live, held)
+			}
 		}
 	}
 	if spilled == 0 {
 		t.Fatal("no block spilled beyond the quota")
+	}
+
+	opt := pool.DefaultOptions(64 * miB)
+	opt.Pooling = false
+	passing := newHarness(t, pooltest.New(0), opt)
+	through := passing.mustAlloc(4096)
+	for _, ptr := range []uint64{through, through + 100} {
+		if _, live, held := passing.p.Containing(ptr); live || held {
+			t.Errorf("Containing(%#x, in a block passed through at %#x) live %v held %v, want neither", ptr, through, live, held)
+		}
 	}
 }
