@@ -354,8 +354,15 @@ func TestDriverInvalidAllocationsGetCUDAsAnswer(t *testing.T) {
 // block's, as CUDA reports a cuMemAlloc's, not the pool's segment or granule
 // the block was cut from: start at the pointer the allocation returned, size
 // the request rounded up to 512 bytes. A pointer into pool memory that no
-// live block holds is answered as CUDA answers freed memory. Checked with
-// fixed segments, with virtual memory, for a block partly spilled to host
+// live block holds is answered as CUDA answers freed memory. Outputs CUDA
+// lets a program leave NULL (the base or the size of
+// cuMemGetAddressRange_v2, an entry of cuPointerGetAttributes' data) are
+// left alone, and cuPointerGetAttribute into NULL is CUDA's error. Neither
+// a block nor freed pool memory can be shared (cuIpcGetMemHandle,
+// IS_LEGACY_CUDA_IPC_CAPABLE) or has a handle of its own
+// (cuMemRetainAllocationHandle). A pointer outside the pool, asked before
+// the first allocation as after, gets CUDA's answer. Checked with fixed
+// segments, with virtual memory, for a block partly spilled to host
 // granules and for one spilled whole (managed memory of its own).
 func TestPooledAddressRange(t *testing.T) {
 	const cuNotFound, cuInvalidValue = 500, 1
@@ -386,11 +393,17 @@ func TestPooledAddressRange(t *testing.T) {
 			[]query{{"0", "1M", 60 << 20}, {"1", "15M", 16 << 20}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			args := append([]string{}, tc.ops...)
+			args := append([]string{"w"}, tc.ops...)
 			for _, q := range tc.queries {
-				args = append(args, "q", q.slot, q.offset, "u", q.slot, q.offset)
+				args = append(args, "q", q.slot, q.offset, "u", q.slot, q.offset, "o", q.slot, q.offset, "k", q.slot, q.offset)
 			}
-			_, out := harness.RunOK(t, harness.Shimmed(t, tc.env, prog, args...))
+			_, out := harness.RunOK(t, harness.Shimmed(t, tc.env, prog, append(args, "w")...))
+			for i := range 2 {
+				if w, want := out.Line(t, "w", i), []string{"w", "500", "1", "1"}; !slices.Equal(w, want) {
+					t.Errorf("cuMemGetAddressRange_v2, RANGE_SIZE and IS_LEGACY_CUDA_IPC_CAPABLE of a stack address "+
+						"(%s): %v, want %v, CUDA's answers for memory it does not know", []string{"before any allocation", "at the end"}[i], w, want)
+				}
+			}
 			for i := 0; i < out.Count("m"); i++ {
 				if rc := out.Code(t, "m", i); rc != cuSuccess {
 					t.Fatalf("cuMemAlloc_v2 #%d: %d\n%v", i, rc, out)
@@ -400,7 +413,15 @@ func TestPooledAddressRange(t *testing.T) {
 				where := "slot " + q.slot + " + " + q.offset
 				rc, base, size := out.Code(t, "q", i), int64(out.Num(t, "q", i, 2)), int64(out.Num(t, "q", i, 3))
 				u := out.Line(t, "u", i)
+				if k, want := out.Line(t, "k", i), []string{"k", "1", "0", "0", "0", "0", "1"}; !slices.Equal(k, want) {
+					t.Errorf("cuIpcGetMemHandle, IS_LEGACY_CUDA_IPC_CAPABLE (cuPointerGetAttribute, then "+
+						"cuPointerGetAttributes) and cuMemRetainAllocationHandle of %s: %v, want %v", where, k, want)
+				}
+				o := out.Line(t, "o", i)
 				if q.size == 0 {
+					if got, want := []string{o[1], o[3], o[5], o[6], o[7], o[8]}, []string{"500", "500", "1", "1", "0", "0"}; !slices.Equal(got, want) {
+						t.Errorf("range queries of freed %s with NULL outputs: %v, want rc %v", where, o, want)
+					}
 					if rc != cuNotFound {
 						t.Errorf("cuMemGetAddressRange_v2 of freed %s: %d, want CUDA_ERROR_NOT_FOUND", where, rc)
 					}
@@ -418,6 +439,12 @@ func TestPooledAddressRange(t *testing.T) {
 				want := []string{"u", "0", "0", fmt.Sprint(q.size), "0", "0", fmt.Sprint(q.size)}
 				if !slices.Equal(u, want) {
 					t.Errorf("range attributes of %s: %v, want %v (cuPointerGetAttribute, then cuPointerGetAttributes)", where, u, want)
+				}
+				want = []string{"o", "0", fmt.Sprint(q.size), "0", "0", "1", "1", "0", fmt.Sprint(q.size)}
+				if !slices.Equal(o, want) {
+					t.Errorf("range queries of %s with NULL outputs: %v, want %v (cuMemGetAddressRange_v2 without "+
+						"the base, then without the size; cuPointerGetAttribute into NULL of RANGE_START_ADDR and "+
+						"IS_LEGACY_CUDA_IPC_CAPABLE; cuPointerGetAttributes with only RANGE_SIZE's data)", where, o, want)
 				}
 			}
 		})

@@ -53,6 +53,22 @@
  *            and RANGE_SIZE, asked of cuPointerGetAttribute (RC, the first
  *            error of the two) and of cuPointerGetAttributes (RCS)
  *                                 -> "u RC BASE SIZE RCS BASE SIZE"
+ *   o SLOT OFFSET  the range queries with outputs left NULL, as CUDA allows
+ *            some: cuMemGetAddressRange_v2 without a base (RC SIZE), then
+ *            without a size (RC BASE, less the slot's address);
+ *            cuPointerGetAttribute into NULL of RANGE_START_ADDR and of
+ *            IS_LEGACY_CUDA_IPC_CAPABLE (RC RC); cuPointerGetAttributes of
+ *            RANGE_START_ADDR, RANGE_SIZE and IS_LEGACY_CUDA_IPC_CAPABLE
+ *            with the first and last data NULL (RCS SIZE)
+ *                                 -> "o RC SIZE RC BASE RC RC RCS SIZE"
+ *   k SLOT OFFSET  cuIpcGetMemHandle (RC), IS_LEGACY_CUDA_IPC_CAPABLE of
+ *            cuPointerGetAttribute (RC CAPABLE) and of cuPointerGetAttributes
+ *            (RCS CAPABLE), -1 if unwritten, and cuMemRetainAllocationHandle
+ *            (RC, the handle released again)
+ *                                 -> "k RC RC CAPABLE RCS CAPABLE RC"
+ *   w        cuMemGetAddressRange_v2, and cuPointerGetAttribute of RANGE_SIZE
+ *            and of IS_LEGACY_CUDA_IPC_CAPABLE, of an address on the stack
+ *                                 -> "w RC RC RC"
  * SIZE takes K, M, G suffixes (binary).
  */
 #include <dlfcn.h>
@@ -113,6 +129,40 @@ static CUresult range_attributes(CUdeviceptr p, size_t offset, int attributes, C
     CUresult rc = cuPointerGetAttribute(start, which[0], p + offset);
     CUresult rc_size = cuPointerGetAttribute(size, which[1], p + offset);
     return rc != CUDA_SUCCESS ? rc : rc_size;
+}
+
+/* Op o: the range queries of p with outputs left NULL. */
+static void null_outputs(CUdeviceptr p, CUdeviceptr at)
+{
+    CUdeviceptr base = 0;
+    size_t size = 0, sizes = 0;
+    CUresult rc_no_base = cuMemGetAddressRange_v2(NULL, &size, p);
+    CUresult rc_no_size = cuMemGetAddressRange_v2(&base, NULL, p);
+    CUresult rc_start = cuPointerGetAttribute(NULL, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, p);
+    CUresult rc_ipc = cuPointerGetAttribute(NULL, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, p);
+    CUpointer_attribute which[] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                   CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE};
+    void *data[] = {NULL, &sizes, NULL};
+    CUresult rcs = cuPointerGetAttributes(3, which, data, p);
+    printf("o %d %zu %d %lld %d %d %d %zu\n", rc_no_base, size, rc_no_size, (long long)(base - at), rc_start,
+           rc_ipc, rcs, sizes);
+}
+
+/* Op k: what the IPC calls and cuMemRetainAllocationHandle answer for p. */
+static void ipc_queries(CUdeviceptr p)
+{
+    CUipcMemHandle handle;
+    CUresult rc_ipc = cuIpcGetMemHandle(&handle, p);
+    int capable = -1, capables = -1;
+    CUpointer_attribute which = CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE;
+    void *data[] = {&capables};
+    CUresult rc_capable = cuPointerGetAttribute(&capable, which, p);
+    CUresult rcs = cuPointerGetAttributes(1, &which, data, p);
+    CUmemGenericAllocationHandle retained = 0;
+    CUresult rc_retain = cuMemRetainAllocationHandle(&retained, (void *)(uintptr_t)p);
+    if (rc_retain == CUDA_SUCCESS)
+        cuMemRelease(retained);
+    printf("k %d %d %d %d %d %d\n", rc_ipc, rc_capable, capable, rcs, capables, rc_retain);
 }
 
 static int keep(CUdeviceptr p)
@@ -288,6 +338,23 @@ int main(int argc, char **argv)
             printf("u %d %lld %zu %d %lld %zu\n", rc, (long long)(start - at), size, rcs,
                    (long long)(starts - at), sizes);
             i += 2;
+            break;
+        }
+        case 'o':
+            null_outputs(slot_arg(arg) + size_arg(i + 2 < argc ? argv[i + 2] : "0"), slot_arg(arg));
+            i += 2;
+            break;
+        case 'k':
+            ipc_queries(slot_arg(arg) + size_arg(i + 2 < argc ? argv[i + 2] : "0"));
+            i += 2;
+            break;
+        case 'w': {
+            CUdeviceptr stack = (CUdeviceptr)(uintptr_t)&free, base = 0;
+            size_t size = 0;
+            int capable = -1;
+            rc = cuMemGetAddressRange_v2(&base, &total, stack);
+            printf("w %d %d %d\n", rc, cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, stack),
+                   cuPointerGetAttribute(&capable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, stack));
             break;
         }
 #ifdef WITH_RUNTIME
