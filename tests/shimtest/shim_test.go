@@ -248,6 +248,31 @@ func TestPitchPaddingCounts(t *testing.T) {
 	}
 }
 
+// TestPitchedAllocationsAsCUDA: cudaMallocPitch and cuMemAllocPitch_v2
+// under a quota answer as CUDA does without the shim: the pitch it picks
+// for a served allocation, and its own errors for rows of no bytes or of
+// so many that padding them to a pitch overflows, in the primary context
+// and in a created one (whose quota takes the widest pitch CUDA may pick).
+func TestPitchedAllocationsAsCUDA(t *testing.T) {
+	const widest, nearly = "18446744073709551615", "18446744073709551105" // 2^64-1, 2^64-511
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}
+	for _, prog := range []struct {
+		path string
+		ops  []string
+	}{
+		{cudaops(t), []string{"p", "0", "10", "p", nearly, "1", "p", widest, "3", "p", "1000", "2"}},
+		{drvops(t, ""), []string{"P", "0", "10", "4", "P", nearly, "1", "4", "P", widest, "3", "4", "P", "1000", "2", "4"}},
+		{ctxvmm(t, true), []string{"C", "p", "0", "10", "p", nearly, "1", "p", "1000", "2", // in a created context
+			"W", "0", "10", "W", nearly, "1", "W", widest, "3", "W", "1000", "2"}},
+	} {
+		_, plain := harness.RunOK(t, harness.Command(t, prog.path, prog.ops...))
+		_, shimmed := harness.RunOK(t, harness.Shimmed(t, env, prog.path, prog.ops...))
+		if !slices.EqualFunc(plain, shimmed, slices.Equal) {
+			t.Errorf("%s %v: %v under the shim, want CUDA's %v", filepath.Base(prog.path), prog.ops, shimmed, plain)
+		}
+	}
+}
+
 // TestMalloc3DCounts: cudaMalloc3D, which the shim does not interpose,
 // counts against the quota through the driver allocation the runtime makes
 // for it: refused beyond it, given back by cudaFree.
