@@ -5,6 +5,7 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
@@ -397,7 +398,10 @@ func TestPooledAddressRange(t *testing.T) {
 			for _, q := range tc.queries {
 				args = append(args, "q", q.slot, q.offset, "u", q.slot, q.offset, "o", q.slot, q.offset, "k", q.slot, q.offset)
 			}
-			_, out := harness.RunOK(t, harness.Shimmed(t, tc.env, prog, append(args, "w")...))
+			res, out := harness.RunOK(t, harness.Shimmed(t, tc.env, prog, append(args, "w")...))
+			if strings.Contains(res.Stderr, "internal error") {
+				t.Errorf("the range queries logged an internal error:\n%s", res.Stderr)
+			}
 			for i := range 2 {
 				if w, want := out.Line(t, "w", i), []string{"w", "500", "1", "1"}; !slices.Equal(w, want) {
 					t.Errorf("cuMemGetAddressRange_v2, RANGE_SIZE and IS_LEGACY_CUDA_IPC_CAPABLE of a stack address "+
