@@ -33,9 +33,12 @@ func TestNVMLQuota(t *testing.T) {
 	if used := plain.Num(t, "v1", 0, 3); used != harness.NVMLReserved+24<<20 {
 		t.Errorf("without a quota, NVML's used is %d, want the driver's reserve, 16 MiB allocated and the 8 MiB context", used)
 	}
-	for _, op := range []string{"p", "q"} {
+	for _, op := range []string{"p", "p2", "q"} {
 		if own := int64(limited.Num(t, op, 0, 2)); own != 16<<20 {
 			t.Errorf("%s: the process's own entry shows %d bytes, want the 16 MiB Spillway counts", op, own)
+		}
+		if own := int64(plain.Num(t, op, 0, 2)); own != 24<<20 {
+			t.Errorf("%s without a quota: the process's own entry shows %d bytes, want NVML's: 16 MiB allocated and the 8 MiB context", op, own)
 		}
 	}
 	// BAR1: no more than the quota, within which NVML's own figures.
