@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -134,6 +135,7 @@ func TestBadVariables(t *testing.T) {
 		{"SPILLWAY_MEMORY_LIMIT_+1=1GiB", "ordinal"},
 		{"SPILLWAY_MEMORY_LIMIT_ 1=1GiB", "ordinal"},
 		{"SPILLWAY_MEMORY_LIMIT_99999=1GiB", "ordinal from 0 to 1023"},
+		{"SPILLWAY_MEMORY_LIMIT_1024=1GiB", "ordinal from 0 to 1023"},
 		{"SPILLWAY_LOG_LEVEL=verbose", "error, warn, info, debug"},
 		{"SPILLWAY_LOG_LEVEL=", "error, warn, info, debug"},
 		{"SPILLWAY_LOG_FORMAT=xml", "text or json"},
@@ -157,6 +159,24 @@ func TestBadVariables(t *testing.T) {
 		var cerr *Error
 		if !errors.As(err, &cerr) || !strings.Contains(err.Error(), tc.mention) || !strings.Contains(err.Error(), "valid example") {
 			t.Errorf("%s: got %v, want an error mentioning %q", tc.env, err, tc.mention)
+		}
+	}
+}
+
+// TestDeviceOrdinals: a device quota's variable names any ordinal from 0 to
+// 1023, in digits, and the quota is that device's.
+func TestDeviceOrdinals(t *testing.T) {
+	cfg, err := Parse([]string{"SPILLWAY_MEMORY_LIMIT_0=1GiB", "SPILLWAY_MEMORY_LIMIT_10=2GiB", "SPILLWAY_MEMORY_LIMIT_1023=3GiB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int]uint64{0: 1 << 30, 10: 2 << 30, 1023: 3 << 30}
+	if got := cfg.Ordinals(); !slices.Equal(got, []int{0, 10, 1023}) {
+		t.Errorf("ordinals %v, want [0 10 1023]", got)
+	}
+	for ordinal, bytes := range want {
+		if l := cfg.DeviceLimits[ordinal]; l.Bytes != bytes {
+			t.Errorf("device %d: quota %+v, want %d bytes", ordinal, l, bytes)
 		}
 	}
 }
