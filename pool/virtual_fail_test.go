@@ -141,6 +141,11 @@ func TestVirtualFailedHostReleaseKeepsTheGranule(t *testing.T) {
 	if st := h.p.Stats(); st.SpilledBytes != granule || f.HostBytes() != granule {
 		t.Fatalf("after the failed host release: %d bytes spilled, host holds %d; want the granule still counted", st.SpilledBytes, f.HostBytes())
 	}
+	// The device granule is the live block's: the granule left on the host
+	// is no device memory cudaMemGetInfo may report free.
+	if st := h.p.Stats(); st.CachedBytes != 0 {
+		t.Errorf("after the failed host release: %d bytes cached, want none", st.CachedBytes)
+	}
 	obs.check(t, f, "after the failed host release") // unmapped: no longer a spilled range
 	h.closeVirtual()
 }
