@@ -134,6 +134,47 @@ func (h *harness) liveOldest(blocks map[uint64]uint64) uint64 {
 	return oldest
 }
 
+// TestMigrateDemotedFreeBytesAreNotCached: a granule demoted while only
+// part of it is live holds the rest on the host: the cache (what
+// cudaMemGetInfo adds to free) is the device memory no live block uses,
+// after the demotion and after the promotion that brings it back.
+func TestMigrateDemotedFreeBytesAreNotCached(t *testing.T) {
+	h, f, _ := migrateHarness(t)
+	h.mustAlloc(granule + granule/2)
+	freed := h.mustAlloc(granule + granule/2)
+	h.mustAlloc(2 * granule)
+	h.mustFree(freed) // the first block's second granule is half free
+	h.appSync()
+	checkCachedIsDeviceFree := func(when string) {
+		t.Helper()
+		host := f.HostGranules()
+		var onDevice uint64
+		for base, size := range h.live {
+			for va := base; va < base+size; va = (va + granule) &^ (granule - 1) {
+				if !host[va&^(granule-1)] {
+					onDevice += min(base+size, (va+granule)&^(granule-1)) - va
+				}
+			}
+		}
+		if st := h.p.Stats(); st.CachedBytes != st.ReservedBytes-onDevice {
+			t.Errorf("%s: %d bytes cached, want the %d reserved less the %d live on the device (host granules %v)",
+				when, st.CachedBytes, st.ReservedBytes, onDevice, host)
+		}
+	}
+	h.mustFree(h.mustAlloc(6 * granule)) // spills: the oldest granules make room
+	h.appSync()
+	if !f.HostGranules()[h.liveOldest(h.live)+granule] {
+		t.Fatalf("the half-free granule was not demoted: host granules %v", f.HostGranules())
+	}
+	checkCachedIsDeviceFree("after the demotion")
+	h.appSync()
+	if len(f.HostGranules()) != 0 {
+		t.Fatalf("host granules %v left after an interval without spills", f.HostGranules())
+	}
+	checkCachedIsDeviceFree("after the promotion")
+	h.closeVirtual()
+}
+
 // TestMigrateNotWhileFreesWait: a block freed while the synchronization ran
 // (by another thread, whose work may still be queued) stops every move at
 // its end; the next synchronization moves.
