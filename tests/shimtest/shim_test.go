@@ -976,3 +976,40 @@ func TestNoEscapeWhileTheCoreStarts(t *testing.T) {
 		t.Errorf("an allocation while the core starts, over the quota: %v", out)
 	}
 }
+
+// The README's list of the calls the shim interposes (its "Running a
+// program under Spillway" paragraph) names every CUDA and NVML function the
+// front exports, so that a reader looking for a call finds it there. A name
+// may be written with its variants in brackets (cuMemAllocAsync[_ptsz],
+// nvmlDeviceGetComputeRunningProcesses[_v2|_v3]) or as a suffix after the
+// full name (`cuCtxCreate_v2`, `_v3` and `_v4`).
+func TestREADMEListsInterposedFunctions(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join(harness.Root(t), "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(readme), "## Running a program under Spillway\n")
+	if !ok {
+		t.Fatal("README.md has no section \"Running a program under Spillway\"")
+	}
+	paragraph, _, _ := strings.Cut(strings.TrimLeft(section, "\n"), "\n\n")
+	listed := map[string]bool{}
+	last := "" // the last full name, whose base a bare suffix extends
+	for _, m := range regexp.MustCompile("`([A-Za-z0-9_]*)(?:\\[([A-Za-z0-9_|]+)\\])?`").FindAllStringSubmatch(paragraph, -1) {
+		name, variants := m[1], m[2]
+		if strings.HasPrefix(name, "_") && last != "" {
+			name = regexp.MustCompile(`_[A-Za-z0-9]+$`).ReplaceAllString(last, "") + name
+		}
+		listed[name], last = true, name
+		for _, v := range strings.Split(variants, "|") {
+			listed[name+v] = true
+		}
+	}
+	for _, name := range dynamicSymbols(t, harness.Front(t)) {
+		if strings.HasPrefix(name, "cu") || strings.HasPrefix(name, "nvml") {
+			if !listed[name] {
+				t.Errorf("README's list of interposed calls does not name %s", name)
+			}
+		}
+	}
+}
