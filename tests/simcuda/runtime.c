@@ -37,7 +37,8 @@
 	X(cudaMalloc3D) X(cudaHostAlloc) X(cudaFreeHost) X(cudaHostGetDevicePointer)        \
 	X(cudaMemGetInfo) X(cudaMemcpy) X(cudaMemcpyAsync) X(cudaMemset) X(cudaMemsetAsync) \
 	X(cudaMemAdvise) X(cudaMemPrefetchAsync) X(cudaMallocAsync) X(cudaFreeAsync)        \
-	X(cudaPointerGetAttributes) X(cudaStreamCreate) X(cudaStreamCreateWithFlags)        \
+	X(cudaPointerGetAttributes) X(cudaIpcGetMemHandle) X(cudaIpcOpenMemHandle)          \
+	X(cudaIpcCloseMemHandle) X(cudaStreamCreate) X(cudaStreamCreateWithFlags)           \
 	X(cudaStreamDestroy) X(cudaStreamSynchronize) X(cudaStreamQuery)                    \
 	X(cudaStreamWaitEvent) X(cudaEventCreate) X(cudaEventCreateWithFlags)               \
 	X(cudaEventRecord) X(cudaEventQuery) X(cudaEventSynchronize)                        \
@@ -119,6 +120,9 @@ static struct driver {
 	CUresult (*MemPoolGetAttribute)(CUmemoryPool, CUmemPool_attribute, void *);
 	CUresult (*MemPoolTrimTo)(CUmemoryPool, size_t);
 	CUresult (*PointerGetAttributes)(unsigned int, CUpointer_attribute *, void **, CUdeviceptr);
+	CUresult (*IpcGetMemHandle)(CUipcMemHandle *, CUdeviceptr);
+	CUresult (*IpcOpenMemHandle)(CUdeviceptr *, CUipcMemHandle, unsigned int); /* _v2 */
+	CUresult (*IpcCloseMemHandle)(CUdeviceptr);
 	CUresult (*StreamCreate)(CUstream *, unsigned int);
 	CUresult (*StreamDestroy)(CUstream);
 	CUresult (*StreamSynchronize)(CUstream);
@@ -185,7 +189,9 @@ static const struct {
 	DRV("cuDeviceGetMemPool", DeviceGetMemPool),
 	DRV("cuMemPoolSetAttribute", MemPoolSetAttribute),
 	DRV("cuMemPoolGetAttribute", MemPoolGetAttribute), DRV("cuMemPoolTrimTo", MemPoolTrimTo),
-	DRV("cuPointerGetAttributes", PointerGetAttributes), DRV("cuStreamCreate", StreamCreate),
+	DRV("cuPointerGetAttributes", PointerGetAttributes),
+	DRV("cuIpcGetMemHandle", IpcGetMemHandle), DRV("cuIpcOpenMemHandle", IpcOpenMemHandle),
+	DRV("cuIpcCloseMemHandle", IpcCloseMemHandle), DRV("cuStreamCreate", StreamCreate),
 	DRV("cuStreamDestroy", StreamDestroy), DRV("cuStreamSynchronize", StreamSynchronize),
 	DRV("cuStreamQuery", StreamQuery), DRV("cuStreamWaitEvent", StreamWaitEvent),
 	DRV("cuEventCreate", EventCreate), DRV("cuEventRecord", EventRecord),
@@ -236,6 +242,8 @@ static cudaError_t from_driver(CUresult rc)
 	case CUDA_ERROR_NO_DEVICE: return cudaErrorNoDevice;
 	case CUDA_ERROR_INVALID_DEVICE: return cudaErrorInvalidDevice;
 	case CUDA_ERROR_INVALID_CONTEXT: return cudaErrorDeviceUninitialized;
+	case CUDA_ERROR_MAP_FAILED: return cudaErrorMapBufferObjectFailed;
+	case CUDA_ERROR_UNMAP_FAILED: return cudaErrorUnmapBufferObjectFailed;
 	case CUDA_ERROR_CONTEXT_IS_DESTROYED: return cudaErrorContextIsDestroyed;
 	case CUDA_ERROR_INVALID_HANDLE: return cudaErrorInvalidResourceHandle;
 	case CUDA_ERROR_ILLEGAL_STATE: return cudaErrorIllegalState;
@@ -1046,6 +1054,34 @@ RT_API cudaError_t cudaPointerGetAttributes(struct cudaPointerAttributes *attrib
 	 */
 	attributes->hostPointer = attributes->type == cudaMemoryTypeUnregistered ? (void *)ptr : hptr;
 	return cudaSuccess;
+}
+
+/* ---- interprocess memory handles: the driver's cuIpc* calls ---- */
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) == sizeof(CUipcMemHandle),
+	       "cudaIpcMemHandle_t is the driver's CUipcMemHandle");
+_Static_assert(cudaIpcMemLazyEnablePeerAccess == CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS,
+	       "the runtime's IPC flag is the driver's");
+
+RT_API cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)
+{
+	ENTER(cudaIpcGetMemHandle, NEED_CONTEXT);
+	return DRIVER(drv.IpcGetMemHandle((CUipcMemHandle *)handle, (CUdeviceptr)devPtr));
+}
+
+RT_API cudaError_t cudaIpcOpenMemHandle(void **devPtr, cudaIpcMemHandle_t handle, unsigned int flags)
+{
+	CUipcMemHandle h;
+
+	ENTER(cudaIpcOpenMemHandle, NEED_CONTEXT);
+	memcpy(&h, &handle, sizeof(h));
+	return DRIVER(drv.IpcOpenMemHandle((CUdeviceptr *)devPtr, h, flags));
+}
+
+RT_API cudaError_t cudaIpcCloseMemHandle(void *devPtr)
+{
+	ENTER(cudaIpcCloseMemHandle, NEED_CONTEXT);
+	return DRIVER(drv.IpcCloseMemHandle((CUdeviceptr)devPtr));
 }
 
 /* ---- streams, events, host functions ---- */

@@ -63,6 +63,40 @@ func TestIPC(t *testing.T) {
 		ProjectHeaders: true,
 		Flags:          []string{"-L", harness.SimcudaDir(t), "-lcuda"},
 	})
+	if d := ipcExchange(t, bin).Devices[0]; d.DeviceBytesPeak != 8<<20 || d.DeviceBytes != 0 {
+		t.Errorf("exporter's device stats %+v, want an 8 MiB peak and nothing left", d)
+	}
+}
+
+// TestRuntimeIPC: the same exchange through the runtime's cudaIpcGetMemHandle,
+// cudaIpcOpenMemHandle and cudaIpcCloseMemHandle, with the runtime's error
+// codes and last error for NULL, freed and stream-ordered memory, a handle
+// opened in its own process, a wrong or stale handle and a second close.
+// Each call reaches the driver's function, as NVIDIA's runtime does, so an
+// interposer of the driver sees it.
+func TestRuntimeIPC(t *testing.T) {
+	bin := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ipc_runtime.c"}, Cudart: true,
+		ProjectHeaders: true})
+	exported := ipcExchange(t, bin)
+	if d := exported.Devices[0]; d.DeviceBytes != 0 || d.LiveAllocations != 0 {
+		t.Errorf("exporter's device stats %+v, want nothing left", d)
+	}
+	calls := exported.Calls
+	for rt, driver := range map[string]string{"cudaIpcGetMemHandle": "cuIpcGetMemHandle",
+		"cudaIpcOpenMemHandle": "cuIpcOpenMemHandle_v2"} {
+		if calls[rt] == 0 || calls[driver] != calls[rt] {
+			t.Errorf("the exporter called %s %d times and the driver's %s %d times, want one driver "+
+				"call for each", rt, calls[rt], driver, calls[driver])
+		}
+	}
+}
+
+// ipcExchange runs bin's three roles (ipc.c's): the exporter prints a
+// handle, an importer opens it and writes, the exporter checks the bytes
+// and frees, and a late importer finds the handle gone. It returns the
+// exporter's statistics.
+func ipcExchange(t *testing.T, bin string) harness.Stats {
+	t.Helper()
 	state := t.TempDir()
 	stats := filepath.Join(t.TempDir(), "stats.json")
 	exporter := harness.Command(t, bin, "export")
@@ -107,13 +141,11 @@ func TestIPC(t *testing.T) {
 	if err := exporter.Wait(); err != nil {
 		t.Fatalf("exporter: %v\nstderr:\n%s", err, stderr.String())
 	}
-	if d := harness.ReadStats(t, stats).Devices[0]; d.DeviceBytesPeak != 8<<20 || d.DeviceBytes != 0 {
-		t.Errorf("exporter's device stats %+v, want an 8 MiB peak and nothing left", d)
-	}
 
 	late := harness.Command(t, bin, "gone", handle)
 	harness.SetEnv(late, "SIMCUDA_STATE_DIR="+state)
 	if res := harness.Run(t, late); res.ExitCode != 0 || !strings.Contains(res.Stdout, "PASS gone") {
 		t.Fatalf("late importer: exit %d\nstdout:\n%s\nstderr:\n%s", res.ExitCode, res.Stdout, res.Stderr)
 	}
+	return harness.ReadStats(t, stats)
 }
