@@ -311,17 +311,20 @@ class Placement:
                 return TIER_MANAGED_DEVICE, size
             return TIER_MANAGED_ANY, size
         # Host granules are host-located memory mapped among the device
-        # granules: the driver is asked at every granule.
+        # granules, which lie at multiples of GRANULE: the driver is asked
+        # once per granule the allocation overlaps, and the overlap counts.
         on_device = 0
-        for offset in range(0, size, GRANULE):
+        p, end = ptr, ptr + size
+        while p < end:
+            granule_end = min(end, (p // GRANULE + 1) * GRANULE)
             kind = ctypes.c_uint()
-            p = ptr + offset
             self._check(self.cuda.cuPointerGetAttribute(ctypes.byref(kind), CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p),
                         f"cuPointerGetAttribute(MEMORY_TYPE, {p:#x})")
             if kind.value == CU_MEMORYTYPE_DEVICE:
-                on_device += min(GRANULE, size - offset)
+                on_device += granule_end - p
             elif kind.value != CU_MEMORYTYPE_HOST:
                 raise RuntimeError(f"pointer {p:#x} has memory type {kind.value}")
+            p = granule_end
         if on_device == size:
             return TIER_DEVICE, size
         return (TIER_HOST if on_device == 0 else TIER_MIXED), on_device
