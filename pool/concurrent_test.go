@@ -241,72 +241,6 @@ func TestForcedSynchronizationReleasesTheLock(t *testing.T) {
 	}
 }
 
-// A promotion runs with the pool's lock released: frees and allocations go
-// on meanwhile, and a block freed during its own move is released when the
-// move returns, leaving the accounting equal to what the device holds.
-func TestPromotionReleasesTheLock(t *testing.T) {
-	f := pooltest.New(0)
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	var releaseOnce sync.Once
-	letGo := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(letGo) // a failed test lets the held call return
-	var armed atomic.Bool
-	f.FailPromote = func(uint64, uint64) error {
-		if !armed.Load() {
-			t.Error("a promotion ran inside Free")
-			return nil
-		}
-		entered <- struct{}{}
-		<-release
-		return nil
-	}
-	opt := pool.DefaultOptions(8 * miB)
-	opt.Oversubscribe = true
-	opt.Pooling = false
-	p, err := pool.New(f, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, _ := p.Alloc(8 * miB)
-	spilled, _ := p.Alloc(4 * miB)
-	if err := p.Free(dev); err != nil {
-		t.Fatal(err)
-	}
-	armed.Store(true)
-	done := make(chan error, 1)
-	go func() { done <- p.SyncEnd(p.SyncBegin()) }()
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no promotion at SyncEnd")
-	}
-	returnsWhile(t, "Free of the moving block, Alloc and Stats", func() {
-		if err := p.Free(spilled); err != nil {
-			t.Errorf("Free of the block being promoted: %v", err)
-		}
-		if _, err := p.Alloc(2 * miB); err != nil {
-			t.Errorf("Alloc: %v", err)
-		}
-		if st := p.Stats(); st.ReservedBytes > opt.Quota {
-			t.Errorf("%d bytes reserved during the move, above the quota", st.ReservedBytes)
-		}
-	})
-	letGo()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	st := p.Stats()
-	if st.ReservedBytes != f.DeviceBytes() || st.ReservedBytes != 2*miB || st.SpilledBytes != f.HostBytes() || st.PromotedBytes != 0 || st.LiveBytes != 2*miB {
-		t.Fatalf("after the move: %v; device holds %d, host %d", st, f.DeviceBytes(), f.HostBytes())
-	}
-	if err := p.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if f.DeviceBytes() != 0 || f.HostBytes() != 0 {
-		t.Fatalf("after Close: %d device bytes, %d host bytes", f.DeviceBytes(), f.HostBytes())
-	}
-}
-
 // A caller whose frees the synchronization in flight covers waits for it
 // and starts none of its own.
 func TestCoveredCallerStartsNoSynchronization(t *testing.T) {
@@ -324,78 +258,152 @@ func TestCoveredCallerStartsNoSynchronization(t *testing.T) {
 	}
 }
 
-// Close waits for a promotion in flight before it releases anything: the
-// block being moved is released only once its move has returned, never
-// under it.
-func TestCloseWaitsForThePromotionInFlight(t *testing.T) {
-	f := pooltest.New(0)
-	entered, release := make(chan struct{}, 1), make(chan struct{})
+// heldPromotions is a pool with an 8 MiB quota, oversubscribed and without
+// pooling, whose device is full: an 8 MiB block was freed after blocks of
+// the given sizes spilled, so the next synchronization promotes them. Its
+// first promotion after startSync waits until letGo; a promotion before
+// startSync (inside a free) or one that begins while another is in flight
+// fails the test, as a pool runs one promotion pass at a time, at
+// synchronizations only.
+type heldPromotions struct {
+	f             *pooltest.Fake
+	p             *pool.Pool
+	spilled       []uint64
+	entered       chan struct{}
+	letGo         func()
+	synced        chan error // SyncEnd's result
+	armed, moving atomic.Bool
+	promotions    atomic.Int32
+}
+
+func newHeldPromotions(t *testing.T, spills ...uint64) *heldPromotions {
+	h := &heldPromotions{f: pooltest.New(0), entered: make(chan struct{}, 1), synced: make(chan error, 1)}
+	release := make(chan struct{})
 	var releaseOnce sync.Once
-	letGo := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(letGo) // a failed test lets the held call return
-	var armed, moving atomic.Bool
-	f.FailPromote = func(uint64, uint64) error {
-		if !armed.Load() {
-			return nil
-		}
-		moving.Store(true)
-		entered <- struct{}{}
-		<-release
-		moving.Store(false)
-		return nil
-	}
-	f.FailReleaseHost = func(base, size uint64) error {
-		if moving.Load() {
-			t.Errorf("host block %#x released while its promotion was in flight", base)
+	h.letGo = func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(h.letGo) // a failed test lets the held call return
+	h.f.FailPromote = func(uint64, uint64) error {
+		switch {
+		case !h.armed.Load():
+			t.Error("a promotion ran before the synchronization")
+		case h.promotions.Add(1) > 1:
+			if h.moving.Load() {
+				t.Error("a second promotion began while one was in flight")
+			}
+		default:
+			h.moving.Store(true)
+			h.entered <- struct{}{}
+			<-release
+			h.moving.Store(false)
 		}
 		return nil
 	}
 	opt := pool.DefaultOptions(8 * miB)
 	opt.Oversubscribe = true
 	opt.Pooling = false
-	p, err := pool.New(f, opt)
+	var err error
+	if h.p, err = pool.New(h.f, opt); err != nil {
+		t.Fatal(err)
+	}
+	dev, err := h.p.Alloc(8 * miB)
 	if err != nil {
 		t.Fatal(err)
 	}
-	dev, _ := p.Alloc(8 * miB)
-	if _, err := p.Alloc(4 * miB); err != nil { // spilled
+	for _, size := range spills {
+		ptr, err := h.p.Alloc(size)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.spilled = append(h.spilled, ptr)
+	}
+	if err := h.p.Free(dev); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Free(dev); err != nil {
-		t.Fatal(err)
-	}
-	armed.Store(true)
-	synced := make(chan error, 1)
-	go func() { synced <- p.SyncEnd(p.SyncBegin()) }()
+	return h
+}
+
+// startSync announces a synchronization in a goroutine of its own and
+// returns once its first promotion is held.
+func (h *heldPromotions) startSync(t *testing.T) {
+	t.Helper()
+	h.armed.Store(true)
+	go func() { h.synced <- h.p.SyncEnd(h.p.SyncBegin()) }()
 	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
+	case <-h.entered:
+	case <-time.After(10 * time.Second): // a hang, not a speed goal
 		t.Fatal("no promotion at SyncEnd")
 	}
+}
+
+// A promotion runs with the pool's lock released: frees and allocations go
+// on meanwhile, and a block freed during its own move is released when the
+// move returns, leaving the accounting equal to what the device holds.
+func TestPromotionReleasesTheLock(t *testing.T) {
+	h := newHeldPromotions(t, 4*miB)
+	h.startSync(t)
+	returnsWhile(t, "Free of the moving block, Alloc and Stats", func() {
+		if err := h.p.Free(h.spilled[0]); err != nil {
+			t.Errorf("Free of the block being promoted: %v", err)
+		}
+		if _, err := h.p.Alloc(2 * miB); err != nil {
+			t.Errorf("Alloc: %v", err)
+		}
+		if st := h.p.Stats(); st.ReservedBytes > st.Quota {
+			t.Errorf("%d bytes reserved during the move, above the quota", st.ReservedBytes)
+		}
+	})
+	h.letGo()
+	if err := <-h.synced; err != nil {
+		t.Fatal(err)
+	}
+	st := h.p.Stats()
+	if st.ReservedBytes != h.f.DeviceBytes() || st.ReservedBytes != 2*miB || st.SpilledBytes != h.f.HostBytes() || st.PromotedBytes != 0 || st.LiveBytes != 2*miB {
+		t.Fatalf("after the move: %v; device holds %d, host %d", st, h.f.DeviceBytes(), h.f.HostBytes())
+	}
+	if err := h.p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if h.f.DeviceBytes() != 0 || h.f.HostBytes() != 0 {
+		t.Fatalf("after Close: %d device bytes, %d host bytes", h.f.DeviceBytes(), h.f.HostBytes())
+	}
+}
+
+// Close waits for a promotion in flight before it releases anything: the
+// block being moved is released only once its move has returned, never
+// under it.
+func TestCloseWaitsForThePromotionInFlight(t *testing.T) {
+	h := newHeldPromotions(t, 4*miB)
+	h.f.FailReleaseHost = func(base, size uint64) error {
+		if h.moving.Load() {
+			t.Errorf("host block %#x released while its promotion was in flight", base)
+		}
+		return nil
+	}
+	h.startSync(t)
 	closed := make(chan error, 1)
-	go func() { closed <- p.Close() }()
+	go func() { closed <- h.p.Close() }()
 	// Close has begun once calls fail with ErrClosed; it then waits for
 	// the move, with the lock released.
 	returnsWhile(t, "waiting for Close to begin", func() {
 		for {
-			ptr, err := p.Alloc(pool.Alignment)
+			ptr, err := h.p.Alloc(pool.Alignment)
 			if errors.Is(err, pool.ErrClosed) {
 				return
 			}
 			if err == nil {
-				_ = p.Free(ptr)
+				_ = h.p.Free(ptr)
 			}
 		}
 	})
-	letGo()
+	h.letGo()
 	if err := <-closed; err != nil {
 		t.Fatalf("Close: %v", err)
 	}
-	if err := <-synced; err != nil && !errors.Is(err, pool.ErrClosed) {
+	if err := <-h.synced; err != nil && !errors.Is(err, pool.ErrClosed) {
 		t.Fatalf("SyncEnd: %v", err)
 	}
-	if f.DeviceBytes() != 0 || f.HostBytes() != 0 {
-		t.Fatalf("after Close: %d device bytes, %d host bytes", f.DeviceBytes(), f.HostBytes())
+	if h.f.DeviceBytes() != 0 || h.f.HostBytes() != 0 {
+		t.Fatalf("after Close: %d device bytes, %d host bytes", h.f.DeviceBytes(), h.f.HostBytes())
 	}
 }
 
@@ -403,66 +411,21 @@ func TestCloseWaitsForThePromotionInFlight(t *testing.T) {
 // leaves the promotions to that pass: it starts none of its own, so one
 // pass at most moves blocks, and Close, which waits for it, waits for all.
 func TestOnePromotionPassAtATime(t *testing.T) {
-	f := pooltest.New(0)
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	var releaseOnce sync.Once
-	letGo := func() { releaseOnce.Do(func() { close(release) }) }
-	t.Cleanup(letGo) // a failed test lets the held call return
-	var armed, moving atomic.Bool
-	var calls atomic.Int32
-	f.FailPromote = func(uint64, uint64) error {
-		if !armed.Load() {
-			return nil
-		}
-		if calls.Add(1) > 1 {
-			if moving.Load() {
-				t.Error("a second promotion began while one was in flight")
-			}
-			return nil
-		}
-		moving.Store(true)
-		entered <- struct{}{}
-		<-release
-		moving.Store(false)
-		return nil
-	}
-	opt := pool.DefaultOptions(8 * miB)
-	opt.Oversubscribe = true
-	opt.Pooling = false
-	p, err := pool.New(f, opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, _ := p.Alloc(8 * miB)
-	for range 2 { // spilled, and both fit once dev is freed
-		if _, err := p.Alloc(2 * miB); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := p.Free(dev); err != nil {
-		t.Fatal(err)
-	}
-	armed.Store(true)
-	synced := make(chan error, 1)
-	go func() { synced <- p.SyncEnd(p.SyncBegin()) }()
-	select {
-	case <-entered:
-	case <-time.After(10 * time.Second):
-		t.Fatal("no promotion at SyncEnd")
-	}
+	h := newHeldPromotions(t, 2*miB, 2*miB) // both fit once the device's block is freed
+	h.startSync(t)
 	returnsWhile(t, "a second SyncEnd", func() {
-		if err := p.SyncEnd(p.SyncBegin()); err != nil {
+		if err := h.p.SyncEnd(h.p.SyncBegin()); err != nil {
 			t.Errorf("SyncEnd: %v", err)
 		}
 	})
-	letGo()
-	if err := <-synced; err != nil {
+	h.letGo()
+	if err := <-h.synced; err != nil {
 		t.Fatal(err)
 	}
-	if st := p.Stats(); st.PromotedBytes != 4*miB || st.SpilledBytes != 0 {
+	if st := h.p.Stats(); st.PromotedBytes != 4*miB || st.SpilledBytes != 0 {
 		t.Fatalf("after the pass: %v; want both blocks promoted", st)
 	}
-	if err := p.Close(); err != nil {
+	if err := h.p.Close(); err != nil {
 		t.Fatal(err)
 	}
 }
