@@ -96,6 +96,19 @@ CUcontext current_created(void)
     return created_usage(ctx, 0) > 0 ? ctx : NULL;
 }
 
+/*
+ * SPILLWAY_TAKE_IN_PRIMARY where the calling thread is in device's primary
+ * context, the pool's own, so that the pool may synchronize to give back
+ * what it holds freed before memory counted outside it is refused; else 0.
+ */
+int32_t take_in_primary(int32_t device)
+{
+    int32_t current = -1;
+    return !current_created() && context_device(&current) == CUDA_SUCCESS && current == device
+               ? SPILLWAY_TAKE_IN_PRIMARY
+               : 0;
+}
+
 /* Admits a driver allocation of size bytes in a created context on device; a CUresult. */
 CUresult context_take(int32_t device, uint64_t size)
 {

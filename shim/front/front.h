@@ -189,6 +189,7 @@ static inline int valid_attach_flags(unsigned int flags)
 extern atomic_size_t created_live;
 long created_usage(CUcontext ctx, int delta);
 CUcontext current_created(void);
+int32_t take_in_primary(int32_t device);
 CUresult context_take(int32_t device, uint64_t size);
 cudaError_t runtime_context_take(int32_t device, uint64_t size);
 void context_took(CUresult rc, CUcontext ctx, int32_t device, CUdeviceptr p, uint64_t size);

@@ -104,9 +104,10 @@ static void pool_place(CUmemoryPool pool, CUstream stream, int32_t *device)
 
 /*
  * An allocation from an explicit memory pool: its bytes are taken on the
- * pool's device (pool_place), passed to the real function and recorded
- * like a created context's allocation, so every free path gives them back.
- * Never pooled: the application chose its pool.
+ * pool's device (pool_place; in that device's primary context, the pool
+ * may synchronize to make room first), passed to the real function and
+ * recorded like a created context's allocation, so every free path gives
+ * them back. Never pooled: the application chose its pool.
  */
 static CUresult mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool,
                                           CUstream stream, int per_thread)
@@ -126,7 +127,7 @@ static CUresult mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t bytesize, CU
     case ROUTE_CORE:
     case ROUTE_CONTEXT:
         pool_place(pool, per_thread && !stream ? CU_STREAM_PER_THREAD : stream, &device);
-        rc = (CUresult)core.take(device, bytesize, SPILLWAY_TAKE_POOL);
+        rc = (CUresult)core.take(device, bytesize, SPILLWAY_TAKE_POOL | take_in_primary(device));
         if (rc == CUDA_SUCCESS) {
             rc = real_alloc(dptr, bytesize, pool, stream);
             context_took(rc, ctx, device, *dptr, bytesize);
@@ -168,7 +169,7 @@ EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_
         rc = real_alloc(ptr, size, memPool, stream);
     } else if ((rc = current_device(&device)) == cudaSuccess) {
         pool_place(memPool, (CUstream)stream, &device);
-        rc = (cudaError_t)core.take(device, size, SPILLWAY_TAKE_RUNTIME_POOL);
+        rc = (cudaError_t)core.take(device, size, SPILLWAY_TAKE_RUNTIME_POOL | take_in_primary(device));
         if (rc == cudaSuccess) {
             rc = real_alloc(ptr, size, memPool, stream);
             context_took((CUresult)rc, current_created(), device, (CUdeviceptr)(uintptr_t)*ptr,

@@ -80,8 +80,10 @@ static CUresult cuda_refusal(size_t size, const CUmemAllocationProp *prop, unsig
 /*
  * cuMemCreate's device-located physical memory is taken from the quota
  * before the real call (refused with CUDA_ERROR_OUT_OF_MEMORY when it does
- * not fit); the core follows each handle's releases and mappings and gives
- * the bytes back when CUDA frees them. When the quota refuses a placeable
+ * not fit; in the device's primary context, the pool's, the pool first
+ * synchronizes to give back what it holds freed, as for arrays); the core
+ * follows each handle's releases and mappings and gives the bytes back when
+ * CUDA frees them. When the quota refuses a placeable
  * request (quietly: the host may take it) and the device oversubscribes
  * (SPILLWAY_TAKE_VMM_HOST is admitted within the host limit, or refused and
  * reported), it is made host-located on NUMA node 0, as the pool's own
@@ -109,7 +111,8 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         return real_create(handle, size, prop, flags); /* CUDA's own answer */
     int32_t device = prop->location.id;
     depth++;
-    CUresult rc = (CUresult)core.take(device, size, SPILLWAY_TAKE_VMM | SPILLWAY_TAKE_QUIET);
+    CUresult rc =
+        (CUresult)core.take(device, size, SPILLWAY_TAKE_VMM | SPILLWAY_TAKE_QUIET | take_in_primary(device));
     CUresult refusal = rc == CUDA_ERROR_OUT_OF_MEMORY ? cuda_refusal(size, prop, flags) : CUDA_SUCCESS;
     if (rc == CUDA_SUCCESS) {
         rc = create_taken(real_create, handle, size, prop, flags, device, SPILLWAY_TAKE_VMM);

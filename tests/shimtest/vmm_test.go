@@ -398,3 +398,41 @@ func TestVMMHostLocatedNotCounted(t *testing.T) {
 		t.Errorf("cuMemGetInfo_v2 after 2 MiB on the device: %d bytes free, want 6 MiB", free)
 	}
 }
+
+// TestVMMAfterFreeInPrimaryContext: memory the pool holds freed but
+// awaiting a device synchronization is free to the program (cuMemGetInfo
+// counts it), so a cuMemCreate or an explicit pool's allocation made in the
+// device's primary context, the pool's own, after a cuMemFree fits: the
+// pool synchronizes and gives the memory back first, as for arrays. In a
+// context the program created the pool does not synchronize for it, and the
+// request is refused at the quota.
+func TestVMMAfterFreeInPrimaryContext(t *testing.T) {
+	for _, c := range []struct {
+		name    string
+		runtime bool
+		ops     []string
+		want    int
+	}{
+		{"cuMemCreate", false, []string{"c", "8M"}, cuSuccess},
+		{"cuMemAllocFromPoolAsync", false, []string{"P", "a", "8M"}, cuSuccess},
+		{"cudaMallocFromPoolAsync", true, []string{"P", "Q", "8M"}, cuSuccess},
+		{"cuMemCreate in a created context", false, []string{"C", "c", "8M"}, cuOutOfMemory},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			stats := filepath.Join(t.TempDir(), "stats.json")
+			env := []string{"SPILLWAY_MEMORY_LIMIT=16MiB", "SPILLWAY_POOL_RELEASE_THRESHOLD=100%", "SIMCUDA_STATS_FILE=" + stats}
+			ops := append([]string{"m", "12M", "f", "0", "i"}, c.ops...)
+			_, out := harness.RunOK(t, harness.Shimmed(t, env, ctxvmm(t, c.runtime), ops...))
+			if free := out.Num(t, "i", 0, 2); free != 16<<20 {
+				t.Fatalf("cuMemGetInfo_v2 after the free: %d bytes free, want the whole 16 MiB quota", free)
+			}
+			last := c.ops[len(c.ops)-2]
+			if rc := out.Code(t, last, 0); rc != c.want {
+				t.Errorf("8 MiB after freeing 12 of a 16 MiB quota: %d, want %d", rc, c.want)
+			}
+			if peak := readTruth(t, stats).DeviceBytesPeak; peak > 16<<20 {
+				t.Errorf("simcuda held %d bytes at its peak, above the 16 MiB quota", peak)
+			}
+		})
+	}
+}
