@@ -360,6 +360,14 @@ func (m *memory) backingFailed(d *device) func(error) {
 	}
 }
 
+// hasManagedMemory asks whether the device supports managed memory, without
+// which CUDA refuses every cudaMallocManaged with cudaErrorNotSupported; a
+// device that does not answer is taken to support it.
+func (m *memory) hasManagedMemory(ordinal int) bool {
+	v, rc := m.rt.DeviceGetAttribute(interpose.DevAttrManagedMemory, ordinal)
+	return rc != interpose.Success || v != 0
+}
+
 // managedSupported asks the device; a device without managed memory gets
 // pinned spilling, said once in the log.
 func (m *memory) managedSupported(rt realRuntime, ordinal int) bool {
@@ -473,6 +481,19 @@ func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, inter
 	defer d.outside.RUnlock()
 	size := charge(r.size)
 	if !d.ledger.takeOutside(size, true) {
+		if !m.hasManagedMemory(d.ordinal) {
+			// CUDA refuses it whatever its size, with an error (and last
+			// error) the shim cannot make itself: its own call answers.
+			p, rc := m.rt.MallocManaged(r.size, r.flags)
+			if rc != interpose.Success {
+				return 0, rc
+			}
+			// The device said it has no managed memory, and made some: the
+			// quota's refusal stands.
+			if rc := m.rt.Free(p); rc != interpose.Success {
+				m.log.Errorf("cudaFree of managed memory made beyond the quota of device %d: %v", d.ordinal, rc)
+			}
+		}
 		used := d.ledger.used()
 		m.probes.Refuse(r.size, d.ordinal, used, d.quota)
 		m.refused(r.kind, r.size, d.ordinal, used, d.quota)

@@ -294,6 +294,22 @@ func TestManagedFlagsOverQuota(t *testing.T) {
 	})
 }
 
+// TestManagedUnsupportedOverQuota: on a device without managed memory CUDA
+// refuses every managed allocation with CUDA_ERROR_NOT_SUPPORTED /
+// cudaErrorNotSupported, whatever its size; so does the shim, also when
+// the quota is full, where it answered out of memory and warned of a
+// refusal, sending the program to free memory that would not help.
+func TestManagedUnsupportedOverQuota(t *testing.T) {
+	const notSupported = 801 // CUDA_ERROR_NOT_SUPPORTED and cudaErrorNotSupported
+	out, _ := runScriptWith(t, drvops(t, "dynamic"), 64<<20, []string{"SIMCUDA_NO_MANAGED=1"},
+		"n", "4K", "1", "N", "4K", "1", "e", "m", "64M", "n", "4K", "1", "N", "4K", "1", "e")
+	checkSteps(t, out, []step{
+		{"n", 0, notSupported}, {"N", 0, notSupported}, {"e", 0, notSupported},
+		{"m", 0, cuSuccess},
+		{"n", 1, notSupported}, {"N", 1, notSupported}, {"e", 1, notSupported},
+	})
+}
+
 // TestDriverStreamErrors: a driver call the core answers with an error
 // CUDA has a CUresult for returns that CUresult, not CUDA_ERROR_UNKNOWN:
 // CUDA_ERROR_INVALID_HANDLE for a stream-ordered allocation or free on a
