@@ -172,7 +172,7 @@ int early_forget(void *ptr);
 
 /* The bytes of height rows of width bytes at the widest pitch CUDA pads them to (its pitch
  * alignment is at most 512): a pitched allocation in a created context is taken at it
- * (runtime.c, driver.c). 0 for no width, or where the bytes overflow. */
+ * (runtime.c, driver.c). 0 for no width or no rows, or where the bytes overflow. */
 static inline uint64_t pitch_bound(uint64_t width, uint64_t height)
 {
     uint64_t pitch = width > UINT64_MAX - 511 ? UINT64_MAX : (width + 511) / 512 * 512;
