@@ -12,6 +12,11 @@ quota Q in equal chunks, alternating float32 and bfloat16, and checks:
     virtual memory's host granules: the driver is asked at every 2 MiB, as
     a chunk may be part device, part host);
   - cudaMemGetInfo's free excludes host memory: at most Q minus device chunks;
+  - the CPU reaches host granules at their addresses where the driver grants
+    it (cuMemGetAccess): it reads and writes bytes of the first and last host
+    granule of each chunk, guarded so that a fault is a FAIL and no crash,
+    as PyTorch's copies of them show; a driver that refuses is reported, not
+    failed (the shim's documented fallback);
   - a matmul of a spilled chunk with another chunk (both ways round, for each
     dtype that has a spilled chunk) equals the CPU's result;
   - every chunk reads back bit for bit; a GPU reduction over a spilled chunk
@@ -63,6 +68,20 @@ CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION = 2
 CU_MEMORYTYPE_HOST = 1
 CU_MEMORYTYPE_DEVICE = 2
 CU_DEVICE_CPU = -1
+CU_MEM_LOCATION_TYPE_HOST_NUMA = 3
+CU_MEM_ACCESS_FLAGS_PROT_NONE = 0
+CU_MEM_ACCESS_FLAGS_PROT_READ = 1
+CU_MEM_ACCESS_FLAGS_PROT_READWRITE = 3
+ACCESS_NAMES = {CU_MEM_ACCESS_FLAGS_PROT_NONE: "none", CU_MEM_ACCESS_FLAGS_PROT_READ: "read",
+                CU_MEM_ACCESS_FLAGS_PROT_READWRITE: "read-write"}
+
+
+class CUmemLocation(ctypes.Structure):
+    _fields_ = [("type", ctypes.c_int), ("id", ctypes.c_int)]
+
+
+# The host NUMA node the shim grants the CPU host granules on.
+CPU_LOCATION = CUmemLocation(CU_MEM_LOCATION_TYPE_HOST_NUMA, 0)
 
 # Where a chunk lives, as reported by the driver.
 TIER_DEVICE = "device"  # cudaMalloc'd device memory
@@ -77,6 +96,9 @@ TIER_LETTER = {TIER_DEVICE: "D", TIER_MANAGED_DEVICE: "P", TIER_MANAGED_HOST: "S
 # With virtual memory the shim spills per granule of this size, so one
 # allocation may be part device memory, part host memory.
 GRANULE = 2 * MiB
+# Bytes of a host granule the CPU reads and writes at its address: one page,
+# which a pipe takes in one piece (PIPE_BUF).
+CPU_SAMPLE = 4 * KiB
 
 SIZE_UNITS = {"": 1, "b": 1,
               "k": KiB, "ki": KiB, "kib": KiB, "kb": 10**3,
@@ -283,6 +305,9 @@ class Placement:
         self.cuda.cuMemRangeGetAttribute.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int,
                                                      ctypes.c_uint64, ctypes.c_size_t]
         self.cuda.cuGetErrorName.argtypes = [ctypes.c_int, ctypes.POINTER(ctypes.c_char_p)]
+        self.cuda.cuMemGetAccess.argtypes = [ctypes.POINTER(ctypes.c_ulonglong), ctypes.POINTER(CUmemLocation),
+                                             ctypes.c_uint64]
+        self.cuda.cuMemHostGetFlags.argtypes = [ctypes.POINTER(ctypes.c_uint), ctypes.c_void_p]
 
     def _check(self, rc, what):
         if rc != 0:
@@ -296,7 +321,8 @@ class Placement:
         return f"{v.value // 1000}.{v.value % 1000 // 10}"
 
     def tier(self, ptr, size):
-        """(tier, bytes in device memory) of the allocation [ptr, ptr + size)."""
+        """(tier, bytes in device memory, [(start, end) of each piece in host
+        memory other than managed]) of the allocation [ptr, ptr + size)."""
         managed = ctypes.c_uint()
         self._check(self.cuda.cuPointerGetAttribute(ctypes.byref(managed), CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr),
                     f"cuPointerGetAttribute(IS_MANAGED, {ptr:#x})")
@@ -306,14 +332,14 @@ class Placement:
                                                          CU_MEM_RANGE_ATTRIBUTE_PREFERRED_LOCATION, ptr, size),
                         f"cuMemRangeGetAttribute(PREFERRED_LOCATION, {ptr:#x})")
             if where.value == CU_DEVICE_CPU:
-                return TIER_MANAGED_HOST, 0
+                return TIER_MANAGED_HOST, 0, []
             if where.value == self.device:
-                return TIER_MANAGED_DEVICE, size
-            return TIER_MANAGED_ANY, size
+                return TIER_MANAGED_DEVICE, size, []
+            return TIER_MANAGED_ANY, size, []
         # Host granules are host-located memory mapped among the device
         # granules, which lie at multiples of GRANULE: the driver is asked
         # once per granule the allocation overlaps, and the overlap counts.
-        on_device = 0
+        on_device, host = 0, []
         p, end = ptr, ptr + size
         while p < end:
             granule_end = min(end, (p // GRANULE + 1) * GRANULE)
@@ -322,12 +348,201 @@ class Placement:
                         f"cuPointerGetAttribute(MEMORY_TYPE, {p:#x})")
             if kind.value == CU_MEMORYTYPE_DEVICE:
                 on_device += granule_end - p
-            elif kind.value != CU_MEMORYTYPE_HOST:
+            elif kind.value == CU_MEMORYTYPE_HOST:
+                host.append((p, granule_end))
+            else:
                 raise RuntimeError(f"pointer {p:#x} has memory type {kind.value}")
             p = granule_end
         if on_device == size:
-            return TIER_DEVICE, size
-        return (TIER_HOST if on_device == 0 else TIER_MIXED), on_device
+            return TIER_DEVICE, size, host
+        return (TIER_HOST if on_device == 0 else TIER_MIXED), on_device, host
+
+    def pinned(self, ptr):
+        """Whether ptr lies in page-locked memory (cudaHostAlloc: the shim's
+        spill to pinned memory), which is no host granule."""
+        flags = ctypes.c_uint()
+        return self.cuda.cuMemHostGetFlags(ctypes.byref(flags), ptr) == 0
+
+    def cpu_access(self, ptr):
+        """The CPU's access flags to the mapping at ptr (host NUMA node 0), as
+        the driver answers them: asking touches nothing."""
+        flags = ctypes.c_ulonglong()
+        self._check(self.cuda.cuMemGetAccess(ctypes.byref(flags), ctypes.byref(CPU_LOCATION), ptr),
+                    f"cuMemGetAccess(host NUMA node 0, {ptr:#x})")
+        return flags.value
+
+
+# ---------------------------------------------------------------- the CPU on host granules
+
+class GuardedTouch:
+    """The CPU reading and writing memory at an address without dying of it.
+
+    The kernel copies between the address and a pipe through this process's
+    page tables, as the process's own loads and stores would, and answers
+    EFAULT where they would fault: a read is write(2) from the address into
+    the pipe, a write read(2) from the pipe into the address.
+    """
+
+    def __init__(self):
+        self.libc = ctypes.CDLL(None, use_errno=True)
+        for name in ("read", "write"):
+            f = getattr(self.libc, name)
+            f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+            f.restype = ctypes.c_ssize_t
+
+    def _fault(self, what, addr, n, done):
+        err = ctypes.get_errno()
+        return OSError(err, f"{what} {n} bytes at {addr:#x}: {os.strerror(err) if done < 0 else f'only {done}'}")
+
+    def read(self, addr, n):
+        r, w = os.pipe()
+        try:
+            done = self.libc.write(w, addr, n)
+            if done != n:
+                raise self._fault("reading", addr, n, done)
+            return os.read(r, n)
+        finally:
+            os.close(r)
+            os.close(w)
+
+    def write(self, addr, data):
+        r, w = os.pipe()
+        try:
+            os.write(w, data)
+            done = self.libc.read(r, addr, len(data))
+            if done != len(data):
+                raise self._fault("writing", addr, len(data), done)
+        finally:
+            os.close(r)
+            os.close(w)
+
+
+def copied_bytes(torch, chunk, offset, n):
+    """n bytes of chunk at offset, copied to the host by PyTorch (cudaMemcpy)."""
+    out = bytearray(n)
+    torch.frombuffer(out, dtype=torch.uint8).copy_(chunk.tensor.view(-1).view(torch.uint8)[offset:offset + n])
+    return bytes(out)
+
+
+def first_difference(cpu, copy):
+    at = next(i for i, (a, b) in enumerate(zip(cpu, copy)) if a != b)
+    return f"byte {at}: the CPU's {cpu[at]:#04x}, PyTorch's copy {copy[at]:#04x}"
+
+
+def touch_host_granule(torch, touch, chunk, addr, n, writable):
+    """What went wrong when the CPU read (and, if writable, wrote) n bytes of
+    chunk at addr, a host granule, against PyTorch's copies of the same bytes:
+    ([problems], whether the CPU faulted). The chunk's bytes are put back."""
+    offset = addr - chunk.tensor.data_ptr()
+    where = f"{chunk.name} at {addr:#x}"
+    want = copied_bytes(torch, chunk, offset, n)
+    try:
+        got = touch.read(addr, n)
+    except OSError as e:
+        return [f"{where}: the CPU faulted {e.strerror}"], True
+    # Readable through the page tables: the process's own load is safe now.
+    direct = ctypes.string_at(addr, n)
+    problems = [f"{where}: the CPU {how} {n} bytes that differ from PyTorch's copy at {first_difference(cpu, want)}"
+                for how, cpu in (("read (guarded)", got), ("read (ctypes.string_at)", direct)) if cpu != want]
+    if problems or not writable:
+        return problems, False
+    flipped = bytes(b ^ 0xFF for b in want)
+    try:
+        touch.write(addr, flipped)
+    except OSError as e:
+        return [f"{where}: the CPU faulted {e.strerror}"], True
+    seen = copied_bytes(torch, chunk, offset, n)
+    if seen != flipped:
+        problems.append(f"{where}: after the CPU wrote {n} bytes PyTorch's copy differs at "
+                        f"{first_difference(flipped, seen)}")
+    ctypes.memmove(addr, want, n)  # the pattern back, with the process's own stores
+    seen = copied_bytes(torch, chunk, offset, n)
+    if seen != want:
+        problems.append(f"{where}: after the CPU put back {n} bytes with ctypes.memmove PyTorch's copy differs "
+                        f"at {first_difference(want, seen)}")
+    return problems, False
+
+
+def check_cpu_access(torch, placement, checks, chunks):
+    """Whether the CPU reaches the host granules of spilled chunks at their
+    addresses, as the shim grants it (README, Page-granular spill).
+
+    For the first and last host granule of each chunk: the driver's word
+    (cuMemGetAccess for host NUMA node 0); where it grants read-write (or
+    cannot say), the CPU reads the first CPU_SAMPLE bytes there, guarded and
+    then with ctypes.string_at, writes them inverted and puts them back, each
+    step compared with PyTorch's copy. Prints one `cpu-access: STATE: ...`
+    line, STATE granted, refused, mixed, not asked or failed; oversubscribe.sh
+    adds whether the shim warned that it fell back. Records a verdict unless
+    the driver refused (the documented fallback) or nothing was asked."""
+    try:
+        cpu_access_of(torch, placement, checks, chunks)
+    except Exception as e:
+        say(f"cpu-access: failed: {type(e).__name__}: {e}")
+        checks.record("cpu-access", False, f"asking or touching host granules failed: {type(e).__name__}: {e}")
+
+
+def cpu_access_of(torch, placement, checks, chunks):
+    picks, pinned = [], []
+    for c in chunks:
+        for start, end in c.host_ranges[:1] + c.host_ranges[1:][-1:]:
+            if placement.pinned(start):
+                pinned.append(c)
+            else:
+                picks.append((c, start, min(CPU_SAMPLE, end - start)))
+    if not picks:
+        why = (f"the host memory of {len({id(c) for c in pinned})} chunks is pinned memory "
+               "(cuMemHostGetFlags answers for it), not host granules" if pinned else
+               "no chunk has memory the driver calls host memory other than managed memory")
+        say(f"cpu-access: not asked: {why}")
+        return
+    touch = GuardedTouch()
+    granted, refused, other, problems, unsaid = [], [], [], [], []
+    for c, addr, n in picks:
+        where = f"{c.name} at {addr:#x}"
+        try:
+            access = placement.cpu_access(addr)
+        except RuntimeError as e:
+            access = None
+            unsaid.append(str(e))
+        if access == CU_MEM_ACCESS_FLAGS_PROT_NONE:
+            refused.append(where)  # not touched: the CPU would fault
+            continue
+        found, faulted = touch_host_granule(torch, touch, c, addr, n, access != CU_MEM_ACCESS_FLAGS_PROT_READ)
+        if access is None:
+            # The driver cannot say: the guarded read settles it.
+            (refused if faulted else granted).append(where)
+            problems += [] if faulted else found
+        elif access == CU_MEM_ACCESS_FLAGS_PROT_READWRITE:
+            granted.append(where)
+            problems += found
+        else:
+            other.append(f"{where}: cuMemGetAccess says {ACCESS_NAMES.get(access, access)}")
+            problems += found
+    sampled = f"{len(picks)} host granules of {len({id(c) for c, _, _ in picks})} chunks"
+    source = "cuMemGetAccess for host NUMA node 0"
+    if unsaid:
+        source += f", or where it failed ({len(unsaid)} of them; {unsaid[0]}) the CPU's guarded read,"
+    if refused and not granted and not other:
+        say(f"cpu-access: refused: the CPU has no access to the {sampled} asked, {source} says "
+            f"(first: {refused[0]}); {'only the guarded read' if unsaid else 'nothing'} touched them")
+        return
+    if granted and not refused and not other:
+        detail = f"the CPU may read and write the {sampled} asked, {source} says"
+        if problems:
+            more = f" (and {len(problems) - 5} more)" if len(problems) > 5 else ""
+            detail += ", but: " + "; ".join(problems[:5]) + more
+        else:
+            detail += (f"; the CPU read, wrote and put back up to {CPU_SAMPLE} bytes of each at its address, "
+                       "equal to PyTorch's copies")
+        say(f"cpu-access: granted: {detail}")
+        checks.record("cpu-access", not problems, detail)
+        return
+    detail = (f"of the {sampled} asked, {len(granted)} granted, {len(refused)} refused, {len(other)} otherwise, "
+              f"{source} says" + "".join(f"; {x}" for x in (refused[:1] + other[:2] + problems[:3])))
+    say(f"cpu-access: mixed: {detail}")
+    checks.record("cpu-access", False, f"the CPU's access differs between host granules, where the shim "
+                                       f"grants each read-write or none: {detail}")
 
 
 # ---------------------------------------------------------------- patterns
@@ -365,10 +580,10 @@ class Chunk:
         self.index, self.nbytes, self.dtype = index, nbytes, dtype
         self.rows = nbytes // (ROW * torch.tensor([], dtype=dtype).element_size())
         self.tensor = torch.empty((self.rows, ROW), dtype=dtype, device=device)
-        self.tier, self.device_bytes = None, None
+        self.tier, self.device_bytes, self.host_ranges = None, None, []
 
     def locate(self, placement):
-        self.tier, self.device_bytes = placement.tier(self.tensor.data_ptr(), self.nbytes)
+        self.tier, self.device_bytes, self.host_ranges = placement.tier(self.tensor.data_ptr(), self.nbytes)
 
     def fill(self, torch):
         row, col = pattern_terms(torch, self.index, self.rows, self.dtype)
@@ -540,6 +755,7 @@ def run(torch, args):
         chunks = allocate(torch, placement, checks, count, chunk_bytes, quota)
         if chunks:
             check_mem_get_info(torch, checks, chunks, quota)
+            check_cpu_access(torch, placement, checks, chunks)
             check_matmuls(torch, checks, chunks)
             check_contents(torch, checks, chunks)
             bandwidth.update(measure_spilled_read(torch, placement, checks, chunks))

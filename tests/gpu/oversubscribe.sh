@@ -27,6 +27,7 @@ fi
 quota=${1:-${GPU_CHECK_QUOTA:-8GiB}}
 chunk=${GPU_CHECK_CHUNK:-512MiB}
 slack=${GPU_CHECK_SLACK:-256MiB}
+log_level=${GPU_CHECK_LOG_LEVEL:-info}
 limit_s=${GPU_CHECK_TIMEOUT:-540}
 if [[ ! $limit_s =~ ^[1-9][0-9]*$ ]]; then
 	echo "$0: GPU_CHECK_TIMEOUT must be a whole number of seconds, got '$limit_s'" >&2
@@ -116,7 +117,7 @@ if ((run_s <= 0)); then
 	exit 1
 fi
 set +e
-timeout -k "$kill_grace" "$run_s" "$spillway" run --memory-limit "$quota" --oversubscribe --log-level "${GPU_CHECK_LOG_LEVEL:-info}" -- \
+timeout -k "$kill_grace" "$run_s" "$spillway" run --memory-limit "$quota" --oversubscribe --log-level "$log_level" -- \
 	"$python" -u "$here/oversubscribe.py" --quota "$quota" --chunk "$chunk" --slack "$slack" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
@@ -154,6 +155,61 @@ else
 		fi
 	done <<<"$reports"
 fi
+
+# Whether the CPU reaches host granules at their addresses (README, Page-granular
+# spill): oversubscribe.py's `cpu-access: STATE: ...` line, and whether the
+# shim warned that the driver refused the CPU that grant (its fallback).
+warned=0
+if grep -qF "the CPU cannot reach host granules at their addresses" "$log"; then
+	warned=1
+fi
+cpu_line=$(grep -E '^cpu-access: ' "$log" | tail -n 1 || true)
+cpu_state=$(sed -nE 's/^cpu-access: ([a-z ]+): .*/\1/p' <<<"$cpu_line")
+echo "---- CPU access to host granules ----"
+[[ -n $cpu_line ]] && echo "$cpu_line"
+case $cpu_state in
+granted)
+	wrong=()
+	if ! grep -q '^PASS  cpu-access: ' "$log"; then
+		wrong+=("the CPU faulted on them or read or wrote other bytes than PyTorch copied (the cpu-access line above)")
+	fi
+	if ((warned)); then
+		wrong+=("the shim warned that the driver refused the CPU access to host granules")
+	fi
+	if ((${#wrong[@]} == 0)); then
+		cpu_verdict="granted: PASS"
+	else
+		cpu_verdict="granted: FAIL ($(printf '%s; ' "${wrong[@]}" | sed 's/; $//'))"
+		for w in "${wrong[@]}"; do
+			failures+=("the driver grants the CPU host granules, but $w")
+		done
+	fi
+	;;
+refused)
+	if ((warned)); then
+		cpu_verdict="refused by the driver (fallback warning seen): the documented fallback, a finding, not a failure"
+	elif [[ $log_level == error ]]; then
+		cpu_verdict="refused by the driver (--log-level error hides the shim's fallback warning): a finding, not a failure"
+	else
+		cpu_verdict="refused by the driver, yet the shim did not warn: FAIL"
+		failures+=("the CPU has no access to host granules and the shim did not warn that the driver refused it")
+	fi
+	;;
+"not asked")
+	cpu_verdict="not asked (no chunk on host granules)"
+	((warned)) && cpu_verdict+="; the shim warned that the driver refused the CPU access to host granules"
+	;;
+mixed | failed)
+	cpu_verdict="$cpu_state: FAIL (see the cpu-access line above)"
+	failures+=("the CPU's access to host granules: $cpu_state")
+	;;
+*)
+	cpu_verdict="not checked: the run ended before that step"
+	((warned)) && cpu_verdict+="; the shim warned that the driver refused the CPU access to host granules"
+	((status == 0)) && failures+=("oversubscribe.py printed no cpu-access line")
+	;;
+esac
+echo "cpu access to host granules: $cpu_verdict"
 
 if ((${#failures[@]} == 0)); then
 	echo "oversubscribe: PASS (quota $quota)"
