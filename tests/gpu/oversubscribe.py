@@ -296,7 +296,12 @@ class Sampler(threading.Thread):
 # ---------------------------------------------------------------- placement
 
 class Placement:
-    """Where the driver says an allocation lives (libcuda, not interposed)."""
+    """Where the driver says an allocation lives, asked through libcuda.
+
+    The shim sees these calls too (it interposes dlsym), and passes the
+    ones asked here (memory type, access, host flags, a managed range's
+    preferred location) to the driver, so their answers are the driver's.
+    """
 
     def __init__(self, device):
         self.device = device
