@@ -396,13 +396,27 @@ static int is_pool_attribute(CUpointer_attribute attribute)
     return is_range_attribute(attribute) || attribute == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE;
 }
 
-/* Writes the range attribute into data, as CUDA types it. */
-static void put_range_attribute(CUpointer_attribute attribute, void *data, uint64_t base, uint64_t size)
+/*
+ * Writes into data the front's answer to attribute of a pointer the pools
+ * hold (held): 0 for legacy IPC capability, a live block's range, and for
+ * the range of pool memory no live block holds CUDA's default for memory it
+ * does not know (0). Returns 0, writing nothing, for a pointer the pools do
+ * not hold: CUDA answers.
+ */
+static int put_pool_attribute(CUpointer_attribute attribute, void *data, int32_t held, uint64_t base,
+                              uint64_t size)
 {
-    if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+    if (held == SPILLWAY_HELD_NOT)
+        return 0;
+    if (held == SPILLWAY_HELD_FREE)
+        base = size = 0;
+    if (attribute == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE)
+        *(int *)data = 0;
+    else if (attribute == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
         *(CUdeviceptr *)data = (CUdeviceptr)base;
     else
         *(size_t *)data = (size_t)size;
+    return 1;
 }
 
 EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
@@ -428,19 +442,10 @@ EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute,
     uint64_t base = 0, size = 0;
     if (data && is_pool_attribute(attribute)) {
         int32_t held = pool_holds(ptr, &base, &size);
-        if (attribute == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE) {
-            if (held == SPILLWAY_HELD_NOT)
-                return real_attribute(data, attribute, ptr);
-            *(int *)data = 0;
-            return CUDA_SUCCESS;
-        }
-        switch (held) {
-        case SPILLWAY_HELD_BLOCK:
-            put_range_attribute(attribute, data, base, size);
-            return CUDA_SUCCESS;
-        case SPILLWAY_HELD_FREE:
+        if (held == SPILLWAY_HELD_FREE && is_range_attribute(attribute))
             return CUDA_ERROR_INVALID_VALUE; /* as for a pointer CUDA does not know */
-        }
+        if (put_pool_attribute(attribute, data, held, base, size))
+            return CUDA_SUCCESS;
     }
     return real_attribute(data, attribute, ptr);
 }
@@ -457,13 +462,7 @@ EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_att
             continue;
         if (held < 0)
             held = pool_holds(ptr, &base, &size);
-        if (attributes[i] == CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE) {
-            if (held != SPILLWAY_HELD_NOT)
-                *(int *)data[i] = 0;
-        } else if (held == SPILLWAY_HELD_FREE)
-            put_range_attribute(attributes[i], data[i], 0, 0); /* unknown memory's default */
-        else if (held == SPILLWAY_HELD_BLOCK)
-            put_range_attribute(attributes[i], data[i], base, size);
+        put_pool_attribute(attributes[i], data[i], held, base, size);
     }
     return rc;
 }
