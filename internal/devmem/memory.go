@@ -360,19 +360,18 @@ func (m *memory) backingFailed(d *device) func(error) {
 	}
 }
 
-// hasManagedMemory asks whether the device supports managed memory, without
-// which CUDA refuses every cudaMallocManaged with cudaErrorNotSupported; a
-// device that does not answer is taken to support it.
-func (m *memory) hasManagedMemory(ordinal int) bool {
-	v, rc := m.rt.DeviceGetAttribute(interpose.DevAttrManagedMemory, ordinal)
-	return rc != interpose.Success || v != 0
+// managedMemory asks rt whether the device supports managed memory, without
+// which CUDA refuses every cudaMallocManaged with cudaErrorNotSupported;
+// known is false where the device does not answer.
+func managedMemory(rt realRuntime, ordinal int) (has, known bool) {
+	v, rc := rt.DeviceGetAttribute(interpose.DevAttrManagedMemory, ordinal)
+	return v != 0, rc == interpose.Success
 }
 
-// managedSupported asks the device; a device without managed memory gets
-// pinned spilling, said once in the log.
+// managedSupported asks the device; a device without managed memory, or
+// that does not say, gets pinned spilling, said once in the log.
 func (m *memory) managedSupported(rt realRuntime, ordinal int) bool {
-	v, rc := rt.DeviceGetAttribute(interpose.DevAttrManagedMemory, ordinal)
-	if rc == interpose.Success && v != 0 {
+	if has, known := managedMemory(rt, ordinal); has && known {
 		return true
 	}
 	if !m.warned.Swap(true) {
@@ -481,7 +480,7 @@ func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, inter
 	defer d.outside.RUnlock()
 	size := charge(r.size)
 	if !d.ledger.takeOutside(size, true) {
-		if !m.hasManagedMemory(d.ordinal) {
+		if has, known := managedMemory(m.rt, d.ordinal); known && !has {
 			// CUDA refuses it whatever its size, with an error (and last
 			// error) the shim cannot make itself: its own call answers.
 			p, rc := m.rt.MallocManaged(r.size, r.flags)
