@@ -41,8 +41,10 @@ struct test_case {
 };
 
 /* run_case runs the case named by the only argument and prints "PASS
- * <case>"; it returns main's exit status: 0, or 2 on a bad command line. */
-static int run_case(const struct test_case *cases, size_t n, int argc, char **argv)
+ * <case>"; it returns main's exit status: 0, or 2 on a bad command line.
+ * It is inline so that a program dispatching its own way (ipc.h) may use
+ * the checks alone. */
+static inline int run_case(const struct test_case *cases, size_t n, int argc, char **argv)
 {
 	if (argc != 2) {
 		fprintf(stderr, "usage: %s <case>\n", argv[0]);

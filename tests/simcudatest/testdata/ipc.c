@@ -19,36 +19,9 @@
 
 #include <spillway/cuda.h>
 
-#define MiB (1ULL << 20)
+#include "ipc.h"
 
-#define EXPECT(call, want)                                                                   \
-	do {                                                                                 \
-		int got_ = (int)(call);                                                      \
-		if (got_ != (int)(want)) {                                                   \
-			fprintf(stderr, "%s:%d: %s returned %d, want %d\n", __FILE__, __LINE__, \
-				#call, got_, (int)(want));                                   \
-			exit(1);                                                             \
-		}                                                                            \
-	} while (0)
-
-#define CHECK(cond)                                                                           \
-	do {                                                                                  \
-		if (!(cond)) {                                                                \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
-
-static unsigned char pattern(size_t i, int which)
-{
-	return (unsigned char)(which ? i * 13 + 5 : i * 7 + 1);
-}
-
-static void check_pattern(const unsigned char *buf, int which)
-{
-	for (size_t i = 0; i < MiB; i++)
-		CHECK(buf[i] == pattern(i, which));
-}
+_Static_assert(sizeof(CUipcMemHandle) == IPC_HANDLE_BYTES, "parse_handle and print_handle cover the whole handle");
 
 static void context(void)
 {
@@ -56,16 +29,6 @@ static void context(void)
 
 	EXPECT(cuInit(0), CUDA_SUCCESS);
 	EXPECT(cuCtxCreate_v2(&ctx, 0, 0), CUDA_SUCCESS);
-}
-
-static void parse_handle(const char *hex, CUipcMemHandle *h)
-{
-	CHECK(strlen(hex) == 2 * sizeof(h->reserved));
-	for (size_t i = 0; i < sizeof(h->reserved); i++) {
-		unsigned int byte;
-		CHECK(sscanf(hex + 2 * i, "%2x", &byte) == 1);
-		h->reserved[i] = (char)byte;
-	}
 }
 
 static void export(unsigned char *buf)
@@ -94,11 +57,7 @@ static void export(unsigned char *buf)
 	       CUDA_ERROR_INVALID_CONTEXT);
 
 	/* The importer gets the interior pointer's handle and must open at the base. */
-	printf("handle ");
-	for (size_t i = 0; i < sizeof(inner.reserved); i++)
-		printf("%02x", (unsigned char)inner.reserved[i]);
-	printf("\n");
-	fflush(stdout);
+	print_handle(inner.reserved);
 
 	CHECK(fgets(line, sizeof(line), stdin) != NULL && strcmp(line, "check\n") == 0);
 	EXPECT(cuMemcpyDtoH_v2(buf, p + 4 * MiB, MiB), CUDA_SUCCESS);
@@ -117,7 +76,7 @@ static void import(const char *hex, unsigned char *buf)
 	size_t free_bytes, total;
 
 	context();
-	parse_handle(hex, &h);
+	parse_handle(hex, h.reserved);
 	EXPECT(cuIpcOpenMemHandle_v2(&q, h, 0), CUDA_ERROR_INVALID_VALUE); /* the flag is required */
 	CUipcMemHandle wrong = h;
 	wrong.reserved[16] ^= 1; /* another allocation id */
@@ -147,27 +106,8 @@ static void gone(const char *hex)
 	CUdeviceptr q;
 
 	context();
-	parse_handle(hex, &h);
+	parse_handle(hex, h.reserved);
 	EXPECT(cuIpcOpenMemHandle_v2(&q, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS),
 	       CUDA_ERROR_INVALID_HANDLE);
 	printf("PASS gone\n");
-}
-
-int main(int argc, char **argv)
-{
-	unsigned char *buf = malloc(MiB);
-
-	CHECK(buf != NULL);
-	if (argc == 2 && strcmp(argv[1], "export") == 0)
-		export(buf);
-	else if (argc == 3 && strcmp(argv[1], "import") == 0)
-		import(argv[2], buf);
-	else if (argc == 3 && strcmp(argv[1], "gone") == 0)
-		gone(argv[2]);
-	else {
-		fprintf(stderr, "usage: %s export | import <hex> | gone <hex>\n", argv[0]);
-		return 2;
-	}
-	free(buf);
-	return 0;
 }

@@ -26,38 +26,9 @@
 
 #include <spillway/cuda_runtime.h>
 
-#define MiB (1ULL << 20)
+#include "ipc.h"
 
-#define EXPECT(call, want)                                                                   \
-	do {                                                                                 \
-		int got_ = (int)(call);                                                      \
-		if (got_ != (int)(want)) {                                                   \
-			fprintf(stderr, "%s:%d: %s returned %d, want %d\n", __FILE__, __LINE__, \
-				#call, got_, (int)(want));                                   \
-			exit(1);                                                             \
-		}                                                                            \
-	} while (0)
-
-#define OK(call) EXPECT(call, cudaSuccess)
-
-#define CHECK(cond)                                                                           \
-	do {                                                                                  \
-		if (!(cond)) {                                                                \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-			exit(1);                                                              \
-		}                                                                             \
-	} while (0)
-
-static unsigned char pattern(size_t i, int which)
-{
-	return (unsigned char)(which ? i * 13 + 5 : i * 7 + 1);
-}
-
-static void check_pattern(const unsigned char *buf, int which)
-{
-	for (size_t i = 0; i < MiB; i++)
-		CHECK(buf[i] == pattern(i, which));
-}
+_Static_assert(sizeof(cudaIpcMemHandle_t) == IPC_HANDLE_BYTES, "parse_handle and print_handle cover the whole handle");
 
 /* A failed call leaves its error as the thread's last error, which reading clears. */
 static void expect_last_error(cudaError_t want)
@@ -65,16 +36,6 @@ static void expect_last_error(cudaError_t want)
 	EXPECT(cudaPeekAtLastError(), want);
 	EXPECT(cudaGetLastError(), want);
 	EXPECT(cudaGetLastError(), cudaSuccess);
-}
-
-static void parse_handle(const char *hex, cudaIpcMemHandle_t *h)
-{
-	CHECK(strlen(hex) == 2 * sizeof(h->reserved));
-	for (size_t i = 0; i < sizeof(h->reserved); i++) {
-		unsigned int byte;
-		CHECK(sscanf(hex + 2 * i, "%2x", &byte) == 1);
-		h->reserved[i] = (char)byte;
-	}
 }
 
 static void export(unsigned char *buf)
@@ -125,11 +86,7 @@ static void export(unsigned char *buf)
 	CHECK(opened == NULL);
 
 	/* The importer gets the interior pointer's handle and must open at the base. */
-	printf("handle ");
-	for (size_t i = 0; i < sizeof(inner.reserved); i++)
-		printf("%02x", (unsigned char)inner.reserved[i]);
-	printf("\n");
-	fflush(stdout);
+	print_handle(inner.reserved);
 
 	CHECK(fgets(line, sizeof(line), stdin) != NULL && strcmp(line, "check\n") == 0);
 	OK(cudaMemcpy(buf, p + 4 * MiB, MiB, cudaMemcpyDeviceToHost));
@@ -147,7 +104,7 @@ static void import(const char *hex, unsigned char *buf)
 	char *q;
 	size_t free_bytes, total;
 
-	parse_handle(hex, &h);
+	parse_handle(hex, h.reserved);
 	EXPECT(cudaIpcOpenMemHandle((void **)&q, h, 0), cudaErrorInvalidValue); /* the flag is required */
 	expect_last_error(cudaErrorInvalidValue);
 	EXPECT(cudaIpcOpenMemHandle(NULL, h, cudaIpcMemLazyEnablePeerAccess), cudaErrorInvalidValue);
@@ -182,28 +139,9 @@ static void gone(const char *hex)
 	cudaIpcMemHandle_t h;
 	void *q = NULL;
 
-	parse_handle(hex, &h);
+	parse_handle(hex, h.reserved);
 	EXPECT(cudaIpcOpenMemHandle(&q, h, cudaIpcMemLazyEnablePeerAccess),
 	       cudaErrorInvalidResourceHandle);
 	expect_last_error(cudaErrorInvalidResourceHandle);
 	printf("PASS gone\n");
-}
-
-int main(int argc, char **argv)
-{
-	unsigned char *buf = malloc(MiB);
-
-	CHECK(buf != NULL);
-	if (argc == 2 && strcmp(argv[1], "export") == 0)
-		export(buf);
-	else if (argc == 3 && strcmp(argv[1], "import") == 0)
-		import(argv[2], buf);
-	else if (argc == 3 && strcmp(argv[1], "gone") == 0)
-		gone(argv[2]);
-	else {
-		fprintf(stderr, "usage: %s export | import <hex> | gone <hex>\n", argv[0]);
-		return 2;
-	}
-	free(buf);
-	return 0;
 }
