@@ -20,10 +20,12 @@
 package harness
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,6 +265,27 @@ func Run(t testing.TB, cmd *exec.Cmd) Result {
 		t.Fatalf("wait %s: %v", cmd.Path, err)
 	}
 	return res
+}
+
+// StartPiped starts cmd for a conversation: it returns a pipe to its input,
+// a scanner over its output lines and the stderr it collects. The caller
+// closes stdin and waits for cmd.
+func StartPiped(t testing.TB, cmd *exec.Cmd) (io.WriteCloser, *bufio.Scanner, *strings.Builder) {
+	t.Helper()
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr := &strings.Builder{}
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return stdin, bufio.NewScanner(stdout), stderr
 }
 
 // Stats is simcuda's ground truth, written at exit to SIMCUDA_STATS_FILE.

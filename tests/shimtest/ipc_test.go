@@ -1,7 +1,6 @@
 package shimtest
 
 import (
-	"bufio"
 	"fmt"
 	"strings"
 	"testing"
@@ -152,20 +151,7 @@ func ipcShare(t *testing.T) string {
 func startExporter(t *testing.T, prog string, env []string, mode string) ([]string, func() string) {
 	t.Helper()
 	exporter := harness.Shimmed(t, env, prog, mode)
-	stdin, err := exporter.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := exporter.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	exporter.Stderr = &stderr
-	if err := exporter.Start(); err != nil {
-		t.Fatal(err)
-	}
-	lines := bufio.NewScanner(stdout)
+	stdin, lines, stderr := harness.StartPiped(t, exporter)
 	if !lines.Scan() {
 		stdin.Close()
 		_ = exporter.Wait()

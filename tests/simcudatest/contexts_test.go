@@ -5,7 +5,6 @@ package simcudatest
 // libcuda alone.
 
 import (
-	"bufio"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -101,24 +100,11 @@ func ipcExchange(t *testing.T, bin string) harness.Stats {
 	stats := filepath.Join(t.TempDir(), "stats.json")
 	exporter := harness.Command(t, bin, "export")
 	harness.SetEnv(exporter, "SIMCUDA_STATE_DIR="+state, "SIMCUDA_STATS_FILE="+stats)
-	stdin, err := exporter.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := exporter.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	exporter.Stderr = &stderr
-	if err := exporter.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, lines, stderr := harness.StartPiped(t, exporter)
 	defer func() {
 		stdin.Close()
 		_ = exporter.Wait()
 	}()
-	lines := bufio.NewScanner(stdout)
 	next := func(prefix string) string {
 		t.Helper()
 		if !lines.Scan() || !strings.HasPrefix(lines.Text(), prefix) {
