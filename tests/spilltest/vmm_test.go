@@ -402,11 +402,7 @@ func TestVMMHostGranulesReachableByCPU(t *testing.T) {
 	if strings.Contains(res.Stderr, cpuFallbackLine) {
 		t.Errorf("the core says the CPU cannot reach host granules, where the driver grants it:\n%s", res.Stderr)
 	}
-	s := readVMMStats(t, statsFile)
-	if s.VMM.HostPhysicalBytes != 4*miB || s.Calls["cudaHostAlloc"] != 0 || s.Calls["cudaMallocManaged"] != 0 {
-		t.Errorf("simcuda: %d bytes of host granules, calls %v; want the block on 4 MiB of host granules, not spilled whole",
-			s.VMM.HostPhysicalBytes, s.Calls)
-	}
+	checkOnHostGranules(t, statsFile, 4*miB, "the block")
 }
 
 // TestVMMHostGranulesWithoutCPUAccess: a driver that refuses to grant the
@@ -436,10 +432,17 @@ func TestVMMHostGranulesWithoutCPUAccess(t *testing.T) {
 	if !strings.Contains(res.Stderr, "SPILLWAY_VMM=0") || !strings.Contains(res.Stderr, "SPILLWAY_SPILL=pinned") {
 		t.Errorf("the warning does not name SPILLWAY_VMM=0 with SPILLWAY_SPILL=pinned as the way out:\n%s", res.Stderr)
 	}
+	checkOnHostGranules(t, statsFile, 8*miB, "both blocks")
+}
+
+// checkOnHostGranules: simcuda's stats show the spilled blocks on host
+// granules, bytes in all, and nothing spilled whole to pinned or managed memory.
+func checkOnHostGranules(t *testing.T, statsFile string, bytes uint64, blocks string) {
+	t.Helper()
 	s := readVMMStats(t, statsFile)
-	if s.VMM.HostPhysicalBytes != 8*miB || s.Calls["cudaHostAlloc"] != 0 || s.Calls["cudaMallocManaged"] != 0 {
-		t.Errorf("simcuda: %d bytes of host granules, calls %v; want both blocks on 8 MiB of host granules, not spilled whole",
-			s.VMM.HostPhysicalBytes, s.Calls)
+	if s.VMM.HostPhysicalBytes != bytes || s.Calls["cudaHostAlloc"] != 0 || s.Calls["cudaMallocManaged"] != 0 {
+		t.Errorf("simcuda: %d bytes of host granules, calls %v; want %s on %d MiB of host granules, not spilled whole",
+			s.VMM.HostPhysicalBytes, s.Calls, blocks, bytes/miB)
 	}
 }
 
