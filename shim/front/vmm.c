@@ -28,6 +28,10 @@ static int host_placeable(const CUmemAllocationProp *prop)
  */
 pthread_mutex_t vmm_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Set once cuMemCreate placed memory on the host: until then no grant of the
+ * program's can cover any, and cuMemSetAccess need not ask the core. */
+static atomic_int placed_on_host;
+
 /* The real cuMemCreate of memory whose bytes were taken on device for
  * kind: the core records the handle, or the bytes are given back. */
 static CUresult create_taken(__typeof__(real.cu_mem_create) real_create, CUmemGenericAllocationHandle *handle,
@@ -126,6 +130,8 @@ EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
         host.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
         host.location.id = 0;
         rc = create_taken(real_create, handle, size, &host, flags, device, SPILLWAY_TAKE_VMM_HOST);
+        if (rc == CUDA_SUCCESS)
+            atomic_store(&placed_on_host, 1);
         if (rc != CUDA_SUCCESS) /* the driver cannot place it on the host */
             rc = create_reported(real_create, handle, size, prop, flags, device);
     }
@@ -234,7 +240,7 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDe
     REAL(real_set_access, cu_mem_set_access);
     pthread_mutex_lock(&vmm_lock);
     CUresult rc = real_set_access(ptr, size, desc, count);
-    if (vmm_heard(rc) && devices_only(desc, count))
+    if (atomic_load(&placed_on_host) && vmm_heard(rc) && devices_only(desc, count))
         core.vmm_accessed((uint64_t)ptr, size);
     pthread_mutex_unlock(&vmm_lock);
     return rc;
