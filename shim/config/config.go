@@ -399,7 +399,7 @@ func ParseLimit(name, value string) (Limit, error) {
 // ParseSize parses a byte size with an optional unit (see the package
 // comment); zero is allowed. name is used in the error.
 func ParseSize(name, value string) (uint64, error) {
-	n, reason := parseSize(value)
+	n, reason := parseSize(value, sizeHelp)
 	if reason != "" {
 		return 0, &Error{name, value, reason, name + "=512MiB"}
 	}
@@ -427,17 +427,22 @@ var units = map[string]uint64{
 	"kb": 1e3, "mb": 1e6, "gb": 1e9, "tb": 1e12,
 }
 
-const sizeHelp = "expected a size such as 512MiB, 8GiB, 8GB or 8G, or a percentage such as 50%"
+// sizeHelp says what a size may be; limitHelp what a quota or a threshold,
+// which may also be a percentage, may be.
+const (
+	sizeHelp  = "expected a size such as 512MiB, 8GiB, 8GB or 8G"
+	limitHelp = sizeHelp + ", or a percentage such as 50%"
+)
 
 func parseLimit(value string) (Limit, string) {
 	v := trimBlanks(value)
 	if v == "" {
-		return Limit{}, "empty; " + sizeHelp
+		return Limit{}, "empty; " + limitHelp
 	}
 	if strings.HasSuffix(v, "%") {
 		m := percentRE.FindStringSubmatch(v)
 		if m == nil {
-			return Limit{}, "not a percentage; " + sizeHelp
+			return Limit{}, "not a percentage; " + limitHelp
 		}
 		p, err := strconv.ParseFloat(m[1], 64)
 		if err != nil || p <= 0 || p > 100 {
@@ -445,7 +450,7 @@ func parseLimit(value string) (Limit, string) {
 		}
 		return Limit{Percent: p}, ""
 	}
-	n, reason := parseSize(v)
+	n, reason := parseSize(v, limitHelp)
 	if reason != "" {
 		return Limit{}, reason
 	}
@@ -455,25 +460,28 @@ func parseLimit(value string) (Limit, string) {
 	return Limit{Bytes: n}, ""
 }
 
-func parseSize(value string) (uint64, string) {
+// parseSize reads a size; a reason it is invalid ends with help, what the
+// value may be.
+func parseSize(value, help string) (uint64, string) {
 	v := trimBlanks(value)
 	if v == "" {
-		return 0, "empty; " + sizeHelp
+		return 0, "empty; " + help
 	}
-	if strings.HasPrefix(v, "-") {
-		return 0, "negative; " + sizeHelp
+	// Only a number is negative: "--" is a flag's forgotten value.
+	if strings.HasPrefix(v, "-") && numberRE.MatchString(v[1:]) {
+		return 0, "negative; " + help
 	}
 	m := numberRE.FindStringSubmatch(v)
 	if m == nil {
-		return 0, "not a number with a unit; " + sizeHelp
+		return 0, "not a number with a unit; " + help
 	}
 	mult, ok := units[strings.ToLower(m[2])]
 	if !ok {
-		return 0, fmt.Sprintf("unknown unit %q; %s", m[2], sizeHelp)
+		return 0, fmt.Sprintf("unknown unit %q; %s", m[2], help)
 	}
 	num, ok := new(big.Rat).SetString(m[1])
 	if !ok {
-		return 0, "not a number; " + sizeHelp
+		return 0, "not a number; " + help
 	}
 	num.Mul(num, new(big.Rat).SetInt(new(big.Int).SetUint64(mult)))
 	bytes := new(big.Int).Quo(num.Num(), num.Denom())
@@ -509,9 +517,9 @@ func ParseThreshold(name, value string) (Limit, error) {
 		return Limit{Percent: p}, nil
 	}
 	if strings.HasSuffix(v, "%") {
-		return Limit{}, &Error{name, value, "not a percentage; " + sizeHelp, example}
+		return Limit{}, &Error{name, value, "not a percentage; " + limitHelp, example}
 	}
-	n, reason := parseSize(v)
+	n, reason := parseSize(v, limitHelp)
 	if reason != "" {
 		return Limit{}, &Error{name, value, reason, example}
 	}
@@ -519,12 +527,12 @@ func ParseThreshold(name, value string) (Limit, error) {
 }
 
 func parsePositiveSize(name, value, zero string) (uint64, error) {
-	n, reason := parseSize(value)
+	n, reason := parseSize(value, sizeHelp)
 	if reason == "" && n == 0 {
 		reason = zero
 	}
 	if reason != "" {
-		return 0, &Error{name, value, strings.Replace(reason, ", or a percentage such as 50%", "", 1), name + "=4GiB"}
+		return 0, &Error{name, value, reason, name + "=4GiB"}
 	}
 	return n, nil
 }

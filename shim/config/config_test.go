@@ -163,6 +163,39 @@ func TestBadVariables(t *testing.T) {
 	}
 }
 
+// A value that only a quota or a threshold may take is never offered as
+// valid where a plain size is wanted (a reserve, a host limit, a ring
+// buffer), and "negative" is said only of a number with a minus sign: "--"
+// (the value of a flag whose value was forgotten) is not a number at all.
+func TestSizeErrorsOfferOnlyWhatIsValid(t *testing.T) {
+	for _, tc := range []struct {
+		value, reason string
+	}{
+		{"50%", "not a number with a unit"},
+		{"lots", "not a number with a unit"},
+		{"", "empty"},
+		{"-1GiB", "negative"},
+		{"--", "not a number with a unit"},
+		{"--pool=false", "not a number with a unit"},
+	} {
+		for _, parse := range []func() error{
+			func() error { _, err := ParseSize("--host-limit", tc.value); return err },
+			func() error { _, err := Parse([]string{EnvHostLimit + "=" + tc.value}); return err },
+			func() error { _, err := Parse([]string{EnvPoolReserve + "=" + tc.value}); return err },
+		} {
+			err := parse()
+			if err == nil || !strings.Contains(err.Error(), tc.reason) || strings.Contains(err.Error(), "percentage") {
+				t.Errorf("size %q: %v; want %q and no word of a percentage", tc.value, err, tc.reason)
+			}
+		}
+	}
+	// A quota may be a percentage, and its errors say so.
+	if _, err := ParseLimit("--memory-limit", "--"); err == nil || strings.Contains(err.Error(), "negative") ||
+		!strings.Contains(err.Error(), "or a percentage such as 50%") {
+		t.Errorf(`quota "--": %v`, err)
+	}
+}
+
 // TestDeviceOrdinals: a device quota's variable names any ordinal from 0 to
 // 1023, in digits, and the quota is that device's.
 func TestDeviceOrdinals(t *testing.T) {

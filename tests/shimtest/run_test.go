@@ -41,6 +41,9 @@ func TestSpillwayRunCombinations(t *testing.T) {
 		{[]string{"--memory-limit", "0"}, nil, []string{`--memory-limit="0"`, "zero bytes"}},
 		{[]string{"--oversubscribe", "--host-limit", "0"}, nil, []string{`--host-limit="0"`, "zero bytes"}},
 		{[]string{"--pool-reserve", "0"}, nil, []string{`--pool-reserve="0"`, "zero bytes"}},
+		// A size that cannot be a percentage is not offered one.
+		{[]string{"--oversubscribe", "--host-limit", "50%"}, nil, []string{`--host-limit="50%"`, "expected a size such as 512MiB, 8GiB, 8GB or 8G (valid example"}},
+		{[]string{"--pool-reserve", "10%"}, nil, []string{`--pool-reserve="10%"`, "expected a size such as 512MiB, 8GiB, 8GB or 8G (valid example"}},
 	} {
 		cmd := harness.Command(t, spillway, append(append([]string{"run"}, tc.args...), "--", "sh", "-c", "echo ran")...)
 		harness.SetEnv(cmd, tc.env...)
