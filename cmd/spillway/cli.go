@@ -43,7 +43,7 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 			dash = "-"
 		}
 		arg, usage := flag.UnquoteUsage(f)
-		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		if isBoolFlag(f) {
 			arg = ""
 		}
 		head := "  " + dash + f.Name
@@ -92,6 +92,9 @@ func flagMessage(msg string) string {
 
 // parseFlags parses args, turning the flag package's errors into usageErr.
 func parseFlags(fs *flagSet, args []string) error {
+	if err := checkValuesGiven(fs.FlagSet, args); err != nil {
+		return err
+	}
 	err := fs.Parse(args)
 	switch {
 	case err == nil:
@@ -102,6 +105,37 @@ func parseFlags(fs *flagSet, args []string) error {
 		return errHelp
 	}
 	return &usageErr{flagMessage(err.Error())}
+}
+
+// checkValuesGiven refuses a flag that takes a value but is followed by
+// "--" or by another of the command's flags, which the flag package would
+// take as its value: "--output -- CMD" would write to a file called "--".
+func checkValuesGiven(fs *flag.FlagSet, args []string) error {
+	isFlag := func(a string) bool {
+		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		return a == "--" || strings.HasPrefix(a, "-") && fs.Lookup(name) != nil
+	}
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || a == "-" || !strings.HasPrefix(a, "-") {
+			return nil // the flags end here
+		}
+		f := fs.Lookup(strings.TrimLeft(a, "-"))
+		if f == nil || strings.Contains(a, "=") || isBoolFlag(f) {
+			continue
+		}
+		if i+1 < len(args) && isFlag(args[i+1]) {
+			arg, _ := flag.UnquoteUsage(f)
+			return &usageErr{fmt.Sprintf("%s needs a value (%s %s), but %q follows it", a, a, arg, args[i+1])}
+		}
+		i++ // its value
+	}
+	return nil
+}
+
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
 
 // switchValueApart returns a switch and the value written apart from it
@@ -121,7 +155,7 @@ func switchValueApart(fs *flagSet, args []string) (flagArg, value string, ok boo
 	if !strings.HasPrefix(flagArg, "-") || strings.Contains(flagArg, "=") || f == nil {
 		return "", "", false
 	}
-	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !b.IsBoolFlag() {
+	if !isBoolFlag(f) {
 		return "", "", false
 	}
 	return flagArg, rest[0], true

@@ -288,3 +288,35 @@ func TestStatSwitchValueApart(t *testing.T) {
 		}
 	}
 }
+
+// TestForgottenValueIsRefused: a flag whose value was forgotten does not
+// take "--" or the next flag as its value: "--output -- CMD" would write
+// the view to a file called "--", "--summary-json --json" to one called
+// "--json".
+func TestForgottenValueIsRefused(t *testing.T) {
+	parse := map[string]func(args []string) error{
+		"run":   func(args []string) error { _, err := parseRunFlags(args, nil, io.Discard); return err },
+		"trace": func(args []string) error { _, err := parseTraceFlags(args, nil, io.Discard); return err },
+		"stat":  func(args []string) error { _, err := parseStatFlags(args, io.Discard); return err },
+	}
+	for _, tc := range []struct {
+		cmd  string
+		args []string
+		want string
+	}{
+		{"trace", []string{"--output", "--", "true"}, `--output needs a value (--output FILE), but "--" follows it`},
+		{"trace", []string{"--summary-json", "--json", "-p", "1"}, `--summary-json needs a value (--summary-json FILE), but "--json" follows it`},
+		{"run", []string{"--memory-limit", "--", "true"}, `--memory-limit needs a value (--memory-limit SIZE), but "--" follows it`},
+		{"stat", []string{"--metrics-addr", "--json"}, `--metrics-addr needs a value (--metrics-addr ADDR), but "--json" follows it`},
+	} {
+		var usage *usageErr
+		if err := parse[tc.cmd](tc.args); !errors.As(err, &usage) || err.Error() != tc.want {
+			t.Errorf("%s %q: %v, want the usage error %q", tc.cmd, tc.args, err, tc.want)
+		}
+	}
+	// A value that only starts with a dash is a value: refused or taken as such.
+	if err := parse["run"]([]string{"--memory-limit", "-1GiB", "--", "true"}); err == nil ||
+		!strings.Contains(err.Error(), `invalid --memory-limit="-1GiB": negative`) {
+		t.Errorf("--memory-limit -1GiB: %v", err)
+	}
+}
