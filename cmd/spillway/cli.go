@@ -71,9 +71,19 @@ var (
 	flagNameRE     = regexp.MustCompile(`(for|flag|defined:|argument:) -([\w-]{2,})`)
 	// repeatedValueRE matches a Set error that begins with the value again.
 	repeatedValueRE = regexp.MustCompile(`^invalid (?:boolean )?value "(.*)" for (?:flag )?-+([\w-]+): "(.*)": (.*)$`)
+	// badSwitchRE matches the flag package's refusal of a switch's value.
+	badSwitchRE = regexp.MustCompile(`^invalid boolean value "(.*)" for -+([\w-]+): parse error$`)
 )
 
+// badSwitch says that value is not one a switch, flag, takes.
+func badSwitch(flag, value string) string {
+	return fmt.Sprintf("invalid %s=%q: want true or false (valid example: %s=false)", flag, value, flag)
+}
+
 func flagMessage(msg string) string {
+	if m := badSwitchRE.FindStringSubmatch(msg); m != nil {
+		return badSwitch("--"+m[2], m[1])
+	}
 	if m := wrappedValueRE.FindStringSubmatch(msg); m != nil {
 		return m[1]
 	}

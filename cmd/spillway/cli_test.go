@@ -289,6 +289,26 @@ func TestStatSwitchValueApart(t *testing.T) {
 	}
 }
 
+// TestSwitchValueSaysWhatIsValid: a switch's bad value is named with the
+// values it takes, in stat and trace as in run.
+func TestSwitchValueSaysWhatIsValid(t *testing.T) {
+	_, statErr := parseStatFlags([]string{"--json=yes"}, io.Discard)
+	_, traceErr := parseTraceFlags([]string{"--events=on", "-p", "1"}, nil, io.Discard)
+	_, runErr := parseRunFlags([]string{"--report=yes", "--", "true"}, nil, io.Discard)
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{statErr, `invalid --json="yes": want true or false (valid example: --json=false)`},
+		{traceErr, `invalid --events="on": want true or false (valid example: --events=false)`},
+		{runErr, `invalid --report="yes": want true or false (valid example: --report=false)`},
+	} {
+		if tc.err == nil || tc.err.Error() != tc.want {
+			t.Errorf("%v, want %q", tc.err, tc.want)
+		}
+	}
+}
+
 // TestForgottenValueIsRefused: a flag whose value was forgotten does not
 // take "--" or the next flag as its value: "--output -- CMD" would write
 // the view to a file called "--", "--summary-json --json" to one called

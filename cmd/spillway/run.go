@@ -448,7 +448,7 @@ func (f *variableFlag) Set(v string) error {
 	if f.bool {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return fmt.Errorf("invalid --%s=%q: want true or false (valid example: --%s=false)", f.name, v, f.name)
+			return errors.New(badSwitch("--"+f.name, v))
 		}
 		v = "0"
 		if b {
