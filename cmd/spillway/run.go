@@ -255,9 +255,9 @@ func (d *deviceLimits) String() string {
 }
 
 func (d *deviceLimits) Set(v string) error {
-	n, size, ok := strings.Cut(v, "=")
-	ordinal, err := strconv.Atoi(n)
-	if !ok || err != nil || ordinal < 0 || ordinal > 1023 {
+	n, size, hasSize := strings.Cut(v, "=")
+	ordinal, ok := config.ParseOrdinal(n)
+	if !hasSize || !ok {
 		return fmt.Errorf("invalid --memory-limit-device=%q: want DEVICE=SIZE with DEVICE from 0 to 1023 (valid example: --memory-limit-device 0=8GiB)", v)
 	}
 	l, err := config.ParseLimit("--memory-limit-device", size)

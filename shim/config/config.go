@@ -365,18 +365,27 @@ func LargerThan(larger, limit uint64, what string) string {
 }
 
 func parseOrdinalSuffix(name, value string) (int, error) {
-	suffix := strings.TrimPrefix(name, EnvMemoryLimitDevicePrefix)
-	bad := &Error{name, value, "the suffix must be a device ordinal from 0 to 1023", EnvMemoryLimitDevicePrefix + "0=8GiB"}
-	// Digits only: strconv.Atoi would also take a sign, so that
-	// SPILLWAY_MEMORY_LIMIT_+1 would be device 1 and _-0 device 0.
-	if suffix == "" || (len(suffix) > 1 && suffix[0] == '0') || strings.Trim(suffix, "0123456789") != "" {
-		return 0, bad
-	}
-	n, err := strconv.Atoi(suffix)
-	if err != nil || n < 0 || n > 1023 {
-		return 0, bad
+	n, ok := ParseOrdinal(strings.TrimPrefix(name, EnvMemoryLimitDevicePrefix))
+	if !ok {
+		return 0, &Error{name, value, "the suffix must be a device ordinal from 0 to 1023", EnvMemoryLimitDevicePrefix + "0=8GiB"}
 	}
 	return n, nil
+}
+
+// ParseOrdinal reads a device ordinal with a quota of its own, from 0 to
+// 1023, as SPILLWAY_MEMORY_LIMIT_<n> and spillway run's
+// --memory-limit-device write it: digits only, without a leading zero.
+func ParseOrdinal(s string) (int, bool) {
+	// Digits only: strconv.Atoi would also take a sign, so that
+	// SPILLWAY_MEMORY_LIMIT_+1 would be device 1 and _-0 device 0.
+	if s == "" || (len(s) > 1 && s[0] == '0') || strings.Trim(s, "0123456789") != "" {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n > 1023 {
+		return 0, false
+	}
+	return n, true
 }
 
 func parseLimitVar(name, value string) (Limit, error) {

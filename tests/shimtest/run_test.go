@@ -41,6 +41,10 @@ func TestSpillwayRunCombinations(t *testing.T) {
 		{[]string{"--memory-limit", "0"}, nil, []string{`--memory-limit="0"`, "zero bytes"}},
 		{[]string{"--oversubscribe", "--host-limit", "0"}, nil, []string{`--host-limit="0"`, "zero bytes"}},
 		{[]string{"--pool-reserve", "0"}, nil, []string{`--pool-reserve="0"`, "zero bytes"}},
+		// A device is numbered as in SPILLWAY_MEMORY_LIMIT_<n>: digits, no sign, no leading zero.
+		{[]string{"--memory-limit-device", "+1=1GiB"}, nil, []string{`--memory-limit-device="+1=1GiB"`, "DEVICE from 0 to 1023"}},
+		{[]string{"--memory-limit-device", "01=1GiB"}, nil, []string{`--memory-limit-device="01=1GiB"`, "DEVICE from 0 to 1023"}},
+		{[]string{"--memory-limit-device", " 1=1GiB"}, nil, []string{`--memory-limit-device=" 1=1GiB"`, "DEVICE from 0 to 1023"}},
 		// A size that cannot be a percentage is not offered one.
 		{[]string{"--oversubscribe", "--host-limit", "50%"}, nil, []string{`--host-limit="50%"`, "expected a size such as 512MiB, 8GiB, 8GB or 8G (valid example"}},
 		{[]string{"--pool-reserve", "10%"}, nil, []string{`--pool-reserve="10%"`, "expected a size such as 512MiB, 8GiB, 8GB or 8G (valid example"}},
