@@ -228,10 +228,17 @@ static const char *front_path(void)
     return dladdr((const void *)front_path, &self) ? self.dli_fname : NULL;
 }
 
-static int core_path(char *out, size_t n)
+/* SPILLWAY_CORE, or NULL when it is unset or empty. */
+static const char *core_variable(void)
 {
     const char *env = getenv("SPILLWAY_CORE");
-    if (env && *env)
+    return env && *env ? env : NULL;
+}
+
+static int core_path(char *out, size_t n)
+{
+    const char *env = core_variable();
+    if (env)
         return snprintf(out, n, "%s", env) < (int)n ? 0 : -1;
     const char *self = front_path();
     if (!self)
@@ -276,10 +283,11 @@ static int open_core(void)
     }
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        log_line("cannot load the core %s: %s; if the error is 'cannot allocate memory in static "
+        /* A path the user gave is named with its variable, the thing to fix. */
+        log_line("cannot load the core %s%s: %s; if the error is 'cannot allocate memory in static "
                  "TLS block', set GLIBC_TUNABLES=glibc.rtld.optional_static_tls=16384 (spillway "
                  "run does); until then %s",
-                 path, dlerror(), without_core());
+                 path, core_variable() ? " (SPILLWAY_CORE)" : "", dlerror(), without_core());
         return -1;
     }
     if (!same_abi(h, path))

@@ -598,6 +598,10 @@ func TestBadConfigurationReportsNoFreeMemory(t *testing.T) {
 			if strings.Contains(name, "reserve") && !strings.Contains(res.Stderr, `SPILLWAY_POOL_RESERVE=\"2GiB\": larger than the quota of device 0 (1.6GiB)`) {
 				t.Errorf("error %q does not give the reserve and the quota for people", res.Stderr)
 			}
+			// A core that is not where SPILLWAY_CORE says is named with the variable to fix.
+			if name == "no core" && !strings.Contains(res.Stderr, "cannot load the core "+strings.TrimPrefix(noCore, "SPILLWAY_CORE=")+" (SPILLWAY_CORE)") {
+				t.Errorf("error %q does not name SPILLWAY_CORE", res.Stderr)
+			}
 			for i := range 2 {
 				if l := rt.Line(t, "i", i); rt.Code(t, "i", i) != 0 || rt.Num(t, "i", i, 2) != 0 || rt.Num(t, "i", i, 3) != total {
 					t.Errorf("cudaMemGetInfo %d: %v, want success, free 0, the real total %d", i, l, uint64(total))
