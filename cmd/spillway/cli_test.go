@@ -309,6 +309,20 @@ func TestSwitchValueSaysWhatIsValid(t *testing.T) {
 	}
 }
 
+// TestTraceChecksTheCore: CMD is started under the shim as by spillway run,
+// so a SPILLWAY_CORE that names no core is refused before it starts.
+func TestTraceChecksTheCore(t *testing.T) {
+	_, err := parseTraceFlags([]string{"--", "true"}, []string{"SPILLWAY_CORE=/nonexistent/libspillway-core.so"}, io.Discard)
+	var usage *usageErr
+	if !errors.As(err, &usage) || !strings.Contains(err.Error(), `invalid SPILLWAY_CORE="/nonexistent/libspillway-core.so"`) {
+		t.Errorf("trace with a missing core: %v", err)
+	}
+	// Without CMD nothing is started under the shim.
+	if _, err := parseTraceFlags([]string{"-p", "1"}, []string{"SPILLWAY_CORE=/nonexistent/libspillway-core.so"}, io.Discard); err != nil {
+		t.Errorf("trace -p with a missing core: %v", err)
+	}
+}
+
 // TestForgottenValueIsRefused: a flag whose value was forgotten does not
 // take "--" or the next flag as its value: "--output -- CMD" would write
 // the view to a file called "--", "--summary-json --json" to one called

@@ -132,6 +132,21 @@ func findLib(lib string) (string, error) {
 	return lib, nil
 }
 
+// checkCoreVariable checks the core SPILLWAY_CORE names in env, when it
+// names one: the front would fail to load it and leave the job without its
+// quota (every allocation refused) or without Spillway at all.
+func checkCoreVariable(env []string) error {
+	path := environ(env).get(config.EnvCore)
+	if path == "" {
+		return nil
+	}
+	if err := checkSharedObject(path); err != nil {
+		return &config.Error{Name: config.EnvCore, Value: path, Reason: err.Error(),
+			Example: config.EnvCore + "=/opt/spillway/lib/libspillway-core.so"}
+	}
+	return nil
+}
+
 func limitValue(l config.Limit) string {
 	if l.Percent > 0 {
 		return l.String()
@@ -355,6 +370,9 @@ func parseRunFlags(args []string, environ []string, out io.Writer) (runOptions, 
 	o.launch.Env = shimFlags.variables(fs)
 	if err := checkCombination(o.launch, environ, shimFlags, limit, devices); err != nil {
 		return o, err
+	}
+	if err := checkCoreVariable(environ); err != nil {
+		return o, usageError(fs, err.Error()+" (in the environment)")
 	}
 	return o, nil
 }

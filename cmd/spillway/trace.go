@@ -107,6 +107,9 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 		if _, err := config.Parse(environ); err != nil {
 			return o, usageError(fs, err.Error()+" (in the environment)")
 		}
+		if err := checkCoreVariable(environ); err != nil {
+			return o, usageError(fs, err.Error()+" (in the environment)")
+		}
 	}
 	return o, nil
 }
