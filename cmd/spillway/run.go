@@ -132,17 +132,22 @@ func findLib(lib string) (string, error) {
 	return lib, nil
 }
 
-// checkCoreVariable checks the core SPILLWAY_CORE names in env, when it
-// names one: the front would fail to load it and leave the job without its
-// quota (every allocation refused) or without Spillway at all.
-func checkCoreVariable(env []string) error {
-	path := environ(env).get(config.EnvCore)
-	if path == "" {
-		return nil
+// checkShimFiles checks the files the shim's variables in env name, as the
+// shim will find them: a SPILLWAY_CORE the front cannot load leaves the job
+// without its quota (every allocation refused) or without Spillway at all,
+// and a SPILLWAY_LOG_FILE the core cannot open refuses every allocation.
+func checkShimFiles(env []string) error {
+	if path := environ(env).get(config.EnvCore); path != "" {
+		if err := checkSharedObject(path); err != nil {
+			return &config.Error{Name: config.EnvCore, Value: path, Reason: err.Error(),
+				Example: config.EnvCore + "=/opt/spillway/lib/libspillway-core.so"}
+		}
 	}
-	if err := checkSharedObject(path); err != nil {
-		return &config.Error{Name: config.EnvCore, Value: path, Reason: err.Error(),
-			Example: config.EnvCore + "=/opt/spillway/lib/libspillway-core.so"}
+	if path := environ(env).get(config.EnvLogFile); path != "" {
+		if err := checkWritable(path); err != nil {
+			return &config.Error{Name: config.EnvLogFile, Value: path, Reason: err.Error(),
+				Example: config.EnvLogFile + "=/tmp/spillway.log"}
+		}
 	}
 	return nil
 }
@@ -371,7 +376,7 @@ func parseRunFlags(args []string, environ []string, out io.Writer) (runOptions, 
 	if err := checkCombination(o.launch, environ, shimFlags, limit, devices); err != nil {
 		return o, err
 	}
-	if err := checkCoreVariable(environ); err != nil {
+	if err := checkShimFiles(environ); err != nil {
 		return o, usageError(fs, err.Error()+" (in the environment)")
 	}
 	return o, nil

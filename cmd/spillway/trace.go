@@ -107,7 +107,7 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 		if _, err := config.Parse(environ); err != nil {
 			return o, usageError(fs, err.Error()+" (in the environment)")
 		}
-		if err := checkCoreVariable(environ); err != nil {
+		if err := checkShimFiles(environ); err != nil {
 			return o, usageError(fs, err.Error()+" (in the environment)")
 		}
 	}
@@ -142,27 +142,27 @@ func (f sizeFlag) Set(v string) error {
 	return nil
 }
 
-// checkWritable checks, before the session starts, that path can be
+// checkWritable checks, before anything starts, that path can be
 // written, so that a bad path is not found out after the job ran, and
 // leaves it as it was: an existing file is not truncated, and one that did
 // not exist is not left behind.
-func checkWritable(flagName, path string) error {
+func checkWritable(path string) error {
 	info, err := os.Stat(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 		if err != nil {
-			return fmt.Errorf("%s: %w", flagName, err)
+			return err
 		}
 		f.Close()
 		return os.Remove(path)
 	case err != nil:
-		return fmt.Errorf("%s: %w", flagName, err)
+		return err
 	case info.IsDir():
-		return fmt.Errorf("%s: %s is a folder", flagName, path)
+		return fmt.Errorf("%s is a folder", path)
 	}
 	if err := unix.Access(path, unix.W_OK); err != nil {
-		return fmt.Errorf("%s: %s: %w", flagName, path, err)
+		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
 }
@@ -189,8 +189,8 @@ func traceMain(args []string) int {
 		if file.path == "" {
 			continue
 		}
-		if err := checkWritable(file.flag, file.path); err != nil {
-			fmt.Fprintf(os.Stderr, "spillway trace: %v\n", err)
+		if err := checkWritable(file.path); err != nil {
+			fmt.Fprintf(os.Stderr, "spillway trace: %s: %v\n", file.flag, err)
 			return 2
 		}
 	}

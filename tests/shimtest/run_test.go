@@ -48,6 +48,8 @@ func TestSpillwayRunCombinations(t *testing.T) {
 		// A core that is not where SPILLWAY_CORE says would leave the job without its quota.
 		{nil, []string{"SPILLWAY_CORE=/nonexistent/libspillway-core.so"}, []string{`invalid SPILLWAY_CORE="/nonexistent/libspillway-core.so"`, "no such file", "(in the environment)"}},
 		{nil, []string{"SPILLWAY_CORE=/etc/passwd"}, []string{`invalid SPILLWAY_CORE="/etc/passwd"`, "not a shared object"}},
+		// A log file the core cannot open would refuse every allocation.
+		{nil, []string{"SPILLWAY_LOG_FILE=/nonexistent-dir/spillway.log"}, []string{`invalid SPILLWAY_LOG_FILE="/nonexistent-dir/spillway.log"`, "no such file", "(in the environment)"}},
 		// A size that cannot be a percentage is not offered one.
 		{[]string{"--oversubscribe", "--host-limit", "50%"}, nil, []string{`--host-limit="50%"`, "expected a size such as 512MiB, 8GiB, 8GB or 8G (valid example"}},
 		{[]string{"--pool-reserve", "10%"}, nil, []string{`--pool-reserve="10%"`, "expected a size such as 512MiB, 8GiB, 8GB or 8G (valid example"}},
