@@ -27,7 +27,7 @@ const staticTLSTunable = "glibc.rtld.optional_static_tls=16384"
 // launchOptions says how to start a program under the shim. Empty fields
 // leave the corresponding variables as the environment has them.
 type launchOptions struct {
-	Lib          string               // libspillway.so; empty: ../lib beside this binary
+	Lib          string               // libspillway.so, as findLib found it
 	MemoryLimit  *config.Limit        // SPILLWAY_MEMORY_LIMIT
 	DeviceLimits map[int]config.Limit // SPILLWAY_MEMORY_LIMIT_<n>
 	LogLevel     config.Level         // SPILLWAY_LOG_LEVEL
@@ -36,21 +36,18 @@ type launchOptions struct {
 
 // startUnderShim starts argv with the shim preloaded and the options turned
 // into variables; stdio is the caller's. The caller waits (see
-// signalForwarder).
+// signalForwarder). Its errors are all the command's: the shim was found
+// before (findLib).
 func startUnderShim(opts launchOptions, argv []string) (*exec.Cmd, error) {
 	if len(argv) == 0 {
 		return nil, errors.New("no command to run")
-	}
-	lib, err := findLib(opts.Lib)
-	if err != nil {
-		return nil, err
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
 		return nil, err
 	}
 	env := shimEnvironment(opts, os.Environ())
-	env.set("LD_PRELOAD", prependList(lib, env.get("LD_PRELOAD")))
+	env.set("LD_PRELOAD", prependList(opts.Lib, env.get("LD_PRELOAD")))
 	env.set("GLIBC_TUNABLES", withTunable(env.get("GLIBC_TUNABLES")))
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args[0] = argv[0]
@@ -425,6 +422,12 @@ func runMain(args []string) int {
 	o, err := parseRunFlags(args, os.Environ(), os.Stdout)
 	if err != nil {
 		return reportFlagError("run", err)
+	}
+	// The launcher's own failure, not the command's: 127 and 126 would say
+	// the command was not found or cannot be executed.
+	if o.launch.Lib, err = findLib(o.launch.Lib); err != nil {
+		fmt.Fprintf(os.Stderr, "spillway run: %v\n", err)
+		return 1
 	}
 	sigs := catchSignals()
 	cmd, err := startUnderShim(o.launch, o.argv)

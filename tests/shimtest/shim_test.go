@@ -896,6 +896,24 @@ func TestSpillwayRun(t *testing.T) {
 		}
 	}
 
+	// A launcher that cannot find the shim fails itself (1), not as a
+	// program that was not found (127) or cannot be executed (126).
+	alone := filepath.Join(t.TempDir(), "bin", "spillway")
+	data, err := os.ReadFile(spillway)
+	if err == nil {
+		err = os.MkdirAll(filepath.Dir(alone), 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(alone, data, 0o755)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = harness.Run(t, harness.Command(t, alone, "run", "--", "/bin/true"))
+	if res.ExitCode != 1 || !strings.Contains(res.Stderr, "the shim library") || !strings.Contains(res.Stderr, "--lib") {
+		t.Errorf("spillway run without its shim: exit %d, stderr %q; want 1 and a word of --lib", res.ExitCode, res.Stderr)
+	}
+
 	res = harness.Run(t, harness.Command(t, spillway, "run", "--memory-limit", "8GiBs", "--", "/bin/true"))
 	if !strings.Contains(res.Stderr, "8GiBs") || !strings.Contains(res.Stderr, "valid example") {
 		t.Errorf("bad flag message: %q", res.Stderr)
