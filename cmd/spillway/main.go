@@ -69,6 +69,10 @@ func usage(w io.Writer) {
 }
 
 func versionMain(args []string) int {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Println("usage: spillway version\n\nPrints the version, the commit it was built from and the Go toolchain.")
+		return 0
+	}
 	if len(args) > 0 {
 		fmt.Fprintln(os.Stderr, "spillway version: takes no arguments (see 'spillway --help')")
 		return 2

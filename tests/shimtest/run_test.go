@@ -91,7 +91,7 @@ func TestSpillwayHelp(t *testing.T) {
 		t.Errorf("run --help: exit %d\n%s", res.ExitCode, res.Stdout)
 	}
 	// Every command's help goes to standard output, to be paged or searched.
-	for _, c := range []string{"trace", "stat"} {
+	for _, c := range []string{"trace", "stat", "version"} {
 		if res := harness.Run(t, harness.Command(t, spillway, c, "--help")); res.ExitCode != 0 || !strings.Contains(res.Stdout, "usage: spillway "+c) || res.Stderr != "" {
 			t.Errorf("spillway %s --help: exit %d, stdout %q, stderr %q", c, res.ExitCode, res.Stdout, res.Stderr)
 		}
