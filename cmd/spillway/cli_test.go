@@ -323,6 +323,20 @@ func TestTraceChecksTheCore(t *testing.T) {
 	}
 }
 
+// TestTraceKnowsTheShimIsOff: CMD inherits SPILLWAY_DISABLE=1, which the
+// session says, as spillway run does.
+func TestTraceKnowsTheShimIsOff(t *testing.T) {
+	for _, tc := range []struct {
+		env      []string
+		disabled bool
+	}{{[]string{"SPILLWAY_DISABLE=1"}, true}, {[]string{"SPILLWAY_DISABLE=0"}, false}, {nil, false}} {
+		o, err := parseTraceFlags([]string{"--", "true"}, tc.env, io.Discard)
+		if err != nil || o.disabled != tc.disabled {
+			t.Errorf("%q: disabled %v, %v; want %v", tc.env, o.disabled, err, tc.disabled)
+		}
+	}
+}
+
 // TestForgottenValueIsRefused: a flag whose value was forgotten does not
 // take "--" or the next flag as its value: "--output -- CMD" would write
 // the view to a file called "--", "--summary-json --json" to one called

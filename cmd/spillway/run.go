@@ -338,9 +338,15 @@ killed, CMD is killed too.
 
 // runOptions are spillway run's parsed flags.
 type runOptions struct {
-	launch launchOptions
-	argv   []string
+	launch   launchOptions
+	argv     []string
+	disabled bool // SPILLWAY_DISABLE=1 is inherited: the shim will do nothing
 }
+
+// disabledNotice is said when a program is started under the shim with
+// SPILLWAY_DISABLE=1 inherited, which no flag overrides: a quota asked for
+// would otherwise go unenforced without a word.
+const disabledNotice = "SPILLWAY_DISABLE=1 in the environment turns Spillway off: the program runs with no quota, no pool and no oversubscription, whatever the flags say"
 
 func parseRunFlags(args []string, environ []string, out io.Writer) (runOptions, error) {
 	var o runOptions
@@ -370,9 +376,11 @@ func parseRunFlags(args []string, environ []string, out io.Writer) (runOptions, 
 	}
 	o.launch.MemoryLimit, o.launch.DeviceLimits, o.launch.LogLevel = limit.l, devices.limits, level.level
 	o.launch.Env = shimFlags.variables(fs)
-	if err := checkCombination(o.launch, environ, shimFlags, limit, devices); err != nil {
+	cfg, err := checkCombination(o.launch, environ, shimFlags, limit, devices)
+	if err != nil {
 		return o, err
 	}
+	o.disabled = cfg.Disable
 	if err := checkShimFiles(environ); err != nil {
 		return o, usageError(fs, err.Error()+" (in the environment)")
 	}
@@ -382,12 +390,12 @@ func parseRunFlags(args []string, environ []string, out io.Writer) (runOptions, 
 // checkCombination validates the environment the job will get, flags and
 // inherited SPILLWAY_* variables together, with the shim's own rules; an
 // error about a flag names the flag and shows its value as typed.
-func checkCombination(opts launchOptions, environ []string, flags variableFlags, limit *limitFlag, devices *deviceLimits) error {
+func checkCombination(opts launchOptions, environ []string, flags variableFlags, limit *limitFlag, devices *deviceLimits) (config.Config, error) {
 	env := shimEnvironment(opts, environ)
-	_, err := config.Parse(env.list())
+	cfg, err := config.Parse(env.list())
 	var cerr *config.Error
 	if !errors.As(err, &cerr) {
-		return err
+		return cfg, err
 	}
 	typed := map[string][2]string{} // variable -> flag, value as typed
 	var setting []string            // VARIABLE=value, --flag=typed: a flag's setting named in a reason
@@ -413,9 +421,9 @@ func checkCombination(opts launchOptions, environ []string, flags variableFlags,
 		for variable, t := range typed {
 			e.Example = strings.ReplaceAll(e.Example, variable+"=", t[0]+" ")
 		}
-		return &usageErr{e.Error()}
+		return cfg, &usageErr{e.Error()}
 	}
-	return &usageErr{cerr.Error() + " (in the environment)"}
+	return cfg, &usageErr{cerr.Error() + " (in the environment)"}
 }
 
 func runMain(args []string) int {
@@ -428,6 +436,9 @@ func runMain(args []string) int {
 	if o.launch.Lib, err = findLib(o.launch.Lib); err != nil {
 		fmt.Fprintf(os.Stderr, "spillway run: %v\n", err)
 		return 1
+	}
+	if o.disabled {
+		fmt.Fprintln(os.Stderr, "spillway run: "+disabledNotice)
 	}
 	sigs := catchSignals()
 	cmd, err := startUnderShim(o.launch, o.argv)

@@ -65,6 +65,7 @@ type traceOptions struct {
 	lib         string
 	metricsAddr string
 	output      string // --output FILE; empty: standard output
+	disabled    bool   // SPILLWAY_DISABLE=1 is inherited by CMD
 }
 
 func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error) {
@@ -104,9 +105,11 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 	// would refuse is refused before anything starts, not found out by a
 	// job whose every allocation fails.
 	if len(o.argv) > 0 {
-		if _, err := config.Parse(environ); err != nil {
+		cfg, err := config.Parse(environ)
+		if err != nil {
 			return o, usageError(fs, err.Error()+" (in the environment)")
 		}
+		o.disabled = cfg.Disable
 		if err := checkShimFiles(environ); err != nil {
 			return o, usageError(fs, err.Error()+" (in the environment)")
 		}
@@ -193,6 +196,9 @@ func traceMain(args []string) int {
 			fmt.Fprintf(os.Stderr, "spillway trace: %s: %v\n", file.flag, err)
 			return 2
 		}
+	}
+	if o.disabled {
+		fmt.Fprintln(os.Stderr, "spillway trace: "+disabledNotice)
 	}
 	status, err := runTrace(o)
 	if err != nil {

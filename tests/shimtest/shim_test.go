@@ -707,6 +707,14 @@ func TestDisable(t *testing.T) {
 			t.Errorf("%q still reports the quota: %v", setting, out)
 		}
 	}
+	// spillway run asked for a quota under SPILLWAY_DISABLE=1 runs the job
+	// as it was told, but says that nothing of Spillway applies to it.
+	cmd := harness.Command(t, harness.Bin(t, "spillway"), "run", "--memory-limit", "1MiB", "--", "sh", "-c", "echo ran")
+	harness.SetEnv(cmd, "SPILLWAY_DISABLE=1")
+	if res := harness.Run(t, cmd); res.ExitCode != 0 || res.Stdout != "ran\n" ||
+		!strings.Contains(res.Stderr, "SPILLWAY_DISABLE=1 in the environment turns Spillway off: the program runs with no quota") {
+		t.Errorf("spillway run under SPILLWAY_DISABLE=1: exit %d, stdout %q, stderr %q", res.ExitCode, res.Stdout, res.Stderr)
+	}
 	// A value the front does not read as 1 (a trailing no-break space) is
 	// no 1 to the core either: it is refused as invalid, not read as off
 	// by one side and on by the other.
