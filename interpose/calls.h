@@ -396,7 +396,15 @@ SPILLWAY_ENTRY(ctx_record, (uint64_t ctx, int32_t device, uint64_t ptr, uint64_t
  * front gives them once the real free succeeds, or records ptr again);
  * 0 otherwise. */
 SPILLWAY_ENTRY(ctx_forget, (uint64_t ptr, uint64_t *ctx, int32_t *device, uint64_t *size))
-/* ctx was destroyed: gives back what was recorded in it; *count: how many. */
+/* Before the real call that may destroy ctx (cuCtxDestroy_v2, a last
+ * cuCtxDetach): what was recorded in it is set aside, no longer found by
+ * ctx_forget, as the real call frees those addresses for other allocations
+ * before ctx_destroyed is told; ctx_kept records it again where ctx was not
+ * destroyed. */
+SPILLWAY_ENTRY(ctx_destroying, (uint64_t ctx))
+SPILLWAY_ENTRY(ctx_kept, (uint64_t ctx))
+/* ctx was destroyed: gives back what was recorded in it, or set aside;
+ * *count: how many. */
 SPILLWAY_ENTRY(ctx_destroyed, (uint64_t ctx, uint64_t *count))
 /* The virtual-memory API's events, after the real call succeeded:
  * vmm_created records a handle whose size bytes were taken on device for

@@ -127,6 +127,11 @@ func (c *Core) Give(ordinal int, size uint64, kind TakeKind) {
 type contextLedger struct {
 	mu     sync.Mutex
 	blocks map[interpose.DevicePtr]ContextBlock
+	// dying holds, by context, the blocks of contexts being destroyed
+	// (CtxDestroying): the real destroy frees their addresses for other
+	// allocations, which must not be taken for theirs, before the front
+	// can tell CtxDestroyed.
+	dying map[uint64]map[interpose.DevicePtr]ContextBlock
 }
 
 // ContextBlock is an allocation in a created context, as the front
@@ -163,6 +168,42 @@ func (c *Core) CtxForget(p interpose.DevicePtr) (ContextBlock, bool) {
 	return b, ok
 }
 
+// CtxDestroying sets aside what was recorded in ctx before the real call
+// that destroys it: once it has freed their addresses, another thread's
+// allocation may be handed one, and its free must reach that allocation's
+// owner, not be taken for ctx's. Their bytes stay taken until CtxDestroyed
+// gives them back, or CtxKept records them again.
+func (c *Core) CtxDestroying(ctx uint64) {
+	l := &c.contexts
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for p, b := range l.blocks {
+		if b.Ctx != ctx {
+			continue
+		}
+		if l.dying == nil {
+			l.dying = map[uint64]map[interpose.DevicePtr]ContextBlock{}
+		}
+		if l.dying[ctx] == nil {
+			l.dying[ctx] = map[interpose.DevicePtr]ContextBlock{}
+		}
+		l.dying[ctx][p] = b
+		delete(l.blocks, p)
+	}
+}
+
+// CtxKept records again what CtxDestroying set aside: ctx was not
+// destroyed (the real call failed, or a detach was not the last).
+func (c *Core) CtxKept(ctx uint64) {
+	l := &c.contexts
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for p, b := range l.dying[ctx] {
+		l.blocks[p] = b
+	}
+	delete(l.dying, ctx)
+}
+
 // CtxDestroyed gives back what ctx held: destroying a context frees its
 // memory and ends its streams, whose work it waited for.
 func (c *Core) CtxDestroyed(ctx uint64) int {
@@ -172,9 +213,9 @@ func (c *Core) CtxDestroyed(ctx uint64) int {
 }
 
 // blocksGone gives back the recorded allocations that destroying a context
-// destroyed: those made in created context ctx, or, with ctx 0, in the
-// primary context of device ordinal (from the application's own pools). It
-// returns how many.
+// destroyed: those made in created context ctx, set aside by CtxDestroying
+// or still recorded, or, with ctx 0, in the primary context of device
+// ordinal (from the application's own pools). It returns how many.
 func (c *Core) blocksGone(ctx uint64, ordinal int) int {
 	l := &c.contexts
 	l.mu.Lock()
@@ -186,6 +227,13 @@ func (c *Core) blocksGone(ctx uint64, ordinal int) int {
 			delete(l.blocks, p)
 			n++
 		}
+	}
+	if ctx != 0 {
+		for _, b := range l.dying[ctx] {
+			b.ledger.giveOutside(charge(b.Size))
+			n++
+		}
+		delete(l.dying, ctx)
 	}
 	return n
 }

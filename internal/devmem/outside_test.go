@@ -216,6 +216,40 @@ func TestContextLedger(t *testing.T) {
 	}
 }
 
+// TestContextLedgerSetAsideWhileDestroyed: while a context is being
+// destroyed its allocations' addresses are no longer taken for its own,
+// their bytes stay taken, and they are given back once it is gone, or
+// recorded again if it lives on.
+func TestContextLedgerSetAsideWhileDestroyed(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=8MiB")
+	c := &Core{mem: m.memory}
+	for i, ctx := range []uint64{1, 1, 2} {
+		if rc := c.Take(0, 2<<20, TakeContext); rc != interpose.Success {
+			t.Fatal(rc)
+		}
+		c.CtxRecord(ctx, 0, interpose.DevicePtr(0x1000*(i+1)), 2<<20)
+	}
+	c.CtxDestroying(1)
+	if _, ok := c.CtxForget(0x1000); ok {
+		t.Fatal("an address of a context being destroyed is still taken for its allocation")
+	}
+	if got := m.existing(0).ledger.used(); got != 6<<20 {
+		t.Errorf("used %d while context 1 is destroyed, want all 6 MiB", got)
+	}
+	c.CtxKept(1)
+	if b, ok := c.CtxForget(0x1000); !ok || b.Ctx != 1 {
+		t.Fatalf("context 1 lived on, but its allocation was not recorded again: %+v %v", b, ok)
+	}
+	c.CtxRecord(1, 0, 0x1000, 2<<20)
+	c.CtxDestroying(1)
+	if n := c.CtxDestroyed(1); n != 2 {
+		t.Errorf("destroying context 1 gave back %d allocations, want 2", n)
+	}
+	if got := m.existing(0).ledger.used(); got != 2<<20 {
+		t.Errorf("used %d after context 1 went, want context 2's 2 MiB", got)
+	}
+}
+
 // TestLedgerOutlivesReset: a cuMemCreate handle outlives a reset of the
 // primary context, and stays counted against the pool built after it.
 func TestLedgerOutlivesReset(t *testing.T) {

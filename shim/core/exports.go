@@ -324,6 +324,20 @@ func spillway_core_ctx_forget(ptr C.uint64_t, ctx *C.uint64_t, device *C.int32_t
 	return 1
 }
 
+//export spillway_core_ctx_destroying
+func spillway_core_ctx_destroying(ctx C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuCtxDestroy")
+	running().CtxDestroying(uint64(ctx))
+	return C.CUDA_SUCCESS
+}
+
+//export spillway_core_ctx_kept
+func spillway_core_ctx_kept(ctx C.uint64_t) (rc C.int32_t) {
+	defer recoverTo(&rc, "cuCtxDestroy")
+	running().CtxKept(uint64(ctx))
+	return C.CUDA_SUCCESS
+}
+
 //export spillway_core_ctx_destroyed
 func spillway_core_ctx_destroyed(ctx C.uint64_t, count *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuCtxDestroy")

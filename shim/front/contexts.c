@@ -217,10 +217,41 @@ EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreatePara
     return rc;
 }
 
+/* Whether the core holds what was allocated in created contexts. */
+static int core_counts_contexts(void)
+{
+    return depth == 0 && atomic_load_explicit(&state, memory_order_acquire) == READY;
+}
+
+/*
+ * Before the real call that may destroy ctx: the core sets aside what was
+ * allocated in it, as the real call frees those addresses, and another
+ * thread may be handed one (for the pool, or another context) before this
+ * one can tell the core; a free of it then routes by its new owner.
+ * Returns whether it did, so that context_kept puts it back if ctx lives on.
+ */
+static int context_dying(CUcontext ctx)
+{
+    if (!core_counts_contexts())
+        return 0;
+    depth++;
+    core.ctx_destroying((uint64_t)(uintptr_t)ctx);
+    depth--;
+    return 1;
+}
+
+/* ctx lives on: the core records again what context_dying set aside. */
+static void context_kept(CUcontext ctx)
+{
+    depth++;
+    core.ctx_kept((uint64_t)(uintptr_t)ctx);
+    depth--;
+}
+
 /* ctx is gone: the core gives back what was allocated in it. */
 static void context_gone(CUcontext ctx)
 {
-    if (depth > 0 || atomic_load_explicit(&state, memory_order_acquire) != READY)
+    if (!core_counts_contexts())
         return;
     uint64_t n = 0;
     depth++;
@@ -232,9 +263,12 @@ static void context_gone(CUcontext ctx)
 EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     REAL(real_destroy, cu_ctx_destroy);
+    int dying = created_usage(ctx, 0) > 0 && context_dying(ctx);
     CUresult rc = real_destroy(ctx);
     if (rc == CUDA_SUCCESS && created_remove(ctx))
         context_gone(ctx);
+    else if (dying)
+        context_kept(ctx);
     return rc;
 }
 
@@ -250,8 +284,12 @@ EXPORT CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
 EXPORT CUresult cuCtxDetach(CUcontext ctx)
 {
     REAL(real_detach, cu_ctx_detach);
+    /* The last usage: the real call destroys the context. */
+    int dying = created_usage(ctx, 0) == 1 && context_dying(ctx);
     CUresult rc = real_detach(ctx);
     if (rc == CUDA_SUCCESS && created_usage(ctx, -1) == 0)
         context_gone(ctx);
+    else if (dying)
+        context_kept(ctx);
     return rc;
 }

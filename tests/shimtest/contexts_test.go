@@ -21,6 +21,16 @@ func ctxvmm(t testing.TB, runtime bool) string {
 	return harness.Compile(t, b)
 }
 
+// ctxvmmHooked builds ctxvmm with ctxhook linked ahead of the driver, so
+// that the shim's real cuCtxDestroy_v2 is ctxhook's (its S operation).
+func ctxvmmHooked(t testing.TB) string {
+	hook := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctxhook.c"}, Shared: true,
+		ProjectHeaders: true, Flags: []string{"-ldl"}})
+	return harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctxvmm.c"}, ProjectHeaders: true,
+		Flags: []string{"-DCTX_HOOK", hook, "-Wl,-rpath," + filepath.Dir(hook),
+			"-L", harness.SimcudaDir(t), "-lcuda", "-lnvidia-ml"}})
+}
+
 // step is one expected line of a scripted program: the i-th line of op has code want.
 type step struct {
 	op      string
@@ -127,6 +137,48 @@ func TestDetachedContextQuota(t *testing.T) {
 		{"C", 0, cuSuccess}, {"A", 0, cuSuccess}, {"m", 0, cuSuccess}, {"T", 0, cuSuccess},
 		{"m", 1, cuOutOfMemory}, // still attached once: still held
 		{"T", 1, cuSuccess}, {"m", 2, cuSuccess},
+	})
+}
+
+// TestCreatedContextAddressReusedDuringDestroy: destroying a created
+// context (cuCtxDestroy_v2, the last cuCtxDetach) frees its memory before
+// the call returns, and another thread may be handed one of its addresses
+// meanwhile, here for the primary context. Freeing that address frees the
+// primary context's block, and every byte of both is given back: none
+// stays counted against the quota.
+func TestCreatedContextAddressReusedDuringDestroy(t *testing.T) {
+	prog := ctxvmmHooked(t)
+	for _, destroy := range []string{"X", "T"} {
+		t.Run(destroy, func(t *testing.T) {
+			out, _ := runScriptWith(t, prog, 64<<20, []string{"SPILLWAY_POOL=0"},
+				"C", "m", "1M", "m", "1M", "S", "1M", destroy, "0", "i", "m", "64M")
+			if out.Code(t, "S", 0) != cuSuccess || out.Num(t, "S", 0, 2) != 1 {
+				t.Fatalf("the other thread was not handed an address of the destroyed context: %v", out)
+			}
+			checkSteps(t, out, []step{
+				{"C", 0, cuSuccess}, {"m", 0, cuSuccess}, {"m", 1, cuSuccess}, {destroy, 0, cuSuccess},
+				{"i", 0, cuSuccess}, {"m", 2, cuSuccess},
+			})
+			if rc := out.Num(t, "S", 0, 3); rc != cuSuccess {
+				t.Errorf("cuMemFree_v2 of the primary context's block at a reused address: %d, want 0\n%v", rc, out)
+			}
+			if free := out.Num(t, "i", 0, 2); free != 64<<20 {
+				t.Errorf("cuMemGetInfo_v2: %d bytes free with nothing allocated, want the whole 64 MiB quota\n%v", free, out)
+			}
+		})
+	}
+}
+
+// TestCreatedContextDestroyFailedKeepsCount: a cuCtxDestroy_v2 that fails
+// leaves the context and its memory as they were: still counted, and
+// given back when freed.
+func TestCreatedContextDestroyFailedKeepsCount(t *testing.T) {
+	out, _ := runScriptWith(t, ctxvmm(t, false), 64<<20, []string{"SIMCUDA_FAIL=cuCtxDestroy_v2:1"},
+		"C", "m", "40M", "X", "0", "m", "32M", "f", "0", "m", "60M", "X", "0", "m", "64M")
+	checkSteps(t, out, []step{
+		{"C", 0, cuSuccess}, {"m", 0, cuSuccess}, {"X", 0, cuOutOfMemory},
+		{"m", 1, cuOutOfMemory}, // the context lives on, and so does its memory
+		{"f", 0, cuSuccess}, {"m", 2, cuSuccess}, {"X", 1, cuSuccess}, {"m", 3, cuSuccess},
 	})
 }
 

@@ -57,6 +57,13 @@
  *            pool and its cuMemFreeAsync into a graph, which is kept
  *            -> "G RC GRAPH" (RC: the allocation's, else the capture's)
  *   H GRAPH  cuGraphDestroy of graph GRAPH    -> "H RC"
+ * Built with CTX_HOOK and linked with ctxhook ahead of the driver, also:
+ *   S SIZE   starts a thread in the primary context that waits for the next
+ *            cuCtxDestroy_v2 or cuCtxDetach; once the driver's call returned,
+ *            before the program's does, it allocates SIZE with cuMemAlloc_v2
+ *            until it gets back an address a slot had (memory a destroyed
+ *            context held), at most 64 times, and frees it with cuMemFree_v2
+ *            -> "S RC REUSED FREE_RC" (printed within that X or T)
  * Built with WITH_RUNTIME, also the runtime's calls:
  *   R SIZE   cudaMalloc                       -> "R RC SLOT" (slots shared with m)
  *   V SIZE   cudaMallocManaged                -> "V RC SLOT"
@@ -83,6 +90,9 @@
 #include <spillway/nvml.h>
 #ifdef WITH_RUNTIME
 #include <spillway/cuda_runtime.h>
+#endif
+#ifdef CTX_HOOK
+#include "gate.h"
 #endif
 
 #define MAX 4096
@@ -217,6 +227,42 @@ static CUresult shrink(int n)
     }
     return CUDA_SUCCESS;
 }
+
+#ifdef CTX_HOOK
+extern void (*after_ctx_destroy)(void); /* ctxhook's */
+static size_t reuse_size;
+static pthread_t reuser;
+
+/* S's thread: see the usage above. */
+static void *reuse(void *arg)
+{
+    (void)arg;
+    CUdeviceptr got[64];
+    int n = 0, reused = 0;
+    CUresult rc = cuCtxSetCurrent(primary), freed = CUDA_ERROR_INVALID_VALUE;
+    wait_gate(NULL);
+    while (rc == CUDA_SUCCESS && !reused && n < 64) {
+        rc = cuMemAlloc_v2(&got[n], reuse_size);
+        for (int k = 0; rc == CUDA_SUCCESS && k < nslots; k++)
+            reused |= got[n] == slot[k];
+        n += rc == CUDA_SUCCESS;
+    }
+    if (reused)
+        freed = cuMemFree_v2(got[--n]);
+    while (n > 0)
+        cuMemFree_v2(got[--n]);
+    printf("S %d %d %d\n", rc, reused, freed);
+    return NULL;
+}
+
+/* Runs S's thread to its end, once. */
+static void reuse_now(void)
+{
+    after_ctx_destroy = NULL;
+    if (open_gate() != 0 || pthread_join(reuser, NULL) != 0)
+        abort();
+}
+#endif
 
 #ifdef WITH_RUNTIME
 /* Prints "OP ERR SLOT" (no newline) for a runtime allocation of p, kept in
@@ -547,6 +593,15 @@ int main(int argc, char **argv)
             printf("H %d\n", cuGraphDestroy(graphs[atoi(a)]));
             i++;
             break;
+#ifdef CTX_HOOK
+        case 'S':
+            reuse_size = size_arg(a);
+            if (make_gate() != 0 || pthread_create(&reuser, NULL, reuse, NULL) != 0)
+                abort();
+            after_ctx_destroy = reuse_now;
+            i++;
+            break;
+#endif
 #ifdef WITH_RUNTIME
         case 'B': {
             void *p = NULL;
