@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -78,6 +79,9 @@ func TestSoak(t *testing.T) {
 		t.Fatalf("soak did not finish within %v\nstdout:\n%s\nstderr:\n%s", dur+2*time.Minute, stdout.String(), tail(stderr.String()))
 	}
 	out := harness.ParseOutput(stdout.String())
+	if want := filepath.Join(harness.LibDir(t), "libspillway-core.so"); strings.Join(out.Line(t, "core", 0), " ") != "core "+want {
+		t.Errorf("the soak ran over %v, not the core %s", out.Line(t, "core", 0), want)
+	}
 	if strings.Contains(stderr.String(), "internal error") {
 		t.Errorf("the core panicked:\n%s", tail(stderr.String()))
 	}

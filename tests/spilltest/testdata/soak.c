@@ -9,7 +9,8 @@
  * Prints "rss T KIB CHEAP_KIB ALLOCS THREADS" once a second (resident
  * memory, the C heap in use by glibc's malloc, allocations so far, threads of
  * the process), then, after freeing everything and synchronizing, "done
- * ALLOCS FAILED CORRUPT".
+ * ALLOCS FAILED CORRUPT" and "core PATH", the Spillway core mapped in the
+ * process (none when it runs without Spillway).
  */
 #include <malloc.h>
 #include <pthread.h>
@@ -157,6 +158,23 @@ static void *driver(void *arg)
     return NULL;
 }
 
+/* Prints "core PATH" for the file of Spillway's core mapped in the process. */
+static void print_core(void)
+{
+    FILE *maps = fopen("/proc/self/maps", "r");
+    if (!maps)
+        return;
+    char line[4096];
+    while (fgets(line, sizeof line, maps)) {
+        const char *path = strchr(line, '/');
+        if (path && strstr(path, "/libspillway-core")) {
+            printf("core %s", path);
+            break;
+        }
+    }
+    fclose(maps);
+}
+
 int main(int argc, char **argv)
 {
     int seconds = argc > 1 ? atoi(argv[1]) : 10;
@@ -176,5 +194,6 @@ int main(int argc, char **argv)
         pthread_join(drivers[i], NULL);
     cudaDeviceSynchronize();
     printf("done %ld %ld %ld\n", atomic_load(&allocs), atomic_load(&failed), atomic_load(&corrupt));
+    print_core();
     return 0;
 }
