@@ -117,7 +117,48 @@ func (p *Pool) detach(c *streamCache) bool {
 		p.lastCache = nil
 	}
 	c.detached = true
+	p.detachedCaches++
+	if p.detachedCaches >= 2*p.detachedPolled+maxDetachedUnpolled {
+		p.pollDetached()
+	}
 	return true
+}
+
+// maxDetachedUnpolled is how many caches of destroyed streams may wait for
+// their markers, beyond twice those left at the last poll, before the pool
+// polls them.
+const maxDetachedUnpolled = 64
+
+// pollDetached frees the blocks of destroyed streams whose markers have
+// completed and drops their caches. Markers are otherwise polled at a miss
+// only, and a program whose requests all hit its cache while it makes and
+// destroys a stream of another device or context per step would keep one
+// cache and one marker (a CUDA event) per step. detach calls it once twice
+// as many caches as the previous poll left, and 64 more, are detached: the
+// queries cost a constant per destroyed stream, amortized.
+func (p *Pool) pollDetached() {
+	var made uint64
+	for c := p.caches.head; c != nil; {
+		next := c.next
+		if c.detached && c.hasMarker {
+			done, err := p.back.MarkerDone(c.marker)
+			if err != nil && !errors.Is(err, ErrStreamCapture) {
+				p.backingFailed(fmt.Errorf("pool: querying a marker of destroyed stream %#x: %w", uint64(c.stream), err))
+			}
+			if done {
+				p.destroyMarker(c)
+				made += p.drain(c, c.markerCut)
+				if c.queue.head == nil {
+					p.dropCache(c)
+				}
+			}
+		}
+		c = next
+	}
+	p.detachedPolled = p.detachedCaches
+	if made > 0 {
+		p.trim()
+	}
 }
 
 // ReleaseCached returns to the device the memory the pool holds that no
@@ -294,6 +335,7 @@ func (p *Pool) Close() error {
 	p.ledger.Give(p.devBytes)
 	p.live, p.segs, p.streams, p.spare, p.lastCache = liveMap{}, nil, nil, nil, nil
 	p.caches, p.unreleased = cacheList{}, nil
+	p.detachedCaches, p.detachedPolled = 0, 0
 	p.devBytes, p.hostBytes, p.segBytes, p.segLive = 0, 0, 0, 0
 	p.idx = [numClasses]index{}
 	p.pending, p.spilled, p.empty = queue{}, queue{}, segList{}

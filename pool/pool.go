@@ -283,6 +283,9 @@ type Pool struct {
 	spilled      queue        // managed blocks on the host, oldest first: promotion order
 	seq          uint64
 	spare        *block // unused descriptors, linked through nextFree
+	// detachedCaches counts the caches of destroyed streams (detach);
+	// detachedPolled is how many were left at their last poll (pollDetached).
+	detachedCaches, detachedPolled int
 
 	syncing   bool   // a forced synchronization is in flight, the lock released
 	syncedCut uint64 // every block freed with seq < syncedCut is known complete
@@ -459,6 +462,9 @@ func (p *Pool) newCache(s Stream) *streamCache {
 func (p *Pool) dropCache(c *streamCache) {
 	if c.hasMarker {
 		p.destroyMarker(c)
+	}
+	if c.detached {
+		p.detachedCaches--
 	}
 	if c.prev != nil {
 		c.prev.next = c.next

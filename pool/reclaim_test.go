@@ -244,3 +244,41 @@ func TestMergedStreamBlockWaitsForItsLatestPart(t *testing.T) {
 	}
 	h.close()
 }
+
+// TestDestroyedForeignStreamsLeaveNothingBehind: a program that makes a
+// stream of another device or context for each step, frees a block on it
+// and destroys it, while every request of its hits the cache (so no miss
+// polls the markers), keeps only a bounded number of the destroyed
+// streams' caches and markers (CUDA events) once their work completed, not
+// one per step: a server or a training loop runs millions of steps.
+func TestDestroyedForeignStreamsLeaveNothingBehind(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(giB))
+	// A cache warm enough that none of the steps below misses.
+	var warm []uint64
+	for range 2048 {
+		warm = append(warm, h.mustAlloc(64*kiB))
+	}
+	for _, p := range warm {
+		h.mustFree(p)
+	}
+	h.appSync()
+	warmed := h.p.Stats().DeviceReservations
+	const steps = 2000
+	for i := range steps {
+		s := pool.Stream(0x1000 + i)
+		f.MakeForeign(s)
+		if err := h.freeAsyncForeign(h.mustAlloc(64*kiB), s); err != nil {
+			t.Fatal(err)
+		}
+		h.forgetStream(s)
+		f.Complete(s)
+	}
+	if misses := h.p.Stats().DeviceReservations - warmed; misses > 0 {
+		t.Fatalf("%d requests missed the cache after the warm-up: the test needs none", misses)
+	}
+	if live := f.LiveMarkers(); live > 64 {
+		t.Errorf("%d markers of destroyed streams whose work completed live after %d steps, want at most 64", live, steps)
+	}
+	h.close()
+}

@@ -46,6 +46,10 @@ func TestCyclesLeaveNoCUDAObjects(t *testing.T) {
 		{"spill", []string{"SPILLWAY_MEMORY_LIMIT=4MiB", "SPILLWAY_OVERSUBSCRIBE=1"}},
 		{"churn", []string{"SPILLWAY_MEMORY_LIMIT=2GiB"}},
 		{"churn", []string{"SPILLWAY_MEMORY_LIMIT=2GiB", "SPILLWAY_POOL=0"}},
+		// Streams of another context or device destroyed, each with a
+		// block freed on it, while every request hits the pool's cache.
+		{"foreign", []string{"SPILLWAY_MEMORY_LIMIT=1GiB"}},
+		{"otherdev", []string{"SPILLWAY_MEMORY_LIMIT=1GiB", "SIMCUDA_DEVICES=2x16GiB"}},
 	} {
 		t.Run(c.mode, func(t *testing.T) {
 			live := func(s harness.Stats, create, destroy string) int64 {

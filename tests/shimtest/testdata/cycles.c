@@ -14,6 +14,12 @@
  *              left for cuCtxDestroy_v2 to free; a stream made in the
  *              context, left for cuCtxDestroy_v2 too, on which a block the
  *              primary context allocated is freed (cudaFreeAsync)
+ *   foreign    in a context created once: a stream made, a block the primary
+ *              context allocated (cudaMalloc) freed on it (cudaFreeAsync),
+ *              the stream destroyed
+ *   otherdev   the same with a stream of device 1 (two devices)
+ * foreign and otherdev first allocate 64 MiB and free it, so that the pool
+ * serves their blocks from its cache.
  *   reset      cudaMalloc and cudaMallocAsync left allocated, a stream made,
  *              allocated from and freed on (cudaMallocAsync, cudaFreeAsync),
  *              cudaDeviceReset
@@ -101,6 +107,56 @@ static void cycle_ctx(void)
         check("cuMemFreeAsync", cuMemFreeAsync(b, 0));
     check("cuMemAlloc_v2", cuMemAlloc_v2(&c, 4096));
     check("cuCtxDestroy_v2", cuCtxDestroy_v2(ctx));
+}
+
+/* Leaves 64 MiB in the pool's cache, once. */
+static void warm_cache(void)
+{
+    static int warm;
+    void *p = NULL;
+    if (warm++ == 0 && check("cudaMalloc", cudaMalloc(&p, 64 << 20))) {
+        check("cudaFree", cudaFree(p));
+        check("cudaDeviceSynchronize", cudaDeviceSynchronize());
+    }
+}
+
+static void cycle_foreign(void)
+{
+    static CUcontext ctx;
+    CUcontext popped;
+    CUstream s;
+    void *p = NULL;
+    warm_cache();
+    if (!ctx && (!check("cuCtxCreate_v2", cuCtxCreate_v2(&ctx, 0, 0)) ||
+                 !check("cuCtxPopCurrent_v2", cuCtxPopCurrent_v2(&popped))))
+        return;
+    check("cuCtxPushCurrent_v2", cuCtxPushCurrent_v2(ctx));
+    int made = check("cuStreamCreate", cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    check("cuCtxPopCurrent_v2", cuCtxPopCurrent_v2(&popped));
+    if (!made)
+        return;
+    if (check("cudaMalloc", cudaMalloc(&p, 4096)))
+        check("cudaFreeAsync", cudaFreeAsync(p, (cudaStream_t)s));
+    check("cuCtxPushCurrent_v2", cuCtxPushCurrent_v2(ctx));
+    check("cuStreamDestroy_v2", cuStreamDestroy_v2(s));
+    check("cuCtxPopCurrent_v2", cuCtxPopCurrent_v2(&popped));
+}
+
+static void cycle_otherdev(void)
+{
+    cudaStream_t s;
+    void *p = NULL;
+    warm_cache();
+    check("cudaSetDevice", cudaSetDevice(1));
+    int made = check("cudaStreamCreate", cudaStreamCreate(&s));
+    check("cudaSetDevice", cudaSetDevice(0));
+    if (!made)
+        return;
+    if (check("cudaMalloc", cudaMalloc(&p, 4096)))
+        check("cudaFreeAsync", cudaFreeAsync(p, s));
+    check("cudaSetDevice", cudaSetDevice(1));
+    check("cudaStreamDestroy", cudaStreamDestroy(s));
+    check("cudaSetDevice", cudaSetDevice(0));
 }
 
 static void cycle_reset(void)
@@ -249,7 +305,8 @@ int main(int argc, char **argv)
         const char *name;
         void (*cycle)(void);
     } modes[] = {
-        {"stream", cycle_stream}, {"perthread", cycle_perthread}, {"ctx", cycle_ctx},
+        {"stream", cycle_stream}, {"perthread", cycle_perthread}, {"ctx", cycle_ctx},       {"foreign", cycle_foreign},
+        {"otherdev", cycle_otherdev},
         {"reset", cycle_reset},   {"mempool", cycle_mempool},     {"vmm", cycle_vmm},
         {"host", cycle_host},     {"spill", cycle_spill},         {"churn", cycle_churn},
         {"graph", cycle_graph},   {"nvml", cycle_nvml},
