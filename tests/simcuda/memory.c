@@ -584,14 +584,10 @@ SIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 	return free_synchronized(dptr, 1u << ALLOC_DEVICE | 1u << ALLOC_MANAGED);
 }
 
+/* Like cuMemFree_v2: the owner is found from the pointer, with no current context. */
 SIM_API CUresult cuMemFreeHost(void *p)
 {
-	int dev;
-
 	ENTER(ENTER_INIT);
-	CUresult rc = sim_current_device(&dev);
-	if (rc != CUDA_SUCCESS)
-		return rc;
 	if (p == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	return free_synchronized((uintptr_t)p, 1u << ALLOC_HOST);
@@ -635,13 +631,16 @@ SIM_API CUresult cuMemGetInfo_v2(size_t *free_bytes, size_t *total)
 	return CUDA_SUCCESS;
 }
 
+/*
+ * Pinned host memory answers too: under unified addressing its device
+ * address is its host address, and CUDA reports the host allocation (numba
+ * sizes its mapped arrays with this call).
+ */
 SIM_API CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
 	ENTER(ENTER_INIT);
 	pthread_mutex_lock(&sim.lock);
 	struct alloc *a = mem_find(dptr);
-	if (a != NULL && a->kind == ALLOC_HOST)
-		a = NULL; /* pinned host memory is no cuMemAlloc allocation */
 	if (a == NULL)
 		a = vmm_find(dptr); /* a cuMemMap mapping, device- or host-located: what was mapped */
 	CUresult rc = a != NULL ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;

@@ -27,7 +27,7 @@ func TestContexts(t *testing.T) {
 		{"stack", nil, "push, pop, set, create, destroy, attach and detach follow CUDA's per-thread context stack"},
 		{"per_thread", nil, "a new thread has no current context"},
 		{"ownership", nil, "memory belongs to the context it was allocated in; destroying the context frees it"},
-		{"free_without_context", nil, "cuMemFree_v2 finds the owner from the pointer, with no context current"},
+		{"free_without_context", nil, "cuMemFree_v2 and cuMemFreeHost find the owner from the pointer, with no context current"},
 		{"context_bytes", []string{"SIMCUDA_CONTEXT_BYTES=256MiB"}, "a created context takes its bytes and gives them back"},
 		{"attributes", []string{"SIMCUDA_DEVICES=80GiB"}, "every CUdevice_attribute of CUDA 12.4 answers, nothing beyond"},
 		{"synchronize", nil, "cuCtxSynchronize waits for the current context's streams, not another context's"},

@@ -659,6 +659,12 @@ static void case_pointers(void)
 	size_t size;
 	EXPECT(cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)d + 10), CUDA_SUCCESS);
 	CHECK(base == (CUdeviceptr)d && size == 4096);
+	/* Mapped pinned memory has a device address under unified addressing,
+	 * and its range is that of the host allocation (numba sizes mapped
+	 * arrays this way). */
+	EXPECT(cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)dev_of_pinned + 10), CUDA_SUCCESS);
+	CHECK(base == (CUdeviceptr)mapped && size == 4096);
+	EXPECT(cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)stack), CUDA_ERROR_NOT_FOUND);
 	int is_managed = -1;
 	EXPECT(cuPointerGetAttribute(&is_managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, (CUdeviceptr)m),
 	       CUDA_SUCCESS);

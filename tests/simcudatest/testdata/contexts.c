@@ -162,15 +162,22 @@ static void ownership(void)
 	EXPECT(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
 }
 
-/* cuMemFree_v2 needs no current context; allocating does. */
+/*
+ * cuMemFree_v2 and cuMemFreeHost need no current context; allocating does.
+ * numba frees pending pinned memory after popping every context, when it
+ * resets a device.
+ */
 static void free_without_context(void)
 {
 	CUcontext a, got;
 	CUdeviceptr p;
+	void *pinned, *mapped;
 
 	EXPECT(cuInit(0), CUDA_SUCCESS);
 	EXPECT(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS);
 	EXPECT(cuMemAlloc_v2(&p, MiB), CUDA_SUCCESS);
+	EXPECT(cuMemAllocHost_v2(&pinned, MiB), CUDA_SUCCESS);
+	EXPECT(cuMemHostAlloc(&mapped, MiB, CU_MEMHOSTALLOC_DEVICEMAP), CUDA_SUCCESS);
 	EXPECT(cuCtxPopCurrent_v2(&got), CUDA_SUCCESS);
 	EXPECT(cuCtxGetCurrent(&got), CUDA_SUCCESS);
 	CHECK(got == NULL);
@@ -178,6 +185,10 @@ static void free_without_context(void)
 	EXPECT(cuMemFree_v2(p), CUDA_SUCCESS);
 	EXPECT(cuMemFree_v2(p), CUDA_ERROR_INVALID_VALUE); /* already freed */
 	EXPECT(cuMemFree_v2(0), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuMemFreeHost(pinned), CUDA_SUCCESS);
+	EXPECT(cuMemFreeHost(mapped), CUDA_SUCCESS);
+	EXPECT(cuMemFreeHost(pinned), CUDA_ERROR_INVALID_VALUE); /* already freed */
+	EXPECT(cuMemFreeHost(NULL), CUDA_ERROR_INVALID_VALUE);
 	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
 }
 
