@@ -40,6 +40,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -319,10 +320,29 @@ static int open_core(void)
     return 0;
 }
 
+/*
+ * Go's runtime aborts on a signal that lands while a thread runs Go without
+ * an alternate signal stack. A thread that first entered the core with a
+ * stack of its own keeps using that one, and some programs remove theirs
+ * before exiting: Python's faulthandler does at shutdown, before the atexit
+ * handlers run. The exiting thread gets a stack back if it has none.
+ */
+static void ensure_signal_stack(void)
+{
+    static char exit_signal_stack[64 * 1024];
+    stack_t current;
+
+    if (sigaltstack(NULL, &current) == 0 && (current.ss_flags & SS_DISABLE)) {
+        stack_t ss = {.ss_sp = exit_signal_stack, .ss_size = sizeof exit_signal_stack};
+        sigaltstack(&ss, NULL);
+    }
+}
+
 /* At exit, the core prints SPILLWAY_REPORT's lines, unless this is a forked child. */
 static void report_at_exit(void)
 {
     if (atomic_load(&state) == READY && depth == 0) {
+        ensure_signal_stack();
         depth++;
         core.report();
         depth--;

@@ -470,6 +470,25 @@ func TestNoRuntimeLoaded(t *testing.T) {
 	}
 }
 
+// TestExitWithoutSignalStack: a program whose main thread had an alternate
+// signal stack at its first CUDA call and removed it before exiting, as
+// Python's faulthandler does at shutdown (numba's test suite enables it),
+// exits cleanly under signals: the shim's work at exit runs Go on that
+// thread, and Go's runtime aborts on a signal that lands there with no
+// signal stack. The signals are timed by chance, so the program runs
+// several times; each run crashed more often than not before the shim gave
+// the thread a stack back.
+func TestExitWithoutSignalStack(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/altstack.c"}, Cudart: true,
+		ProjectHeaders: true})
+	for run := 0; run < 10; run++ {
+		_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, prog))
+		if out.Code(t, "malloc", 0) != 0 || out.Code(t, "free", 0) != 0 {
+			t.Fatalf("run %d: cudaMalloc and cudaFree of 1 MiB: %v, want both to succeed", run, out)
+		}
+	}
+}
+
 func TestManyThreads(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/threads.c"}, Cudart: true, ProjectHeaders: true})
 	stats := filepath.Join(t.TempDir(), "stats.json")
