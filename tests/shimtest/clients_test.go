@@ -354,3 +354,59 @@ func TestNumbaExtents(t *testing.T) {
 		}
 	}
 }
+
+// numbaSuite is the part of numba's own test suite (shipped with Debian's
+// python3-numba) that simcuda can run, with no kernel to compile: host
+// and mapped allocations, external memory managers, events, device
+// reset, array attributes and streams.
+var numbaSuite = []string{
+	"numba.cuda.tests.cudadrv.test_host_alloc",
+	"numba.cuda.tests.cudadrv.test_emm_plugins",
+	"numba.cuda.tests.cudadrv.test_events",
+	"numba.cuda.tests.cudadrv.test_reset_device",
+	"numba.cuda.tests.cudadrv.test_array_attr",
+	"numba.cuda.tests.cudadrv.test_streams",
+}
+
+// TestNumbaOwnSuite runs numbaSuite on simcuda, then under the shim with a
+// 64 MiB quota on fixed segments and on virtual memory: every test passes,
+// and each has the same outcome under the shim as without it.
+func TestNumbaOwnSuite(t *testing.T) {
+	harness.RequirePythonModules(t, "numpy", "numba.cuda")
+	run := func(t *testing.T, shim []string) map[string]string {
+		t.Helper()
+		cmd := harness.PythonCommand(t, append([]string{"-m", "unittest", "-v"}, numbaSuite...)...)
+		harness.SetEnv(cmd, "SIMCUDA_DEVICES=4GiB",
+			"NUMBA_CUDA_DRIVER="+filepath.Join(harness.SimcudaDir(t), "libcuda.so.1"))
+		harness.SetEnv(cmd, shim...)
+		res := harness.Run(t, cmd)
+		if res.ExitCode != 0 {
+			t.Fatalf("numba's tests failed (exit %d):\n%s", res.ExitCode, res.Stderr)
+		}
+		// unittest -v: "test_name (module.Class...) ... ok" on standard error.
+		outcomes := map[string]string{}
+		for _, line := range strings.Split(res.Stderr, "\n") {
+			if name, outcome, ok := strings.Cut(line, " ... "); ok {
+				outcomes[name] = outcome
+			}
+		}
+		if len(outcomes) == 0 {
+			t.Fatalf("no test outcome in numba's output:\n%s", res.Stderr)
+		}
+		return outcomes
+	}
+	plain := run(t, nil)
+	for _, vmm := range []string{"0", "1"} {
+		t.Run("vmm="+vmm, func(t *testing.T) {
+			shimmed := run(t, []string{"LD_PRELOAD=" + harness.Front(t), "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_VMM=" + vmm})
+			for name, outcome := range plain {
+				if shimmed[name] != outcome {
+					t.Errorf("%s: %q under the shim, %q without it", name, shimmed[name], outcome)
+				}
+			}
+			if len(shimmed) != len(plain) {
+				t.Errorf("%d tests ran under the shim, %d without it", len(shimmed), len(plain))
+			}
+		})
+	}
+}
