@@ -623,7 +623,7 @@ static void ctx_deactivate(int device, int force)
 	struct sim_device *d = &sim.dev[device];
 	if (d->ctx_active && (force || d->ctx_refs == 0)) {
 		mem_release_context(d->ctx);
-		streams_destroy_device(device);
+		streams_destroy_context(d->ctx);
 		d->ctx_bytes -= d->ctx->bytes;
 		d->ctx->bytes = 0;
 		__atomic_store_n(&d->ctx_active, 0, __ATOMIC_RELEASE);
@@ -799,6 +799,26 @@ SIM_API CUresult cuCtxPopCurrent_v2(CUcontext *pctx)
 	return CUDA_SUCCESS;
 }
 
+/*
+ * How many destroyed created contexts are kept, refused by handle, before
+ * the oldest is reused: a program that creates and destroys contexts for
+ * ever holds bounded memory, and the context calls that look a handle up
+ * stay as fast, as with CUDA, which reuses a destroyed context's memory.
+ */
+#define CONTEXTS_KEPT 64
+
+/* The oldest destroyed created context, if more than CONTEXTS_KEPT are (sim.lock held). */
+static struct CUctx_st *retired_context(void)
+{
+	struct CUctx_st *oldest = NULL;
+	int n = 0;
+
+	for (struct CUctx_st *c = sim.contexts; c != NULL; c = c->next)
+		if (c->destroyed)
+			oldest = c, n++;
+	return n > CONTEXTS_KEPT ? oldest : NULL;
+}
+
 /* Creates a context on dev, pushed on the calling thread's stack. */
 static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
@@ -808,13 +828,6 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 		return CUDA_ERROR_INVALID_DEVICE;
 	if (ctx_depth == CTX_STACK_MAX)
 		return CUDA_ERROR_OUT_OF_MEMORY;
-	struct CUctx_st *ctx = calloc(1, sizeof(*ctx));
-	if (ctx == NULL)
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	ctx->magic = CTX_MAGIC;
-	ctx->device = dev;
-	ctx->flags = flags;
-	ctx->usage = 1;
 	mem_refresh_others(dev);
 	pthread_mutex_lock(&sim.lock);
 	struct sim_device *d = &sim.dev[dev];
@@ -826,16 +839,31 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
 		rc = CUDA_ERROR_OUT_OF_MEMORY;
 	else if (d->legacy == NULL)
 		rc = stream_create_locked(dev, CU_STREAM_DEFAULT, 1, 0, &d->legacy);
+	struct CUctx_st *ctx = rc == CUDA_SUCCESS ? retired_context() : NULL;
+	if (rc == CUDA_SUCCESS && ctx == NULL) {
+		ctx = calloc(1, sizeof(*ctx));
+		if (ctx == NULL) {
+			rc = CUDA_ERROR_OUT_OF_MEMORY;
+		} else {
+			ctx->next = sim.contexts;
+			sim.contexts = ctx;
+		}
+	}
 	if (rc != CUDA_SUCCESS) {
 		pthread_mutex_unlock(&sim.lock);
-		free(ctx);
 		return rc;
 	}
+	ctx->magic = CTX_MAGIC;
+	ctx->device = dev;
+	ctx->flags = flags;
+	ctx->usage = 1;
+	ctx->cache_config = ctx->shmem_config = 0;
+	memset(ctx->limits, 0, sizeof(ctx->limits));
+	ctx->limits_set = 0;
 	ctx->bytes = bytes;
+	__atomic_store_n(&ctx->destroyed, 0, __ATOMIC_RELEASE);
 	d->ctx_bytes += bytes;
 	mem_usage_changed(dev);
-	ctx->next = sim.contexts;
-	sim.contexts = ctx;
 	pthread_mutex_unlock(&sim.lock);
 	ctx_stack[ctx_depth++] = ctx;
 	*pctx = ctx;
@@ -899,7 +927,7 @@ static struct CUctx_st *created_ctx_locked(CUcontext ctx)
 
 /*
  * Destroys a created context once the device's work is done: its
- * allocations and bytes go. It leaves the calling thread's stack; other
+ * allocations, streams, events and bytes go. It leaves the calling thread's stack; other
  * threads that still have it current get CUDA_ERROR_CONTEXT_IS_DESTROYED.
  */
 static CUresult ctx_destroy(CUcontext ctx)
@@ -918,6 +946,7 @@ static CUresult ctx_destroy(CUcontext ctx)
 	}
 	__atomic_store_n(&c->destroyed, 1, __ATOMIC_RELEASE);
 	mem_release_context(c);
+	streams_destroy_context(c);
 	sim.dev[c->device].ctx_bytes -= c->bytes;
 	c->bytes = 0;
 	mem_usage_changed(c->device);

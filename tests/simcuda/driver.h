@@ -241,8 +241,8 @@ struct CUstream_st {
 	uint32_t magic;
 	int device;
 	/* The context cuStreamCreate made it in, whose synchronization waits for
-	 * it; NULL for the legacy and per-thread streams, shared by every context
-	 * of the device here. */
+	 * it and whose destruction or reset destroys it; NULL for the legacy and
+	 * per-thread streams, shared by every context of the device here. */
 	struct CUctx_st *ctx;
 	unsigned int flags;
 	int legacy;
@@ -262,6 +262,7 @@ struct CUstream_st {
 struct CUevent_st {
 	uint32_t magic;
 	int device; /* current when created; it records only on this device's streams */
+	struct CUctx_st *ctx; /* current when created: destroying or resetting it destroys the event */
 	unsigned int flags;
 	int destroyed;
 	uint64_t record_id, done_id;
@@ -270,8 +271,9 @@ struct CUevent_st {
 	uint64_t seq;               /* of the latest record's operation */
 	double done_ms;             /* CLOCK_MONOTONIC at completion */
 	struct CUevent_st *next;
-	/* The capture sequence of the latest record when it was recorded during capture, or NULL. */
-	struct capture *capture;
+	/* The id of the capture sequence of the latest record when it was
+	 * recorded during capture, or 0; the sequence is freed when it ends. */
+	uint64_t capture_id;
 	struct CUstream_st *cap_stream;  /* the capturing stream it was recorded on */
 	struct CUgraphNode_st *cap_node; /* that stream's latest node at the record */
 };
@@ -287,7 +289,8 @@ void stream_wait_seq(struct CUstream_st *s, uint64_t seq);
 CUresult stream_sync_device(int device);
 /* Waits for the work of ctx: its streams and the device's shared ones. */
 void stream_sync_context(const struct CUctx_st *ctx);
-void streams_destroy_device(int device);
+/* Destroys the streams and events made in ctx, destroyed or reset (sim.lock held). */
+void streams_destroy_context(const struct CUctx_st *ctx);
 struct op *op_new(enum op_type type);
 void op_free(struct op *op);
 /* Makes op, not yet submitted, wait for operation seq of stream s; -1 when out of memory. */

@@ -201,6 +201,14 @@ CUresult stream_create_locked(int device, unsigned int flags, int legacy, int pe
 	return CUDA_SUCCESS;
 }
 
+/* Destroys s: its pending work still runs, then its worker exits (sim.lock held). */
+static void stream_destroy_locked(struct CUstream_st *s)
+{
+	capture_leave(s);
+	s->destroyed = 1;
+	pthread_cond_signal(&s->wake);
+}
+
 /* At a thread's exit, its per-thread streams go as a destroyed stream does:
  * queued work still runs, then the worker exits. */
 static void per_thread_streams_exit(void *arg)
@@ -210,11 +218,8 @@ static void per_thread_streams_exit(void *arg)
 	pthread_mutex_lock(&sim.lock);
 	for (int dev = 0; dev < SIMCUDA_MAX_DEVICES; dev++) {
 		struct CUstream_st *s = streams[dev];
-		if (s != NULL && !s->destroyed) {
-			capture_leave(s);
-			s->destroyed = 1;
-			pthread_cond_signal(&s->wake);
-		}
+		if (s != NULL && !s->destroyed)
+			stream_destroy_locked(s);
 		streams[dev] = NULL;
 	}
 	pthread_mutex_unlock(&sim.lock);
@@ -322,7 +327,7 @@ CUresult stream_submit(struct CUstream_st *s, struct op *op, uint64_t *seq)
 		op->event_id = ++op->event->record_id;
 		op->event->stream = s;
 		op->event->seq = op->seq;
-		op->event->capture = NULL; /* recorded outside capture again */
+		op->event->capture_id = 0; /* recorded outside capture again */
 	}
 	if (op->type == OP_FREE) { /* where the free sits, for the pool's reuse (memory.c) */
 		op->alloc->free_stream = s;
@@ -371,14 +376,20 @@ void stream_sync_context(const struct CUctx_st *ctx)
 	pthread_mutex_unlock(&sim.lock);
 }
 
-void streams_destroy_device(int device)
+/*
+ * Destroying a context destroys its streams and events (cuCtxDestroy). The
+ * legacy and per-thread streams are shared by the device's contexts here,
+ * so they stay. The caller waited for the context's work, so no record of
+ * its events is pending.
+ */
+void streams_destroy_context(const struct CUctx_st *ctx)
 {
-	for (struct CUstream_st *t = sim.streams; t != NULL; t = t->next) {
-		if (t->device == device && !t->legacy && !t->per_thread && !t->destroyed) {
-			t->destroyed = 1;
-			pthread_cond_signal(&t->wake);
-		}
-	}
+	for (struct CUstream_st *t = sim.streams; t != NULL; t = t->next)
+		if (t->ctx == ctx && !t->legacy && !t->per_thread && !t->destroyed)
+			stream_destroy_locked(t);
+	for (struct CUevent_st *e = sim.events; e != NULL; e = e->next)
+		if (e->ctx == ctx)
+			e->destroyed = 1;
 }
 
 /* ---- API: streams ---- */
@@ -409,9 +420,7 @@ SIM_API CUresult cuStreamDestroy_v2(CUstream hStream)
 	/* Pending work still runs; the worker exits once it has drained the stream. */
 	if (hStream != CU_STREAM_LEGACY && hStream != CU_STREAM_PER_THREAD && stream_known(hStream) &&
 	    !hStream->legacy && !hStream->per_thread) {
-		capture_leave(hStream);
-		hStream->destroyed = 1;
-		pthread_cond_signal(&hStream->wake);
+		stream_destroy_locked(hStream);
 		rc = CUDA_SUCCESS;
 	}
 	pthread_mutex_unlock(&sim.lock);
@@ -593,11 +602,12 @@ SIM_API CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags)
 	e->stream = NULL;
 	e->seq = 0;
 	e->done_ms = 0;
-	e->capture = NULL;
+	e->capture_id = 0;
 	e->cap_stream = NULL;
 	e->cap_node = NULL;
 	e->magic = EVENT_MAGIC;
 	e->device = dev;
+	e->ctx = sim_current_ctx();
 	e->flags = Flags;
 	pthread_mutex_unlock(&sim.lock);
 	*phEvent = e;
@@ -753,12 +763,11 @@ struct CUgraph_st {
 
 struct CUgraphExec_st {
 	uint32_t magic;
-	int destroyed;
 	struct CUgraph_st *graph;
 	struct CUgraphExec_st *next;
 };
 
-/* A capture sequence; never freed, since events keep pointing to theirs. */
+/* A capture sequence, freed when it ends; events name theirs by id. */
 struct capture {
 	uint64_t id;
 	CUstreamCaptureMode mode;
@@ -771,9 +780,18 @@ struct capture {
 
 static struct capture *active_captures;
 static uint64_t last_capture_id;
-static struct CUgraph_st *graphs;        /* every graph ever made; handles are never freed */
-static struct CUgraphExec_st *graph_execs;
+static struct CUgraph_st *graphs;        /* the graphs with a handle or an executable graph */
+static struct CUgraphExec_st *graph_execs; /* the executable graphs not destroyed */
 static __thread CUstreamCaptureMode thread_capture_mode; /* CU_STREAM_CAPTURE_MODE_GLOBAL */
+
+/* The active capture sequence with this id, or NULL once it has ended. */
+static struct capture *active_capture(uint64_t id)
+{
+	for (struct capture *c = active_captures; c != NULL; c = c->next_active)
+		if (c->id == id)
+			return c;
+	return NULL;
+}
 
 static uintptr_t span_addr(const struct span *sp)
 {
@@ -825,7 +843,7 @@ static CUresult capture_record(struct CUstream_st *s, struct op *op)
 	}
 	if (op->type == OP_EVENT) {
 		/* A record in capture is a dependency point for other streams, not a node. */
-		op->event->capture = c;
+		op->event->capture_id = c->id;
 		op->event->cap_stream = s;
 		op->event->cap_node = s->cap_last;
 		return CUDA_SUCCESS;
@@ -942,10 +960,11 @@ static CUresult capture_forbids_wait(struct CUstream_st *s)
 /* An event whose latest record was made during capture cannot be waited for by the host. */
 static CUresult captured_event(struct CUevent_st *e)
 {
-	if (e->capture == NULL)
+	if (e->capture_id == 0)
 		return CUDA_SUCCESS;
-	if (e->capture->active)
-		e->capture->invalidated = 1;
+	struct capture *c = active_capture(e->capture_id);
+	if (c != NULL)
+		c->invalidated = 1;
 	return CUDA_ERROR_CAPTURED_EVENT;
 }
 
@@ -963,9 +982,9 @@ static CUresult captured_event(struct CUevent_st *e)
 static CUresult capture_wait(struct CUstream_st *s, struct CUevent_st *e, unsigned int flags,
 			     int *captured)
 {
-	struct capture *c = e->capture;
+	struct capture *c = e->capture_id != 0 ? active_capture(e->capture_id) : NULL;
 
-	if (c != NULL && !c->active) {
+	if (e->capture_id != 0 && c == NULL) { /* the capture has ended */
 		if (s->capture != NULL)
 			s->capture->invalidated = 1;
 		return CUDA_ERROR_CAPTURED_EVENT;
@@ -1045,8 +1064,9 @@ CUresult capture_check_unsafe(void)
 }
 
 static void graph_release(struct CUgraph_st *g);
+static void graph_free(struct CUgraph_st *g);
 
-/* Drops a reference; the last one frees the nodes and the memory the graph owns. */
+/* Drops a reference; the last one frees the graph, its nodes and the memory it owns. */
 static void graph_put(struct CUgraph_st *g)
 {
 	pthread_mutex_lock(&sim.lock);
@@ -1059,7 +1079,20 @@ static void graph_put(struct CUgraph_st *g)
 		stream_sync_device(g->device); /* launches may still use the memory */
 	pthread_mutex_lock(&sim.lock);
 	graph_release(g);
+	graph_free(g);
 	pthread_mutex_unlock(&sim.lock);
+}
+
+/* Unlinks and frees released graph g (sim.lock held): its handle is refused from now on. */
+static void graph_free(struct CUgraph_st *g)
+{
+	for (struct CUgraph_st **p = &graphs; *p != NULL; p = &(*p)->next) {
+		if (*p == g) {
+			*p = g->next;
+			break;
+		}
+	}
+	free(g);
 }
 
 /* The allocation a graph refers to by base and id, if it still exists (sim.lock held). */
@@ -1110,7 +1143,7 @@ static struct CUgraphExec_st *exec_lookup(CUgraphExec h)
 {
 	for (struct CUgraphExec_st *x = graph_execs; x != NULL; x = x->next)
 		if (x == h)
-			return x->magic == GRAPH_EXEC_MAGIC && !x->destroyed ? x : NULL;
+			return x;
 	return NULL;
 }
 
@@ -1208,9 +1241,10 @@ static void capture_leave(struct CUstream_st *s)
 	capture_finish(c);
 	/* The capture held the only reference (a graph being captured cannot be
 	 * instantiated or destroyed), and it was never launched. */
-	c->graph->destroyed = 1;
 	c->graph->refs = 0;
 	graph_release(c->graph);
+	graph_free(c->graph);
+	free(c);
 }
 
 static CUresult end_capture(CUstream hStream, CUgraph *phGraph)
@@ -1239,13 +1273,16 @@ static CUresult end_capture(CUstream hStream, CUgraph *phGraph)
 		unjoined |= t->capture == c && t->cap_unjoined;
 	capture_finish(c);
 	struct CUgraph_st *g = c->graph;
-	if (c->invalidated || unjoined) {
+	rc = c->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
+	     : unjoined	    ? CUDA_ERROR_STREAM_CAPTURE_UNJOINED
+			    : CUDA_SUCCESS;
+	free(c);
+	if (rc != CUDA_SUCCESS) {
 		g->destroyed = 1;
 		*phGraph = NULL;
 		pthread_mutex_unlock(&sim.lock);
 		graph_put(g);
-		return c->invalidated ? CUDA_ERROR_STREAM_CAPTURE_INVALIDATED
-				      : CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
+		return rc;
 	}
 	*phGraph = g;
 	pthread_mutex_unlock(&sim.lock);
@@ -1414,7 +1451,7 @@ static CUresult node_op(const struct CUgraphNode_st *n, int device, struct op **
 		break;
 	case OP_BARRIER: /* an external event wait: its latest record at launch */
 		if (event_lookup(n->event) == CUDA_SUCCESS && event_recorded(n->event) &&
-		    n->event->capture == NULL && op_add_dep(op, n->event->stream, n->event->seq))
+		    n->event->capture_id == 0 && op_add_dep(op, n->event->stream, n->event->seq))
 			rc = CUDA_ERROR_OUT_OF_MEMORY;
 		break;
 	default:
@@ -1469,12 +1506,17 @@ SIM_API CUresult cuGraphExecDestroy(CUgraphExec hGraphExec)
 	ENTER(ENTER_INIT);
 	pthread_mutex_lock(&sim.lock);
 	struct CUgraphExec_st *x = exec_lookup(hGraphExec);
-	if (x != NULL)
-		x->destroyed = 1;
+	for (struct CUgraphExec_st **p = &graph_execs; x != NULL && *p != NULL; p = &(*p)->next) {
+		if (*p == x) {
+			*p = x->next;
+			break;
+		}
+	}
 	pthread_mutex_unlock(&sim.lock);
 	if (x == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
 	graph_put(x->graph);
+	free(x);
 	return CUDA_SUCCESS;
 }
 

@@ -26,6 +26,7 @@ func TestCapture(t *testing.T) {
 		{"status", "capture status, the legacy stream beside a capture, wrong thread, fork/join, unjoined and merged captures"},
 		{"driver", "the driver's capture entry points, reached through cuGetProcAddress, enforce the same rules"},
 		{"entry_points", "cudaGetDriverEntryPoint[ByVersion] return the driver's own pointers and report misses in driverStatus"},
+		{"graph_cycles", "destroying a graph and its executable graph frees everything the capture made: capturing per step holds bounded memory"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -33,6 +33,9 @@ func TestContexts(t *testing.T) {
 		{"synchronize", nil, "cuCtxSynchronize waits for the current context's streams, not another context's"},
 		{"stream_context", []string{"SIMCUDA_DEVICES=2x1GiB"}, "cuStreamGetCtx names a stream's context; cuMemAllocAsync allocates on the stream's device, an explicit pool on its own"},
 		{"create_forms", nil, "cuCtxCreate_v3 and _v4 make regular contexts without affinity, refuse affinity and CIG; cuGetProcAddress gives _v3 from CUDA 11.4"},
+		{"reset_lifetimes", nil, "a primary context reset destroys the streams and events made in it, not those of a created context"},
+		{"destroy_lifetimes", nil, "cuCtxDestroy destroys the streams and events made in the context, ending a capture begun on one; the primary context's stay"},
+		{"context_reuse", nil, "destroyed contexts are reused, so a program that creates and destroys them for ever holds bounded memory"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

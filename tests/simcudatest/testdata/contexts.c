@@ -385,12 +385,134 @@ static void stream_context(void)
 	EXPECT(cuMemPoolDestroy(pool), CUDA_SUCCESS);
 
 	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
-	EXPECT(cuStreamGetCtx(sa, &got), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+	EXPECT(cuStreamGetCtx(sa, &got), CUDA_ERROR_INVALID_HANDLE); /* destroyed with a */
 	EXPECT(cuStreamDestroy_v2(s1), CUDA_SUCCESS);
 	EXPECT(cuCtxPopCurrent_v2(&got), CUDA_SUCCESS);
 	CHECK(got == p0);
 	EXPECT(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
 	EXPECT(cuDevicePrimaryCtxRelease_v2(1), CUDA_SUCCESS);
+}
+
+/*
+ * Resetting the primary context destroys the streams and events made in it
+ * (cuDevicePrimaryCtxReset: "destroys and cleans up all resources
+ * associated with the current device"): their handles are refused with
+ * CUDA_ERROR_INVALID_HANDLE, as destroyed ones are. A created context's
+ * streams and events, on the same device, stay.
+ */
+static void reset_lifetimes(void)
+{
+	CUcontext primary, a, got;
+	CUstream sp, sa;
+	CUevent ep, ea;
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+	EXPECT(cuCtxPushCurrent_v2(primary), CUDA_SUCCESS);
+	EXPECT(cuStreamCreate(&sp, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+	EXPECT(cuEventCreate(&ep, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+	EXPECT(cuEventRecord(ep, sp), CUDA_SUCCESS);
+	EXPECT(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS); /* pushed */
+	EXPECT(cuStreamCreate(&sa, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+	EXPECT(cuEventCreate(&ea, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+	EXPECT(cuEventRecord(ea, sa), CUDA_SUCCESS);
+
+	EXPECT(cuDevicePrimaryCtxReset_v2(0), CUDA_SUCCESS);
+	EXPECT(cuStreamQuery(sp), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuEventQuery(ep), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuEventRecord(ep, sa), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuEventDestroy_v2(ep), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuStreamDestroy_v2(sp), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuStreamQuery(sa), CUDA_SUCCESS);
+	EXPECT(cuEventQuery(ea), CUDA_SUCCESS);
+	EXPECT(cuEventRecord(ea, sa), CUDA_SUCCESS);
+	EXPECT(cuStreamSynchronize(sa), CUDA_SUCCESS);
+	EXPECT(cuEventDestroy_v2(ea), CUDA_SUCCESS);
+	EXPECT(cuStreamDestroy_v2(sa), CUDA_SUCCESS);
+
+	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+	EXPECT(cuCtxPopCurrent_v2(&got), CUDA_SUCCESS);
+	CHECK(got == primary);
+	EXPECT(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+}
+
+/*
+ * Destroying a created context destroys the streams and events made in it
+ * (cuCtxDestroy: "Destroys and cleans up all resources associated with the
+ * context", CUstream and CUevent among them): their handles are refused
+ * with CUDA_ERROR_INVALID_HANDLE, a capture begun on one ends. The primary
+ * context's stay.
+ */
+static void destroy_lifetimes(void)
+{
+	CUcontext primary, a, got;
+	CUstream sp, sa, sc;
+	CUevent ep, ea;
+	CUstreamCaptureStatus status;
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+	EXPECT(cuCtxPushCurrent_v2(primary), CUDA_SUCCESS);
+	EXPECT(cuStreamCreate(&sp, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+	EXPECT(cuEventCreate(&ep, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+	EXPECT(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS); /* pushed */
+	EXPECT(cuStreamCreate(&sa, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+	EXPECT(cuStreamCreate(&sc, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+	EXPECT(cuEventCreate(&ea, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+	EXPECT(cuEventRecord(ea, sa), CUDA_SUCCESS);
+	EXPECT(cuStreamBeginCapture_v2(sc, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+
+	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+	EXPECT(cuCtxGetCurrent(&got), CUDA_SUCCESS);
+	CHECK(got == primary);
+	EXPECT(cuStreamQuery(sa), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuStreamGetCtx(sa, &got), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuStreamIsCapturing(sc, &status), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuEventQuery(ea), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuEventRecord(ea, sp), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuEventDestroy_v2(ea), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuStreamDestroy_v2(sa), CUDA_ERROR_INVALID_HANDLE);
+	EXPECT(cuEventRecord(ep, sp), CUDA_SUCCESS);
+	EXPECT(cuEventSynchronize(ep), CUDA_SUCCESS);
+	EXPECT(cuEventDestroy_v2(ep), CUDA_SUCCESS);
+	EXPECT(cuStreamDestroy_v2(sp), CUDA_SUCCESS);
+	EXPECT(cuCtxPopCurrent_v2(&got), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+}
+
+/*
+ * A program that creates and destroys contexts for ever holds bounded
+ * memory: a new context reuses a destroyed one's, as CUDA reuses the
+ * memory behind a destroyed context's handle, so among many cycles only a
+ * bounded number of handles appear. A destroyed handle not reused yet is
+ * still refused.
+ */
+static void context_reuse(void)
+{
+	enum { CYCLES = 300, MAX_DISTINCT = 100 };
+	static CUcontext seen[CYCLES];
+	int distinct = 0;
+	CUcontext a, got;
+	CUstream s;
+	CUevent e;
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	for (int i = 0; i < CYCLES; i++) {
+		EXPECT(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS);
+		EXPECT(cuStreamCreate(&s, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+		EXPECT(cuEventCreate(&e, CU_EVENT_DEFAULT), CUDA_SUCCESS);
+		EXPECT(cuEventRecord(e, s), CUDA_SUCCESS);
+		EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+		EXPECT(cuCtxPushCurrent_v2(a), CUDA_ERROR_INVALID_CONTEXT);
+		EXPECT(cuCtxGetCurrent(&got), CUDA_SUCCESS);
+		CHECK(got == NULL);
+		int known = 0;
+		for (int j = 0; j < distinct && !known; j++)
+			known = seen[j] == a;
+		if (!known)
+			seen[distinct++] = a;
+	}
+	CHECK(distinct <= MAX_DISTINCT);
 }
 
 /*
@@ -454,6 +576,9 @@ static const struct test_case cases[] = {
 	{"synchronize", synchronize},
 	{"stream_context", stream_context},
 	{"create_forms", create_forms},
+	{"reset_lifetimes", reset_lifetimes},
+	{"destroy_lifetimes", destroy_lifetimes},
+	{"context_reuse", context_reuse},
 };
 
 int main(int argc, char **argv)
