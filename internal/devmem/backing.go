@@ -95,6 +95,9 @@ type inflightFree struct {
 	// foreign: ordered on a stream of another device or context, which
 	// the device's synchronization does not wait for: only done settles it.
 	foreign bool
+	// ctx is the context done was recorded in, for a foreign free (0:
+	// unknown): destroying or resetting it destroys done (contextGone).
+	ctx uint64
 }
 
 // streamContexts is a runtime that can tell the context a stream was made
@@ -191,6 +194,7 @@ func (b *backing) afterStream(on interpose.Stream, f inflightFree) interpose.Err
 	var rc interpose.Error
 	if f.foreign = b.foreignStream(on); f.foreign {
 		done, rc = b.recordForeign(on)
+		f.ctx = b.streamContext(on)
 	} else if done, rc = b.rt.EventCreate(interpose.EventDisableTiming); rc == interpose.Success {
 		if rc = b.rt.EventRecord(done, on); rc != interpose.Success {
 			b.rt.EventDestroy(done)
@@ -263,7 +267,9 @@ func (b *backing) makeRoom() bool {
 // settle finishes a free the device has reached. A release the runtime
 // refuses leaves the memory allocated: its device bytes stay counted.
 func (b *backing) settle(f inflightFree) {
-	b.rt.EventDestroy(f.done)
+	if f.done != 0 { // 0: destroyed with its context
+		b.rt.EventDestroy(f.done)
+	}
 	if f.release != nil {
 		if rc := f.release(); rc != interpose.Success {
 			b.releaseFailed(cudaErr(fmt.Sprintf("freeing a spilled block in stream order on device %d", b.ordinal), rc), true)
@@ -375,6 +381,39 @@ func (b *backing) foreignStream(on interpose.Stream) bool {
 	}
 	ctx, ok := b.streams.context(on)
 	return ok && b.foreign(ctx)
+}
+
+// streamContext is the context stream on was made in, as far as the core
+// knows it (0: unknown).
+func (b *backing) streamContext(on interpose.Stream) uint64 {
+	if ctx, ok := defaultStreamContext(on); ok {
+		return ctx
+	}
+	if b.streams == nil {
+		return 0
+	}
+	ctx, _ := b.streams.context(on)
+	return ctx
+}
+
+// contextGone settles the frees in flight whose events were recorded in
+// context ctx, destroyed or reset: it waited for their work, and destroyed
+// their events, whose handles the driver may already have given to the
+// application's new events, so they are neither queried nor destroyed.
+func (b *backing) contextGone(ctx uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	kept := b.inflight[:0]
+	for _, f := range b.inflight {
+		if !f.foreign || f.ctx != ctx {
+			kept = append(kept, f)
+			continue
+		}
+		f.done = 0
+		b.settle(f)
+	}
+	clear(b.inflight[len(kept):])
+	b.inflight = kept
 }
 
 // recordForeign creates an event in the context of foreign stream on and

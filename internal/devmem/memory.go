@@ -751,7 +751,8 @@ func (m *memory) forgetStream(s interpose.Stream) {
 
 // forgetContextStreams drops what the core knows of context ctx, gone
 // (its device reset, or the context destroyed): no work of it can touch
-// memory any more, and its events are gone. The pools make free at once
+// memory any more, and its events are gone. The frees in flight waiting
+// on its events are settled without them. The pools make free at once
 // what was freed on its streams, its default streams included, and what
 // waits on a marker recorded in it (a destroyed stream's too), without
 // querying or destroying those markers.
@@ -764,6 +765,7 @@ func (m *memory) forgetContextStreams(ctx uint64) {
 		gone[stream(s)] = true
 	}
 	for _, d := range *m.live.Load() {
+		d.back.contextGone(ctx)
 		if d.pool == nil {
 			continue
 		}

@@ -135,3 +135,26 @@ func TestAsyncFreeOnOtherDeviceDefaultStream(t *testing.T) {
 		{"rt-passthrough", "rt", "1", "0", "40"},
 	})
 }
+
+// TestAsyncFreeOnDestroyedContextStream: a block of device 0 freed in
+// stream order on a held stream of a context created on device 1, or of
+// device 1's primary context, which is then destroyed (cuCtxDestroy) or
+// reset (cudaDeviceReset) once the stream is let go: the driver destroys
+// the stream and the events made in that context, the core's among them,
+// and hands their handles out again to the program's new events. The core
+// must neither query nor destroy its events again: the block comes back
+// (40 MiB more fit under the 64 MiB quota) and every event of the
+// program's stays valid. With pooling and without it (SPILLWAY_POOL=0).
+func TestAsyncFreeOnDestroyedContextStream(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctxevents.c"}, Cudart: true,
+		ProjectHeaders: true, Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda"}})
+	for _, kind := range []string{"created", "reset"} {
+		for _, pooling := range []string{"1", "0"} {
+			t.Run(kind+"-pool"+pooling, func(t *testing.T) {
+				_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SIMCUDA_DEVICES=2x1GiB", "SIMCUDA_PEER=1",
+					"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_POOL=" + pooling}, prog, kind))
+				checkSteps(t, out, []step{{"A", 0, 0}, {"F", 0, 0}, {"D", 0, 0}, {"C", 0, 0}, {"E", 0, 0}})
+			})
+		}
+	}
+}
