@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/spillway-gpu/spillway/bpf"
 	"github.com/spillway-gpu/spillway/tests/harness"
@@ -109,7 +110,8 @@ func TestTraceReplayQwenOversubscribed(t *testing.T) {
 			if c.migrate {
 				harness.SetEnv(cmd, "SPILLWAY_MIGRATE=1")
 			}
-			res := harness.Run(t, cmd)
+			// About 90 s each on a quiet 2-core machine.
+			res := harness.RunWithin(t, cmd, 5*time.Minute)
 			if res.ExitCode != 0 {
 				t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", res.ExitCode, res.Stdout, res.Stderr)
 			}
