@@ -306,14 +306,15 @@ type Stats struct {
 
 // DeviceStats is one device's part of Stats.
 type DeviceStats struct {
-	Ordinal            int    `json:"ordinal"`
-	CapacityBytes      uint64 `json:"capacity_bytes"`
-	DeviceBytes        uint64 `json:"device_bytes"`
-	DeviceBytesPeak    uint64 `json:"device_bytes_peak"`
-	ManagedDeviceBytes uint64 `json:"managed_device_bytes"`
-	ManagedHostBytes   uint64 `json:"managed_host_bytes"`
-	HostPinnedBytes    uint64 `json:"host_pinned_bytes"`
-	LiveAllocations    uint64 `json:"live_allocations"`
+	Ordinal             int    `json:"ordinal"`
+	CapacityBytes       uint64 `json:"capacity_bytes"`
+	DeviceBytes         uint64 `json:"device_bytes"`
+	DeviceBytesPeak     uint64 `json:"device_bytes_peak"`
+	ManagedDeviceBytes  uint64 `json:"managed_device_bytes"`
+	ManagedHostBytes    uint64 `json:"managed_host_bytes"`
+	HostPinnedBytes     uint64 `json:"host_pinned_bytes"`
+	HostRegisteredBytes uint64 `json:"host_registered_bytes"`
+	LiveAllocations     uint64 `json:"live_allocations"`
 }
 
 // ReadStats parses the stats file a simcuda process wrote at exit.

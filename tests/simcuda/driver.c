@@ -5,8 +5,9 @@
  *
  * Configuration is read once when the library loads: SIMCUDA_DEVICES,
  * SIMCUDA_CONTEXT_BYTES, SIMCUDA_NO_MANAGED, SIMCUDA_NO_VMM, SIMCUDA_NO_HOST_ACCESS,
- * SIMCUDA_PEER, SIMCUDA_FAIL and SIMCUDA_STATS_FILE (see README.md). A malformed value makes cuInit fail
- * with CUDA_ERROR_INVALID_VALUE after printing what is wrong.
+ * SIMCUDA_NO_HOST_REGISTER, SIMCUDA_PEER, SIMCUDA_FAIL and SIMCUDA_STATS_FILE (see
+ * README.md). A malformed value makes cuInit fail with CUDA_ERROR_INVALID_VALUE
+ * after printing what is wrong.
  */
 #define _GNU_SOURCE
 #include "driver.h"
@@ -231,6 +232,7 @@ __attribute__((constructor)) static void load_config(void)
 	read_switch("SIMCUDA_NO_MANAGED", &sim.no_managed);
 	read_switch("SIMCUDA_NO_VMM", &sim.no_vmm);
 	read_switch("SIMCUDA_NO_HOST_ACCESS", &sim.no_host_access);
+	read_switch("SIMCUDA_NO_HOST_REGISTER", &sim.no_host_register);
 	read_switch("SIMCUDA_PEER", &sim.peer);
 	v = getenv("SIMCUDA_FAIL");
 	if (v != NULL && v[0] != '\0')
@@ -461,7 +463,7 @@ static const int h100_attributes[ATTRIBUTE_MAX] = {
 	[96] = 0,      /* COOPERATIVE_MULTI_DEVICE_LAUNCH (deprecated) */
 	[97] = 232448, /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
 	[98] = 0,      /* CAN_FLUSH_REMOTE_WRITES */
-	[99] = 0,      /* HOST_REGISTER_SUPPORTED: cuMemHostRegister is not simulated */
+	[CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED] = 1, /* SIMCUDA_NO_HOST_REGISTER=1 makes it 0 */
 	[100] = 0,     /* PAGEABLE_MEMORY_ACCESS_USES_HOST_PAGE_TABLES */
 	[CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST] = 0,
 	[103] = 0,     /* HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED: answered by vmm.c */
@@ -474,7 +476,7 @@ static const int h100_attributes[ATTRIBUTE_MAX] = {
 	[110] = 0,     /* GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED: answered by vmm.c */
 	[111] = 1024,  /* RESERVED_SHARED_MEMORY_PER_BLOCK */
 	[112] = 0,     /* SPARSE_CUDA_ARRAY_SUPPORTED: no sparse arrays (arrays.c) */
-	[113] = 0,     /* READ_ONLY_HOST_REGISTER_SUPPORTED: no cuMemHostRegister */
+	[113] = 0,     /* READ_ONLY_HOST_REGISTER_SUPPORTED: CU_MEMHOSTREGISTER_READ_ONLY is refused */
 	[114] = 0,     /* TIMELINE_SEMAPHORE_INTEROP_SUPPORTED */
 	[CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED] = 1,
 	[116] = 0,     /* GPU_DIRECT_RDMA_SUPPORTED */
@@ -519,6 +521,7 @@ SIM_API CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevi
 	case CU_DEVICE_ATTRIBUTE_PCI_BUS_ID: v = 0x18 + sim.dev[dev].physical; break;
 	case CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY: v = managed; break;
 	case CU_DEVICE_ATTRIBUTE_CONCURRENT_MANAGED_ACCESS: v = managed; break;
+	case CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED: v = !sim.no_host_register; break;
 	case 85: v = sim.dev[dev].physical; break; /* MULTI_GPU_BOARD_GROUP_ID: one board per device */
 	default: v = h100_attributes[attrib]; break;
 	}
@@ -1233,7 +1236,9 @@ SIM_API CUresult cuMemHostGetFlags(unsigned int *pFlags, void *p)
 		return CUDA_ERROR_INVALID_VALUE;
 	pthread_mutex_lock(&sim.lock);
 	struct alloc *a = mem_find((uintptr_t)p);
-	CUresult rc = a != NULL && a->kind == ALLOC_HOST ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+	/* Only allocated pinned memory answers, as documented: not registered memory. */
+	CUresult rc = a != NULL && a->kind == ALLOC_HOST && !a->registered ? CUDA_SUCCESS
+									   : CUDA_ERROR_INVALID_VALUE;
 	if (rc == CUDA_SUCCESS)
 		*pFlags = a->flags;
 	pthread_mutex_unlock(&sim.lock);
@@ -1319,7 +1324,7 @@ SIM_API CUresult cuProfilerStop(void)
  * What Debian's pycuda binds when it loads and what numba's ctypes binding
  * looks up, beyond what simcuda implements: kernels (modules, functions,
  * launches, linking, occupancy), textures, 2D/3D and array copies, 16/32-bit
- * memsets, OpenGL interop, IPC events, host registration, peer access. Each
+ * memsets, OpenGL interop, IPC events, peer access. Each
  * returns CUDA_ERROR_NOT_SUPPORTED without looking at its arguments (so one
  * definition serves every signature) and is counted like any call.
  */
@@ -1363,8 +1368,6 @@ NOT_SUPPORTED(cuLinkAddFile_v2)
 NOT_SUPPORTED(cuLinkComplete)
 NOT_SUPPORTED(cuLinkCreate_v2)
 NOT_SUPPORTED(cuLinkDestroy)
-NOT_SUPPORTED(cuMemHostRegister_v2)
-NOT_SUPPORTED(cuMemHostUnregister)
 NOT_SUPPORTED(cuMemcpy2DAsync_v2)
 NOT_SUPPORTED(cuMemcpy2DUnaligned_v2)
 NOT_SUPPORTED(cuMemcpy2D_v2)
@@ -1539,6 +1542,9 @@ static const struct proc procs[] = {
 	P("cuMemHostAlloc", 2020, cuMemHostAlloc),
 	P("cuMemFreeHost", 2000, cuMemFreeHost),
 	P("cuMemHostGetDevicePointer", 3020, cuMemHostGetDevicePointer_v2),
+	P("cuMemHostRegister", 4000, cuMemHostRegister),
+	P("cuMemHostRegister", 6050, cuMemHostRegister_v2),
+	P("cuMemHostUnregister", 4000, cuMemHostUnregister),
 	PT("cuMemAllocAsync", 11020, cuMemAllocAsync, cuMemAllocAsync_ptsz),
 	PT("cuMemFreeAsync", 11020, cuMemFreeAsync, cuMemFreeAsync_ptsz),
 	PT("cuMemAllocFromPoolAsync", 11020, cuMemAllocFromPoolAsync,
@@ -1755,12 +1761,12 @@ __attribute__((destructor)) static void write_stats(void)
 			"%s{\"ordinal\":%d,\"capacity_bytes\":%" PRIu64 ",\"device_bytes\":%" PRIu64
 			",\"device_bytes_peak\":%" PRIu64 ",\"managed_device_bytes\":%" PRIu64
 			",\"managed_host_bytes\":%" PRIu64 ",\"host_pinned_bytes\":%" PRIu64
-			",\"live_allocations\":%" PRIu64 ",\"vmm_physical_bytes\":%" PRIu64
-			",\"array_bytes\":%" PRIu64 "}",
+			",\"host_registered_bytes\":%" PRIu64 ",\"live_allocations\":%" PRIu64
+			",\"vmm_physical_bytes\":%" PRIu64 ",\"array_bytes\":%" PRIu64 "}",
 			i ? "," : "", i, sim.initialized ? d->capacity : config_devices.capacity[visible[i]],
 			sim.initialized ? mem_used(i) : 0, d->peak, d->managed_dev_bytes,
-			d->managed_host_bytes, d->pinned_bytes, d->live_allocs, d->vmm_bytes,
-			array_device_bytes(i));
+			d->managed_host_bytes, d->pinned_bytes, d->registered_bytes, d->live_allocs,
+			d->vmm_bytes, array_device_bytes(i));
 	}
 	fprintf(f, "],\"calls\":{");
 	write_calls(f);

@@ -44,6 +44,9 @@ struct alloc {
 	size_t map_size;
 	char *backing;  /* where the bytes live in this process (== base unless ALLOC_DEVICE) */
 	enum alloc_kind kind;
+	/* ALLOC_HOST memory the application owns, page-locked by cuMemHostRegister:
+	 * never mapped or unmapped here, and map_size == size. */
+	int registered;
 	int device;     /* device charged / current when allocated */
 	struct CUctx_st *ctx; /* the context it was allocated in; freed with it */
 	uint64_t id;
@@ -68,7 +71,8 @@ struct sim_device {
 	uint64_t ctx_bytes;         /* taken by the device's live contexts */
 	uint64_t managed_dev_bytes; /* managed blocks resident here */
 	uint64_t managed_host_bytes; /* managed blocks of allocations made here, on the host */
-	uint64_t pinned_bytes;
+	uint64_t pinned_bytes;      /* cuMemAllocHost, cuMemHostAlloc */
+	uint64_t registered_bytes;  /* cuMemHostRegister: page-locked, never device memory */
 	uint64_t vmm_bytes;         /* cuMemCreate physical memory here (vmm.c), part of plain_bytes */
 	uint64_t peak;
 	uint64_t live_allocs;
@@ -110,6 +114,7 @@ struct sim {
 	int no_managed;
 	int no_vmm; /* SIMCUDA_NO_VMM=1: the virtual memory management API is unsupported */
 	int no_host_access; /* SIMCUDA_NO_HOST_ACCESS=1: cuMemSetAccess refuses host locations */
+	int no_host_register; /* SIMCUDA_NO_HOST_REGISTER=1: cuMemHostRegister is unsupported */
 	int peer;   /* SIMCUDA_PEER=1: every device can access every other's memory (P2P) */
 	uint64_t clock;     /* logical time for managed eviction order */
 	uint64_t next_id;   /* allocation ids */
@@ -197,6 +202,8 @@ CUresult vmm_resolve(uintptr_t addr, size_t len, struct span *out);
 int vmm_accessible(const struct span *s, size_t len, int device, unsigned int need);
 /* The mapping that holds addr, or NULL. */
 struct alloc *vmm_find(uintptr_t addr);
+/* Whether any reservation overlaps [addr, addr+len). */
+int vmm_overlaps(uintptr_t addr, size_t len);
 /* Device attributes of the VMM API: 1 with *value set when attrib is one of them. */
 int vmm_device_attribute(int attrib, int *value);
 struct vmm_totals {

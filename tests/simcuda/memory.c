@@ -6,7 +6,8 @@
  * PROT_NONE, exactly as a discrete GPU's memory is unreachable from the CPU,
  * and keeps its bytes in a second, lazily backed (MAP_NORESERVE) mapping that
  * only the stream workers touch. Managed and pinned memory are ordinary
- * read-write mappings at the address the application sees.
+ * read-write mappings at the address the application sees; registered host
+ * memory (cuMemHostRegister) is the application's own, only recorded here.
  *
  * Capacity is enforced on what is resident on a device: plain allocations,
  * the context's bytes and the managed blocks that live there, plus what the
@@ -310,10 +311,10 @@ void mem_release(struct alloc *a)
 		d->managed_host_bytes -= a->size;
 		break;
 	case ALLOC_HOST:
-		d->pinned_bytes -= a->size;
+		*(a->registered ? &d->registered_bytes : &d->pinned_bytes) -= a->size;
 		break;
 	}
-	if (!a->ipc_opened)
+	if (!a->ipc_opened && !a->registered)
 		d->live_allocs--;
 	if (a->pool != NULL)
 		pool_released(a);
@@ -322,7 +323,8 @@ void mem_release(struct alloc *a)
 		close(a->ipc_fd);
 	if (a->backing != (char *)a->base)
 		munmap(a->backing, a->map_size);
-	munmap((void *)a->base, a->map_size);
+	if (!a->registered) /* the application's own memory stays mapped, pageable again */
+		munmap((void *)a->base, a->map_size);
 	free(a->blocks);
 	free(a);
 }
@@ -531,12 +533,21 @@ static CUresult free_stream_ordered(struct alloc *a)
 	return CUDA_SUCCESS;
 }
 
+/* Whether a is what a free of kinds_mask (registered: an unregistration) releases. */
+static int frees_as(const struct alloc *a, unsigned int kinds_mask, int registered)
+{
+	return (kinds_mask & (1u << a->kind)) && a->registered == registered;
+}
+
 /*
  * Frees the allocation that starts at addr and has one of the kinds in
- * kinds_mask, after all work on its device has finished (as CUDA does),
- * except for cuMemAllocAsync memory, which CUDA frees without waiting.
+ * kinds_mask (registered: unregisters host memory instead), after all work
+ * on its device has finished (as CUDA does), except for cuMemAllocAsync
+ * memory, which CUDA frees without waiting. Any other pointer is
+ * CUDA_ERROR_INVALID_VALUE, or CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED for an
+ * unregistration.
  */
-static CUresult free_synchronized(uintptr_t addr, unsigned int kinds_mask)
+static CUresult free_synchronized(uintptr_t addr, unsigned int kinds_mask, int registered)
 {
 	CUresult check = capture_check_unsafe(); /* may synchronise: unsafe during stream capture */
 
@@ -545,10 +556,11 @@ static CUresult free_synchronized(uintptr_t addr, unsigned int kinds_mask)
 	for (;;) {
 		pthread_mutex_lock(&sim.lock);
 		struct alloc *a = mem_find(addr);
-		if (a == NULL || a->base != addr || !(kinds_mask & (1u << a->kind)) ||
+		if (a == NULL || a->base != addr || !frees_as(a, kinds_mask, registered) ||
 		    a->free_pending || a->ipc_opened) {
 			pthread_mutex_unlock(&sim.lock);
-			return CUDA_ERROR_INVALID_VALUE;
+			return registered ? CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED
+					  : CUDA_ERROR_INVALID_VALUE;
 		}
 		if (a->stream_ordered) {
 			CUresult rc = free_stream_ordered(a);
@@ -565,7 +577,7 @@ static CUresult free_synchronized(uintptr_t addr, unsigned int kinds_mask)
 		pthread_mutex_lock(&sim.lock);
 		a = mem_find(addr);
 		/* Another thread may have freed or replaced it while we waited: look again. */
-		if (a != NULL && a->base == addr && (kinds_mask & (1u << a->kind)) &&
+		if (a != NULL && a->base == addr && frees_as(a, kinds_mask, registered) &&
 		    !a->free_pending && a->device == dev) {
 			mem_release(a);
 			pthread_mutex_unlock(&sim.lock);
@@ -581,7 +593,7 @@ SIM_API CUresult cuMemFree_v2(CUdeviceptr dptr)
 	ENTER(ENTER_INIT);
 	if (dptr == 0)
 		return CUDA_ERROR_INVALID_VALUE;
-	return free_synchronized(dptr, 1u << ALLOC_DEVICE | 1u << ALLOC_MANAGED);
+	return free_synchronized(dptr, 1u << ALLOC_DEVICE | 1u << ALLOC_MANAGED, 0);
 }
 
 /* Like cuMemFree_v2: the owner is found from the pointer, with no current context. */
@@ -590,7 +602,121 @@ SIM_API CUresult cuMemFreeHost(void *p)
 	ENTER(ENTER_INIT);
 	if (p == NULL)
 		return CUDA_ERROR_INVALID_VALUE;
-	return free_synchronized((uintptr_t)p, 1u << ALLOC_HOST);
+	return free_synchronized((uintptr_t)p, 1u << ALLOC_HOST, 0);
+}
+
+/* ---- registered host memory ---- */
+
+#define REGISTER_FLAGS                                               \
+	(CU_MEMHOSTREGISTER_PORTABLE | CU_MEMHOSTREGISTER_DEVICEMAP | \
+	 CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY)
+
+/*
+ * The entry of the allocation table that overlaps [addr, addr+len), or
+ * NULL. Entries are sorted and disjoint, so only the last one that starts
+ * before the range's end can reach into it.
+ */
+static struct alloc *table_overlap(uintptr_t addr, size_t len)
+{
+	size_t i = upper_bound(addr + len - 1);
+
+	if (i == 0)
+		return NULL;
+	struct alloc *a = sim.allocs[i - 1];
+	return a->base + a->map_size > addr ? a : NULL;
+}
+
+/* Whether every page of [addr, addr+len) is mapped in this process (msync fails with ENOMEM otherwise). */
+static int host_range_mapped(uintptr_t addr, size_t len)
+{
+	uintptr_t start = addr & ~(uintptr_t)(page_size() - 1);
+	return msync((void *)start, addr + len - start, MS_ASYNC) == 0;
+}
+
+/*
+ * Page-locks existing host memory for device: it becomes pinned memory of
+ * the current context, reachable by copies and with the host pointer as its
+ * device pointer (unified addressing). The bytes stay where they are and
+ * count on no device. With sim.lock held.
+ */
+static CUresult register_range(int device, uintptr_t addr, size_t size, unsigned int flags)
+{
+	const struct alloc *other = table_overlap(addr, size);
+
+	if (other != NULL) /* pinned memory is already page-locked; device memory is not the host's */
+		return other->kind == ALLOC_HOST ? CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED
+						 : CUDA_ERROR_INVALID_VALUE;
+	if (vmm_overlaps(addr, size))
+		return CUDA_ERROR_INVALID_VALUE;
+	struct alloc *a = calloc(1, sizeof(*a));
+	if (a == NULL)
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	a->base = addr;
+	a->size = size;
+	a->map_size = size;
+	a->backing = (char *)addr;
+	a->kind = ALLOC_HOST;
+	a->registered = 1;
+	a->device = device;
+	a->ctx = sim_current_ctx();
+	a->flags = flags;
+	a->id = ++sim.next_id;
+	if (table_insert(a) != 0) {
+		free(a);
+		return CUDA_ERROR_OUT_OF_MEMORY;
+	}
+	sim.dev[device].registered_bytes += size;
+	return CUDA_SUCCESS;
+}
+
+static CUresult host_register(void *p, size_t bytesize, unsigned int Flags)
+{
+	uintptr_t addr = (uintptr_t)p;
+	int dev;
+
+	if (sim.no_host_register)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	CUresult rc = sim_current_device(&dev);
+	if (rc == CUDA_SUCCESS)
+		rc = capture_check_unsafe(); /* not stream-ordered, like an allocation */
+	if (rc != CUDA_SUCCESS)
+		return rc;
+	if (p == NULL || bytesize == 0 || addr + bytesize < addr || (Flags & ~REGISTER_FLAGS))
+		return CUDA_ERROR_INVALID_VALUE;
+	/* No I/O space to map here; read-only registration is not supported
+	 * (CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED is 0), as documented. */
+	if (Flags & (CU_MEMHOSTREGISTER_IOMEMORY | CU_MEMHOSTREGISTER_READ_ONLY))
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (!host_range_mapped(addr, bytesize))
+		return CUDA_ERROR_INVALID_VALUE;
+	pthread_mutex_lock(&sim.lock);
+	rc = register_range(dev, addr, bytesize, Flags);
+	pthread_mutex_unlock(&sim.lock);
+	return rc;
+}
+
+SIM_API CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int Flags)
+{
+	ENTER(ENTER_INIT);
+	return host_register(p, bytesize, Flags);
+}
+
+/* The CUDA 4.0 ABI, with the same arguments. */
+SIM_API CUresult cuMemHostRegister(void *p, size_t bytesize, unsigned int Flags)
+{
+	ENTER(ENTER_INIT);
+	return host_register(p, bytesize, Flags);
+}
+
+/* Like cuMemFreeHost: waits for the device's work, and needs no current context. */
+SIM_API CUresult cuMemHostUnregister(void *p)
+{
+	ENTER(ENTER_INIT);
+	if (sim.no_host_register)
+		return CUDA_ERROR_NOT_SUPPORTED;
+	if (p == NULL)
+		return CUDA_ERROR_INVALID_VALUE;
+	return free_synchronized((uintptr_t)p, 1u << ALLOC_HOST, 1);
 }
 
 SIM_API CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr *pdptr, void *p, unsigned int Flags)

@@ -35,6 +35,7 @@
 	X(cudaGetLastError) X(cudaPeekAtLastError) X(cudaGetErrorString) X(cudaGetErrorName) \
 	X(cudaMalloc) X(cudaFree) X(cudaMallocManaged) X(cudaMallocPitch) X(cudaMallocHost) \
 	X(cudaMalloc3D) X(cudaHostAlloc) X(cudaFreeHost) X(cudaHostGetDevicePointer)        \
+	X(cudaHostRegister) X(cudaHostUnregister)                                           \
 	X(cudaMemGetInfo) X(cudaMemcpy) X(cudaMemcpyAsync) X(cudaMemset) X(cudaMemsetAsync) \
 	X(cudaMemAdvise) X(cudaMemPrefetchAsync) X(cudaMallocAsync) X(cudaFreeAsync)        \
 	X(cudaPointerGetAttributes) X(cudaIpcGetMemHandle) X(cudaIpcOpenMemHandle)          \
@@ -95,6 +96,8 @@ static struct driver {
 	CUresult (*MemHostAlloc)(void **, size_t, unsigned int);
 	CUresult (*MemFreeHost)(void *);
 	CUresult (*MemHostGetDevicePointer)(CUdeviceptr *, void *, unsigned int);
+	CUresult (*MemHostRegister)(void *, size_t, unsigned int);
+	CUresult (*MemHostUnregister)(void *);
 	CUresult (*MemGetInfo)(size_t *, size_t *);
 	CUresult (*Memcpy)(CUdeviceptr, CUdeviceptr, size_t);
 	CUresult (*MemcpyHtoD)(CUdeviceptr, const void *, size_t);
@@ -176,6 +179,7 @@ static const struct {
 	DRV("cuMemAllocManaged", MemAllocManaged), DRV("cuMemAllocPitch", MemAllocPitch),
 	DRV("cuMemAllocHost", MemAllocHost), DRV("cuMemHostAlloc", MemHostAlloc),
 	DRV("cuMemFreeHost", MemFreeHost), DRV("cuMemHostGetDevicePointer", MemHostGetDevicePointer),
+	DRV("cuMemHostRegister", MemHostRegister), DRV("cuMemHostUnregister", MemHostUnregister),
 	DRV("cuMemGetInfo", MemGetInfo), DRV("cuMemcpy", Memcpy), DRV("cuMemcpyHtoD", MemcpyHtoD),
 	DRV("cuMemcpyDtoH", MemcpyDtoH), DRV("cuMemcpyDtoD", MemcpyDtoD),
 	DRV("cuMemcpyAsync", MemcpyAsync), DRV("cuMemcpyHtoDAsync", MemcpyHtoDAsync),
@@ -523,6 +527,9 @@ static cudaError_t device_properties(struct cudaDeviceProp *prop, int device)
 			  canUseHostPointerForRegisteredMem),
 		INT_FIELD(CU_DEVICE_ATTRIBUTE_DIRECT_MANAGED_MEM_ACCESS_FROM_HOST,
 			  directManagedMemAccessFromHost),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_HOST_REGISTER_SUPPORTED, hostRegisterSupported),
+		INT_FIELD(CU_DEVICE_ATTRIBUTE_READ_ONLY_HOST_REGISTER_SUPPORTED,
+			  hostRegisterReadOnlySupported),
 		INT_FIELD(CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED, memoryPoolsSupported),
 #undef INT_FIELD
 	};
@@ -807,6 +814,19 @@ RT_API cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigne
 {
 	ENTER(cudaHostGetDevicePointer, NEED_CONTEXT);
 	return DRIVER(drv.MemHostGetDevicePointer((CUdeviceptr *)pDevice, pHost, flags));
+}
+
+/* Both go to the driver, as NVIDIA's runtime does, so a driver interposer sees them. */
+RT_API cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags)
+{
+	ENTER(cudaHostRegister, NEED_CONTEXT);
+	return DRIVER(drv.MemHostRegister(ptr, size, flags));
+}
+
+RT_API cudaError_t cudaHostUnregister(void *ptr)
+{
+	ENTER(cudaHostUnregister, NEED_CONTEXT);
+	return DRIVER(drv.MemHostUnregister(ptr));
 }
 
 RT_API cudaError_t cudaMemGetInfo(size_t *free, size_t *total)

@@ -242,6 +242,14 @@ struct alloc *vmm_find(uintptr_t addr)
 	return m ? &m->view : NULL;
 }
 
+int vmm_overlaps(uintptr_t addr, size_t len)
+{
+	for (const struct reservation *r = reservations; r != NULL; r = r->next)
+		if (r->base < addr + len && addr < r->base + r->size)
+			return 1;
+	return 0;
+}
+
 int vmm_device_attribute(int attrib, int *value)
 {
 	switch (attrib) {

@@ -79,6 +79,8 @@ func TestBehaviour(t *testing.T) {
 		{"malloc3d", nil, "cudaMalloc3D allocates pitched rows of the extent, freed by cudaFree"},
 		{"pool_reuse", []string{"SIMCUDA_DEVICES=1GiB"}, "cudaMallocAsync reuses memory whose cudaFreeAsync is queued, waiting for it across streams"},
 		{"runtime_context", []string{"SIMCUDA_DEVICES=2x1GiB"}, "runtime calls use the current context, or the current device's primary one when none is; cudaGetDevice answers the current context's device"},
+		{"host_register", []string{"SIMCUDA_DEVICES=1GiB"}, "cudaHostRegister page-locks host memory that counts on no device; registered memory is pinned host memory until unregistered or its context is destroyed"},
+		{"no_host_register", []string{"SIMCUDA_NO_HOST_REGISTER=1"}, "the device can report no host registration"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -101,6 +103,19 @@ func TestManagedResidencyStats(t *testing.T) {
 	}
 }
 
+// TestHostRegisterStats: the host_register case leaves 2 GiB registered on
+// a 1 GiB device; the statistics file counts it as registered host memory,
+// not as device memory, pinned allocations or live allocations.
+func TestHostRegisterStats(t *testing.T) {
+	_, stats := runCase(t, buildBehaviour(t), "host_register", "SIMCUDA_DEVICES=1GiB")
+	dev := stats.Devices[0]
+	if dev.HostRegisteredBytes != 2*gibibyte || dev.DeviceBytes != 0 || dev.DeviceBytesPeak != 512 ||
+		dev.HostPinnedBytes != 0 || dev.LiveAllocations != 0 {
+		t.Fatalf("device stats %+v, want 2 GiB registered, no device bytes (peak 512, the 16-byte "+
+			"cudaMalloc's granule), no pinned or live allocations", dev)
+	}
+}
+
 // TestBadConfiguration: a malformed variable fails initialisation with a
 // message naming it; nothing is silently defaulted.
 func TestBadConfiguration(t *testing.T) {
@@ -112,6 +127,7 @@ func TestBadConfiguration(t *testing.T) {
 		"SIMCUDA_DEVICES=17x1GiB",
 		"SIMCUDA_CONTEXT_BYTES=lots",
 		"SIMCUDA_NO_MANAGED=yes",
+		"SIMCUDA_NO_HOST_REGISTER=on",
 		"SIMCUDA_FAIL=cuMemAlloc_v2",
 		"SIMCUDA_FAIL=cuMemAlloc_v2:0",
 	} {

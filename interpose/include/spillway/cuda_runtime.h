@@ -198,7 +198,9 @@ enum cudaDeviceAttr {
     cudaDevAttrPageableMemoryAccess = 88,
     cudaDevAttrConcurrentManagedAccess = 89,
     cudaDevAttrCanUseHostPointerForRegisteredMem = 91,
+    cudaDevAttrHostRegisterSupported = 99,
     cudaDevAttrDirectManagedMemAccessFromHost = 101,
+    cudaDevAttrHostRegisterReadOnlySupported = 113,
     cudaDevAttrMemoryPoolsSupported = 115
 };
 
@@ -331,6 +333,13 @@ _Static_assert(sizeof(struct cudaDeviceProp) == 1032, "cudaDeviceProp must have 
 #define cudaHostAllocMapped 0x02
 #define cudaHostAllocWriteCombined 0x04
 
+/* cudaHostRegister flags. */
+#define cudaHostRegisterDefault 0x00
+#define cudaHostRegisterPortable 0x01
+#define cudaHostRegisterMapped 0x02
+#define cudaHostRegisterIoMemory 0x04
+#define cudaHostRegisterReadOnly 0x08
+
 /* cudaMallocManaged flags. */
 #define cudaMemAttachGlobal 0x01
 #define cudaMemAttachHost 0x02
@@ -383,6 +392,8 @@ cudaError_t cudaMallocHost(void **ptr, size_t size);
 cudaError_t cudaHostAlloc(void **pHost, size_t size, unsigned int flags);
 cudaError_t cudaFreeHost(void *ptr);
 cudaError_t cudaHostGetDevicePointer(void **pDevice, void *pHost, unsigned int flags);
+cudaError_t cudaHostRegister(void *ptr, size_t size, unsigned int flags);
+cudaError_t cudaHostUnregister(void *ptr);
 cudaError_t cudaMemGetInfo(size_t *free, size_t *total);
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind);
 cudaError_t cudaMemcpyAsync(void *dst, const void *src, size_t count, enum cudaMemcpyKind kind,

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -618,6 +619,12 @@ static void case_proc_address(void)
 	EXPECT(cuGetProcAddress_v2("cuMemAdvise", &fn, 12020, 0, &status), CUDA_SUCCESS);
 	CHECK(fn == dlsym(lib, "cuMemAdvise_v2"));
 	EXPECT(cuGetProcAddress_v2("cuMemAlloc", &fn, 99000, 0, &status), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuGetProcAddress_v2("cuMemHostRegister", &fn, 12040, 0, &status), CUDA_SUCCESS);
+	CHECK(fn == dlsym(lib, "cuMemHostRegister_v2"));
+	EXPECT(cuGetProcAddress_v2("cuMemHostRegister", &fn, 6000, 0, &status), CUDA_SUCCESS);
+	CHECK(fn == dlsym(lib, "cuMemHostRegister"));
+	EXPECT(cuGetProcAddress_v2("cuMemHostUnregister", &fn, 12040, 0, &status), CUDA_SUCCESS);
+	CHECK(fn == dlsym(lib, "cuMemHostUnregister"));
 }
 
 /* Pointer attributes, host allocations and their device pointers. */
@@ -1166,6 +1173,147 @@ static void case_malloc3d(void)
 	CHECK(device_used() == used);
 }
 
+/*
+ * SIMCUDA_DEVICES=1GiB. cudaHostRegister page-locks existing host memory:
+ * pinned memory that stays the application's, counts on no device (2 GiB
+ * register on a 1 GiB device), answers as host memory with the host pointer
+ * as its device pointer, and refuses what CUDA documents it refuses.
+ */
+static void case_host_register(void)
+{
+	int attr = -1;
+	struct cudaDeviceProp prop;
+
+	EXPECT(cudaDeviceGetAttribute(&attr, cudaDevAttrHostRegisterSupported, 0), cudaSuccess);
+	CHECK(attr == 1);
+	EXPECT(cudaDeviceGetAttribute(&attr, cudaDevAttrHostRegisterReadOnlySupported, 0), cudaSuccess);
+	CHECK(attr == 0);
+	EXPECT(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+	CHECK(prop.hostRegisterSupported == 1 && prop.hostRegisterReadOnlySupported == 0);
+
+	/* An unaligned range of ordinary memory; the device's memory is untouched. */
+	char *heap = malloc(3 * MiB + 64), *buf = heap + 8;
+	CHECK(heap != NULL);
+	size_t used = device_used();
+	EXPECT(cudaHostRegister(buf, 3 * MiB, cudaHostRegisterMapped), cudaSuccess);
+	CHECK(device_used() == used);
+	size_t big = 2 * GiB;
+	char *huge = mmap(NULL, big, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	CHECK(huge != MAP_FAILED);
+	EXPECT(cudaHostRegister(huge, big, cudaHostRegisterDefault), cudaSuccess);
+	CHECK(device_used() == used);
+
+	/* Registered memory answers as pinned host memory, its range the one registered. */
+	struct cudaPointerAttributes a;
+	EXPECT(cudaPointerGetAttributes(&a, buf + 10), cudaSuccess);
+	CHECK(a.type == cudaMemoryTypeHost && a.hostPointer == buf + 10 && a.devicePointer == buf + 10 &&
+	      a.device == 0);
+	CUdeviceptr base = 0;
+	size_t size = 0;
+	EXPECT(cuMemGetAddressRange_v2(&base, &size, (CUdeviceptr)buf + 10), CUDA_SUCCESS);
+	CHECK(base == (CUdeviceptr)buf && size == 3 * MiB);
+	EXPECT(cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, (CUdeviceptr)buf + 1),
+	       CUDA_SUCCESS);
+	CHECK(base == (CUdeviceptr)buf);
+	EXPECT(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, (CUdeviceptr)buf + 1),
+	       CUDA_SUCCESS);
+	CHECK(size == 3 * MiB);
+	CUcontext ctx = NULL, cur = NULL;
+	EXPECT(cuPointerGetAttribute(&ctx, CU_POINTER_ATTRIBUTE_CONTEXT, (CUdeviceptr)buf), CUDA_SUCCESS);
+	EXPECT(cuCtxGetCurrent(&cur), CUDA_SUCCESS);
+	CHECK(ctx == cur);
+	void *dev_ptr = NULL;
+	EXPECT(cudaHostGetDevicePointer(&dev_ptr, buf + 5, 0), cudaSuccess);
+	CHECK(dev_ptr == buf + 5);
+	/* cuMemHostGetFlags answers only memory cuMemAllocHost or cuMemHostAlloc made. */
+	unsigned int flags = 0;
+	EXPECT(cuMemHostGetFlags(&flags, buf), CUDA_ERROR_INVALID_VALUE);
+
+	/* Device-side operations reach it, as they reach allocated pinned memory. */
+	char *d;
+	EXPECT(cudaMalloc((void **)&d, 16), cudaSuccess);
+	EXPECT(cudaMemset(buf, 'r', 16), cudaSuccess);
+	EXPECT(cudaMemcpy(d, buf, 16, cudaMemcpyHostToDevice), cudaSuccess);
+	EXPECT(cudaMemset(buf, 0, 16), cudaSuccess);
+	EXPECT(cudaMemcpy(buf + 16, d, 16, cudaMemcpyDeviceToHost), cudaSuccess);
+	CHECK(buf[0] == 0 && buf[16] == 'r' && buf[31] == 'r');
+	EXPECT(cudaMemcpy(d, buf + 3 * MiB - 8, 16, cudaMemcpyHostToDevice), cudaErrorInvalidValue);
+
+	/* Registering page-locked memory again, in part or through an allocation, is refused. */
+	EXPECT(cudaHostRegister(buf, 3 * MiB, 0), cudaErrorHostMemoryAlreadyRegistered);
+	EXPECT(cudaHostRegister(heap, 16, 0), cudaErrorHostMemoryAlreadyRegistered);
+	EXPECT(cudaHostRegister(buf + MiB, MiB, 0), cudaErrorHostMemoryAlreadyRegistered);
+	void *pinned;
+	EXPECT(cudaMallocHost(&pinned, 4096), cudaSuccess);
+	EXPECT(cudaHostRegister(pinned, 4096, 0), cudaErrorHostMemoryAlreadyRegistered);
+	/* Device memory is not host memory; neither is an unmapped range. */
+	EXPECT(cudaHostRegister(d, 16, 0), cudaErrorInvalidValue);
+	char *gone = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	CHECK(gone != MAP_FAILED && munmap(gone, 8192) == 0);
+	EXPECT(cudaHostRegister(gone, 8192, 0), cudaErrorInvalidValue);
+	/* Arguments: as documented. */
+	char spare[64];
+	EXPECT(cudaHostRegister(NULL, 16, 0), cudaErrorInvalidValue);
+	EXPECT(cudaHostRegister(spare, 0, 0), cudaErrorInvalidValue);
+	EXPECT(cudaHostRegister(spare, sizeof(spare), 0x10), cudaErrorInvalidValue);
+	EXPECT(cudaHostRegister(spare, sizeof(spare), cudaHostRegisterIoMemory), cudaErrorNotSupported);
+	EXPECT(cudaHostRegister(spare, sizeof(spare), cudaHostRegisterReadOnly), cudaErrorNotSupported);
+	EXPECT(cudaGetLastError(), cudaErrorNotSupported);
+
+	/* Only the registered base unregisters; cudaFreeHost does not. */
+	EXPECT(cudaFreeHost(buf), cudaErrorInvalidValue);
+	EXPECT(cudaHostUnregister(buf + 1), cudaErrorHostMemoryNotRegistered);
+	EXPECT(cudaHostUnregister(pinned), cudaErrorHostMemoryNotRegistered);
+	EXPECT(cudaHostUnregister(spare), cudaErrorHostMemoryNotRegistered);
+	EXPECT(cudaHostUnregister(NULL), cudaErrorInvalidValue);
+	EXPECT(cudaFreeHost(pinned), cudaSuccess);
+
+	/* Unregistering waits for the device's work, and leaves the memory pageable and mapped. */
+	cudaStream_t s;
+	pthread_t opener;
+	gate_init(&free_gate);
+	EXPECT(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+	EXPECT(cudaLaunchHostFunc(s, wait_then_finish, NULL), cudaSuccess);
+	CHECK(pthread_create(&opener, NULL, open_gate_soon, NULL) == 0);
+	EXPECT(cudaHostUnregister(buf), cudaSuccess);
+	CHECK(__atomic_load_n(&host_fn_finished, __ATOMIC_SEQ_CST) == 1);
+	CHECK(pthread_join(opener, NULL) == 0);
+	EXPECT(cudaHostUnregister(buf), cudaErrorHostMemoryNotRegistered);
+	EXPECT(cudaPointerGetAttributes(&a, buf), cudaSuccess);
+	CHECK(a.type == cudaMemoryTypeUnregistered);
+	EXPECT(cudaMemset(buf, 0, 16), cudaErrorInvalidValue);
+	CHECK(buf[16] == 'r');
+	buf[0] = 'x';
+
+	/* Destroying the context that registered it unregisters it, and unmaps nothing. */
+	CUcontext created;
+	EXPECT(cuCtxCreate_v2(&created, 0, 0), CUDA_SUCCESS);
+	EXPECT(cuMemHostRegister_v2(buf, MiB, CU_MEMHOSTREGISTER_PORTABLE), CUDA_SUCCESS);
+	EXPECT(cuCtxDestroy_v2(created), CUDA_SUCCESS);
+	buf[MiB - 1] = 'y';
+	EXPECT(cuMemHostUnregister(buf), CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED);
+	EXPECT(cuMemHostRegister_v2(buf, MiB, 0), CUDA_SUCCESS);
+	EXPECT(cuMemHostUnregister(buf), CUDA_SUCCESS);
+	EXPECT(cudaFree(d), cudaSuccess);
+	free(heap);
+	/* huge stays registered: the statistics file reports it, on no device. */
+}
+
+/* SIMCUDA_NO_HOST_REGISTER=1: the device reports no host registration, and the calls are unsupported. */
+static void case_no_host_register(void)
+{
+	int attr = -1;
+	char buf[64];
+	struct cudaDeviceProp prop;
+
+	EXPECT(cudaDeviceGetAttribute(&attr, cudaDevAttrHostRegisterSupported, 0), cudaSuccess);
+	CHECK(attr == 0);
+	EXPECT(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+	CHECK(prop.hostRegisterSupported == 0);
+	EXPECT(cudaHostRegister(buf, sizeof(buf), 0), cudaErrorNotSupported);
+	EXPECT(cudaHostUnregister(buf), cudaErrorNotSupported);
+}
+
 static const struct test_case cases[] = {
 	{"hold", case_hold},
 	{"shared_capacity", case_shared_capacity},
@@ -1196,6 +1344,8 @@ static const struct test_case cases[] = {
 	{"malloc3d", case_malloc3d},
 	{"free_async_race", case_free_async_race},
 	{"runtime_context", case_runtime_context},
+	{"host_register", case_host_register},
+	{"no_host_register", case_no_host_register},
 };
 
 int main(int argc, char **argv)
