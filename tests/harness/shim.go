@@ -16,6 +16,8 @@ const (
 	ErrInvalidValue     = 1
 	ErrMemoryAllocation = 2
 	ErrInitialization   = 3
+	// cudaErrorHostMemoryNotRegistered: cudaHostUnregister of memory not registered.
+	ErrHostMemoryNotRegistered = 713
 )
 
 // Front returns the preloaded library, failing the test when the shim is not built.

@@ -357,10 +357,15 @@ func TestNumbaExtents(t *testing.T) {
 
 // numbaSuite is the part of numba's own test suite (shipped with Debian's
 // python3-numba) that simcuda can run, with no kernel to compile: host
-// and mapped allocations, external memory managers, events, device
-// reset, array attributes and streams.
+// and mapped allocations, pinned and mapped host memory registered with
+// cuMemHostRegister, device memory objects and their deallocation,
+// external memory managers, events, device reset, array attributes and
+// streams.
 var numbaSuite = []string{
 	"numba.cuda.tests.cudadrv.test_host_alloc",
+	"numba.cuda.tests.cudadrv.test_pinned",
+	"numba.cuda.tests.cudadrv.test_cuda_memory",
+	"numba.cuda.tests.cudadrv.test_deallocations",
 	"numba.cuda.tests.cudadrv.test_emm_plugins",
 	"numba.cuda.tests.cudadrv.test_events",
 	"numba.cuda.tests.cudadrv.test_reset_device",

@@ -229,6 +229,33 @@ func TestOtherAllocationKinds(t *testing.T) {
 	}
 }
 
+// Registered host memory is page-locked host memory, not device memory: with
+// a quota, registering more than the quota (and than the device has) is
+// neither refused nor counted, and the whole quota stays allocatable.
+func TestHostRegisterOutsideQuota(t *testing.T) {
+	stats := filepath.Join(t.TempDir(), "stats.json")
+	_, out := harness.RunOK(t, harness.Shimmed(t,
+		[]string{"SIMCUDA_DEVICES=1GiB", "SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats},
+		cudaops(t), "h", "2G", "i", "m", "64M", "f", "1", "u", "0", "u", "0", "h", "1G"))
+	if out.Code(t, "h", 0) != 0 || out.Code(t, "h", 1) != 0 {
+		t.Fatalf("cudaHostRegister under a quota refused: %v", out)
+	}
+	if f, tot := out.Num(t, "i", 0, 2), out.Num(t, "i", 0, 3); f != 64<<20 || tot != 64<<20 {
+		t.Errorf("after registering 2 GiB cudaMemGetInfo = free %d total %d, want the whole 64 MiB quota free", f, tot)
+	}
+	if out.Code(t, "m", 0) != 0 || out.Code(t, "f", 0) != 0 {
+		t.Errorf("the quota is not whole beside registered memory: %v", out)
+	}
+	if out.Code(t, "u", 0) != 0 || out.Code(t, "u", 1) != harness.ErrHostMemoryNotRegistered {
+		t.Errorf("cudaHostUnregister, then again: %v, want 0 then %d", out, harness.ErrHostMemoryNotRegistered)
+	}
+	truth := harness.ReadStats(t, stats).Devices[0]
+	if truth.HostRegisteredBytes != 1<<30 || truth.DeviceBytesPeak > 64<<20 {
+		t.Errorf("simcuda holds %d registered bytes at exit and held %d device bytes at its peak, "+
+			"want 1 GiB and at most the 64 MiB quota", truth.HostRegisteredBytes, truth.DeviceBytesPeak)
+	}
+}
+
 func TestPitchPaddingCounts(t *testing.T) {
 	// Without the shim, learn the pitch simcuda picks for 1000-byte rows.
 	_, plain := harness.RunOK(t, harness.Command(t, cudaops(t), "p", "1000", "1"))

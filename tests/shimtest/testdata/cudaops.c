@@ -12,6 +12,9 @@
  *   F SLOT       cudaFreeAsync       -> "F RC"
  *   G SLOT       cudaFreeAsync (cudaStreamPerThread) -> "G RC"
  *   x SLOT       cudaFree of a slot already freed (double free) -> "x RC"
+ *   h SIZE       cudaHostRegister(cudaHostRegisterMapped) of SIZE bytes of new,
+ *                untouched host memory -> "h RC SLOT"
+ *   u SLOT       cudaHostUnregister  -> "u RC"
  *   n            cudaFree(NULL)      -> "n RC"
  *   N            cudaFreeAsync(NULL) on the legacy stream -> "N RC"
  *   i            cudaMemGetInfo      -> "i RC FREE TOTAL"
@@ -30,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include <spillway/cuda_runtime.h>
 
@@ -128,6 +132,22 @@ int main(int argc, char **argv)
                  : op[0] == 'G' ? cudaFreeAsync(slot[s], cudaStreamPerThread)
                                 : cudaFree(slot[s]);
             printf("%s %d\n", op, rc);
+        } else if (!strcmp(op, "h") && i + 1 < argc) {
+            size_t size = size_arg(argv[++i]);
+            p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+            if (p == MAP_FAILED) {
+                fprintf(stderr, "cudaops: no %zu bytes of host memory\n", size);
+                return 2;
+            }
+            rc = cudaHostRegister(p, size, cudaHostRegisterMapped);
+            printf("h %d %d\n", rc, rc ? -1 : keep(p));
+        } else if (!strcmp(op, "u") && i + 1 < argc) {
+            int s = atoi(argv[++i]);
+            if (s < 0 || s >= nslots) {
+                fprintf(stderr, "cudaops: no slot %d\n", s);
+                return 2;
+            }
+            printf("u %d\n", cudaHostUnregister(slot[s]));
         } else if (!strcmp(op, "n")) {
             printf("n %d\n", cudaFree(NULL));
         } else if (!strcmp(op, "N")) {
