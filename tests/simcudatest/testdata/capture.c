@@ -141,6 +141,9 @@ static cudaError_t other_thread_malloc(void)
 	return err;
 }
 
+/* Host memory registered before the captures, and memory never registered. */
+static char registered_buf[4096], unregistered_buf[4096];
+
 static cudaError_t call_forbidden(int i)
 {
 	void *p = NULL;
@@ -161,6 +164,8 @@ static cudaError_t call_forbidden(int i)
 	case 11: return cudaEventSynchronize(captured_ev);
 	case 12: return cudaStreamWaitEvent(fs, outside_ev, 0);
 	case 13: return other_thread_malloc();
+	case 14: return cudaHostRegister(unregistered_buf, sizeof(unregistered_buf), 0);
+	case 15: return cudaHostUnregister(registered_buf);
 	default: return cudaErrorUnknown;
 	}
 }
@@ -180,6 +185,8 @@ static const struct forbidden forbidden[] = {
 	{"cudaEventSynchronize(captured event)", cudaErrorCapturedEvent},
 	{"cudaStreamWaitEvent(uncaptured event)", cudaErrorStreamCaptureIsolation},
 	{"cudaMalloc in another thread", cudaErrorStreamCaptureUnsupported},
+	{"cudaHostRegister", cudaErrorStreamCaptureUnsupported},
+	{"cudaHostUnregister", cudaErrorStreamCaptureUnsupported},
 };
 
 /* Every forbidden call gives its error and invalidates a global-mode capture. */
@@ -190,6 +197,7 @@ static void case_forbidden(void)
 	EXPECT(cudaEventCreate(&captured_ev), cudaSuccess);
 	EXPECT(cudaEventCreate(&outside_ev), cudaSuccess);
 	EXPECT(cudaEventRecord(outside_ev, fs), cudaSuccess);
+	EXPECT(cudaHostRegister(registered_buf, sizeof(registered_buf), 0), cudaSuccess);
 	for (int i = 0; i < (int)(sizeof(forbidden) / sizeof(forbidden[0])); i++) {
 		cudaGraph_t graph = (cudaGraph_t)&graph;
 		cudaGetLastError();
@@ -224,6 +232,9 @@ static void case_forbidden(void)
 	for (size_t i = 0; i < sizeof(host); i++)
 		CHECK(host[i] == 0);
 	EXPECT(cudaFree(scratch), cudaSuccess);
+	/* The refused registration registered nothing, the refused unregistration kept its range. */
+	EXPECT(cudaHostUnregister(unregistered_buf), cudaErrorHostMemoryNotRegistered);
+	EXPECT(cudaHostUnregister(registered_buf), cudaSuccess);
 	/* Beginning a capture on the legacy stream is unsupported. */
 	EXPECT(cudaStreamBeginCapture(0, cudaStreamCaptureModeGlobal),
 	       cudaErrorStreamCaptureUnsupported);
@@ -250,6 +261,8 @@ static void case_relaxed(void)
 	EXPECT(cudaFree(p), cudaSuccess);
 	EXPECT(cudaMallocHost(&p, 4096), cudaSuccess);
 	EXPECT(cudaFreeHost(p), cudaSuccess);
+	EXPECT(cudaHostRegister(registered_buf, sizeof(registered_buf), 0), cudaSuccess);
+	EXPECT(cudaHostUnregister(registered_buf), cudaSuccess);
 	EXPECT(cudaDeviceSynchronize(), cudaSuccess);
 	EXPECT(other_thread_malloc(), cudaSuccess);
 	CHECK(capture_status(s) == cudaStreamCaptureStatusActive);
