@@ -38,21 +38,24 @@ func runClient(t *testing.T, script string, out any, env ...string) {
 func TestPycuda(t *testing.T) {
 	harness.RequirePythonModules(t, "numpy", "pycuda.driver")
 	var seen struct {
-		Count              int    `json:"count"`
-		Name               string `json:"name"`
-		ComputeCapability  []int  `json:"compute_capability"`
-		TotalMemory        uint64 `json:"total_memory"`
-		Attributes         int    `json:"attributes"`
-		Total              uint64 `json:"total"`
-		FreeBefore         uint64 `json:"free_before"`
-		FreeAllocated      uint64 `json:"free_allocated"`
-		Roundtrip          bool   `json:"roundtrip"`
-		OtherIsDistinct    bool   `json:"other_is_distinct"`
-		CurrentIsOther     bool   `json:"current_is_other"`
-		FreeInOther        uint64 `json:"free_in_other"`
-		CurrentAfterPop    bool   `json:"current_after_pop"`
-		CurrentAfterDetach bool   `json:"current_after_detach"`
-		FreeAfter          uint64 `json:"free_after"`
+		Count                   int    `json:"count"`
+		Name                    string `json:"name"`
+		ComputeCapability       []int  `json:"compute_capability"`
+		TotalMemory             uint64 `json:"total_memory"`
+		Attributes              int    `json:"attributes"`
+		Total                   uint64 `json:"total"`
+		FreeBefore              uint64 `json:"free_before"`
+		FreeAllocated           uint64 `json:"free_allocated"`
+		Roundtrip               bool   `json:"roundtrip"`
+		RegisteredRoundtrip     bool   `json:"registered_roundtrip"`
+		RegisteredDevicePointer bool   `json:"registered_device_pointer"`
+		FreeRegistered          uint64 `json:"free_registered"`
+		OtherIsDistinct         bool   `json:"other_is_distinct"`
+		CurrentIsOther          bool   `json:"current_is_other"`
+		FreeInOther             uint64 `json:"free_in_other"`
+		CurrentAfterPop         bool   `json:"current_after_pop"`
+		CurrentAfterDetach      bool   `json:"current_after_detach"`
+		FreeAfter               uint64 `json:"free_after"`
 	}
 	stats := filepath.Join(t.TempDir(), "stats.json")
 	runClient(t, "pycuda_client.py", &seen, "SIMCUDA_DEVICES=2x8GiB", "SIMCUDA_STATS_FILE="+stats)
@@ -75,17 +78,23 @@ func TestPycuda(t *testing.T) {
 	if !seen.Roundtrip {
 		t.Error("memcpy_htod then memcpy_dtoh did not return the bytes written")
 	}
+	// register_host_memory: pinned in place, not device memory.
+	if !seen.RegisteredRoundtrip || !seen.RegisteredDevicePointer || seen.FreeRegistered != total-4*clientMiB {
+		t.Errorf("registered host memory: copy into it %v, device pointer its address %v, free %d; want true, true, %d",
+			seen.RegisteredRoundtrip, seen.RegisteredDevicePointer, seen.FreeRegistered, total-4*clientMiB)
+	}
 	if !seen.OtherIsDistinct || !seen.CurrentIsOther || !seen.CurrentAfterPop || !seen.CurrentAfterDetach {
 		t.Errorf("context stack as pycuda sees it: %+v; want a distinct second context, current until popped and detached", seen)
 	}
 	st := harness.ReadStats(t, stats)
 	if st.Calls["cuCtxCreate_v2"] != 2 || st.Calls["cuCtxDetach"] == 0 && st.Calls["cuCtxDestroy_v2"] == 0 ||
-		st.MemcpyBytes["h2d"] != 4*clientMiB || st.MemcpyBytes["d2h"] != 4*clientMiB {
-		t.Errorf("simcuda's ground truth: calls %v, copies %v; want 2 cuCtxCreate_v2, a detach or destroy, 4 MiB each way",
+		st.MemcpyBytes["h2d"] != 4*clientMiB || st.MemcpyBytes["d2h"] != 8*clientMiB {
+		t.Errorf("simcuda's ground truth: calls %v, copies %v; want 2 cuCtxCreate_v2, a detach or destroy, 4 MiB to the device, 8 MiB back",
 			st.Calls, st.MemcpyBytes)
 	}
-	if d := st.Devices[0]; d.DeviceBytes != 0 || d.DeviceBytesPeak != 5*clientMiB || d.LiveAllocations != 0 {
-		t.Errorf("device 0 at exit: %+v, want nothing left and a 5 MiB peak", d)
+	if d := st.Devices[0]; d.DeviceBytes != 0 || d.DeviceBytesPeak != 5*clientMiB || d.LiveAllocations != 0 ||
+		d.HostRegisteredBytes != 0 {
+		t.Errorf("device 0 at exit: %+v, want nothing left (nor registered) and a 5 MiB peak", d)
 	}
 }
 

@@ -34,6 +34,18 @@ seen.update(
     roundtrip=bool((host == back).all()),
 )
 
+# Existing host memory page-locked in place (cuMemHostRegister): a copy
+# lands in it, its device pointer is its address, and the device's free
+# memory does not move.
+pinned = cuda.register_host_memory(np.zeros_like(host), flags=cuda.mem_host_register_flags.DEVICEMAP)
+cuda.memcpy_dtoh(pinned, buf)
+seen.update(
+    registered_roundtrip=bool((host == pinned).all()),
+    registered_device_pointer=pinned.base.get_device_pointer() == pinned.ctypes.data,
+    free_registered=cuda.mem_get_info()[0],
+)
+pinned.base.unregister()
+
 # A second context is pushed over the first and popped off again.
 other = dev.make_context()
 seen["other_is_distinct"] = other.handle != ctx.handle
