@@ -329,11 +329,22 @@ void mem_release(struct alloc *a)
 	free(a);
 }
 
+/*
+ * Frees what destroying or resetting ctx frees. Memory from a pool
+ * (cuMemAllocAsync, cuMemAllocFromPoolAsync) is no context's, so a created
+ * context's destruction leaves it (cuCtxDestroy: it "need[s] to be
+ * destroyed explicitly"); it becomes the device's primary context's, whose
+ * reset frees pool memory as a device reset does.
+ */
 void mem_release_context(const struct CUctx_st *ctx)
 {
 	array_release_context(ctx);
 	for (size_t i = sim.nallocs; i-- > 0;) {
 		struct alloc *a = sim.allocs[i];
+		if (a->ctx == ctx && a->stream_ordered && !ctx->primary) {
+			a->ctx = sim.dev[a->device].ctx;
+			continue;
+		}
 		if (a->ctx == ctx) {
 			mem_release(a);
 			continue;

@@ -36,6 +36,7 @@ func TestContexts(t *testing.T) {
 		{"reset_lifetimes", nil, "a primary context reset destroys the streams and events made in it, not those of a created context"},
 		{"destroy_lifetimes", nil, "cuCtxDestroy destroys the streams and events made in the context, ending a capture begun on one; the primary context's stay"},
 		{"context_reuse", nil, "destroyed contexts are reused, so a program that creates and destroys them for ever holds bounded memory"},
+		{"pool_memory_outlives", nil, "cuCtxDestroy leaves memory from cuMemAllocAsync, cuMemAllocFromPoolAsync and cuMemCreate made in the context: it keeps its bytes and contents until freed from another context; a primary context reset frees the pool memory left"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -192,6 +192,77 @@ static void free_without_context(void)
 	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
 }
 
+/*
+ * cuCtxDestroy does not destroy memory from cuMemAllocAsync,
+ * cuMemAllocFromPoolAsync or cuMemCreate ("not associated with any CUDA
+ * context"): made in a created context, it outlives it, keeps its bytes and
+ * its contents, and is freed later from another context. Pool memory left
+ * so is freed by a primary context reset, as the device's.
+ */
+static void pool_memory_outlives(void)
+{
+	CUcontext primary, a, b, got;
+	CUstream s;
+	CUmemoryPool pool;
+	CUdeviceptr p, q, r, plain;
+	CUmemGenericAllocationHandle h;
+	size_t granule;
+
+	EXPECT(cuInit(0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRetain(&primary, 0), CUDA_SUCCESS);
+	EXPECT(cuCtxPushCurrent_v2(primary), CUDA_SUCCESS);
+	size_t before = free_bytes();
+	CUmemPoolProps pool_props = {.allocType = CU_MEM_ALLOCATION_TYPE_PINNED,
+				     .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+	EXPECT(cuMemPoolCreate(&pool, &pool_props), CUDA_SUCCESS);
+	CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+				    .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+	EXPECT(cuMemGetAllocationGranularity(&granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM),
+	       CUDA_SUCCESS);
+
+	EXPECT(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS);
+	EXPECT(cuStreamCreate(&s, CU_STREAM_DEFAULT), CUDA_SUCCESS);
+	EXPECT(cuMemAllocAsync(&p, 4 * MiB, s), CUDA_SUCCESS);
+	EXPECT(cuMemAllocFromPoolAsync(&q, 2 * MiB, pool, s), CUDA_SUCCESS);
+	EXPECT(cuMemCreate(&h, granule, &prop, 0), CUDA_SUCCESS);
+	EXPECT(cuMemAlloc_v2(&plain, MiB), CUDA_SUCCESS);
+	char out[64] = "outlives its context", in[64] = {0};
+	EXPECT(cuMemcpyHtoDAsync_v2(p, out, sizeof(out), s), CUDA_SUCCESS);
+	EXPECT(cuStreamSynchronize(s), CUDA_SUCCESS);
+	CHECK(free_bytes() == before - 7 * MiB - granule);
+
+	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+	EXPECT(cuCtxGetCurrent(&got), CUDA_SUCCESS);
+	CHECK(got == primary);
+	CHECK(free_bytes() == before - 6 * MiB - granule); /* only cuMemAlloc's memory went */
+	EXPECT(cuMemFree_v2(plain), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuMemcpyDtoH_v2(in, p, sizeof(in)), CUDA_SUCCESS);
+	CHECK(strcmp(in, out) == 0);
+
+	/* Freed from other contexts: a new one, then the primary one. */
+	EXPECT(cuCtxCreate_v2(&b, 0, 0), CUDA_SUCCESS);
+	EXPECT(cuMemFreeAsync(p, NULL), CUDA_SUCCESS);
+	EXPECT(cuCtxSynchronize(), CUDA_SUCCESS);
+	EXPECT(cuMemRelease(h), CUDA_SUCCESS);
+	EXPECT(cuCtxDestroy_v2(b), CUDA_SUCCESS);
+	CHECK(free_bytes() == before - 2 * MiB);
+	EXPECT(cuMemFree_v2(q), CUDA_SUCCESS);
+	CHECK(free_bytes() == before);
+
+	/* Left to the primary context, pool memory goes with its reset. */
+	EXPECT(cuCtxCreate_v2(&a, 0, 0), CUDA_SUCCESS);
+	EXPECT(cuMemAllocAsync(&r, 4 * MiB, NULL), CUDA_SUCCESS);
+	EXPECT(cuCtxDestroy_v2(a), CUDA_SUCCESS);
+	CHECK(free_bytes() == before - 4 * MiB);
+	EXPECT(cuDevicePrimaryCtxReset_v2(0), CUDA_SUCCESS);
+	EXPECT(cuMemFree_v2(r), CUDA_ERROR_INVALID_VALUE);
+	EXPECT(cuMemPoolDestroy(pool), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRetain(&got, 0), CUDA_SUCCESS);
+	CHECK(free_bytes() == before);
+	EXPECT(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+	EXPECT(cuDevicePrimaryCtxRelease_v2(0), CUDA_SUCCESS);
+}
+
 /* A created context's bytes (SIMCUDA_CONTEXT_BYTES=256MiB) come and go with it. */
 static void context_bytes(void)
 {
@@ -579,6 +650,7 @@ static const struct test_case cases[] = {
 	{"reset_lifetimes", reset_lifetimes},
 	{"destroy_lifetimes", destroy_lifetimes},
 	{"context_reuse", context_reuse},
+	{"pool_memory_outlives", pool_memory_outlives},
 };
 
 int main(int argc, char **argv)
