@@ -390,12 +390,14 @@ SPILLWAY_ENTRY(nvml_memory, (int32_t device, uint64_t cuda_total, uint64_t *quot
 SPILLWAY_ENTRY(take, (int32_t device, uint64_t size, int32_t kind))
 SPILLWAY_ENTRY(give, (int32_t device, uint64_t size, int32_t kind))
 /* An allocation of size bytes, taken, made in created context ctx: kept
- * until ctx_forget or ctx_destroyed. */
-SPILLWAY_ENTRY(ctx_record, (uint64_t ctx, int32_t device, uint64_t ptr, uint64_t size))
+ * until ctx_forget or ctx_destroyed. from_pool: 1 for memory from a memory
+ * pool (cuMemAllocAsync, cuMemAllocFromPoolAsync), which is no context's:
+ * it outlives ctx, becoming its device's primary context's. */
+SPILLWAY_ENTRY(ctx_record, (uint64_t ctx, int32_t device, uint64_t ptr, uint64_t size, int32_t from_pool))
 /* Returns 1 and forgets ptr if it was recorded (its bytes stay taken: the
  * front gives them once the real free succeeds, or records ptr again);
  * 0 otherwise. */
-SPILLWAY_ENTRY(ctx_forget, (uint64_t ptr, uint64_t *ctx, int32_t *device, uint64_t *size))
+SPILLWAY_ENTRY(ctx_forget, (uint64_t ptr, uint64_t *ctx, int32_t *device, uint64_t *size, int32_t *from_pool))
 /* Before the real call that may destroy ctx (cuCtxDestroy_v2, a last
  * cuCtxDetach): what was recorded in it is set aside, no longer found by
  * ctx_forget, as the real call frees those addresses for other allocations
@@ -403,8 +405,9 @@ SPILLWAY_ENTRY(ctx_forget, (uint64_t ptr, uint64_t *ctx, int32_t *device, uint64
  * destroyed. */
 SPILLWAY_ENTRY(ctx_destroying, (uint64_t ctx))
 SPILLWAY_ENTRY(ctx_kept, (uint64_t ctx))
-/* ctx was destroyed: gives back what was recorded in it, or set aside;
- * *count: how many. */
+/* ctx was destroyed: gives back what was recorded in it, or set aside,
+ * except memory from a pool, which stays recorded, now its device's primary
+ * context's; *count: how many were given back. */
 SPILLWAY_ENTRY(ctx_destroyed, (uint64_t ctx, uint64_t *count))
 /* The virtual-memory API's events, after the real call succeeded:
  * vmm_created records a handle whose size bytes were taken on device for

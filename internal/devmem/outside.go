@@ -135,16 +135,20 @@ type contextLedger struct {
 }
 
 // ContextBlock is an allocation in a created context, as the front
-// recorded it.
+// recorded it. FromPool marks memory from a memory pool (cuMemAllocAsync,
+// cuMemAllocFromPoolAsync), which CUDA associates with no context:
+// destroying Ctx leaves it, and it becomes its device's primary context's
+// (Ctx 0), whose reset frees pool memory.
 type ContextBlock struct {
-	Ctx    uint64
-	Device int
-	Size   uint64
-	ledger *deviceLedger
+	Ctx      uint64
+	Device   int
+	Size     uint64
+	FromPool bool
+	ledger   *deviceLedger
 }
 
 // CtxRecord keeps an allocation whose bytes were taken on device.
-func (c *Core) CtxRecord(ctx uint64, ordinal int, p interpose.DevicePtr, size uint64) {
+func (c *Core) CtxRecord(ctx uint64, ordinal int, p interpose.DevicePtr, size uint64, fromPool bool) {
 	ledger := c.mem.ledgerAt(ordinal)
 	if ledger == nil {
 		return
@@ -154,7 +158,7 @@ func (c *Core) CtxRecord(ctx uint64, ordinal int, p interpose.DevicePtr, size ui
 	if l.blocks == nil {
 		l.blocks = map[interpose.DevicePtr]ContextBlock{}
 	}
-	l.blocks[p] = ContextBlock{Ctx: ctx, Device: ordinal, Size: size, ledger: ledger}
+	l.blocks[p] = ContextBlock{Ctx: ctx, Device: ordinal, Size: size, FromPool: fromPool, ledger: ledger}
 	l.mu.Unlock()
 }
 
@@ -172,13 +176,14 @@ func (c *Core) CtxForget(p interpose.DevicePtr) (ContextBlock, bool) {
 // that destroys it: once it has freed their addresses, another thread's
 // allocation may be handed one, and its free must reach that allocation's
 // owner, not be taken for ctx's. Their bytes stay taken until CtxDestroyed
-// gives them back, or CtxKept records them again.
+// gives them back, or CtxKept records them again. Pool memory stays
+// recorded: the destroy does not free it.
 func (c *Core) CtxDestroying(ctx uint64) {
 	l := &c.contexts
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for p, b := range l.blocks {
-		if b.Ctx != ctx {
+		if b.Ctx != ctx || b.FromPool {
 			continue
 		}
 		if l.dying == nil {
@@ -205,7 +210,8 @@ func (c *Core) CtxKept(ctx uint64) {
 }
 
 // CtxDestroyed gives back what ctx held: destroying a context frees its
-// memory and ends its streams, whose work it waited for.
+// memory, except pool memory, and ends its streams, whose work it waited
+// for.
 func (c *Core) CtxDestroyed(ctx uint64) int {
 	c.mem.forgetContextStreams(ctx)
 	c.arraysGone(ctx, 0)
@@ -215,13 +221,20 @@ func (c *Core) CtxDestroyed(ctx uint64) int {
 // blocksGone gives back the recorded allocations that destroying a context
 // destroyed: those made in created context ctx, set aside by CtxDestroying
 // or still recorded, or, with ctx 0, in the primary context of device
-// ordinal (from the application's own pools). It returns how many.
+// ordinal (pool memory, left there by destroyed contexts too). Pool memory
+// of ctx stays taken, now the primary context's. It returns how many it
+// gave back.
 func (c *Core) blocksGone(ctx uint64, ordinal int) int {
 	l := &c.contexts
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	n := 0
 	for p, b := range l.blocks {
+		if ctx != 0 && b.Ctx == ctx && b.FromPool {
+			b.Ctx = 0
+			l.blocks[p] = b
+			continue
+		}
 		if b.Ctx == ctx && (ctx != 0 || b.Device == ordinal) {
 			b.ledger.giveOutside(charge(b.Size))
 			delete(l.blocks, p)

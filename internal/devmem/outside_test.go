@@ -199,7 +199,7 @@ func TestContextLedger(t *testing.T) {
 		if rc := c.Take(0, 2<<20, TakeContext); rc != interpose.Success {
 			t.Fatal(rc)
 		}
-		c.CtxRecord(ctx, 0, interpose.DevicePtr(0x1000*(i+1)), 2<<20)
+		c.CtxRecord(ctx, 0, interpose.DevicePtr(0x1000*(i+1)), 2<<20, false)
 	}
 	if b, ok := c.CtxForget(0x1000); !ok || b.Ctx != 1 || b.Size != 2<<20 {
 		t.Fatalf("forget: %+v %v", b, ok)
@@ -227,7 +227,7 @@ func TestContextLedgerSetAsideWhileDestroyed(t *testing.T) {
 		if rc := c.Take(0, 2<<20, TakeContext); rc != interpose.Success {
 			t.Fatal(rc)
 		}
-		c.CtxRecord(ctx, 0, interpose.DevicePtr(0x1000*(i+1)), 2<<20)
+		c.CtxRecord(ctx, 0, interpose.DevicePtr(0x1000*(i+1)), 2<<20, false)
 	}
 	c.CtxDestroying(1)
 	if _, ok := c.CtxForget(0x1000); ok {
@@ -240,13 +240,48 @@ func TestContextLedgerSetAsideWhileDestroyed(t *testing.T) {
 	if b, ok := c.CtxForget(0x1000); !ok || b.Ctx != 1 {
 		t.Fatalf("context 1 lived on, but its allocation was not recorded again: %+v %v", b, ok)
 	}
-	c.CtxRecord(1, 0, 0x1000, 2<<20)
+	c.CtxRecord(1, 0, 0x1000, 2<<20, false)
 	c.CtxDestroying(1)
 	if n := c.CtxDestroyed(1); n != 2 {
 		t.Errorf("destroying context 1 gave back %d allocations, want 2", n)
 	}
 	if got := m.existing(0).ledger.used(); got != 2<<20 {
 		t.Errorf("used %d after context 1 went, want context 2's 2 MiB", got)
+	}
+}
+
+// TestContextLedgerPoolMemoryOutlivesContext: pool memory recorded in a
+// created context stays found and taken while the context is destroyed
+// and after, now the primary context's: a reset of that gives it back.
+func TestContextLedgerPoolMemoryOutlivesContext(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=8MiB")
+	c := &Core{mem: m.memory}
+	for i, fromPool := range []bool{false, true, true} {
+		if rc := c.Take(0, 2<<20, TakeContext); rc != interpose.Success {
+			t.Fatal(rc)
+		}
+		c.CtxRecord(1, 0, interpose.DevicePtr(0x1000*(i+1)), 2<<20, fromPool)
+	}
+	c.CtxDestroying(1)
+	if b, ok := c.CtxForget(0x2000); !ok || b.Ctx != 1 || !b.FromPool {
+		t.Fatalf("pool memory of a context being destroyed is not found: %+v %v", b, ok)
+	}
+	c.CtxRecord(1, 0, 0x2000, 2<<20, true) // its free failed
+	if n := c.CtxDestroyed(1); n != 1 {
+		t.Errorf("destroying context 1 gave back %d allocations, want 1 (not its pool memory)", n)
+	}
+	if got := m.existing(0).ledger.used(); got != 4<<20 {
+		t.Errorf("used %d after context 1 went, want its 4 MiB of pool memory", got)
+	}
+	if b, ok := c.CtxForget(0x2000); !ok || b.Ctx != 0 || !b.FromPool {
+		t.Fatalf("pool memory of a destroyed context is not the primary context's: %+v %v", b, ok)
+	}
+	c.Give(0, 2<<20, TakeContext)
+	if n := c.blocksGone(0, 0); n != 1 {
+		t.Errorf("a primary context reset gave back %d allocations, want the 1 left", n)
+	}
+	if got := m.existing(0).ledger.used(); got != 0 {
+		t.Errorf("used %d after the reset, want 0", got)
 	}
 }
 

@@ -30,7 +30,7 @@
  * The front asks the core for its version before anything else, and passes
  * its own to spillway_core_init, so each side refuses the other's.
  */
-#define SPILLWAY_CORE_ABI 22
+#define SPILLWAY_CORE_ABI 23
 
 /* spillway_core_take's kinds: what the bytes are for. */
 #define SPILLWAY_TAKE_CONTEXT 0 /* an allocation in a context the application created */

@@ -307,20 +307,24 @@ func spillway_core_give(device C.int32_t, size C.uint64_t, kind C.int32_t) (rc C
 }
 
 //export spillway_core_ctx_record
-func spillway_core_ctx_record(ctx C.uint64_t, device C.int32_t, ptr, size C.uint64_t) (rc C.int32_t) {
+func spillway_core_ctx_record(ctx C.uint64_t, device C.int32_t, ptr, size C.uint64_t, fromPool C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "ctx_record")
-	running().CtxRecord(uint64(ctx), int(device), interpose.DevicePtr(ptr), uint64(size))
+	running().CtxRecord(uint64(ctx), int(device), interpose.DevicePtr(ptr), uint64(size), fromPool != 0)
 	return C.CUDA_SUCCESS
 }
 
 //export spillway_core_ctx_forget
-func spillway_core_ctx_forget(ptr C.uint64_t, ctx *C.uint64_t, device *C.int32_t, size *C.uint64_t) (rc C.int32_t) {
+func spillway_core_ctx_forget(ptr C.uint64_t, ctx *C.uint64_t, device *C.int32_t, size *C.uint64_t, fromPool *C.int32_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "ctx_forget")
 	b, ok := running().CtxForget(interpose.DevicePtr(ptr))
 	if !ok {
 		return 0
 	}
 	*ctx, *device, *size = C.uint64_t(b.Ctx), C.int32_t(b.Device), C.uint64_t(b.Size)
+	*fromPool = 0
+	if b.FromPool {
+		*fromPool = 1
+	}
 	return 1
 }
 

@@ -3,7 +3,8 @@
  * kept here so that those created before the core runs are known. The core
  * serves a device's primary context from its pool; an allocation in a created
  * context is counted against the quota and passed through, and given back
- * when it is freed or its context is destroyed. Also the route of a free,
+ * when it is freed or its context is destroyed (memory from a pool, which
+ * is no context's, only when freed or the primary context reset). Also the route of a free,
  * which tells the two apart.
  */
 #define _GNU_SOURCE
@@ -122,21 +123,34 @@ cudaError_t runtime_context_take(int32_t device, uint64_t size)
 }
 
 /* After the real allocation: records it in the core, or gives its bytes back. */
-void context_took(CUresult rc, CUcontext ctx, int32_t device, CUdeviceptr p, uint64_t size)
+static void took(CUresult rc, CUcontext ctx, int32_t device, CUdeviceptr p, uint64_t size,
+                 int32_t from_pool)
 {
     if (rc != CUDA_SUCCESS) {
         core.give(device, size, SPILLWAY_TAKE_CONTEXT);
         return;
     }
-    core.ctx_record((uint64_t)(uintptr_t)ctx, device, (uint64_t)p, size);
+    core.ctx_record((uint64_t)(uintptr_t)ctx, device, (uint64_t)p, size, from_pool);
     atomic_fetch_add(&context_blocks, 1);
+}
+
+void context_took(CUresult rc, CUcontext ctx, int32_t device, CUdeviceptr p, uint64_t size)
+{
+    took(rc, ctx, device, p, size, 0);
+}
+
+/* The same for memory from a memory pool, which outlives its context (cuCtxDestroy). */
+void context_took_from_pool(CUresult rc, CUcontext ctx, int32_t device, CUdeviceptr p,
+                            uint64_t size)
+{
+    took(rc, ctx, device, p, size, 1);
 }
 
 /* Whether p was allocated in a created context (the core forgets it; see context_freed). */
 static int context_owns(uint64_t p, struct context_block *b)
 {
     return atomic_load_explicit(&context_blocks, memory_order_acquire) != 0 &&
-           core.ctx_forget(p, &b->ctx, &b->device, &b->size);
+           core.ctx_forget(p, &b->ctx, &b->device, &b->size, &b->from_pool);
 }
 
 /* After the real free of b at p: its bytes go back, or it is recorded again. */
@@ -146,7 +160,7 @@ void context_freed(int rc, uint64_t p, const struct context_block *b)
         core.give(b->device, b->size, SPILLWAY_TAKE_CONTEXT);
         atomic_fetch_sub(&context_blocks, 1);
     } else {
-        core.ctx_record(b->ctx, b->device, p, b->size);
+        core.ctx_record(b->ctx, b->device, p, b->size, b->from_pool);
     }
 }
 

@@ -206,7 +206,7 @@ static CUresult mem_alloc_async(CUdeviceptr *dptr, size_t bytesize, CUstream str
     case ROUTE_CONTEXT:
         if ((rc = context_take(device, bytesize)) == CUDA_SUCCESS) {
             rc = real_alloc(dptr, bytesize, stream);
-            context_took(rc, ctx, device, *dptr, bytesize);
+            context_took_from_pool(rc, ctx, device, *dptr, bytesize);
         }
         break;
     case ROUTE_EARLY:

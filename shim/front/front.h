@@ -193,11 +193,13 @@ int32_t take_in_primary(int32_t device);
 CUresult context_take(int32_t device, uint64_t size);
 cudaError_t runtime_context_take(int32_t device, uint64_t size);
 void context_took(CUresult rc, CUcontext ctx, int32_t device, CUdeviceptr p, uint64_t size);
+void context_took_from_pool(CUresult rc, CUcontext ctx, int32_t device, CUdeviceptr p,
+                            uint64_t size);
 
 /* An allocation of a created context being freed. */
 struct context_block {
     uint64_t ctx, size;
-    int32_t device;
+    int32_t device, from_pool;
 };
 
 void context_freed(int rc, uint64_t p, const struct context_block *b);

@@ -130,7 +130,7 @@ static CUresult mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t bytesize, CU
         rc = (CUresult)core.take(device, bytesize, SPILLWAY_TAKE_POOL | take_in_primary(device));
         if (rc == CUDA_SUCCESS) {
             rc = real_alloc(dptr, bytesize, pool, stream);
-            context_took(rc, ctx, device, *dptr, bytesize);
+            context_took_from_pool(rc, ctx, device, *dptr, bytesize);
         }
         break;
     case ROUTE_REFUSE:
@@ -172,8 +172,8 @@ EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_
         rc = (cudaError_t)core.take(device, size, SPILLWAY_TAKE_RUNTIME_POOL | take_in_primary(device));
         if (rc == cudaSuccess) {
             rc = real_alloc(ptr, size, memPool, stream);
-            context_took((CUresult)rc, current_created(), device, (CUdeviceptr)(uintptr_t)*ptr,
-                         size);
+            context_took_from_pool((CUresult)rc, current_created(), device,
+                                   (CUdeviceptr)(uintptr_t)*ptr, size);
         }
     }
     depth--;

@@ -195,7 +195,8 @@ EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream_t stre
     case ROUTE_CONTEXT:
         if ((rc = runtime_context_take(device, size)) == cudaSuccess) {
             rc = real_malloc_async(devPtr, size, stream);
-            context_took((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr, size);
+            context_took_from_pool((CUresult)rc, ctx, device, (CUdeviceptr)(uintptr_t)*devPtr,
+                                   size);
         }
         break;
     case ROUTE_EARLY:

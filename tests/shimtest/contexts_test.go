@@ -200,15 +200,16 @@ func TestRuntimeInCreatedContext(t *testing.T) {
 // cudaMallocAsync in a created context are counted like cudaMalloc (a
 // pitched allocation at the widest pitch CUDA may choose: 8,000-byte rows
 // at 8,192 bytes), refused past the quota with the runtime's error, given
-// back by cudaFree and with the context.
+// back by cudaFree and with the context (cudaMallocAsync's pool memory,
+// which outlives the context, once freed).
 func TestRuntimeKindsInCreatedContext(t *testing.T) {
 	out, _ := runScriptOf(t, ctxvmm(t, true), 64<<20,
 		"C", "W", "8000", "4096", "V", "24M", "Y", "16M", "e", "I", // slots 0 and 1: 56 MiB
-		"F", "0", "Y", "16M", "X", "0", "R", "64M") // slot 2, then the whole quota
+		"F", "0", "Y", "16M", "X", "0", "F", "2", "R", "64M") // slot 2, then the whole quota
 	checkSteps(t, out, []step{
 		{"C", 0, cuSuccess}, {"W", 0, 0}, {"V", 0, 0}, {"Y", 0, harness.ErrMemoryAllocation},
 		{"e", 0, harness.ErrMemoryAllocation}, {"I", 0, 0}, {"F", 0, 0}, {"Y", 1, 0},
-		{"X", 0, cuSuccess}, {"R", 0, 0},
+		{"X", 0, cuSuccess}, {"F", 1, 0}, {"R", 0, 0},
 	})
 	if pitch := out.Num(t, "W", 0, 3); pitch < 8000 || pitch > 8192 {
 		t.Errorf("cudaMallocPitch: pitch %d for 8,000-byte rows, want 8,000 to 8,192", pitch)
@@ -414,6 +415,46 @@ func TestExplicitPoolFailureGivesBack(t *testing.T) {
 	checkSteps(t, out, []step{{"P", 0, cuSuccess}, {"a", 0, cuOutOfMemory}, {"i", 0, cuSuccess}, {"a", 1, cuSuccess}})
 	if free := out.Num(t, "i", 0, 2); free != 64<<20 {
 		t.Errorf("cuMemGetInfo_v2 after a failed allocation from the pool: %d bytes free, want the whole 64 MiB quota", free)
+	}
+}
+
+// TestPoolMemoryOutlivesCreatedContext: memory from a memory pool
+// (cuMemAllocAsync, cuMemAllocFromPoolAsync, cudaMallocAsync) and from
+// cuMemCreate, made in a created context, is no context's: cuCtxDestroy
+// leaves it (CUDA: it "need[s] to be destroyed explicitly"), so its bytes
+// stay counted against the quota (cuMemGetInfo, cudaMemGetInfo, NVML, and
+// a refusal past it) until the program frees it from another context. Pool
+// memory left so goes with a primary context reset, as on the device.
+func TestPoolMemoryOutlivesCreatedContext(t *testing.T) {
+	out, _ := runScriptOf(t, ctxvmm(t, true), 64<<20,
+		"P", "C", "y", "16M", "a", "8M", "Y", "4M", "m", "2M", "c", "2M", // slots 0-3, handle 0
+		"X", "0", "i", "I", "n", "m", "40M", // 30 MiB still held: 40 more are refused
+		"z", "0", "f", "1", "F", "2", "L", "0", "i", // freed from the primary context
+		"C", "y", "8M", "X", "1", "i", "D", "i", "m", "64M") // left to the primary context, reset
+	checkSteps(t, out, []step{
+		{"P", 0, cuSuccess}, {"C", 0, cuSuccess}, {"y", 0, cuSuccess}, {"a", 0, cuSuccess}, {"Y", 0, 0},
+		{"m", 0, cuSuccess}, {"c", 0, cuSuccess}, {"X", 0, cuSuccess}, {"i", 0, cuSuccess}, {"I", 0, 0},
+		{"n", 0, 0}, {"m", 1, cuOutOfMemory},
+		{"z", 0, cuSuccess}, {"f", 0, cuSuccess}, {"F", 0, 0}, {"L", 0, cuSuccess}, {"i", 1, cuSuccess},
+		{"C", 1, cuSuccess}, {"y", 1, cuSuccess}, {"X", 1, cuSuccess}, {"i", 2, cuSuccess},
+		{"D", 0, cuSuccess}, {"i", 3, cuSuccess}, {"m", 2, cuSuccess},
+	})
+	for _, op := range []string{"i", "I"} {
+		if free := out.Num(t, op, 0, 2); free != 34<<20 {
+			t.Errorf("%s after cuCtxDestroy_v2: %d bytes free, want 34 MiB (the 30 MiB of pool and cuMemCreate memory still counted)", op, free)
+		}
+	}
+	if used := out.Num(t, "n", 0, 3); used != 30<<20 {
+		t.Errorf("NVML after cuCtxDestroy_v2: %d bytes used, want 30 MiB", used)
+	}
+	if free := out.Num(t, "i", 1, 2); free != 64<<20 {
+		t.Errorf("cuMemGetInfo_v2 once the program freed it all: %d bytes free, want the whole 64 MiB quota", free)
+	}
+	if free := out.Num(t, "i", 2, 2); free != 56<<20 {
+		t.Errorf("cuMemGetInfo_v2 after the second cuCtxDestroy_v2: %d bytes free, want 56 MiB (8 MiB of cuMemAllocAsync still counted)", free)
+	}
+	if free := out.Num(t, "i", 3, 2); free != 64<<20 {
+		t.Errorf("cuMemGetInfo_v2 after the primary context reset: %d bytes free, want the whole 64 MiB quota", free)
 	}
 }
 

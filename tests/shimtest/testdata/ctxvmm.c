@@ -52,6 +52,7 @@
  *            because the other thread held the address)
  *   P        cuMemPoolCreate on device 0 (one pool, used by a and Q) -> "P RC"
  *   a SIZE   cuMemAllocFromPoolAsync from it on the legacy stream -> "a RC SLOT"
+ *   y SIZE   cuMemAllocAsync on the legacy stream -> "y RC SLOT"
  *   z SLOT   cuMemFreeAsync on the legacy stream, then cuStreamSynchronize -> "z RC"
  *   G SIZE   captures, on a non-blocking stream, cuMemAllocFromPoolAsync from P's
  *            pool and its cuMemFreeAsync into a graph, which is kept
@@ -562,6 +563,12 @@ int main(int argc, char **argv)
         case 'a':
             rc = cuMemAllocFromPoolAsync(&slot[nslots], size_arg(a), pool, CU_STREAM_LEGACY);
             printf("a %d %d\n", rc, nslots);
+            nslots += rc == CUDA_SUCCESS;
+            i++;
+            break;
+        case 'y':
+            rc = cuMemAllocAsync(&slot[nslots], size_arg(a), CU_STREAM_LEGACY);
+            printf("y %d %d\n", rc, nslots);
             nslots += rc == CUDA_SUCCESS;
             i++;
             break;
