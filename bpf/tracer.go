@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sort"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -164,8 +167,11 @@ func (t *Tracer) attachKernel() error {
 // UVM reports whether nvidia-uvm faults and migrations are traced, and why not.
 func (t *Tracer) UVM() UVMStatus { return t.uvm }
 
-// Trace adds a process (and, from now on, the children it forks) to the
-// traced set and attaches to the files it has mapped.
+// Trace attaches to the files a process has mapped and adds it (and, from
+// now on, the children it forks) to the traced set. The files are attached
+// before the process is traced: while a process calls, with the shim probed
+// and the runtime or driver below it not yet (or the reverse), its calls
+// would be counted at the wrong layer or not at all.
 func (t *Tracer) Trace(pid int) error {
 	if pid > 0 {
 		switch tgid, err := threadGroup(pid); {
@@ -175,10 +181,43 @@ func (t *Tracer) Trace(pid int) error {
 			return fmt.Errorf("pid %d is a thread of process %d: give the process id", pid, tgid)
 		}
 	}
+	before := children(pid)
+	if err := t.ScanProcess(pid); err != nil {
+		return err
+	}
 	if err := t.Follow(pid); err != nil {
 		return err
 	}
+	// The children it forked meanwhile are followed as the kernel follows
+	// those it forks from now on.
+	for child := range children(pid) {
+		if !before[child] {
+			if err := t.Follow(child); err != nil {
+				return err
+			}
+		}
+	}
+	// What it mapped while the files were attached.
 	return t.ScanProcess(pid)
+}
+
+// children returns the processes pid's threads have forked and not yet
+// reaped; none when it has gone.
+func children(pid int) map[int]bool {
+	out := map[int]bool{}
+	lists, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, path := range lists {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, field := range strings.Fields(string(data)) {
+			if child, err := strconv.Atoi(field); err == nil {
+				out[child] = true
+			}
+		}
+	}
+	return out
 }
 
 // Follow adds a process to the traced set without scanning its files, so that

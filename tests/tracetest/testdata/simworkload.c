@@ -7,6 +7,9 @@
  *   simworkload spill N      fires the shim's spillway_probe_spill (found in
  *                            the preloaded front) on N fresh host pages, writes
  *                            each page, then fires spillway_probe_free
+ *   simworkload copies       cudaMalloc(4096), cudaMemcpy H2D 4096, cudaFree,
+ *                            again and again until killed; prints a line after
+ *                            the first round, for attaching while it calls
  *
  * Per round: cudaMalloc twice (4096 bytes), cudaMemcpy H2D 1000, D2H 700,
  * D2D 300, cudaMemcpyAsync with cudaMemcpyDefault 50, then through the
@@ -79,8 +82,21 @@ int main(int argc, char **argv)
 		release((uintptr_t)p, len, 0, 1);
 		return 0;
 	}
+	if (argc == 2 && strcmp(argv[1], "copies") == 0) {
+		static char host[4096];
+		for (long i = 0;; i++) {
+			void *p;
+			check(cudaMalloc(&p, sizeof host), "cudaMalloc");
+			check(cudaMemcpy(p, host, sizeof host, cudaMemcpyHostToDevice), "cudaMemcpy h2d");
+			check(cudaFree(p), "cudaFree");
+			if (i == 0) {
+				printf("copying\n");
+				fflush(stdout);
+			}
+		}
+	}
 	if (argc != arg + 1) {
-		fprintf(stderr, "usage: simworkload [-w FD] ROUNDS | pairs N | spill N\n");
+		fprintf(stderr, "usage: simworkload [-w FD] ROUNDS | pairs N | spill N | copies\n");
 		return 2;
 	}
 	long rounds = atol(argv[arg]);
