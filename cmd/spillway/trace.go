@@ -73,7 +73,7 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 	fs := newFlagSet("trace", traceUsage, out)
 	fs.Var(&o.pids, "p", "trace the running process `PID` (repeatable)")
 	fs.Var(durationFlag{"--interval", &o.interval}, "interval", "refresh the view every `INTERVAL` (500ms, 1s, 2m; default 1s)")
-	fs.Var(durationFlag{"--duration", &o.duration}, "duration", "stop tracing after `D` (default: when the traced processes exit, or on SIGINT or SIGTERM)")
+	fs.Var(durationFlag{"--duration", &o.duration}, "duration", "stop tracing after `D` (default: when the traced processes exit, or on SIGINT, SIGTERM or SIGHUP)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per interval (per record with --events)")
 	fs.BoolVar(&o.events, "events", false, "print every record instead of the per-interval view")
 	fs.StringVar(&o.output, "output", "", "write the view or the records to `FILE` instead of standard output")
@@ -229,6 +229,17 @@ func runTrace(o traceOptions) (int, error) {
 	if err := bpf.CheckPrivileges(); err != nil {
 		return 1, err
 	}
+	// Without CMD, whose exit ends the session (these signals are passed
+	// on to it), they end the session, caught from before it attaches to
+	// after it has detached: one that arrives while it attaches or stops
+	// ends it as one while it runs does, with its files written. SIGHUP is
+	// the terminal it was started from closing.
+	var stop chan os.Signal
+	if len(o.argv) == 0 {
+		stop = make(chan os.Signal, 1)
+		signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+		defer signal.Stop(stop)
+	}
 	tr, err := bpf.New(bpf.Options{RingBufferSize: o.ringBuffer})
 	if err != nil {
 		return 1, err
@@ -303,7 +314,7 @@ func runTrace(o traceOptions) (int, error) {
 		inPlace := cmd == nil || out != os.Stdout
 		view = newIntervalView(out, o.json, o.interval, inPlace)
 	}
-	status := s.loop(o, view, cmdDone)
+	status := s.loop(o, view, cmdDone, stop)
 	if err := tr.Flush(); err != nil {
 		return 1, err
 	}
@@ -569,14 +580,9 @@ func (s *session) read() error {
 
 // loop redraws the view each interval and rescans the traced processes'
 // files until the command exits, the -p targets have all exited, the
-// duration has passed or a signal arrives. It returns the command's exit
-// status, or -1 when the command has not exited.
-func (s *session) loop(o traceOptions, view intervalView, cmdDone <-chan int) int {
-	sigs := make(chan os.Signal, 1)
-	if cmdDone == nil {
-		signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
-		defer signal.Stop(sigs)
-	}
+// duration has passed or a signal arrives on stop. It returns the command's
+// exit status, or -1 when the command has not exited.
+func (s *session) loop(o traceOptions, view intervalView, cmdDone <-chan int, stop <-chan os.Signal) int {
 	var deadline <-chan time.Time
 	if o.duration > 0 {
 		deadline = time.After(o.duration)
@@ -605,7 +611,7 @@ func (s *session) loop(o traceOptions, view intervalView, cmdDone <-chan int) in
 			return status
 		case <-deadline:
 			return -1
-		case <-sigs:
+		case <-stop:
 			return -1
 		case <-rescan.C:
 			if s.out != nil {

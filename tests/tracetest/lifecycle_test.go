@@ -2,7 +2,12 @@ package tracetest
 
 import (
 	"bufio"
+	"encoding/json"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/bpf"
@@ -69,5 +74,91 @@ func TestAttachWhileCallingCountsOutermostLayer(t *testing.T) {
 			t.Errorf("session %d: calls = %v, unpaired %d; the program calls only cudaMalloc, cudaMemcpy and cudaFree in turn (drops %d)",
 				session, sum.Calls, sum.Unpaired, sum.Drops)
 		}
+	}
+}
+
+// startTracer starts `spillway trace ARGS` and returns once it says it is
+// tracing, with what it wrote on standard error so far.
+func startTracer(t *testing.T, args ...string) (*exec.Cmd, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(harness.Bin(t, "spillway"), append([]string{"trace"}, args...)...)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if cmd.ProcessState == nil {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	var log strings.Builder
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		log.WriteString(sc.Text() + "\n")
+		if strings.HasPrefix(sc.Text(), "spillway trace: tracing pid") {
+			go func() {
+				for sc.Scan() {
+				}
+			}()
+			return cmd, &log
+		}
+	}
+	_ = cmd.Wait()
+	t.Fatalf("spillway trace %v ended before tracing:\n%s", args, log.String())
+	return nil, nil
+}
+
+// checkSessionFiles checks that --summary-json and --output (with --json)
+// were written whole: the summary with its documented keys and the view
+// down to its final interval.
+func checkSessionFiles(t *testing.T, summary, output string) {
+	t.Helper()
+	data, err := os.ReadFile(summary)
+	if err != nil {
+		t.Fatalf("summary: %v", err)
+	}
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatalf("summary is not JSON: %v\n%s", err, data)
+	}
+	for _, key := range []string{"calls", "memcpy_bytes", "pool", "processes", "drops", "moved_bytes_per_step", "uvm_traced"} {
+		if _, ok := doc[key]; !ok {
+			t.Errorf("summary has no %q:\n%s", key, data)
+		}
+	}
+	view, err := os.ReadFile(output)
+	if err != nil {
+		t.Fatalf("output: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(view)), "\n")
+	var last map[string]any
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || last["final"] != true {
+		t.Errorf("the output's last line is not the final interval (%v):\n%s", err, view)
+	}
+}
+
+// SIGTERM, and SIGHUP (the terminal the session was started from has
+// closed), end a session as SIGINT does: the probes are detached, the
+// summary and the output are written whole, and the status is 0.
+func TestTraceEndsOnSignals(t *testing.T) {
+	harness.RequireBPF(t)
+	pid := startCopying(t, simWorkload(t))
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
+		t.Run(sig.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			summary, output := filepath.Join(dir, "summary.json"), filepath.Join(dir, "view.json")
+			tracer, log := startTracer(t, "-p", pidKey(pid), "--json", "--summary-json", summary, "--output", output)
+			if err := tracer.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			if err := tracer.Wait(); err != nil {
+				t.Fatalf("spillway trace, sent %v: %v\n%s", sig, err, log.String())
+			}
+			checkSessionFiles(t, summary, output)
+		})
 	}
 }
