@@ -162,3 +162,50 @@ func TestTraceEndsOnSignals(t *testing.T) {
 		})
 	}
 }
+
+// Two sessions at once, on one process or on one each, count every call
+// each exactly, neither taking the other's records nor counting twice.
+func TestTwoSessionsCountExactly(t *testing.T) {
+	harness.RequireBPF(t)
+	_, workload := fakeCUDA(t)
+	t.Run("same process", func(t *testing.T) {
+		w := startGated(t, workload, "counts", "50")
+		var waits []func() *bpf.Summary
+		for range 2 {
+			tr := newTracer(t, bpf.Options{})
+			waits = append(waits, collect(t, tr))
+			if err := tr.Trace(w.pid()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.release(t)
+		for _, wait := range waits {
+			checkCounts(t, wait(), w.pid())
+		}
+	})
+	t.Run("one process each", func(t *testing.T) {
+		var (
+			workloads []*gated
+			waits     []func() *bpf.Summary
+		)
+		for range 2 {
+			w := startGated(t, workload, "counts", "50")
+			tr := newTracer(t, bpf.Options{})
+			waits = append(waits, collect(t, tr))
+			if err := tr.Trace(w.pid()); err != nil {
+				t.Fatal(err)
+			}
+			workloads = append(workloads, w)
+		}
+		for _, w := range workloads {
+			w.release(t)
+		}
+		for i, wait := range waits {
+			sum := wait()
+			checkCounts(t, sum, workloads[i].pid())
+			if _, ok := sum.Processes[pidKey(workloads[1-i].pid())]; ok {
+				t.Errorf("session %d has records of the other session's process %d", i, workloads[1-i].pid())
+			}
+		}
+	})
+}
