@@ -8,8 +8,9 @@
  *                            the preloaded front) on N fresh host pages, writes
  *                            each page, then fires spillway_probe_free
  *   simworkload copies       cudaMalloc(4096), cudaMemcpy H2D 4096, cudaFree,
- *                            again and again until killed; prints a line after
- *                            the first round, for attaching while it calls
+ *                            thousands of times a second until killed; prints
+ *                            a line after the first round, for attaching while
+ *                            it calls
  *
  * Per round: cudaMalloc twice (4096 bytes), cudaMemcpy H2D 1000, D2H 700,
  * D2D 300, cudaMemcpyAsync with cudaMemcpyDefault 50, then through the
@@ -93,6 +94,7 @@ int main(int argc, char **argv)
 				printf("copying\n");
 				fflush(stdout);
 			}
+			usleep(20); /* thousands of rounds a second, not a whole core */
 		}
 	}
 	if (argc != arg + 1) {
