@@ -97,6 +97,34 @@ func (t *Tracer) Files() []string {
 	return out
 }
 
+// Probed reports what the probed files a process maps define: probed API
+// functions (a CUDA runtime or driver, or the shim), and the shim's probe
+// points (it runs under Spillway).
+func (t *Tracer) Probed(pid int) (api, probePoints bool, err error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return false, false, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	maps, err := parseMaps(f)
+	f.Close()
+	if err != nil {
+		return false, false, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, m := range maps {
+		id, err := mappingID(m)
+		if err != nil {
+			continue
+		}
+		if tf, ok := t.files[id]; ok && len(tf.links) > 0 {
+			api = api || len(tf.funcs) > 0
+			probePoints = probePoints || len(tf.probes) > 0
+		}
+	}
+	return api, probePoints, nil
+}
+
 func (t *Tracer) attachFile(id fileID, path string) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()

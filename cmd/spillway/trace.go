@@ -253,6 +253,17 @@ func runTrace(o traceOptions) (int, error) {
 		}
 		s.waiting[uint32(pid)] = true
 		fmt.Fprintf(os.Stderr, "spillway trace: tracing pid %d\n", pid)
+		// A wrong pid (the launcher, not the worker) would otherwise show
+		// zeros with no word of why.
+		switch api, shim, err := tr.Probed(pid); {
+		case err != nil: // gone already: the session ends with it
+		case !api:
+			fmt.Fprintf(os.Stderr, "spillway trace: pid %d maps no CUDA runtime or driver and no libspillway.so yet: "+
+				"its calls are counted once it loads one (rescanned every 200 ms)\n", pid)
+		case !shim:
+			fmt.Fprintf(os.Stderr, "spillway trace: pid %d is not running under Spillway (no libspillway.so mapped): "+
+				"its CUDA calls are counted, the pool's figures stay zero\n", pid)
+		}
 	}
 
 	if o.metricsAddr != "" {

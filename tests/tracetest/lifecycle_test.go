@@ -3,6 +3,7 @@ package tracetest
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,12 +15,14 @@ import (
 	"github.com/spillway-gpu/spillway/tests/harness"
 )
 
-// startCopying starts `simworkload copies` under the shim and returns once
-// it is calling, again and again until the test ends.
-func startCopying(t *testing.T, workload string) int {
+// startCopying starts `simworkload copies`, under the shim or not, and
+// returns once it is calling, again and again until the test ends.
+func startCopying(t *testing.T, workload string, underShim bool) int {
 	t.Helper()
 	cmd := harness.Command(t, workload, "copies")
-	harness.SetEnv(cmd, "LD_PRELOAD="+filepath.Join(harness.LibDir(t), "libspillway.so"))
+	if underShim {
+		harness.SetEnv(cmd, "LD_PRELOAD="+filepath.Join(harness.LibDir(t), "libspillway.so"))
+	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -46,7 +49,7 @@ func startCopying(t *testing.T, workload string) int {
 // seen at a layer below.
 func TestAttachWhileCallingCountsOutermostLayer(t *testing.T) {
 	harness.RequireBPF(t)
-	pid := startCopying(t, simWorkload(t))
+	pid := startCopying(t, simWorkload(t), true)
 	// Each session's probing takes milliseconds, while which calls fall
 	// in between is up to the scheduler: three make a miss unlikely.
 	for session := range 3 {
@@ -146,7 +149,7 @@ func checkSessionFiles(t *testing.T, summary, output string) {
 // summary and the output are written whole, and the status is 0.
 func TestTraceEndsOnSignals(t *testing.T) {
 	harness.RequireBPF(t)
-	pid := startCopying(t, simWorkload(t))
+	pid := startCopying(t, simWorkload(t), true)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP} {
 		t.Run(sig.String(), func(t *testing.T) {
 			dir := t.TempDir()
@@ -208,4 +211,40 @@ func TestTwoSessionsCountExactly(t *testing.T) {
 			}
 		}
 	})
+}
+
+// `spillway trace -p PID` says when PID maps nothing that is probed (a
+// launcher's pid given for its worker's), and when it maps CUDA without the
+// shim, naming the pid: either way most figures stay zero.
+func TestTraceSaysWhatPIDLacks(t *testing.T) {
+	harness.RequireBPF(t)
+	spillway := harness.Bin(t, "spillway")
+	idle := exec.Command("sleep", "60")
+	if err := idle.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = idle.Process.Kill()
+		_ = idle.Wait()
+	})
+	workload := simWorkload(t)
+	noShim := startCopying(t, workload, false)
+	underShim := startCopying(t, workload, true)
+	for _, c := range []struct {
+		pid  int
+		want string
+	}{
+		{idle.Process.Pid, "maps no CUDA runtime or driver and no libspillway.so"},
+		{noShim, "is not running under Spillway"},
+		{underShim, ""},
+	} {
+		res := harness.Run(t, exec.Command(spillway, "trace", "-p", pidKey(c.pid), "--duration", "100ms"))
+		if res.ExitCode != 0 {
+			t.Fatalf("pid %d: exit %d\n%s", c.pid, res.ExitCode, res.Stderr)
+		}
+		notice := fmt.Sprintf("spillway trace: pid %d %s", c.pid, c.want)
+		if strings.Contains(res.Stderr, notice) != (c.want != "") {
+			t.Errorf("pid %d: stderr\n%s\nwant %q said only when followed by what is missing", c.pid, res.Stderr, notice)
+		}
+	}
 }
