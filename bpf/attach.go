@@ -40,7 +40,11 @@ func (t *Tracer) Rescan() error {
 }
 
 // ScanProcess attaches to every file mapped executable in the process that
-// defines a probed function, once per file.
+// defines a probed function, once per file. The files are attached from the
+// layer a program calls down (the shim, then the runtime, then the driver):
+// in a traced process that has just mapped them (exec, dlopen), a call made
+// while they are being attached is then counted at its own layer, never as
+// the calls that layer makes below while serving it.
 func (t *Tracer) ScanProcess(pid int) error {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
 	if err != nil {
@@ -51,7 +55,11 @@ func (t *Tracer) ScanProcess(pid int) error {
 	if err != nil {
 		return fmt.Errorf("scan pid %d: %w", pid, err)
 	}
-	var errs []error
+	var (
+		errs   []error
+		found  = map[fileID]bool{}
+		unseen []*filePlan
+	)
 	for _, m := range maps {
 		id, err := mappingID(m)
 		if err != nil {
@@ -61,11 +69,15 @@ func (t *Tracer) ScanProcess(pid int) error {
 		t.mu.Lock()
 		_, seen := t.files[id]
 		t.mu.Unlock()
-		if seen {
+		if seen || found[id] {
 			continue
 		}
-		path := openablePath(pid, m, id)
-		if err := t.attachFile(id, path); err != nil {
+		found[id] = true
+		unseen = append(unseen, planFile(id, openablePath(pid, m, id)))
+	}
+	sort.SliceStable(unseen, func(i, j int) bool { return unseen[i].layer() < unseen[j].layer() })
+	for _, plan := range unseen {
+		if err := t.attachPlanned(plan); err != nil {
 			errs = append(errs, fmt.Errorf("pid %d: %w", pid, err))
 		}
 	}
@@ -80,7 +92,7 @@ func (t *Tracer) AttachFile(path string) error {
 		return fmt.Errorf("attach %s: %w", path, err)
 	}
 	id := fileID{unix.Major(st.Dev), unix.Minor(st.Dev), st.Ino}
-	return t.attachFile(id, path)
+	return t.attachPlanned(planFile(id, path))
 }
 
 // Files returns the probed files and what is probed in each, one line each.
@@ -125,40 +137,72 @@ func (t *Tracer) Probed(pid int) (api, probePoints bool, err error) {
 	return api, probePoints, nil
 }
 
-func (t *Tracer) attachFile(id fileID, path string) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, seen := t.files[id]; seen {
-		return nil
-	}
-	tf := &tracedFile{path: path}
-	t.files[id] = tf
+// filePlan is what a file defines of the probed functions and probe points,
+// read before it is attached.
+type filePlan struct {
+	id                       fileID
+	path                     string
+	err                      error // reading its symbols failed
+	apiSyms, probeSyms       []string
+	apiCookies, probeCookies []uint64
+	semaphore                uint64
+}
+
+func planFile(id fileID, path string) *filePlan {
+	p := &filePlan{id: id, path: path}
 	defined, semaphore, err := readSymbols(path)
 	if err != nil {
-		return err
+		p.err = err
+		return p
 	}
-	var (
-		apiSyms, probeSyms       []string
-		apiCookies, probeCookies []uint64
-	)
+	p.semaphore = semaphore
 	for _, fn := range Funcs() {
 		if defined[fn.String()] {
-			apiSyms = append(apiSyms, fn.String())
-			apiCookies = append(apiCookies, fn.cookie())
+			p.apiSyms = append(p.apiSyms, fn.String())
+			p.apiCookies = append(p.apiCookies, fn.cookie())
 		}
 	}
-	for p := ProbeAlloc; p <= ProbeRefuse; p++ {
-		if defined[probeSymbols[p]] {
-			probeSyms = append(probeSyms, probeSymbols[p])
-			probeCookies = append(probeCookies, uint64(p))
+	for pp := ProbeAlloc; pp <= ProbeRefuse; pp++ {
+		if defined[probeSymbols[pp]] {
+			p.probeSyms = append(p.probeSyms, probeSymbols[pp])
+			p.probeCookies = append(p.probeCookies, uint64(pp))
 		}
 	}
-	if len(apiSyms) == 0 && len(probeSyms) == 0 {
+	return p
+}
+
+// layer orders files from the one a program calls down: the shim (it
+// defines the probe points), then a runtime (the CUDA runtime, or an
+// executable linked with it statically), then the driver.
+func (p *filePlan) layer() int {
+	if len(p.probeSyms) > 0 {
+		return 0
+	}
+	for _, sym := range p.apiSyms {
+		if strings.HasPrefix(sym, "cuda") {
+			return 1
+		}
+	}
+	return 2
+}
+
+func (t *Tracer) attachPlanned(plan *filePlan) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, seen := t.files[plan.id]; seen {
 		return nil
 	}
-	ex, err := link.OpenExecutable(path)
+	tf := &tracedFile{path: plan.path}
+	t.files[plan.id] = tf
+	if plan.err != nil {
+		return plan.err
+	}
+	if len(plan.apiSyms) == 0 && len(plan.probeSyms) == 0 {
+		return nil
+	}
+	ex, err := link.OpenExecutable(plan.path)
 	if err != nil {
-		return fmt.Errorf("open %s: %w", path, err)
+		return fmt.Errorf("open %s: %w", plan.path, err)
 	}
 	// The return probes go first: a call that enters between the two
 	// attachments then returns unseen instead of leaving its thread inside
@@ -173,9 +217,9 @@ func (t *Tracer) attachFile(id fileID, path string) error {
 		ret           bool
 		refCtr        uint64
 	}{
-		{apiSyms, apiCookies, t.objs.ApiExitMulti, t.objs.ApiExit, true, 0},
-		{apiSyms, apiCookies, t.objs.ApiEnterMulti, t.objs.ApiEnter, false, 0},
-		{probeSyms, probeCookies, t.objs.ProbePointMulti, t.objs.ProbePoint, false, semaphore},
+		{plan.apiSyms, plan.apiCookies, t.objs.ApiExitMulti, t.objs.ApiExit, true, 0},
+		{plan.apiSyms, plan.apiCookies, t.objs.ApiEnterMulti, t.objs.ApiEnter, false, 0},
+		{plan.probeSyms, plan.probeCookies, t.objs.ProbePointMulti, t.objs.ProbePoint, false, plan.semaphore},
 	}
 	for _, p := range probes {
 		if len(p.syms) == 0 {
@@ -192,10 +236,10 @@ func (t *Tracer) attachFile(id fileID, path string) error {
 		}
 		tf.links = append(tf.links, links...)
 		if err != nil {
-			return fmt.Errorf("attach to %s: %w", path, err)
+			return fmt.Errorf("attach to %s: %w", plan.path, err)
 		}
 	}
-	tf.funcs, tf.probes = apiSyms, probeSyms
+	tf.funcs, tf.probes = plan.apiSyms, plan.probeSyms
 	return nil
 }
 

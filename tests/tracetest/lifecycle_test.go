@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/spillway-gpu/spillway/bpf"
 	"github.com/spillway-gpu/spillway/tests/harness"
@@ -247,4 +248,71 @@ func TestTraceSaysWhatPIDLacks(t *testing.T) {
 			t.Errorf("pid %d: stderr\n%s\nwant %q said only when followed by what is missing", c.pid, res.Stderr, notice)
 		}
 	}
+}
+
+// A traced process that execs a CUDA program (a wrapper script's last
+// step) is traced on: the runtime and driver it maps are found by a rescan,
+// and attached from the layer the program calls down, so that the driver
+// calls the runtime makes are never counted as the program's own while the
+// runtime is not probed yet.
+func TestTraceFollowsExec(t *testing.T) {
+	harness.RequireBPF(t)
+	workload := simWorkload(t)
+	// The probing takes milliseconds, while which calls fall in between
+	// is up to the scheduler: three sessions make a miss unlikely.
+	for session := range 3 {
+		sum := traceExec(t, workload)
+		var others uint64
+		for fn, n := range sum.Calls {
+			if fn != "cudaMalloc" && fn != "cudaMemcpy" && fn != "cudaFree" {
+				others += n
+			}
+		}
+		if others > 1 || sum.Calls["cudaMalloc"] == 0 {
+			t.Errorf("session %d: calls = %v; the program calls only cudaMalloc, cudaMemcpy and cudaFree (drops %d)",
+				session, sum.Calls, sum.Drops)
+		}
+	}
+}
+
+// traceExec traces a shell that execs `simworkload copies`, rescanning once
+// it calls, and returns what the session counted.
+func traceExec(t *testing.T, workload string) *bpf.Summary {
+	t.Helper()
+	cmd := harness.Command(t, "/bin/sh", "-c", `read go && exec "$0" copies`, workload)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}()
+	tr, err := bpf.New(bpf.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	wait := collect(t, tr)
+	if err := tr.Trace(cmd.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stdin.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	if !bufio.NewScanner(stdout).Scan() {
+		t.Fatal("simworkload copies ended before its first round")
+	}
+	if err := tr.Rescan(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // for calls made with every layer probed
+	return wait()
 }
