@@ -316,3 +316,47 @@ func traceExec(t *testing.T, workload string) *bpf.Summary {
 	time.Sleep(200 * time.Millisecond) // for calls made with every layer probed
 	return wait()
 }
+
+// Sessions opened and closed again and again on a running program leave
+// nothing behind in the process that ran them (no descriptor of a probe,
+// link, map or ring buffer), and the program runs on unharmed.
+func TestRepeatedSessionsLeaveNothing(t *testing.T) {
+	harness.RequireBPF(t)
+	pid := startCopying(t, simWorkload(t), true)
+	before := openFiles(t)
+	for session := range 10 {
+		tr, err := bpf.New(bpf.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait := collect(t, tr)
+		if err := tr.Trace(pid); err != nil {
+			t.Fatal(err)
+		}
+		wait()
+		if err := tr.Close(); err != nil {
+			t.Fatalf("session %d: close: %v", session, err)
+		}
+	}
+	if after := openFiles(t); len(after) != len(before) {
+		t.Errorf("%d descriptors open before the sessions, %d after: %v", len(before), len(after), after)
+	}
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err != nil || strings.Contains(string(stat), ") Z ") {
+		t.Errorf("the traced program has ended (%v): %s", err, stat)
+	}
+}
+
+// openFiles lists this process's open descriptors, with what each is.
+func openFiles(t *testing.T) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		target, _ := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		out = append(out, e.Name()+" -> "+target)
+	}
+	return out
+}
