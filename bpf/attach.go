@@ -403,3 +403,30 @@ func threadGroup(id int) (int, error) {
 	}
 	return 0, fmt.Errorf("/proc/%d/status has no Tgid line", id)
 }
+
+// Running reports whether a process or thread exists and has not exited:
+// one that has exited but that its parent has not reaped (a zombie) has.
+func Running(id int) bool {
+	state, _, err := procStat(id)
+	return err == nil && state != 'Z' && state != 'X'
+}
+
+// procStat returns a process's state letter (R, S, Z, ...) and its
+// parent, from /proc/PID/stat.
+func procStat(id int) (state byte, parent int, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", id))
+	if err != nil {
+		return 0, 0, err
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+	i := strings.LastIndexByte(string(data), ')')
+	fields := strings.Fields(string(data[i+1:]))
+	if i < 0 || len(fields) < 2 || len(fields[0]) != 1 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected %q", id, data)
+	}
+	parent, err = strconv.Atoi(fields[1])
+	if err != nil {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: parent %q: %w", id, fields[1], err)
+	}
+	return fields[0][0], parent, nil
+}

@@ -180,6 +180,9 @@ func (t *Tracer) Trace(pid int) error {
 		case tgid != pid:
 			return fmt.Errorf("pid %d is a thread of process %d: give the process id", pid, tgid)
 		}
+		if state, parent, err := procStat(pid); err == nil && state == 'Z' {
+			return fmt.Errorf("pid %d has exited (its parent, pid %d, has not reaped it yet): nothing to trace", pid, parent)
+		}
 	}
 	before := children(pid)
 	if err := t.ScanProcess(pid); err != nil {

@@ -645,7 +645,7 @@ func (s *session) loop(o traceOptions, view intervalView, cmdDone <-chan int, st
 func (s *session) allExited() bool {
 	s.mu.Lock()
 	for pid := range s.waiting {
-		if alive(int(pid)) {
+		if bpf.Running(int(pid)) { // a zombie has exited: it would hold the session open
 			s.mu.Unlock()
 			return false
 		}
@@ -658,16 +658,11 @@ func (s *session) allExited() bool {
 		return false
 	}
 	for _, pid := range traced {
-		if alive(pid) {
+		if bpf.Running(pid) {
 			return false
 		}
 	}
 	return true
-}
-
-func alive(pid int) bool {
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
 }
 
 // traceSummary is the --summary-json document: the totals and the session.

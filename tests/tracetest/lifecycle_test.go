@@ -360,3 +360,31 @@ func openFiles(t *testing.T) []string {
 	}
 	return out
 }
+
+// `spillway trace -p PID` of a process that has exited but that its parent
+// has not reaped (a zombie) says so and fails, where it waited for an exit
+// that had already happened.
+func TestTraceRefusesExitedPID(t *testing.T) {
+	harness.RequireBPF(t)
+	exited := exec.Command("true")
+	if err := exited.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer exited.Wait()
+	pid := exited.Process.Pid
+	for {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(stat), ") Z ") {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	res := harness.Run(t, exec.Command(harness.Bin(t, "spillway"), "trace", "-p", pidKey(pid), "--duration", "1s"))
+	want := fmt.Sprintf("pid %d has exited", pid)
+	if res.ExitCode != 1 || !strings.Contains(res.Stderr, want) {
+		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and %q", res.ExitCode, res.Stderr, want)
+	}
+}
