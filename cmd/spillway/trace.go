@@ -233,12 +233,13 @@ func runTrace(o traceOptions) (int, error) {
 	// on to it), they end the session, caught from before it attaches to
 	// after it has detached: one that arrives while it attaches or stops
 	// ends it as one while it runs does, with its files written. SIGHUP is
-	// the terminal it was started from closing.
-	var stop chan os.Signal
+	// the terminal it was started from closing, SIGPIPE (when standard
+	// output is closed) its reader going (| head).
+	var endSignals chan os.Signal
 	if len(o.argv) == 0 {
-		stop = make(chan os.Signal, 1)
-		signal.Notify(stop, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-		defer signal.Stop(stop)
+		endSignals = make(chan os.Signal, 1)
+		signal.Notify(endSignals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
+		defer signal.Stop(endSignals)
 	}
 	tr, err := bpf.New(bpf.Options{RingBufferSize: o.ringBuffer})
 	if err != nil {
@@ -325,7 +326,7 @@ func runTrace(o traceOptions) (int, error) {
 		inPlace := cmd == nil || out != os.Stdout
 		view = newIntervalView(out, o.json, o.interval, inPlace)
 	}
-	status := s.loop(o, view, cmdDone, stop)
+	status := s.loop(o, view, cmdDone, endSignals)
 	if err := tr.Flush(); err != nil {
 		return 1, err
 	}
@@ -622,8 +623,13 @@ func (s *session) loop(o traceOptions, view intervalView, cmdDone <-chan int, st
 			return status
 		case <-deadline:
 			return -1
-		case <-stop:
-			return -1
+		case sig := <-stop:
+			// A write to any broken pipe or socket raises SIGPIPE, a
+			// metrics scrape cut short too: only a closed standard
+			// output ends the session.
+			if sig != syscall.SIGPIPE || stdoutClosed() {
+				return -1
+			}
 		case <-rescan.C:
 			if s.out != nil {
 				s.out.flush()
@@ -638,6 +644,14 @@ func (s *session) loop(o traceOptions, view intervalView, cmdDone <-chan int, st
 			draw()
 		}
 	}
+}
+
+// stdoutClosed reports whether standard output is a pipe or socket whose
+// reader has gone.
+func stdoutClosed() bool {
+	fds := []unix.PollFd{{Fd: 1, Events: unix.POLLOUT}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
 }
 
 // allExited reports whether the -p targets and every process they started

@@ -388,3 +388,38 @@ func TestTraceRefusesExitedPID(t *testing.T) {
 		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and %q", res.ExitCode, res.Stderr, want)
 	}
 }
+
+// A session whose standard output is read by a command that stops reading
+// early (`| head`) ends as on SIGINT, with its summary written whole.
+func TestTraceEndsWhenOutputCloses(t *testing.T) {
+	harness.RequireBPF(t)
+	pid := startCopying(t, simWorkload(t), true)
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	tracer := exec.Command(harness.Bin(t, "spillway"), "trace", "-p", pidKey(pid), "--json", "--interval", "50ms", "--summary-json", summary)
+	stdout, err := tracer.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	tracer.Stderr = &stderr
+	if err := tracer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if tracer.ProcessState == nil {
+			_ = tracer.Process.Kill()
+			_ = tracer.Wait()
+		}
+	})
+	if !bufio.NewScanner(stdout).Scan() {
+		t.Fatal("no interval line")
+	}
+	stdout.Close()
+	if err := tracer.Wait(); err != nil {
+		t.Fatalf("spillway trace, its output closed: %v\n%s", err, stderr.String())
+	}
+	sum := readSummary(t, summary)
+	if sum.Calls["cudaMalloc"] == 0 {
+		t.Errorf("summary calls %v, want the program's", sum.Calls)
+	}
+}
