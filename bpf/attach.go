@@ -404,8 +404,8 @@ func threadGroup(id int) (int, error) {
 	return 0, fmt.Errorf("/proc/%d/status has no Tgid line", id)
 }
 
-// Running reports whether a process or thread exists and has not exited:
-// one that has exited but that its parent has not reaped (a zombie) has.
+// Running reports whether a process or thread exists and has not exited. A
+// zombie, exited but not yet reaped by its parent, has exited.
 func Running(id int) bool {
 	state, _, err := procStat(id)
 	return err == nil && state != 'Z' && state != 'X'
