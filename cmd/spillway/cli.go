@@ -123,7 +123,9 @@ func parseFlags(fs *flagSet, args []string) error {
 func checkValuesGiven(fs *flag.FlagSet, args []string) error {
 	isFlag := func(a string) bool {
 		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		return a == "--" || strings.HasPrefix(a, "-") && fs.Lookup(name) != nil
+		// -h and -help are every command's, though the FlagSet defines neither.
+		known := fs.Lookup(name) != nil || name == "h" || name == "help"
+		return a == "--" || strings.HasPrefix(a, "-") && known
 	}
 	for i := 0; i < len(args); i++ {
 		a := args[i]

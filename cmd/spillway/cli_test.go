@@ -356,6 +356,9 @@ func TestForgottenValueIsRefused(t *testing.T) {
 		{"trace", []string{"--summary-json", "--json", "-p", "1"}, `--summary-json needs a value (--summary-json FILE), but "--json" follows it`},
 		{"run", []string{"--memory-limit", "--", "true"}, `--memory-limit needs a value (--memory-limit SIZE), but "--" follows it`},
 		{"stat", []string{"--metrics-addr", "--json"}, `--metrics-addr needs a value (--metrics-addr ADDR), but "--json" follows it`},
+		// The help flags are every command's, though no FlagSet defines them.
+		{"trace", []string{"--output", "--help", "-p", "1"}, `--output needs a value (--output FILE), but "--help" follows it`},
+		{"run", []string{"--memory-limit", "-h", "--", "true"}, `--memory-limit needs a value (--memory-limit SIZE), but "-h" follows it`},
 	} {
 		var usage *usageErr
 		if err := parse[tc.cmd](tc.args); !errors.As(err, &usage) || err.Error() != tc.want {
