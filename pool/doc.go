@@ -150,8 +150,8 @@
 // marked through ForeignStreamBacking, and only its marker or its idleness
 // completes its frees, even once the stream is forgotten, until its context
 // is gone (ForgetFinishedContext). The markers of forgotten foreign streams
-// are also polled as they accumulate (once as many are waiting as were left
-// at the last poll, and 64 more), so that a program whose requests never
+// are also polled as they accumulate (once twice as many are waiting as
+// were left at the last poll, and 64 more), so that a program whose requests never
 // miss leaves no cache or marker per stream it destroyed. Blocks freed on
 // another stream are never waited for while the quota has room: the pool
 // grows instead, so stream-ordered code never blocks on the host.
