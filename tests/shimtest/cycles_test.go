@@ -30,9 +30,9 @@ func cyclesLeft(t *testing.T, prog, mode string, n int, env []string) harness.St
 // of millions of steps) leave nothing behind in CUDA: the events and streams
 // the shim makes for its pool (stream markers, frees in flight) are
 // destroyed or reused, however many cycles run, and the quota gets every
-// byte back (cyclesLeft). Contexts and resets are left out: simcuda keeps
-// the events made in a context its reset or destruction would destroy on a
-// GPU, so their count there says nothing of the shim.
+// byte back (cyclesLeft). Contexts and resets are left out: the streams and
+// events made in a context go with its destruction or reset, not with a
+// call counted here, so these counts say nothing of the shim there.
 func TestCyclesLeaveNoCUDAObjects(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/cycles.c"}, Cudart: true, ProjectHeaders: true,
 		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda", "-lnvidia-ml", "-ldl"}})
@@ -74,8 +74,8 @@ func TestCyclesLeaveNoCUDAObjects(t *testing.T) {
 func TestContextAndResetCyclesGiveBackTheQuota(t *testing.T) {
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/cycles.c"}, Cudart: true, ProjectHeaders: true,
 		Flags: []string{"-L", harness.SimcudaDir(t), "-lcuda", "-lnvidia-ml", "-ldl"}})
-	// A context cycle leaves simcuda a stream with a thread of its own: few
-	// cycles, under a quota that 256 cycles' 4 KiB would fill.
+	// A context cycle leaves 4 KiB allocated in it, which its destruction
+	// frees: a quota that 256 cycles' 4 KiB would fill.
 	for _, c := range []struct {
 		mode   string
 		cycles int
