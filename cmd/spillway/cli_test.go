@@ -321,6 +321,10 @@ func TestTraceChecksTheCore(t *testing.T) {
 	if _, err := parseTraceFlags([]string{"-p", "1"}, []string{"SPILLWAY_CORE=/nonexistent/libspillway-core.so"}, io.Discard); err != nil {
 		t.Errorf("trace -p with a missing core: %v", err)
 	}
+	// A bare name is the loader's to find on the library path, as for dlopen.
+	if _, err := parseTraceFlags([]string{"--", "true"}, []string{"SPILLWAY_CORE=libspillway-core.so"}, io.Discard); err != nil {
+		t.Errorf("trace with a core named for the library path: %v", err)
+	}
 }
 
 // TestTraceKnowsTheShimIsOff: CMD inherits SPILLWAY_DISABLE=1, which the

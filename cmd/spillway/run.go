@@ -134,7 +134,9 @@ func findLib(lib string) (string, error) {
 // without its quota (every allocation refused) or without Spillway at all,
 // and a SPILLWAY_LOG_FILE the core cannot open refuses every allocation.
 func checkShimFiles(env []string) error {
-	if path := environ(env).get(config.EnvCore); path != "" {
+	// A name without a slash is searched on the library path by the
+	// front's dlopen, which only the loader can answer for.
+	if path := environ(env).get(config.EnvCore); strings.Contains(path, "/") {
 		if err := checkSharedObject(path); err != nil {
 			return &config.Error{Name: config.EnvCore, Value: path, Reason: err.Error(),
 				Example: config.EnvCore + "=/opt/spillway/lib/libspillway-core.so"}
