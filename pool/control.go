@@ -134,8 +134,10 @@ const maxDetachedUnpolled = 64
 // only, and a program whose requests all hit its cache while it makes and
 // destroys a stream of another device or context per step would keep one
 // cache and one marker (a CUDA event) per step. detach calls it once twice
-// as many caches as the previous poll left, and 64 more, are detached: the
-// queries cost a constant per destroyed stream, amortized.
+// as many caches as the previous poll left, and 64 more, are detached: a
+// poll queries the markers of destroyed streams only, a constant for each
+// amortized, but walks every cache to find them, so each destroyed stream
+// also pays 1/64 of a walk over the caches of live streams.
 func (p *Pool) pollDetached() {
 	var made uint64
 	for c := p.caches.head; c != nil; {
