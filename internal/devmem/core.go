@@ -103,19 +103,20 @@ func (c *Core) SetLastError(e interpose.Error) {
 	c.rt.SetLastError(e)
 }
 
-// Malloc serves cudaMalloc and cuMemAlloc.
-func (c *Core) Malloc(device int, size uint64) (interpose.DevicePtr, interpose.Error) {
-	return c.malloc(request{device: device, size: size, kind: kindDevice})
+// Malloc serves cudaMalloc and cuMemAlloc; api is the one the application
+// called, which the log names.
+func (c *Core) Malloc(api API, device int, size uint64) (interpose.DevicePtr, interpose.Error) {
+	return c.malloc(request{device: device, size: size, kind: kindDevice, api: api})
 }
 
 // MallocManaged serves cudaMallocManaged and cuMemAllocManaged.
-func (c *Core) MallocManaged(device int, size uint64, flags uint32) (interpose.DevicePtr, interpose.Error) {
-	return c.malloc(request{device: device, size: size, kind: kindManaged, flags: flags})
+func (c *Core) MallocManaged(api API, device int, size uint64, flags uint32) (interpose.DevicePtr, interpose.Error) {
+	return c.malloc(request{device: device, size: size, kind: kindManaged, flags: flags, api: api})
 }
 
 // MallocAsync serves cudaMallocAsync and cuMemAllocAsync.
-func (c *Core) MallocAsync(device int, size uint64, s interpose.Stream) (interpose.DevicePtr, interpose.Error) {
-	return c.malloc(request{device: device, size: size, kind: kindAsync, stream: s})
+func (c *Core) MallocAsync(api API, device int, size uint64, s interpose.Stream) (interpose.DevicePtr, interpose.Error) {
+	return c.malloc(request{device: device, size: size, kind: kindAsync, stream: s, api: api})
 }
 
 func (c *Core) malloc(r request) (interpose.DevicePtr, interpose.Error) {
@@ -129,21 +130,21 @@ func (c *Core) malloc(r request) (interpose.DevicePtr, interpose.Error) {
 }
 
 func (c *Core) logMalloc(r request) {
-	c.log.Debugf("%s of %d bytes on device %d", r.kind, r.size, r.device)
+	c.log.Debugf("%s of %d bytes on device %d", r.call(), r.size, r.device)
 }
 
 // MallocPitch serves cudaMallocPitch and cuMemAllocPitch: a pointer and its pitch.
-func (c *Core) MallocPitch(device int, width, height uint64) (interpose.DevicePtr, uint64, interpose.Error) {
+func (c *Core) MallocPitch(api API, device int, width, height uint64) (interpose.DevicePtr, uint64, interpose.Error) {
 	if c.broken != nil {
 		return 0, 0, interpose.ErrorInitialization
 	}
-	return c.mem.mallocPitch(device, width, height)
+	return c.mem.mallocPitch(api, device, width, height)
 }
 
 // Free serves cudaFree and cuMemFree.
-func (c *Core) Free(p interpose.DevicePtr) interpose.Error {
+func (c *Core) Free(api API, p interpose.DevicePtr) interpose.Error {
 	if c.debug {
-		c.logFree(p, false)
+		c.logFree(api, p, false)
 	}
 	return c.mem.free(p, 0, false)
 }
@@ -151,19 +152,15 @@ func (c *Core) Free(p interpose.DevicePtr) interpose.Error {
 // FreeAsync serves cudaFreeAsync and cuMemFreeAsync on stream s, made while
 // context current was current (0: unknown), which orders a free on a
 // default stream.
-func (c *Core) FreeAsync(p interpose.DevicePtr, s interpose.Stream, current uint64) interpose.Error {
+func (c *Core) FreeAsync(api API, p interpose.DevicePtr, s interpose.Stream, current uint64) interpose.Error {
 	if c.debug {
-		c.logFree(p, true)
+		c.logFree(api, p, true)
 	}
 	return c.mem.freeIn(p, s, true, current)
 }
 
-func (c *Core) logFree(p interpose.DevicePtr, async bool) {
-	name := "cudaFree"
-	if async {
-		name = "cudaFreeAsync"
-	}
-	c.log.Debugf("%s of %#x", name, uint64(p))
+func (c *Core) logFree(api API, p interpose.DevicePtr, async bool) {
+	c.log.Debugf("%s of %#x", freeCall(api, async), uint64(p))
 }
 
 // MemGetInfo serves cudaMemGetInfo and cuMemGetInfo. With an invalid
@@ -258,7 +255,7 @@ func (l *limiter) allow() (int, bool) {
 }
 
 // refused logs a refusal; the probe point fires where it is decided.
-func (c *Core) refused(kind allocKind, size uint64, device int, used, quota uint64) {
+func (c *Core) refused(call string, size uint64, device int, used, quota uint64) {
 	suppressed, ok := c.refusals.allow()
 	if !ok {
 		return
@@ -266,7 +263,7 @@ func (c *Core) refused(kind allocKind, size uint64, device int, used, quota uint
 	c.log.WithFields(logrus.Fields{
 		"device": device, "requested": size, "used": used, "quota": quota,
 		"suppressed": suppressed,
-	}).Warn(refusalMessage(kind, size, device, used, quota))
+	}).Warn(refusalMessage(call, size, device, used, quota))
 }
 
 // AddressRange describes p as CUDA's address-range queries would if each

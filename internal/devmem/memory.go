@@ -25,8 +25,33 @@ const (
 	kindPitch
 )
 
-func (k allocKind) String() string {
-	return [...]string{"cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cudaMallocPitch"}[k]
+// API says which CUDA API the application called, so that the log names
+// its own function: a driver program never called cudaMalloc.
+type API uint8
+
+const (
+	RuntimeAPI API = iota
+	DriverAPI
+)
+
+// allocCalls names each allocKind's function in each API.
+var allocCalls = [...][4]string{
+	RuntimeAPI: {"cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cudaMallocPitch"},
+	DriverAPI:  {"cuMemAlloc_v2", "cuMemAllocManaged", "cuMemAllocAsync", "cuMemAllocPitch_v2"},
+}
+
+// freeCall names the free the application called in api.
+func freeCall(api API, async bool) string {
+	switch {
+	case api == DriverAPI && async:
+		return "cuMemFreeAsync"
+	case api == DriverAPI:
+		return "cuMemFree_v2"
+	case async:
+		return "cudaFreeAsync"
+	default:
+		return "cudaFree"
+	}
 }
 
 // request is one allocation call.
@@ -34,6 +59,7 @@ type request struct {
 	device int
 	size   uint64
 	kind   allocKind
+	api    API
 	flags  uint32           // cudaMallocManaged
 	stream interpose.Stream // cudaMallocAsync
 }
@@ -85,7 +111,7 @@ type probeSink interface {
 type onDevice func(ordinal int) realRuntime
 
 // refusalFunc reports a request refused for the quota (or the host limit).
-type refusalFunc func(kind allocKind, size uint64, device int, used, quota uint64)
+type refusalFunc func(call string, size uint64, device int, used, quota uint64)
 
 // memory serves the interposed calls once the configuration is valid. Each
 // device gets a pool.Pool at its first allocation, over a backing that calls
@@ -436,7 +462,7 @@ func (m *memory) malloc(r request) (interpose.DevicePtr, interpose.Error) {
 			continue
 		}
 		if err != nil {
-			return 0, m.failed(d, r.kind, r.size, err)
+			return 0, m.failed(d, r.call(), r.size, err)
 		}
 		return interpose.DevicePtr(p), interpose.Success
 	}
@@ -449,21 +475,24 @@ func (m *memory) awaitReset() {
 	m.mu.Unlock()
 }
 
-// failed logs a refusal (the probe point fired in the pool's observer) and
-// returns the CUDA error.
-func (m *memory) failed(d *device, kind allocKind, size uint64, err error) interpose.Error {
+// call names the function the application called for r.
+func (r request) call() string { return allocCalls[r.api][r.kind] }
+
+// failed logs a refusal of call (the probe point fired in the pool's
+// observer) and returns the CUDA error.
+func (m *memory) failed(d *device, call string, size uint64, err error) interpose.Error {
 	rc := cudaError(err)
 	var spill *spillError
 	if errors.As(err, &spill) {
-		m.spillFailed(d, kind, size, errors.Is(err, pool.ErrDeviceFull), spill)
+		m.spillFailed(d, call, size, errors.Is(err, pool.ErrDeviceFull), spill)
 	} else if errors.Is(err, pool.ErrHostLimit) {
-		m.hostLimitRefused(d, kind, size, errors.Is(err, pool.ErrDeviceFull))
+		m.hostLimitRefused(d, call, size, errors.Is(err, pool.ErrDeviceFull))
 	} else if errors.Is(err, pool.ErrOutOfMemory) && !errors.Is(err, pool.ErrQuota) {
-		m.deviceFullRefused(d, kind, size)
+		m.deviceFullRefused(d, call, size)
 	} else if rc == interpose.ErrorMemoryAllocation {
-		m.refused(kind, size, d.ordinal, d.ledger.used(), d.quota)
+		m.refused(call, size, d.ordinal, d.ledger.used(), d.quota)
 	}
-	m.log.Debugf("%s of %d bytes on device %d: %v", kind, size, d.ordinal, err)
+	m.log.Debugf("%s of %d bytes on device %d: %v", call, size, d.ordinal, err)
 	return rc
 }
 
@@ -495,7 +524,7 @@ func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, inter
 		}
 		used := d.ledger.used()
 		m.probes.Refuse(r.size, d.ordinal, used, d.quota)
-		m.refused(r.kind, r.size, d.ordinal, used, d.quota)
+		m.refused(r.call(), r.size, d.ordinal, used, d.quota)
 		return 0, interpose.ErrorMemoryAllocation
 	}
 	p, rc := m.rt.MallocManaged(r.size, r.flags)
@@ -513,7 +542,7 @@ func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, inter
 
 // mallocPitch pads rows to the pool's alignment, as CUDA pads them to its
 // pitch alignment, and serves the whole as one allocation.
-func (m *memory) mallocPitch(device int, width, height uint64) (interpose.DevicePtr, uint64, interpose.Error) {
+func (m *memory) mallocPitch(api API, device int, width, height uint64) (interpose.DevicePtr, uint64, interpose.Error) {
 	if width == 0 || height == 0 {
 		return 0, 0, interpose.ErrorInvalidValue
 	}
@@ -521,7 +550,7 @@ func (m *memory) mallocPitch(device int, width, height uint64) (interpose.Device
 	if pitch < width || height > ^uint64(0)/pitch {
 		return 0, 0, interpose.ErrorMemoryAllocation // as CUDA answers a size it cannot represent
 	}
-	p, rc := m.malloc(request{device: device, size: pitch * height, kind: kindPitch})
+	p, rc := m.malloc(request{device: device, size: pitch * height, kind: kindPitch, api: api})
 	if rc != interpose.Success {
 		return 0, 0, rc
 	}

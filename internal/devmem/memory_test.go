@@ -284,7 +284,7 @@ func newTestMemory(t testing.TB, rt realRuntime, env ...string) testMemory {
 	log.SetOutput(logged)
 	probes := &probeLog{}
 	on := func(int) realRuntime { return rt }
-	m := newMemory(rt, on, cfg, probes, log, func(_ allocKind, size uint64, device int, used, quota uint64) {
+	m := newMemory(rt, on, cfg, probes, log, func(_ string, size uint64, device int, used, quota uint64) {
 		mu.Lock()
 		refusals = append(refusals, refusal{size, used, quota, device})
 		mu.Unlock()
@@ -397,14 +397,14 @@ func TestDoubleFreeInPool(t *testing.T) {
 func TestPitch(t *testing.T) {
 	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=100000")
 	// 100 rows of 600 bytes fit unpadded (60000) but not padded to 1024 (102400).
-	if _, _, rc := m.mallocPitch(0, 600, 100); rc != interpose.ErrorMemoryAllocation {
+	if _, _, rc := m.mallocPitch(RuntimeAPI, 0, 600, 100); rc != interpose.ErrorMemoryAllocation {
 		t.Errorf("padded allocation over quota: %v", rc)
 	}
-	p, pitch, rc := m.mallocPitch(0, 600, 50)
+	p, pitch, rc := m.mallocPitch(RuntimeAPI, 0, 600, 50)
 	if b := m.probes.alloc; rc != interpose.Success || pitch != 1024 || b.size != 1024*50 || p == 0 || b.ptr != p {
 		t.Errorf("pitched allocation: pitch %d block %+v rc %v", pitch, b, rc)
 	}
-	if _, _, rc := m.mallocPitch(0, 0, 5); rc != interpose.ErrorInvalidValue {
+	if _, _, rc := m.mallocPitch(RuntimeAPI, 0, 0, 5); rc != interpose.ErrorInvalidValue {
 		t.Errorf("zero width: %v", rc)
 	}
 }
@@ -750,7 +750,7 @@ func TestReturnCodesAsCUDA(t *testing.T) {
 	if n := rt.queried[0x6000] - rt.recorded[0x6000]; n != 1 {
 		t.Errorf("a valid stream checked %d times, want once", n)
 	}
-	if _, _, rc := m.mallocPitch(0, 1<<40, 1<<40); rc != interpose.ErrorMemoryAllocation {
+	if _, _, rc := m.mallocPitch(RuntimeAPI, 0, 1<<40, 1<<40); rc != interpose.ErrorMemoryAllocation {
 		t.Errorf("cudaMallocPitch with width*height overflowing: %v", rc)
 	}
 }

@@ -14,8 +14,8 @@ import (
 
 // refusalMessage words a refusal for the quota with human sizes; the
 // log entry's fields carry the exact bytes.
-func refusalMessage(kind allocKind, size uint64, device int, used, quota uint64) string {
-	return fmt.Sprintf("%s of %s refused on device %d: %s in use of a quota of %s", kind,
+func refusalMessage(call string, size uint64, device int, used, quota uint64) string {
+	return fmt.Sprintf("%s of %s refused on device %d: %s in use of a quota of %s", call,
 		config.FormatBytes(size), device, config.FormatBytes(used), config.FormatBytes(quota))
 }
 
@@ -45,7 +45,7 @@ func (m *memory) hostPlacedCPURefused(ordinal int, rc interpose.Error) {
 // the host limit: the limit reached is SPILLWAY_HOST_LIMIT, not the quota.
 // deviceFull: what sent the request to the host was the device being full,
 // below the quota.
-func (m *memory) hostLimitRefused(d *device, kind allocKind, size uint64, deviceFull bool) {
+func (m *memory) hostLimitRefused(d *device, call string, size uint64, deviceFull bool) {
 	suppressed, ok := m.hostLimitWarn.allow()
 	if !ok {
 		return
@@ -57,33 +57,33 @@ func (m *memory) hostLimitRefused(d *device, kind allocKind, size uint64, device
 	}
 	full := m.whatIsFull(d, deviceFull, fields)
 	m.log.WithFields(fields).Warnf("%s of %s refused on device %d: %s and spilling it would pass the host limit (%s=%s; %s spilled)",
-		kind, config.FormatBytes(size), d.ordinal, full, config.EnvHostLimit, config.FormatBytes(st.HostLimit),
+		call, config.FormatBytes(size), d.ordinal, full, config.EnvHostLimit, config.FormatBytes(st.HostLimit),
 		config.FormatBytes(st.SpilledBytes))
 }
 
 // spillFailed logs a request whose spill failed: making host memory for it
 // did. deviceFull as for hostLimitRefused.
-func (m *memory) spillFailed(d *device, kind allocKind, size uint64, deviceFull bool, spill *spillError) {
+func (m *memory) spillFailed(d *device, call string, size uint64, deviceFull bool, spill *spillError) {
 	suppressed, ok := m.spillWarn.allow()
 	if !ok {
 		return
 	}
 	fields := logrus.Fields{"device": d.ordinal, "requested": size, "suppressed": suppressed}
 	full := m.whatIsFull(d, deviceFull, fields)
-	m.log.WithFields(fields).Warnf("%s of %s on device %d failed: %s and %v", kind, config.FormatBytes(size), d.ordinal, full, spill)
+	m.log.WithFields(fields).Warnf("%s of %s on device %d failed: %s and %v", call, config.FormatBytes(size), d.ordinal, full, spill)
 }
 
 // deviceFullRefused logs a request refused because the device itself had
 // no room, below the quota: the GPU's other processes (or memory Spillway
 // does not count) hold the rest, which the quota's figures cannot show.
-func (m *memory) deviceFullRefused(d *device, kind allocKind, size uint64) {
+func (m *memory) deviceFullRefused(d *device, call string, size uint64) {
 	suppressed, ok := m.deviceFullWarn.allow()
 	if !ok {
 		return
 	}
 	fields := logrus.Fields{"device": d.ordinal, "requested": size, "suppressed": suppressed}
 	full := m.whatIsFull(d, true, fields)
-	m.log.WithFields(fields).Warnf("%s of %s refused on device %d: %s", kind, config.FormatBytes(size), d.ordinal, full)
+	m.log.WithFields(fields).Warnf("%s of %s refused on device %d: %s", call, config.FormatBytes(size), d.ordinal, full)
 }
 
 // whatIsFull words what had no room for a request on d: the quota, or with

@@ -11,7 +11,7 @@ func TestPanicBecomesCUDAError(t *testing.T) {
 	call := func() (rc int32) {
 		defer recoverTo(&rc, "cudaMalloc")
 		var c *devmem.Core
-		c.Malloc(0, 1) // nil dereference
+		c.Malloc(devmem.RuntimeAPI, 0, 1) // nil dereference
 		return 0
 	}
 	if rc := call(); interpose.Error(rc) != interpose.ErrorUnknown {

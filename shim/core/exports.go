@@ -31,40 +31,40 @@ func spillway_core_init(abi C.int32_t, real *C.struct_spillway_real, probes *C.s
 //export spillway_core_malloc
 func spillway_core_malloc(device C.int32_t, size C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMalloc")
-	p, e := running().Malloc(int(device), uint64(size))
+	p, e := running().Malloc(devmem.RuntimeAPI, int(device), uint64(size))
 	return answer(allocated(p, e, ptr))
 }
 
 //export spillway_core_malloc_managed
 func spillway_core_malloc_managed(device C.int32_t, size C.uint64_t, flags C.uint32_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMallocManaged")
-	p, e := running().MallocManaged(int(device), uint64(size), uint32(flags))
+	p, e := running().MallocManaged(devmem.RuntimeAPI, int(device), uint64(size), uint32(flags))
 	return answer(allocated(p, e, ptr))
 }
 
 //export spillway_core_malloc_pitch
 func spillway_core_malloc_pitch(device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMallocPitch")
-	return answer(mallocPitch(device, width, height, ptr, pitch))
+	return answer(mallocPitch(devmem.RuntimeAPI, device, width, height, ptr, pitch))
 }
 
 //export spillway_core_malloc_async
 func spillway_core_malloc_async(device C.int32_t, size, stream C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaMallocAsync")
-	p, e := running().MallocAsync(int(device), uint64(size), interpose.Stream(stream))
+	p, e := running().MallocAsync(devmem.RuntimeAPI, int(device), uint64(size), interpose.Stream(stream))
 	return answer(allocated(p, e, ptr))
 }
 
 //export spillway_core_free
 func spillway_core_free(ptr C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaFree")
-	return answer(running().Free(interpose.DevicePtr(ptr)))
+	return answer(running().Free(devmem.RuntimeAPI, interpose.DevicePtr(ptr)))
 }
 
 //export spillway_core_free_async
 func spillway_core_free_async(ptr, stream, current C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cudaFreeAsync")
-	return answer(running().FreeAsync(interpose.DevicePtr(ptr), interpose.Stream(stream), uint64(current)))
+	return answer(running().FreeAsync(devmem.RuntimeAPI, interpose.DevicePtr(ptr), interpose.Stream(stream), uint64(current)))
 }
 
 //export spillway_core_mem_get_info
@@ -125,8 +125,8 @@ func allocated(p interpose.DevicePtr, e interpose.Error, ptr *C.uint64_t) interp
 }
 
 // mallocPitch is cudaMallocPitch's and cuMemAllocPitch's call.
-func mallocPitch(device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t) interpose.Error {
-	p, pt, e := running().MallocPitch(int(device), uint64(width), uint64(height))
+func mallocPitch(api devmem.API, device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t) interpose.Error {
+	p, pt, e := running().MallocPitch(api, int(device), uint64(width), uint64(height))
 	if e == interpose.Success {
 		*pitch = C.uint64_t(pt)
 	}
@@ -164,20 +164,20 @@ func setLastError(e interpose.Error) {
 
 //export spillway_core_cu_malloc
 func spillway_core_cu_malloc(device C.int32_t, size C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
-	defer recoverTo(&rc, "cuMemAlloc")
-	p, e := running().Malloc(int(device), uint64(size))
+	defer recoverTo(&rc, "cuMemAlloc_v2")
+	p, e := running().Malloc(devmem.DriverAPI, int(device), uint64(size))
 	return driverAnswer(allocated(p, e, ptr))
 }
 
 //export spillway_core_cu_free
 func spillway_core_cu_free(ptr C.uint64_t) (rc C.int32_t) {
-	defer recoverTo(&rc, "cuMemFree")
-	return driverAnswer(running().Free(interpose.DevicePtr(ptr)))
+	defer recoverTo(&rc, "cuMemFree_v2")
+	return driverAnswer(running().Free(devmem.DriverAPI, interpose.DevicePtr(ptr)))
 }
 
 //export spillway_core_cu_mem_get_info
 func spillway_core_cu_mem_get_info(device C.int32_t, free, total *C.uint64_t) (rc C.int32_t) {
-	defer recoverTo(&rc, "cuMemGetInfo")
+	defer recoverTo(&rc, "cuMemGetInfo_v2")
 	return driverAnswer(memGetInfo(device, free, total))
 }
 
@@ -214,32 +214,32 @@ func driverAnswer(e interpose.Error) C.int32_t {
 //export spillway_core_cu_malloc_managed
 func spillway_core_cu_malloc_managed(device C.int32_t, size C.uint64_t, flags C.uint32_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemAllocManaged")
-	p, e := running().MallocManaged(int(device), uint64(size), uint32(flags))
+	p, e := running().MallocManaged(devmem.DriverAPI, int(device), uint64(size), uint32(flags))
 	return driverAnswer(allocated(p, e, ptr))
 }
 
 //export spillway_core_cu_malloc_pitch
 func spillway_core_cu_malloc_pitch(device C.int32_t, width, height C.uint64_t, ptr, pitch *C.uint64_t) (rc C.int32_t) {
-	defer recoverTo(&rc, "cuMemAllocPitch")
-	return driverAnswer(mallocPitch(device, width, height, ptr, pitch))
+	defer recoverTo(&rc, "cuMemAllocPitch_v2")
+	return driverAnswer(mallocPitch(devmem.DriverAPI, device, width, height, ptr, pitch))
 }
 
 //export spillway_core_cu_malloc_async
 func spillway_core_cu_malloc_async(device C.int32_t, size, stream C.uint64_t, ptr *C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemAllocAsync")
-	p, e := running().MallocAsync(int(device), uint64(size), interpose.Stream(stream))
+	p, e := running().MallocAsync(devmem.DriverAPI, int(device), uint64(size), interpose.Stream(stream))
 	return driverAnswer(allocated(p, e, ptr))
 }
 
 //export spillway_core_cu_free_async
 func spillway_core_cu_free_async(ptr, stream, current C.uint64_t) (rc C.int32_t) {
 	defer recoverTo(&rc, "cuMemFreeAsync")
-	return driverAnswer(running().FreeAsync(interpose.DevicePtr(ptr), interpose.Stream(stream), uint64(current)))
+	return driverAnswer(running().FreeAsync(devmem.DriverAPI, interpose.DevicePtr(ptr), interpose.Stream(stream), uint64(current)))
 }
 
 //export spillway_core_cu_device_total_mem
 func spillway_core_cu_device_total_mem(device C.int32_t, total *C.uint64_t) (rc C.int32_t) {
-	defer recoverTo(&rc, "cuDeviceTotalMem")
+	defer recoverTo(&rc, "cuDeviceTotalMem_v2")
 	t, e := running().TotalMem(int(device), uint64(*total))
 	if e == interpose.Success {
 		*total = C.uint64_t(t)

@@ -39,13 +39,14 @@ func drvops(t testing.TB, runtime string) string {
 // cuMemGetInfo_v2 reports the quota as the total; simcuda never holds more
 // than the quota. The runtime's own driver calls, made for an interposed
 // runtime call, are not counted a second time: runtime and driver
-// allocations share one quota, each counted once.
+// allocations share one quota, each counted once. The log names the driver
+// functions the program called, never the runtime's.
 func TestDriverQuota(t *testing.T) {
 	for _, runtime := range []string{"dynamic", "static"} {
 		t.Run(runtime, func(t *testing.T) {
 			prog := drvops(t, runtime)
 			stats := filepath.Join(t.TempDir(), "stats.json")
-			env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats}
+			env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SIMCUDA_STATS_FILE=" + stats, "SPILLWAY_LOG_LEVEL=debug"}
 			res, out := harness.RunOK(t, harness.Shimmed(t, env, prog,
 				"r", "24M", "m", "24M", "m", "24M", "e", "i", "I", "m", "8M", "f", "1", "m", "24M"))
 			if res.ExitCode != 0 {
@@ -61,6 +62,12 @@ func TestDriverQuota(t *testing.T) {
 			}
 			if rc := out.Code(t, "e", 0); rc != 0 {
 				t.Errorf("a refused cuMemAlloc_v2 left the runtime's last error %d", rc)
+			}
+			for _, want := range []string{"cuMemAlloc_v2 of 24MiB refused on device 0: 48MiB in use of a quota of 64MiB",
+				"cuMemAlloc_v2 of 25165824 bytes on device 0", "cuMemFree_v2 of 0x"} {
+				if !strings.Contains(res.Stderr, want) {
+					t.Errorf("the log does not say %q: %s", want, res.Stderr)
+				}
 			}
 			for _, op := range []string{"i", "I"} {
 				if rc, total := out.Code(t, op, 0), out.Num(t, op, 0, 3); rc != 0 || total != 64<<20 {
