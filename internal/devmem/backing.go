@@ -73,6 +73,7 @@ type backing struct {
 	contexts streamContexts
 	ctx      uint64
 	streams  *streamSet // the application's streams, with their contexts
+	calls    *coreCalls // the names of the functions rt calls, for errors
 
 	// mu guards what the core also reaches outside the pool's lock.
 	mu sync.Mutex
@@ -110,8 +111,35 @@ type streamContexts interface {
 	FreeAsyncInContext(ctx uint64, p interpose.DevicePtr) interpose.Error
 }
 
-func newBacking(rt realRuntime, d *device, index *addrIndex) *backing {
-	return &backing{rt: rt, ordinal: d.ordinal, ledger: d.ledger, dev: d, index: index,
+// coreCalls names the CUDA functions the core's own calls make, so that an
+// error names the call that failed: over the driver (a process without the
+// runtime, see openRuntime) they are the driver's, never cudaMalloc.
+type coreCalls struct {
+	malloc, free, mallocAsync, freeAsync string
+	synchronize, streamQuery, eventQuery string
+	freeHost                             string
+	managedSpill, pinnedSpill            string // the memory a spill makes, and its calls
+}
+
+var coreCallNames = [...]coreCalls{
+	RuntimeAPI: {
+		malloc: "cudaMalloc", free: "cudaFree", mallocAsync: "cudaMallocAsync", freeAsync: "cudaFreeAsync",
+		synchronize: "cudaDeviceSynchronize", streamQuery: "cudaStreamQuery", eventQuery: "cudaEventQuery",
+		managedSpill: "managed memory (cudaMallocManaged, cudaMemAdvise)",
+		pinnedSpill:  "pinned memory (cudaHostAlloc, cudaHostGetDevicePointer)",
+		freeHost:     "cudaFreeHost",
+	},
+	DriverAPI: {
+		malloc: "cuMemAlloc_v2", free: "cuMemFree_v2", mallocAsync: "cuMemAllocAsync", freeAsync: "cuMemFreeAsync",
+		synchronize: "cuCtxSynchronize", streamQuery: "cuStreamQuery", eventQuery: "cuEventQuery",
+		managedSpill: "managed memory (cuMemAllocManaged, cuMemAdvise)",
+		pinnedSpill:  "pinned memory (cuMemHostAlloc, cuMemHostGetDevicePointer_v2)",
+		freeHost:     "cuMemFreeHost",
+	},
+}
+
+func newBacking(rt realRuntime, d *device, index *addrIndex, calls *coreCalls) *backing {
+	return &backing{rt: rt, ordinal: d.ordinal, ledger: d.ledger, dev: d, index: index, calls: calls,
 		pinned: map[uint64]uint64{}, promoted: map[uint64]uint64{}}
 }
 
@@ -124,20 +152,20 @@ func cudaErr(call string, rc interpose.Error) error {
 	return fmt.Errorf("%s: %w", call, rc)
 }
 
-// Reserve calls cudaMalloc.
+// Reserve calls cudaMalloc (cuMemAlloc_v2 over the driver).
 func (b *backing) Reserve(size uint64) (uint64, error) {
 	p, rc := b.rt.Malloc(size)
 	if rc != interpose.Success {
-		return 0, cudaErr(fmt.Sprintf("cudaMalloc of %d bytes on device %d", size, b.ordinal), rc)
+		return 0, cudaErr(fmt.Sprintf("%s of %d bytes on device %d", b.calls.malloc, size, b.ordinal), rc)
 	}
 	b.index.add(uint64(p), size, b.dev)
 	return uint64(p), nil
 }
 
-// Release calls cudaFree.
+// Release calls cudaFree (cuMemFree_v2 over the driver).
 func (b *backing) Release(base, size uint64) error {
 	if rc := b.rt.Free(interpose.DevicePtr(base)); rc != interpose.Success {
-		err := cudaErr(fmt.Sprintf("cudaFree(%#x) on device %d", base, b.ordinal), rc)
+		err := cudaErr(fmt.Sprintf("%s(%#x) on device %d", b.calls.free, base, b.ordinal), rc)
 		b.releaseFailed(err, false)
 		return err
 	}
@@ -157,7 +185,7 @@ func asyncStream(s pool.Stream) interpose.Stream {
 func (b *backing) ReserveAsync(size uint64, s pool.Stream) (uint64, error) {
 	p, rc := b.rt.MallocAsync(size, asyncStream(s))
 	if rc != interpose.Success {
-		return 0, cudaErr(fmt.Sprintf("cudaMallocAsync of %d bytes on device %d", size, b.ordinal), rc)
+		return 0, cudaErr(fmt.Sprintf("%s of %d bytes on device %d", b.calls.mallocAsync, size, b.ordinal), rc)
 	}
 	b.index.add(uint64(p), size, b.dev)
 	return uint64(p), nil
@@ -169,13 +197,14 @@ func (b *backing) ReserveAsync(size uint64, s pool.Stream) (uint64, error) {
 func (b *backing) ReleaseAsync(base, size uint64, s pool.Stream) error {
 	on := asyncStream(s)
 	var rc interpose.Error
+	call := b.calls.freeAsync
 	if ctx, ok := defaultStreamContext(on); ok && b.contexts != nil {
-		rc = b.contexts.FreeAsyncInContext(ctx, interpose.DevicePtr(base))
+		rc, call = b.contexts.FreeAsyncInContext(ctx, interpose.DevicePtr(base)), "cuMemFreeAsync" // the driver's, in either mode
 	} else {
 		rc = b.rt.FreeAsync(interpose.DevicePtr(base), on)
 	}
 	if rc != interpose.Success {
-		err := cudaErr(fmt.Sprintf("cudaFreeAsync(%#x) on device %d", base, b.ordinal), rc)
+		err := cudaErr(fmt.Sprintf("%s(%#x) on device %d", call, base, b.ordinal), rc)
 		b.releaseFailed(err, false)
 		return err
 	}
@@ -325,7 +354,7 @@ func (b *backing) Synchronize() error {
 		return fmt.Errorf("synchronizing device %d: %w", b.ordinal, pool.ErrStreamCapture)
 	}
 	if rc := b.rt.DeviceSynchronize(); rc != interpose.Success {
-		return cudaErr(fmt.Sprintf("cudaDeviceSynchronize on device %d", b.ordinal), rc)
+		return cudaErr(fmt.Sprintf("%s on device %d", b.calls.synchronize, b.ordinal), rc)
 	}
 	b.settleAll(false)
 	return nil
@@ -520,7 +549,7 @@ func (b *backing) StreamIdle(s pool.Stream) (bool, error) {
 	case interpose.ErrorNotReady:
 		return false, nil
 	default:
-		return false, cudaErr(fmt.Sprintf("cudaStreamQuery of stream %#x on device %d", uint64(s), b.ordinal), rc)
+		return false, cudaErr(fmt.Sprintf("%s of stream %#x on device %d", b.calls.streamQuery, uint64(s), b.ordinal), rc)
 	}
 }
 
@@ -532,7 +561,7 @@ func (b *backing) MarkerDone(m pool.Marker) (bool, error) {
 	case interpose.ErrorNotReady:
 		return false, nil
 	default:
-		return false, cudaErr("cudaEventQuery", rc)
+		return false, cudaErr(b.calls.eventQuery, rc)
 	}
 }
 
@@ -553,9 +582,9 @@ func (b *backing) DestroyMarker(m pool.Marker) {
 // rather than migrating it, and the quota holds), or mapped pinned memory,
 // whose device pointer is what the application gets.
 func (b *backing) ReserveHost(size uint64, tier pool.Tier) (uint64, error) {
-	how, reserve := "managed memory (cudaMallocManaged, cudaMemAdvise)", b.reserveManaged
+	how, reserve := b.calls.managedSpill, b.reserveManaged
 	if tier == pool.TierPinned {
-		how, reserve = "pinned memory (cudaHostAlloc, cudaHostGetDevicePointer)", b.reservePinned
+		how, reserve = b.calls.pinnedSpill, b.reservePinned
 	}
 	b.mu.Lock()
 	b.inflightDone() // spilled blocks freed in stream order, now reached
@@ -612,13 +641,13 @@ func (b *backing) reserveManaged(size uint64) (uint64, interpose.Error) {
 // until then.
 func (b *backing) ReleaseHost(base, size uint64, tier pool.Tier, s *pool.Stream) error {
 	var release func() interpose.Error
-	call := fmt.Sprintf("cudaFree(%#x) of a spilled block", base)
+	call := fmt.Sprintf("%s(%#x) of a spilled block", b.calls.free, base)
 	if tier == pool.TierPinned {
 		host, ok := b.pinned[base]
 		if !ok {
 			return fmt.Errorf("no pinned spill at %#x", base)
 		}
-		release, call = func() interpose.Error { return b.rt.FreeHost(host) }, "cudaFreeHost"
+		release, call = func() interpose.Error { return b.rt.FreeHost(host) }, b.calls.freeHost
 	} else {
 		release = func() interpose.Error { return b.rt.Free(interpose.DevicePtr(base)) }
 	}

@@ -47,7 +47,7 @@ func Start(frontABI, coreABI int32, real, probes unsafe.Pointer) (*Core, interpo
 		c.log.Errorf("cannot start: %v", err)
 		return nil, interpose.ErrorInitialization
 	}
-	rt, on, err := openRuntime(real)
+	rt, on, api, err := openRuntime(real)
 	if err != nil {
 		c.log.Errorf("cannot start: %v", err)
 		return nil, interpose.ErrorInitialization
@@ -73,7 +73,7 @@ func Start(frontABI, coreABI int32, real, probes unsafe.Pointer) (*Core, interpo
 	}
 	c.cfg = cfg
 	c.debug = c.log.IsLevelEnabled(logrus.DebugLevel)
-	c.mem = newMemory(rt, on, cfg, c.probes, c.log, c.refused)
+	c.mem = newMemory(rt, on, api, cfg, c.probes, c.log, c.refused)
 	c.mem.vmm = driverVMM(real)
 	if c.broken == nil {
 		c.describeSettings()

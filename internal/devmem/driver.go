@@ -16,19 +16,19 @@ type appRuntime interface {
 	GetDeviceCount() (int, interpose.Error)
 }
 
-// openRuntime returns the real CUDA over the front's table, and its form
-// for the core's own calls on a device: the runtime when the process has
-// one, else the driver in each device's primary context.
-func openRuntime(table unsafe.Pointer) (appRuntime, onDevice, error) {
+// openRuntime returns the real CUDA over the front's table, its form for
+// the core's own calls on a device, and the API both call: the runtime when
+// the process has one, else the driver in each device's primary context.
+func openRuntime(table unsafe.Pointer) (appRuntime, onDevice, API, error) {
 	rt, err := interpose.NewRuntime(table)
 	if err == nil {
-		return rt, func(ordinal int) realRuntime { return rt.On(ordinal) }, nil
+		return rt, func(ordinal int) realRuntime { return rt.On(ordinal) }, RuntimeAPI, nil
 	}
 	drv, derr := interpose.NewDriverRuntime(table)
 	if derr != nil {
-		return nil, nil, fmt.Errorf("%w, and the driver cannot serve instead: %w", err, derr)
+		return nil, nil, 0, fmt.Errorf("%w, and the driver cannot serve instead: %w", err, derr)
 	}
-	return drv, func(ordinal int) realRuntime { return drv.On(ordinal) }, nil
+	return drv, func(ordinal int) realRuntime { return drv.On(ordinal) }, DriverAPI, nil
 }
 
 // TotalMem is what cuDeviceTotalMem reports for a device whose real total

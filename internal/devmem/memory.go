@@ -123,6 +123,7 @@ type refusalFunc func(call string, size uint64, device int, used, quota uint64)
 type memory struct {
 	rt      realRuntime // the application's calls, passed through
 	on      onDevice    // the core's own calls
+	calls   *coreCalls  // the names of the functions rt and on call
 	vmm     openVMM     // the pool's virtual memory management; nil: none
 	cfg     config.Config
 	probes  probeSink
@@ -164,8 +165,9 @@ func charge(size uint64) uint64 {
 	return (size + granule - 1) / granule * granule
 }
 
-func newMemory(rt realRuntime, on onDevice, cfg config.Config, probes probeSink, log *logrus.Logger, refused refusalFunc) *memory {
-	m := &memory{rt: rt, on: on, cfg: cfg, probes: probes, log: log, refused: refused, index: newAddrIndex()}
+// newMemory serves the application over rt and on, which call CUDA's api.
+func newMemory(rt realRuntime, on onDevice, api API, cfg config.Config, probes probeSink, log *logrus.Logger, refused refusalFunc) *memory {
+	m := &memory{rt: rt, on: on, calls: &coreCallNames[api], cfg: cfg, probes: probes, log: log, refused: refused, index: newAddrIndex()}
 	m.live.Store(&[]*device{})
 	return m
 }
@@ -275,7 +277,7 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	}
 	opt.Observer = &observer{d: d, probes: m.probes, failed: m.backingFailed(d)}
 	opt.Ledger = d.ledger
-	d.back = newBacking(relaxedCalls{rt}, d, m.index)
+	d.back = newBacking(relaxedCalls{rt}, d, m.index, m.calls)
 	if sc, ok := rt.(streamContexts); ok {
 		d.back.contexts, d.back.ctx = sc, sc.Context()
 	}
@@ -519,7 +521,7 @@ func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, inter
 			// The device said it has no managed memory, and made some: the
 			// quota's refusal stands.
 			if rc := m.rt.Free(p); rc != interpose.Success {
-				m.log.Errorf("cudaFree of managed memory made beyond the quota of device %d: %v", d.ordinal, rc)
+				m.log.Errorf("%s of managed memory made beyond the quota of device %d: %v", m.calls.free, d.ordinal, rc)
 			}
 		}
 		used := d.ledger.used()

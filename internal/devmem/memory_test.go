@@ -273,6 +273,12 @@ type testMemory struct {
 
 func newTestMemory(t testing.TB, rt realRuntime, env ...string) testMemory {
 	t.Helper()
+	return newTestMemoryOver(t, RuntimeAPI, rt, env...)
+}
+
+// newTestMemoryOver is newTestMemory with rt calling api's functions.
+func newTestMemoryOver(t testing.TB, api API, rt realRuntime, env ...string) testMemory {
+	t.Helper()
 	cfg, err := config.Parse(env)
 	if err != nil {
 		t.Fatal(err)
@@ -284,7 +290,7 @@ func newTestMemory(t testing.TB, rt realRuntime, env ...string) testMemory {
 	log.SetOutput(logged)
 	probes := &probeLog{}
 	on := func(int) realRuntime { return rt }
-	m := newMemory(rt, on, cfg, probes, log, func(_ string, size uint64, device int, used, quota uint64) {
+	m := newMemory(rt, on, api, cfg, probes, log, func(_ string, size uint64, device int, used, quota uint64) {
 		mu.Lock()
 		refusals = append(refusals, refusal{size, used, quota, device})
 		mu.Unlock()
@@ -823,6 +829,29 @@ func TestFailuresReportedAndWarned(t *testing.T) {
 	m.adopt(0x9000, 4096, -1)
 	if log := m.logged.String(); !strings.Contains(log, "stays allocated") || !strings.Contains(log, "cannot be counted") {
 		t.Errorf("warnings: %q", log)
+	}
+}
+
+// A failed release names the function the core called: cuMemFree_v2 in a
+// process with only the driver, cudaFree with the runtime.
+func TestFailedReleaseNamesTheCoreCall(t *testing.T) {
+	for _, c := range []struct {
+		api       API
+		call, not string
+	}{
+		{RuntimeAPI, "cudaFree(", "cuMemFree_v2"},
+		{DriverAPI, "cuMemFree_v2(", "cudaFree"},
+	} {
+		rt := newFake(1 << 30)
+		m := newTestMemoryOver(t, c.api, rt, "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_POOL_RELEASE_THRESHOLD=0")
+		a, _ := m.malloc(request{size: 4096})
+		m.free(a, 0, false)
+		rt.failFree = interpose.ErrorUnknown
+		m.deviceSynchronize(0) // releases the empty segment, which fails
+		log := m.logged.String()
+		if !strings.Contains(log, "stays allocated") || !strings.Contains(log, c.call) || strings.Contains(log, c.not) {
+			t.Errorf("API %d: want %q, not %q, in %q", c.api, c.call, c.not, log)
+		}
 	}
 }
 
