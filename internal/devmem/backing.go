@@ -73,7 +73,7 @@ type backing struct {
 	contexts streamContexts
 	ctx      uint64
 	streams  *streamSet // the application's streams, with their contexts
-	calls    *coreCalls // the names of the functions rt calls, for errors
+	calls    *apiCalls  // the names of the functions rt calls, for errors
 
 	// mu guards what the core also reaches outside the pool's lock.
 	mu sync.Mutex
@@ -111,34 +111,35 @@ type streamContexts interface {
 	FreeAsyncInContext(ctx uint64, p interpose.DevicePtr) interpose.Error
 }
 
-// coreCalls names the CUDA functions the core's own calls make, so that an
-// error names the call that failed: over the driver (a process without the
-// runtime, see openRuntime) they are the driver's, never cudaMalloc.
-type coreCalls struct {
-	malloc, free, mallocAsync, freeAsync string
-	synchronize, streamQuery, eventQuery string
-	freeHost                             string
-	managedSpill, pinnedSpill            string // the memory a spill makes, and its calls
+// apiCalls names CUDA's functions in one API, so that a line names the
+// call it is about: those the application calls (its refusals), and those
+// the core's own calls make (their failures), which over the driver (a
+// process without the runtime, see openRuntime) are the driver's too.
+type apiCalls struct {
+	malloc, mallocManaged, mallocAsync, mallocPitch string
+	free, freeAsync, freeHost                       string
+	synchronize, streamQuery, eventQuery            string
+	managedSpill, pinnedSpill                       string // the memory a spill makes, and its calls
 }
 
-var coreCallNames = [...]coreCalls{
+var apiCallNames = [...]apiCalls{
 	RuntimeAPI: {
-		malloc: "cudaMalloc", free: "cudaFree", mallocAsync: "cudaMallocAsync", freeAsync: "cudaFreeAsync",
+		malloc: "cudaMalloc", mallocManaged: "cudaMallocManaged", mallocAsync: "cudaMallocAsync", mallocPitch: "cudaMallocPitch",
+		free: "cudaFree", freeAsync: "cudaFreeAsync", freeHost: "cudaFreeHost",
 		synchronize: "cudaDeviceSynchronize", streamQuery: "cudaStreamQuery", eventQuery: "cudaEventQuery",
 		managedSpill: "managed memory (cudaMallocManaged, cudaMemAdvise)",
 		pinnedSpill:  "pinned memory (cudaHostAlloc, cudaHostGetDevicePointer)",
-		freeHost:     "cudaFreeHost",
 	},
 	DriverAPI: {
-		malloc: "cuMemAlloc_v2", free: "cuMemFree_v2", mallocAsync: "cuMemAllocAsync", freeAsync: "cuMemFreeAsync",
+		malloc: "cuMemAlloc_v2", mallocManaged: "cuMemAllocManaged", mallocAsync: "cuMemAllocAsync", mallocPitch: "cuMemAllocPitch_v2",
+		free: "cuMemFree_v2", freeAsync: "cuMemFreeAsync", freeHost: "cuMemFreeHost",
 		synchronize: "cuCtxSynchronize", streamQuery: "cuStreamQuery", eventQuery: "cuEventQuery",
 		managedSpill: "managed memory (cuMemAllocManaged, cuMemAdvise)",
 		pinnedSpill:  "pinned memory (cuMemHostAlloc, cuMemHostGetDevicePointer_v2)",
-		freeHost:     "cuMemFreeHost",
 	},
 }
 
-func newBacking(rt realRuntime, d *device, index *addrIndex, calls *coreCalls) *backing {
+func newBacking(rt realRuntime, d *device, index *addrIndex, calls *apiCalls) *backing {
 	return &backing{rt: rt, ordinal: d.ordinal, ledger: d.ledger, dev: d, index: index, calls: calls,
 		pinned: map[uint64]uint64{}, promoted: map[uint64]uint64{}}
 }

@@ -34,24 +34,12 @@ const (
 	DriverAPI
 )
 
-// allocCalls names each allocKind's function in each API.
-var allocCalls = [...][4]string{
-	RuntimeAPI: {"cudaMalloc", "cudaMallocManaged", "cudaMallocAsync", "cudaMallocPitch"},
-	DriverAPI:  {"cuMemAlloc_v2", "cuMemAllocManaged", "cuMemAllocAsync", "cuMemAllocPitch_v2"},
-}
-
 // freeCall names the free the application called in api.
 func freeCall(api API, async bool) string {
-	switch {
-	case api == DriverAPI && async:
-		return "cuMemFreeAsync"
-	case api == DriverAPI:
-		return "cuMemFree_v2"
-	case async:
-		return "cudaFreeAsync"
-	default:
-		return "cudaFree"
+	if async {
+		return apiCallNames[api].freeAsync
 	}
+	return apiCallNames[api].free
 }
 
 // request is one allocation call.
@@ -123,7 +111,7 @@ type refusalFunc func(call string, size uint64, device int, used, quota uint64)
 type memory struct {
 	rt      realRuntime // the application's calls, passed through
 	on      onDevice    // the core's own calls
-	calls   *coreCalls  // the names of the functions rt and on call
+	calls   *apiCalls   // the names of the functions rt and on call
 	vmm     openVMM     // the pool's virtual memory management; nil: none
 	cfg     config.Config
 	probes  probeSink
@@ -167,7 +155,7 @@ func charge(size uint64) uint64 {
 
 // newMemory serves the application over rt and on, which call CUDA's api.
 func newMemory(rt realRuntime, on onDevice, api API, cfg config.Config, probes probeSink, log *logrus.Logger, refused refusalFunc) *memory {
-	m := &memory{rt: rt, on: on, calls: &coreCallNames[api], cfg: cfg, probes: probes, log: log, refused: refused, index: newAddrIndex()}
+	m := &memory{rt: rt, on: on, calls: &apiCallNames[api], cfg: cfg, probes: probes, log: log, refused: refused, index: newAddrIndex()}
 	m.live.Store(&[]*device{})
 	return m
 }
@@ -478,7 +466,11 @@ func (m *memory) awaitReset() {
 }
 
 // call names the function the application called for r.
-func (r request) call() string { return allocCalls[r.api][r.kind] }
+func (r request) call() string {
+	names := &apiCallNames[r.api]
+	return [...]string{kindDevice: names.malloc, kindManaged: names.mallocManaged,
+		kindAsync: names.mallocAsync, kindPitch: names.mallocPitch}[r.kind]
+}
 
 // failed logs a refusal of call (the probe point fired in the pool's
 // observer) and returns the CUDA error.

@@ -41,6 +41,18 @@ func startCopying(t *testing.T, workload string, underShim bool) int {
 	return cmd.Process.Pid
 }
 
+// otherCalls counts the calls of sum that `simworkload copies` does not
+// make: any is a call of a layer below counted as the program's.
+func otherCalls(sum *bpf.Summary) uint64 {
+	var others uint64
+	for fn, n := range sum.Calls {
+		if fn != "cudaMalloc" && fn != "cudaMemcpy" && fn != "cudaFree" {
+			others += n
+		}
+	}
+	return others
+}
+
 // A session attached to a program that calls through the shim all the while
 // counts each call once, where the program makes it: the shim, the runtime
 // and the driver it maps are all probed before its calls are recorded, so
@@ -67,14 +79,8 @@ func TestAttachWhileCallingCountsOutermostLayer(t *testing.T) {
 			t.Fatal(err)
 		}
 		mallocs, copies, frees := sum.Calls["cudaMalloc"], sum.Calls["cudaMemcpy"], sum.Calls["cudaFree"]
-		var others uint64
-		for fn, n := range sum.Calls {
-			if fn != "cudaMalloc" && fn != "cudaMemcpy" && fn != "cudaFree" {
-				others += n
-			}
-		}
 		near := func(a, b uint64) bool { return a <= b+2 && b <= a+2 }
-		if others > 1 || !near(copies, mallocs) || !near(frees, mallocs) || sum.Unpaired != 0 {
+		if otherCalls(sum) > 1 || !near(copies, mallocs) || !near(frees, mallocs) || sum.Unpaired != 0 {
 			t.Errorf("session %d: calls = %v, unpaired %d; the program calls only cudaMalloc, cudaMemcpy and cudaFree in turn (drops %d)",
 				session, sum.Calls, sum.Unpaired, sum.Drops)
 		}
@@ -262,13 +268,7 @@ func TestTraceFollowsExec(t *testing.T) {
 	// is up to the scheduler: three sessions make a miss unlikely.
 	for session := range 3 {
 		sum := traceExec(t, workload)
-		var others uint64
-		for fn, n := range sum.Calls {
-			if fn != "cudaMalloc" && fn != "cudaMemcpy" && fn != "cudaFree" {
-				others += n
-			}
-		}
-		if others > 1 || sum.Calls["cudaMalloc"] == 0 {
+		if otherCalls(sum) > 1 || sum.Calls["cudaMalloc"] == 0 {
 			t.Errorf("session %d: calls = %v; the program calls only cudaMalloc, cudaMemcpy and cudaFree (drops %d)",
 				session, sum.Calls, sum.Drops)
 		}
@@ -280,17 +280,7 @@ func TestTraceFollowsExec(t *testing.T) {
 func traceExec(t *testing.T, workload string) *bpf.Summary {
 	t.Helper()
 	cmd := harness.Command(t, "/bin/sh", "-c", `read go && exec "$0" copies`, workload)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	stdin, stdout, _ := harness.StartPiped(t, cmd)
 	defer func() {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
@@ -307,7 +297,7 @@ func traceExec(t *testing.T, workload string) *bpf.Summary {
 	if _, err := stdin.Write([]byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
-	if !bufio.NewScanner(stdout).Scan() {
+	if !stdout.Scan() {
 		t.Fatal("simworkload copies ended before its first round")
 	}
 	if err := tr.Rescan(); err != nil {
