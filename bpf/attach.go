@@ -46,14 +46,9 @@ func (t *Tracer) Rescan() error {
 // while they are being attached is then counted at its own layer, never as
 // the calls that layer makes below while serving it.
 func (t *Tracer) ScanProcess(pid int) error {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	maps, err := processMaps(pid)
 	if err != nil {
-		return fmt.Errorf("scan pid %d: %w", pid, err)
-	}
-	maps, err := parseMaps(f)
-	f.Close()
-	if err != nil {
-		return fmt.Errorf("scan pid %d: %w", pid, err)
+		return fmt.Errorf("scan: %w", err)
 	}
 	var (
 		errs   []error
@@ -113,14 +108,9 @@ func (t *Tracer) Files() []string {
 // functions (a CUDA runtime or driver, or the shim), and the shim's probe
 // points (it runs under Spillway).
 func (t *Tracer) Probed(pid int) (api, probePoints bool, err error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	maps, err := processMaps(pid)
 	if err != nil {
-		return false, false, fmt.Errorf("pid %d: %w", pid, err)
-	}
-	maps, err := parseMaps(f)
-	f.Close()
-	if err != nil {
-		return false, false, fmt.Errorf("pid %d: %w", pid, err)
+		return false, false, err
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -420,8 +410,11 @@ func procStat(id int) (state byte, parent int, err error) {
 	}
 	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
 	i := strings.LastIndexByte(string(data), ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected %q", id, data)
+	}
 	fields := strings.Fields(string(data[i+1:]))
-	if i < 0 || len(fields) < 2 || len(fields[0]) != 1 {
+	if len(fields) < 2 || len(fields[0]) != 1 {
 		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected %q", id, data)
 	}
 	parent, err = strconv.Atoi(fields[1])

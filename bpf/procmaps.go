@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 )
@@ -14,6 +15,20 @@ type mapping struct {
 	dev        string // "major:minor", in hex as the kernel prints it
 	inode      uint64
 	path       string
+}
+
+// processMaps returns the executable mappings of files in process pid.
+func processMaps(pid int) ([]mapping, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/maps", pid))
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	defer f.Close()
+	maps, err := parseMaps(f)
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	return maps, nil
 }
 
 // parseMaps returns the executable mappings of files in a /proc/PID/maps
