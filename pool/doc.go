@@ -249,8 +249,11 @@
 // devices) under it only where blocks that are not free lie. Blocks,
 // splitting, merging, the indexes, the stream caches and the pending queue
 // work on addresses as they do on segments; a huge block is split like any
-// other, since a split arena strands no physical memory. Each granule counts
-// the bytes of the live, pending and stream-owned blocks on it:
+// other, since a split arena strands no physical memory. A granule holds
+// used bytes (of live, pending and stream-owned blocks) exactly when no free
+// block covers it whole, since free neighbours always merge; so the pool
+// keeps no count per granule, and a block placed or freed on the granules a
+// free block shares with its neighbours, the common case, reads none:
 //
 //   - A block handed out gets the unmapped granules under it mapped, each
 //     with physical memory taken, in order, from the free granules (mapped
@@ -261,9 +264,9 @@
 //     physical memory behind one range (GMLake's virtual memory stitching),
 //     and the pointer handed out never moves.
 //   - A block that becomes free (a Free after a synchronization, a FreeAsync
-//     after its marker or a synchronization) leaves its granules; a granule
-//     left with no used byte becomes idle, still mapped, so a block placed
-//     there again costs no mapping.
+//     after its marker or a synchronization) merges with its free
+//     neighbours; a granule of it the merged block covers whole becomes
+//     idle, still mapped, so a block placed there again costs no mapping.
 //
 // CUDA's rules hold for remapped memory as for segments: only an idle
 // granule is ever unmapped, and a granule is idle only when every block on it

@@ -101,6 +101,7 @@ func (p *Pool) migrate() {
 			cold = append(cold, s.g)
 		}
 	}
+	moved := p.stats.DemotedTotal + p.stats.PromotedTotal
 	var err error
 	if short := reserve + len(hot) - p.deviceRoom(); short > 0 {
 		err = p.demote(short, epoch)
@@ -111,8 +112,28 @@ func (p *Pool) migrate() {
 	if err == nil {
 		err = p.promoteGranules(cold, reserve)
 	}
+	if p.stats.DemotedTotal+p.stats.PromotedTotal != moved {
+		p.countHostLive()
+	}
 	if err != nil {
 		p.tellFailure(err)
+	}
+}
+
+// countHostLive counts the bytes of live blocks on host granules again, once
+// granules have moved between device and host under live blocks.
+func (p *Pool) countHostLive() {
+	v := p.virt
+	v.hostLive = 0
+	for _, seg := range p.segs {
+		if seg.granules == nil {
+			continue
+		}
+		for b := seg.head; b != nil; b = b.nextPhys {
+			if b.state == stateLive {
+				v.hostLive += v.hostShare(seg, b.base, b.size)
+			}
+		}
 	}
 }
 
@@ -127,11 +148,25 @@ func (p *Pool) deviceRoom() int {
 // coldest first (ties: lowest address), never one that is hot in the
 // interval that just ended, and stops early at the host limit.
 func (p *Pool) demote(n int, epoch uint64) error {
+	v := p.virt
 	var cands []*granule
 	for _, seg := range p.segs {
-		for i := range seg.granules {
-			if g := &seg.granules[i]; g.mapped && !g.host && g.used > 0 && g.hot != epoch {
-				cands = append(cands, g)
+		if seg.granules == nil {
+			continue
+		}
+		// Blocks lie in address order, so a granule shared by consecutive
+		// live blocks comes up twice in a row.
+		var last *granule
+		for b := seg.head; b != nil; b = b.nextPhys {
+			if b.state != stateLive {
+				continue
+			}
+			first, end := v.granuleRange(seg, b.base, b.size)
+			for i := first; i <= end; i++ {
+				if g := &seg.granules[i]; g != last && !g.host && g.hot != epoch {
+					cands = append(cands, g)
+					last = g
+				}
 			}
 		}
 	}
@@ -163,7 +198,6 @@ func (p *Pool) demoteGranule(g *granule) error {
 	}
 	v.free = append(v.free, g.handle)
 	g.handle, g.host = h, true
-	v.hostLive += g.used // nothing is pending or stream-owned: its used bytes are live
 	p.stats.DemotedTotal += v.gran
 	p.spilledGranule(g)
 	return nil
@@ -191,7 +225,6 @@ func (p *Pool) promoteGranules(granules []*granule, keep int) error {
 		}
 		host := g.handle
 		g.handle, g.host = h, false
-		v.hostLive -= g.used
 		p.releaseHostGranule(host)
 		g.spillN = 0
 		v.spilledNow--

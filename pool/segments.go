@@ -134,7 +134,7 @@ func (p *Pool) trim() {
 // neighbours, and notes an empty segment.
 func (p *Pool) makeFree(b *block) {
 	seg := b.seg
-	p.becomeFree(b)
+	base, size := b.base, b.size // the bytes made free, before merging
 	idx := &p.idx[seg.class]
 	if prev := b.prevPhys; prev != nil && prev.state == stateFree {
 		idx.remove(prev)
@@ -147,6 +147,9 @@ func (p *Pool) makeFree(b *block) {
 	b.state = stateFree
 	b.cache = nil
 	idx.insert(b)
+	if seg.granules != nil && p.virt.leftWhole(b, base, size) {
+		p.granulesLeft(b, base, size)
+	}
 	if b.prevPhys == nil && b.nextPhys == nil { // the segment is empty
 		if seg.granules != nil {
 			p.arenaEmptied(b)

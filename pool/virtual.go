@@ -58,7 +58,6 @@ var errNoPhysical = errors.New("no physical granule available")
 // granule is one granularity-sized piece of an arena's address range.
 type granule struct {
 	va      uint64
-	used    uint64 // bytes of blocks on it that are not free (live, pending, stream-owned)
 	handle  uint64 // physical memory mapped here, when mapped
 	mapped  bool
 	host    bool   // the memory mapped here is host-located (spilled)
@@ -428,6 +427,45 @@ func (v *virtualMemory) granuleRange(seg *segment, base, size uint64) (first, la
 	return (base - seg.base) >> shift, (base + size - 1 - seg.base) >> shift
 }
 
+// wholeGranules returns the indexes [lo, hi) of the granules that b, a free
+// block of an arena, covers whole (none when lo >= hi). Granules are not
+// counted byte by byte: blocks tile an arena and free neighbours always
+// merge, so a granule holds bytes of blocks that are not free (live, pending,
+// stream-owned) exactly when no free block covers it whole. Carving a block
+// out of b can therefore put used bytes only on these granules, and freeing
+// bytes can leave a granule unused only where the free block they merge
+// into covers it whole.
+func (v *virtualMemory) wholeGranules(b *block) (lo, hi uint64) {
+	shift := v.shift & 63 // always below 64: spares the compiler's check
+	return (b.base - b.seg.base + v.gran - 1) >> shift, (b.base + b.size - b.seg.base) >> shift
+}
+
+// onShared reports whether the first size bytes of b, a free block of an
+// arena, lie only on granules b shares with the blocks around it (newlyUsed
+// finds none), which are mapped and in use: they end before b's first
+// whole granule, or b has none.
+func (v *virtualMemory) onShared(b *block, size uint64) bool {
+	head := alignUp(b.base, v.gran) // the end of the granule b starts in, or b.base
+	return b.base+size <= head || b.base+b.size < head+v.gran
+}
+
+// leftWhole reports whether b, a free block of an arena, covers whole a
+// granule that the bytes [base, base+size), just made free and merged into
+// it, lie on (granulesLeft has work to do).
+func (v *virtualMemory) leftWhole(b *block, base, size uint64) bool {
+	lo, hi := alignUp(b.base, v.gran), (b.base+b.size)&^(v.gran-1)
+	return max(base, lo) < min(base+size, hi)
+}
+
+// newlyUsed returns the indexes [from, to) of the granules under the first
+// size bytes of b, a free block of an arena, that b covers whole: those the
+// bytes would be the first to use (none when from >= to).
+func (v *virtualMemory) newlyUsed(b *block, size uint64) (from, to uint64) {
+	first, last := v.granuleRange(b.seg, b.base, size)
+	lo, hi := v.wholeGranules(b)
+	return max(first, lo), min(last+1, hi)
+}
+
 // shortage counts the granules under the first bytes of a block that are
 // not device memory mapped and in use (shortOf).
 type shortage struct {
@@ -441,6 +479,9 @@ type shortage struct {
 func (v *virtualMemory) shortOf(b *block, size uint64) (s shortage) {
 	if b.state != stateFree || b.seg.granules == nil {
 		return s
+	}
+	if v.hostGranules == 0 && v.onShared(b, size) {
+		return s // on granules in use, none of them host memory
 	}
 	first, last := v.granuleRange(b.seg, b.base, size)
 	for i := first; i <= last; i++ {
@@ -457,9 +498,10 @@ func (v *virtualMemory) shortOf(b *block, size uint64) (s shortage) {
 }
 
 // commit maps physical memory under the first size bytes of b, which is about
-// to be handed out, and counts those bytes as used; short is shortOf(b, size),
-// taken since the last change to the granules. A stream-owned block is
-// already counted, and so is the reserve, a fixed segment. It fails with errNoPhysical, changing nothing, when the
+// to be handed out, and counts the granules they newly use (granulesTaken);
+// short is shortOf(b, size), taken since the last change to the granules. A
+// stream-owned block's granules are in use already, and the reserve is a
+// fixed segment. It fails with errNoPhysical, changing nothing, when the
 // granules free, idle or within the quota cannot cover the block.
 func (p *Pool) commit(b *block, size uint64, short shortage, spill bool) error {
 	if b.state != stateFree || b.seg.granules == nil {
@@ -473,7 +515,7 @@ func (p *Pool) commit(b *block, size uint64, short shortage, spill bool) error {
 		// The common case: every granule under the block is mapped and in
 		// use, so there is nothing to find, take or map (nor to ask the
 		// ledger, whose lock costs more than the rest).
-		p.useGranules(seg, b.base, size)
+		p.granulesTaken(b, size)
 		return nil
 	}
 	if spare := uint64(len(v.free) + v.idle.n - idleHere); uint64(need) > spare {
@@ -502,10 +544,11 @@ func (p *Pool) commit(b *block, size uint64, short shortage, spill bool) error {
 		if err := p.mapGranule(g, spill); err != nil {
 			// The block is not handed out: what is mapped so far stays
 			// mapped, idle, except spilled memory, which goes back.
+			from, to := v.newlyUsed(b, size)
 			for j := first; j <= last; j++ {
 				g := &seg.granules[j]
 				g.newHost = false
-				if g.mapped && g.used == 0 && !g.inIdle {
+				if j >= from && j < to && g.mapped && !g.inIdle {
 					p.granuleUnused(g)
 				}
 			}
@@ -514,7 +557,7 @@ func (p *Pool) commit(b *block, size uint64, short shortage, spill bool) error {
 		g.newHost = g.host
 		hostMapped = hostMapped || g.host
 	}
-	p.useGranules(seg, b.base, size)
+	p.granulesTaken(b, size)
 	if hostMapped {
 		p.reportSpill(seg, first, last)
 	}
@@ -671,68 +714,53 @@ func (p *Pool) unmapGranule(g *granule) error {
 	return nil
 }
 
-// useMapped counts the first size bytes of b, a cached block about to be
-// handed out, as used on its granules and reports true when those granules
-// all are device memory mapped and in use; otherwise it changes nothing and
-// reports false. It reports true for a stream-owned block, whose memory is
-// mapped and used, and for the reserve, a fixed segment. It is shortOf and
-// commit at once, for the block most placements find.
+// useMapped reports whether the first size bytes of b, a cached block about
+// to be handed out, lie on device granules mapped and in use, and then stamps
+// them hot for migration; otherwise it changes nothing. It reports true for a
+// stream-owned block, whose memory is mapped and used, and for the reserve,
+// a fixed segment. It is shortOf and commit at once, for the block most
+// placements find: when the bytes lie only on the granules b shares with the
+// blocks around it (wholeGranules), not one granule is read.
 func (p *Pool) useMapped(b *block, size uint64) bool {
 	seg := b.seg
 	if b.state != stateFree || seg.granules == nil {
 		return true
 	}
 	v := p.virt
-	first, last := v.granuleRange(seg, b.base, size)
-	if first == last {
-		// Most blocks lie on one granule: all their bytes are its.
-		g := &seg.granules[first]
-		if !g.mapped || g.inIdle || g.host {
-			return false
-		}
-		v.useGranule(g, size)
-		return true
+	if !v.onShared(b, size) {
+		return false // on a granule with no used byte: idle or not mapped
 	}
-	for i := first; i <= last; i++ {
-		if g := &seg.granules[i]; !g.mapped || g.inIdle || g.host {
-			return false
+	if v.hostGranules != 0 {
+		first, last := v.granuleRange(seg, b.base, size)
+		for i := first; i <= last; i++ {
+			if seg.granules[i].host {
+				return false
+			}
 		}
 	}
-	p.useGranules(seg, b.base, size)
+	if p.migration != nil {
+		v.stampHot(seg, b.base, size)
+	}
 	return true
 }
 
-// useGranules adds the bytes of [base, base+size) to the used bytes of the
-// granules they lie on. (Adding and removing used bytes are separate
-// functions, small enough for the compiler to inline each granule's update,
-// since every allocation and every free passes here.)
-func (p *Pool) useGranules(seg *segment, base, size uint64) {
+// granulesTaken is called when the first size bytes of b, a free block, are
+// about to be handed out with every granule under them mapped: those that b
+// covered whole now hold used bytes. With migration, every granule under
+// them is stamped hot.
+func (p *Pool) granulesTaken(b *block, size uint64) {
 	v := p.virt
-	first, last := v.granuleRange(seg, base, size)
-	if first == last {
-		// Most blocks lie on one granule: all their bytes are its.
-		v.useGranule(&seg.granules[first], size)
-		return
-	}
-	for i := first; i <= last; i++ {
-		g := &seg.granules[i]
-		v.useGranule(g, min(base+size, g.va+v.gran)-max(base, g.va))
-	}
-}
-
-// useGranule adds n used bytes to granule g, on which a block is handed out:
-// it stamps it hot and counts the granules holding used bytes.
-func (v *virtualMemory) useGranule(g *granule, n uint64) {
-	if g.used == 0 {
-		v.inUse++
+	if from, to := v.newlyUsed(b, size); from < to {
+		v.inUse += to - from
 		v.inUsePeak = max(v.inUsePeak, v.inUse)
 	}
-	g.used += n
-	g.hot = v.epoch
+	if p.migration != nil {
+		v.stampHot(b.seg, b.base, size)
+	}
 }
 
 // stampHot marks the granules under [base, base+size) of seg as handed out
-// on in the current interval (see migrate), as useGranules does.
+// on in the current interval (see migrate).
 func (v *virtualMemory) stampHot(seg *segment, base, size uint64) {
 	if seg.granules == nil {
 		return
@@ -743,27 +771,16 @@ func (v *virtualMemory) stampHot(seg *segment, base, size uint64) {
 	}
 }
 
-// unuseGranules removes the bytes of [base, base+size) from the used bytes
-// of the granules they lie on.
-func (p *Pool) unuseGranules(seg *segment, base, size uint64) {
+// granulesLeft is called when the bytes [base, base+size) of an arena have
+// become free and merged into the free block b: the granules they lie on
+// that b covers whole hold no used byte any more.
+func (p *Pool) granulesLeft(b *block, base, size uint64) {
 	v := p.virt
-	first, last := v.granuleRange(seg, base, size)
-	if first == last {
-		p.unuseGranule(&seg.granules[first], size)
-		return
-	}
-	for i := first; i <= last; i++ {
-		g := &seg.granules[i]
-		p.unuseGranule(g, min(base+size, g.va+v.gran)-max(base, g.va))
-	}
-}
-
-// unuseGranule removes n used bytes from granule g. A granule left with no
-// used bytes becomes idle, still mapped (granuleUnused).
-func (p *Pool) unuseGranule(g *granule, n uint64) {
-	if g.used -= n; g.used == 0 {
-		p.virt.inUse--
-		p.granuleUnused(g)
+	first, last := v.granuleRange(b.seg, base, size)
+	lo, hi := v.wholeGranules(b)
+	for i := max(first, lo); i <= last && i < hi; i++ {
+		v.inUse--
+		p.granuleUnused(&b.seg.granules[i])
 	}
 }
 
@@ -798,14 +815,6 @@ func (p *Pool) reportHostFree(g *granule) {
 	v.spilledNow--
 	if p.obs != nil {
 		p.obs.Free(g.va, v.gran, TierPinned)
-	}
-}
-
-// becomeFree is called when a block of a virtual segment becomes reusable by
-// anyone (its free is known complete): its bytes no longer hold granules.
-func (p *Pool) becomeFree(b *block) {
-	if b.seg.granules != nil {
-		p.unuseGranules(b.seg, b.base, b.size)
 	}
 }
 
