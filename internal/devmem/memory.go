@@ -282,15 +282,20 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 	if migrate && m.cfg.VMM && m.cfg.Pool && vb == nil {
 		m.log.Warnf("device %d: %s has no effect: the pool uses fixed segments (%s=debug says why)", ordinal, config.EnvMigrate, config.EnvLogLevel)
 	}
-	p, err := pool.New(back, opt)
+	// A setting invalid for this device's total (which pool.New may accept)
+	// leaves it without a pool.
+	var p *pool.Pool
+	err := deviceSettingError(m.cfg, ordinal, total)
+	if err == nil {
+		if p, err = pool.New(back, opt); err != nil {
+			err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
+		}
+	}
 	if herr := d.ledger.usePool(d.back, p); herr != nil {
 		m.log.Warnf("device %d: host memory of the program's cuMemCreate made before a reset: %v", ordinal, herr)
 	}
 	if err != nil {
-		d.err = deviceSettingError(m.cfg, ordinal, total)
-		if d.err == nil {
-			d.err = fmt.Errorf("invalid pool settings for device %d (quota %d bytes): %w", ordinal, d.quota, err)
-		}
+		d.err = err
 		m.sayInvalid(ordinal, d.err)
 	}
 	d.pool = p
@@ -306,17 +311,19 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 
 // deviceSettingError is the setting found invalid once a device's total is
 // known, which leaves the device without a pool: a percentage quota that is
-// no byte of it, or a reserve above its quota. Nil when none is.
+// less of it than the smallest allocation, or a reserve above its quota. Nil
+// when none is.
 func deviceSettingError(cfg config.Config, ordinal int, total uint64) error {
 	limit := cfg.LimitFor(ordinal)
 	quota := total
 	if limit.IsSet() {
 		quota = limit.Resolve(total)
 	}
-	if limit.IsSet() && quota == 0 {
+	if limit.IsSet() && quota < config.AllocationUnit {
 		name := limitVariable(cfg, ordinal)
 		return &config.Error{Name: name, Value: limit.String(),
-			Reason:  fmt.Sprintf("that is 0 bytes of device %d's %s, which would refuse every allocation", ordinal, config.FormatBytes(total)),
+			Reason: fmt.Sprintf("that is %d bytes of device %d's %s, less than the smallest allocation (%d bytes), which would refuse every allocation",
+				quota, ordinal, config.FormatBytes(total), config.AllocationUnit),
 			Example: name + "=8GiB"}
 	}
 	if cfg.PoolReserve > quota {

@@ -437,6 +437,7 @@ func TestTakeOnDeviceWithInvalidSetting(t *testing.T) {
 	for _, env := range [][]string{
 		{"SPILLWAY_MEMORY_LIMIT=10%", "SPILLWAY_POOL_RESERVE=512MiB"}, // a reserve above the quota
 		{"SPILLWAY_MEMORY_LIMIT=0.0000000001%"},                       // a quota of no byte
+		{"SPILLWAY_MEMORY_LIMIT=0.00001%"},                            // 107 bytes: less than any allocation
 	} {
 		m := newTestMemory(t, newFake(1<<30), env...)
 		c := &Core{mem: m.memory}

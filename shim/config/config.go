@@ -466,6 +466,11 @@ func parseLimit(value string) (Limit, string) {
 	if n == 0 {
 		return Limit{}, "a quota of zero bytes would refuse every allocation; leave the quota unset for no limit"
 	}
+	if n < AllocationUnit {
+		// "8" is most often 8GiB with its unit forgotten, or written as a
+		// separate word (--memory-limit 8 GiB).
+		return Limit{}, fmt.Sprintf("a quota of %d bytes, less than the smallest allocation (%d bytes), would refuse every allocation; %s", n, AllocationUnit, limitHelp)
+	}
 	return Limit{Bytes: n}, ""
 }
 

@@ -53,7 +53,7 @@ func TestParseLimit(t *testing.T) {
 		{"50%", Limit{Percent: 50}},
 		{"12.5%", Limit{Percent: 12.5}},
 		{"100%", Limit{Percent: 100}},
-		{"1", Limit{Bytes: 1}},
+		{"512", Limit{Bytes: 512}},
 	} {
 		got, err := ParseLimit("L", tc.in)
 		if err != nil || got != tc.want {
@@ -75,6 +75,8 @@ var badLimits = []struct{ value, reason string }{
 	{"   ", "empty"},
 	{"0", "zero"},
 	{"0GiB", "zero"},
+	{"8", "smallest allocation"}, // 8 GiB with its unit forgotten, or a separate word
+	{"511", "smallest allocation"},
 	{"0%", "above 0%"},
 	{"-1", "negative"},
 	{"-8GiB", "negative"},

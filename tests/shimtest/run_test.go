@@ -39,6 +39,8 @@ func TestSpillwayRunCombinations(t *testing.T) {
 		{[]string{"--vmm=maybe"}, nil, []string{`--vmm="maybe"`, "want true or false"}},
 		{[]string{"--no-such-flag"}, nil, []string{"unknown flag --no-such-flag"}},
 		{[]string{"--memory-limit", "0"}, nil, []string{`--memory-limit="0"`, "zero bytes"}},
+		// A size's unit written as a word of its own: no 8-byte quota, no program "GiB".
+		{[]string{"--memory-limit", "8", "GiB"}, nil, []string{`--memory-limit="8"`, "a quota of 8 bytes, less than the smallest allocation (512 bytes)", "8GiB"}},
 		{[]string{"--oversubscribe", "--host-limit", "0"}, nil, []string{`--host-limit="0"`, "zero bytes"}},
 		{[]string{"--pool-reserve", "0"}, nil, []string{`--pool-reserve="0"`, "zero bytes"}},
 		// A device is numbered as in SPILLWAY_MEMORY_LIMIT_<n>: digits, no sign, no leading zero.
