@@ -463,7 +463,8 @@ func TestPoolMemoryOutlivesCreatedContext(t *testing.T) {
 // allocation CUDA refuses gives its bytes back (40 MiB then fit), a free
 // CUDA refuses keeps the block counted until its context is destroyed, and
 // a cuCtxDestroy_v2 or cuCtxDetach CUDA refuses leaves the context, and
-// what it holds, counted (40 MiB more are refused).
+// what it holds, counted (40 MiB more are refused) and the context's still:
+// freed afterwards, it gives its bytes back (40 MiB then fit).
 func TestCreatedContextFailedCallsKeepCount(t *testing.T) {
 	for _, c := range []struct {
 		name, fail string
@@ -475,10 +476,12 @@ func TestCreatedContextFailedCallsKeepCount(t *testing.T) {
 		{"free", "cuMemFree_v2:1", []string{"C", "m", "40M", "f", "0", "m", "40M", "X", "0", "m", "40M"},
 			[]step{{"m", 0, cuSuccess}, {"f", 0, cuOutOfMemory}, {"m", 1, cuOutOfMemory}, {"X", 0, cuSuccess},
 				{"m", 2, cuSuccess}}},
-		{"destroy", "cuCtxDestroy_v2:1", []string{"C", "m", "40M", "X", "0", "m", "40M"},
-			[]step{{"m", 0, cuSuccess}, {"X", 0, cuOutOfMemory}, {"m", 1, cuOutOfMemory}}},
-		{"detach", "cuCtxDetach:1", []string{"C", "m", "40M", "T", "0", "m", "40M"},
-			[]step{{"m", 0, cuSuccess}, {"T", 0, cuOutOfMemory}, {"m", 1, cuOutOfMemory}}},
+		{"destroy", "cuCtxDestroy_v2:1", []string{"C", "m", "40M", "X", "0", "m", "40M", "f", "0", "m", "40M"},
+			[]step{{"m", 0, cuSuccess}, {"X", 0, cuOutOfMemory}, {"m", 1, cuOutOfMemory}, {"f", 0, cuSuccess},
+				{"m", 2, cuSuccess}}},
+		{"detach", "cuCtxDetach:1", []string{"C", "m", "40M", "T", "0", "m", "40M", "f", "0", "m", "40M"},
+			[]step{{"m", 0, cuSuccess}, {"T", 0, cuOutOfMemory}, {"m", 1, cuOutOfMemory}, {"f", 0, cuSuccess},
+				{"m", 2, cuSuccess}}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			out, _ := runScriptWith(t, ctxvmm(t, false), 64<<20, []string{"SIMCUDA_FAIL=" + c.fail}, c.ops...)
