@@ -461,7 +461,8 @@ func TestPoolMemoryOutlivesCreatedContext(t *testing.T) {
 // TestCreatedContextFailedCallsKeepCount: a call on a created context that
 // CUDA fails changes nothing, and neither does the quota's count: an
 // allocation CUDA refuses gives its bytes back (40 MiB then fit), a free
-// CUDA refuses keeps the block counted until its context is destroyed, and
+// CUDA refuses keeps the block counted until its context is destroyed (pool
+// memory, which outlives its context, until it is freed), and
 // a cuCtxDestroy_v2 or cuCtxDetach CUDA refuses leaves the context, and
 // what it holds, counted (40 MiB more are refused) and the context's still:
 // freed afterwards, it gives its bytes back (40 MiB then fit).
@@ -476,6 +477,9 @@ func TestCreatedContextFailedCallsKeepCount(t *testing.T) {
 		{"free", "cuMemFree_v2:1", []string{"C", "m", "40M", "f", "0", "m", "40M", "X", "0", "m", "40M"},
 			[]step{{"m", 0, cuSuccess}, {"f", 0, cuOutOfMemory}, {"m", 1, cuOutOfMemory}, {"X", 0, cuSuccess},
 				{"m", 2, cuSuccess}}},
+		{"pool free", "cuMemFree_v2:1", []string{"C", "y", "16M", "f", "0", "X", "0", "m", "56M", "f", "0", "m", "64M"},
+			[]step{{"y", 0, cuSuccess}, {"f", 0, cuOutOfMemory}, {"X", 0, cuSuccess}, {"m", 0, cuOutOfMemory},
+				{"f", 1, cuSuccess}, {"m", 1, cuSuccess}}},
 		{"destroy", "cuCtxDestroy_v2:1", []string{"C", "m", "40M", "X", "0", "m", "40M", "f", "0", "m", "40M"},
 			[]step{{"m", 0, cuSuccess}, {"X", 0, cuOutOfMemory}, {"m", 1, cuOutOfMemory}, {"f", 0, cuSuccess},
 				{"m", 2, cuSuccess}}},
