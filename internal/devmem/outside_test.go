@@ -250,6 +250,34 @@ func TestContextLedgerSetAsideWhileDestroyed(t *testing.T) {
 	}
 }
 
+// TestContextLedgerKeptContextFreedThenDestroyed: a context that lived on
+// through a failed destroy, whose allocation was then freed, gives back
+// nothing more when it is destroyed: the bytes freed are not given back a
+// second time, which would leave other memory uncounted.
+func TestContextLedgerKeptContextFreedThenDestroyed(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=8MiB")
+	c := &Core{mem: m.memory}
+	for i, ctx := range []uint64{1, 2} {
+		if rc := c.Take(0, 2<<20, TakeContext); rc != interpose.Success {
+			t.Fatal(rc)
+		}
+		c.CtxRecord(ctx, 0, interpose.DevicePtr(0x1000*(i+1)), 2<<20, false)
+	}
+	c.CtxDestroying(1)
+	c.CtxKept(1)
+	if _, ok := c.CtxForget(0x1000); !ok {
+		t.Fatal("context 1 lived on, but its allocation was not recorded again")
+	}
+	c.Give(0, 2<<20, TakeContext)
+	c.CtxDestroying(1)
+	if n := c.CtxDestroyed(1); n != 0 {
+		t.Errorf("destroying context 1, which held nothing, gave back %d allocations, want 0", n)
+	}
+	if got := m.existing(0).ledger.used(); got != 2<<20 {
+		t.Errorf("used %d after context 1 went, want context 2's 2 MiB", got)
+	}
+}
+
 // TestContextLedgerPoolMemoryOutlivesContext: pool memory recorded in a
 // created context stays found and taken while the context is destroyed
 // and after, now the primary context's: a reset of that gives it back.
