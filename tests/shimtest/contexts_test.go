@@ -493,3 +493,23 @@ func TestCreatedContextFailedCallsKeepCount(t *testing.T) {
 		})
 	}
 }
+
+// TestCreatedContextWithoutCore: with Spillway turned off
+// (SPILLWAY_DISABLE=1), or no core and no quota, contexts the program
+// creates, allocates in, detaches and destroys are CUDA's alone: every call
+// passes through and succeeds.
+func TestCreatedContextWithoutCore(t *testing.T) {
+	for name, vars := range map[string][]string{
+		"disabled": {"SPILLWAY_DISABLE=1"},
+		"no core":  {"SPILLWAY_CORE=" + filepath.Join(t.TempDir(), "libspillway-core.so")},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, out := harness.RunOK(t, harness.Shimmed(t, vars, ctxvmm(t, false),
+				"C", "m", "1M", "X", "0", "C", "A", "m", "1M", "T", "1", "T", "1"))
+			checkSteps(t, out, []step{
+				{"C", 0, cuSuccess}, {"m", 0, cuSuccess}, {"X", 0, cuSuccess},
+				{"C", 1, cuSuccess}, {"A", 0, cuSuccess}, {"m", 1, cuSuccess}, {"T", 0, cuSuccess}, {"T", 1, cuSuccess},
+			})
+		})
+	}
+}
