@@ -311,6 +311,25 @@ func TestExplicitPoolGraphQuota(t *testing.T) {
 	}
 }
 
+// TestExplicitPoolGraphFreeFailedKeepsCount: a cuMemFreeAsync that CUDA
+// refuses during a capture frees nothing into the graph: the allocation
+// stays the program's and counted, so destroying the graph gives nothing
+// back, and 40 MiB more are refused while the device still holds the 40 MiB.
+func TestExplicitPoolGraphFreeFailedKeepsCount(t *testing.T) {
+	out, _ := runScriptWith(t, ctxvmm(t, false), 64<<20, []string{"SIMCUDA_FAIL=cuMemFreeAsync:1"},
+		"P", "G", "40M", "H", "0", "i", "n", "a", "40M")
+	checkSteps(t, out, []step{
+		{"P", 0, cuSuccess}, {"G", 0, cuOutOfMemory}, {"H", 0, cuSuccess}, {"i", 0, cuSuccess}, {"n", 0, 0},
+		{"a", 0, cuOutOfMemory},
+	})
+	if used := out.Num(t, "n", 0, 3); used != 40<<20 {
+		t.Fatalf("NVML after the graph was destroyed: %d bytes used, want the 40 MiB whose free failed", used)
+	}
+	if free := out.Num(t, "i", 0, 2); free != 24<<20 {
+		t.Errorf("cuMemGetInfo_v2 after the graph was destroyed: %d bytes free, want 24 MiB (the 40 MiB whose free failed still counted)", free)
+	}
+}
+
 // ctxswitch builds testdata/ctxswitch.c, the runtime with contexts the
 // program creates or pushes.
 func ctxswitch(t testing.TB) string {
