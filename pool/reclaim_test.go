@@ -250,7 +250,10 @@ func TestMergedStreamBlockWaitsForItsLatestPart(t *testing.T) {
 // and destroys it, while every request of its hits the cache (so no miss
 // polls the markers), keeps only a bounded number of the destroyed
 // streams' caches and markers (CUDA events) once their work completed, not
-// one per step: a server or a training loop runs millions of steps.
+// one per step: a server or a training loop runs millions of steps. The
+// markers are polled once twice as many wait as the last poll left (here
+// the step's own, not yet complete), and 64 more: at no step do more than
+// 65 live.
 func TestDestroyedForeignStreamsLeaveNothingBehind(t *testing.T) {
 	f := pooltest.New(0)
 	h := newHarness(t, f, pool.DefaultOptions(giB))
@@ -265,6 +268,7 @@ func TestDestroyedForeignStreamsLeaveNothingBehind(t *testing.T) {
 	h.appSync()
 	warmed := h.p.Stats().DeviceReservations
 	const steps = 2000
+	most, mostAt := 0, 0
 	for i := range steps {
 		s := pool.Stream(0x1000 + i)
 		f.MakeForeign(s)
@@ -273,12 +277,15 @@ func TestDestroyedForeignStreamsLeaveNothingBehind(t *testing.T) {
 		}
 		h.forgetStream(s)
 		f.Complete(s)
+		if live := f.LiveMarkers(); live > most {
+			most, mostAt = live, i
+		}
 	}
 	if misses := h.p.Stats().DeviceReservations - warmed; misses > 0 {
 		t.Fatalf("%d requests missed the cache after the warm-up: the test needs none", misses)
 	}
-	if live := f.LiveMarkers(); live > 64 {
-		t.Errorf("%d markers of destroyed streams whose work completed live after %d steps, want at most 64", live, steps)
+	if most > 65 {
+		t.Errorf("%d markers of destroyed streams whose work completed lived after step %d of %d, want at most 65", most, mostAt, steps)
 	}
 	h.close()
 }
