@@ -537,6 +537,29 @@ func TestForgetFinishedContextFreesItsBlocks(t *testing.T) {
 	h.close()
 }
 
+// TestForgetFinishedContextKeepsDestroyedStreamOfAnother: a stream
+// destroyed while its work runs leaves its block waiting on its marker; its
+// handle may then name a stream of another context. That context ending
+// ends none of the destroyed stream's work: the block still waits, and
+// comes back once the marker completes.
+func TestForgetFinishedContextKeepsDestroyedStreamOfAnother(t *testing.T) {
+	f := pooltest.New(0)
+	h := newHarness(t, f, pool.DefaultOptions(8*miB))
+	const reused pool.Stream = 0x900
+	f.MakeForeign(reused)
+	if err := h.freeAsyncForeign(h.mustAlloc(2*miB), reused); err != nil {
+		t.Fatal(err)
+	}
+	h.forgetStream(reused)
+	h.p.ForgetFinishedContext(func(s pool.Stream) bool { return s == reused }, func(pool.Marker) bool { return false })
+	if st := h.p.Stats(); st.PendingBytes != 2*miB {
+		t.Fatalf("%d bytes wait after another context using the handle ended, want the destroyed stream's 2 MiB", st.PendingBytes)
+	}
+	f.Complete(reused)
+	h.mustAlloc(8 * miB) // the quota: the block came back once its marker completed
+	h.close()
+}
+
 func TestReleaseUnderQuotaPressure(t *testing.T) {
 	f := pooltest.New(0)
 	opt := pool.DefaultOptions(8 * miB)
