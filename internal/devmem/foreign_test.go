@@ -212,3 +212,32 @@ func TestContextDestroyedFreesWhatWaitsOnIt(t *testing.T) {
 		t.Errorf("%d events of the destroyed context destroyed after it", rt.deadDestroyed)
 	}
 }
+
+// TestContextDestroyedSettlesFreesInFlight: without pooling, a
+// stream-ordered free on a stream of a created context keeps its bytes
+// counted until its event completes; destroying the context ends its work
+// and its events, so the bytes come back then, and the event, whose handle
+// CUDA may already have given to another, is neither queried nor destroyed.
+func TestContextDestroyedSettlesFreesInFlight(t *testing.T) {
+	rt := newContextsRuntime(1 << 30)
+	const created = 2
+	const held = interpose.Stream(0x500)
+	rt.contexts[held], rt.held[held] = created, true
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_POOL=0")
+	c := &Core{mem: m.memory}
+	a, rc := m.malloc(request{size: 40 << 20})
+	if rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.free(a, held, true); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	rt.destroyContext(created)
+	c.CtxDestroyed(created)
+	if _, rc := m.malloc(request{size: 60 << 20}); rc != interpose.Success {
+		t.Fatalf("60 MiB of a 64 MiB quota once the context the free waited on is destroyed: %v", rc)
+	}
+	if rt.deadDestroyed != 0 {
+		t.Errorf("%d events of the destroyed context destroyed after it", rt.deadDestroyed)
+	}
+}
