@@ -23,6 +23,7 @@ type contextsRuntime struct {
 	destroyed     map[uint64]bool                      // contexts destroyed
 	lastEvent     interpose.Event
 	deadDestroyed int
+	recordFails   interpose.Error // RecordInContext fails with it, as on a capturing legacy stream
 }
 
 var _ streamContexts = (*contextsRuntime)(nil)
@@ -56,6 +57,9 @@ func (r *contextsRuntime) RecordInStreamContext(s interpose.Stream) (interpose.E
 }
 
 func (r *contextsRuntime) RecordInContext(ctx uint64) (interpose.Event, interpose.Error) {
+	if r.recordFails != interpose.Success {
+		return 0, r.recordFails
+	}
 	return r.recordIn(ctx, contextDefaultStream(ctx)), interpose.Success
 }
 
@@ -239,5 +243,33 @@ func TestContextDestroyedSettlesFreesInFlight(t *testing.T) {
 	}
 	if rt.deadDestroyed != 0 {
 		t.Errorf("%d events of the destroyed context destroyed after it", rt.deadDestroyed)
+	}
+}
+
+// TestContextDestroyedFreesDefaultStreamWithoutMarker: a block freed in
+// stream order on a created context's default stream while no marker can
+// be recorded there waits for that context's work; destroying the context
+// ends it, and the block comes back.
+func TestContextDestroyedFreesDefaultStreamWithoutMarker(t *testing.T) {
+	rt := newContextsRuntime(1 << 30)
+	const created = 2
+	rt.held[contextDefaultStream(created)] = true
+	rt.recordFails = interpose.ErrorStreamCaptureUnsupported
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB")
+	c := &Core{mem: m.memory}
+	a, rc := m.malloc(request{size: 40 << 20})
+	if rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.freeIn(a, 0, true, created); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if _, rc := m.malloc(request{size: 40 << 20}); rc == interpose.Success {
+		t.Fatal("a block freed on a held stream of a created context was handed out again before that context's work ran")
+	}
+	rt.destroyContext(created)
+	c.CtxDestroyed(created)
+	if _, rc := m.malloc(request{size: 60 << 20}); rc != interpose.Success {
+		t.Fatalf("60 MiB of a 64 MiB quota once the context the block waited on is destroyed: %v", rc)
 	}
 }
