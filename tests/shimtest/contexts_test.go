@@ -532,3 +532,33 @@ func TestCreatedContextWithoutCore(t *testing.T) {
 		})
 	}
 }
+
+// TestCreatedContextHandleReused: CUDA hands a destroyed context's handle
+// to a context created later (simcuda once 64 destroyed ones are kept). A
+// context destroyed by cuCtxDestroy_v2 or its last cuCtxDetach is
+// forgotten, so that the new context under its handle is a created context
+// like any: what is allocated in it is counted there, and given back when
+// it is destroyed in turn (the whole quota is free again).
+func TestCreatedContextHandleReused(t *testing.T) {
+	const destroyed = 65
+	for _, destroy := range []string{"X", "T"} {
+		t.Run(destroy, func(t *testing.T) {
+			var ops []string
+			for i := range destroyed {
+				ops = append(ops, "C", destroy, itoa(uint64(i)))
+			}
+			ops = append(ops, "C", "m", "40M", "i", destroy, itoa(destroyed), "i")
+			out, _ := runScript(t, 64<<20, ops...)
+			checkSteps(t, out, []step{
+				{"C", destroyed, cuSuccess}, {"m", 0, cuSuccess}, {"i", 0, cuSuccess},
+				{destroy, destroyed, cuSuccess}, {"i", 1, cuSuccess},
+			})
+			if free := out.Num(t, "i", 0, 2); free != 24<<20 {
+				t.Errorf("cuMemGetInfo_v2 with 40 MiB allocated: %d bytes free, want 24 MiB", free)
+			}
+			if free := out.Num(t, "i", 1, 2); free != 64<<20 {
+				t.Errorf("cuMemGetInfo_v2 once the context under a reused handle was destroyed: %d bytes free, want the whole 64 MiB quota\n%v", free, out)
+			}
+		})
+	}
+}
