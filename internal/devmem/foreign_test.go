@@ -167,6 +167,31 @@ func TestDeviceResetSettlesForeignFreesInFlight(t *testing.T) {
 	}
 }
 
+// TestDeviceSynchronizeKeepsForeignFreesInFlight: without pooling, a
+// stream-ordered free on a held stream of another context keeps its bytes
+// counted while that stream has not reached it: the program's
+// synchronization of the device covers none of that context's work, so
+// cudaMemGetInfo still counts the 40 MiB until the stream runs.
+func TestDeviceSynchronizeKeepsForeignFreesInFlight(t *testing.T) {
+	rt := newContextsRuntime(1 << 30)
+	const other = interpose.Stream(0x500)
+	rt.contexts[other], rt.held[other] = 2, true
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_POOL=0")
+	a, rc := m.malloc(request{size: 40 << 20})
+	if rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.free(a, other, true); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.deviceSynchronize(0); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if free, _, rc := m.memGetInfo(0); rc != interpose.Success || free != 24<<20 {
+		t.Errorf("cudaMemGetInfo after the device was synchronized: %d bytes free (%v), want 24 MiB: the other context's stream has yet to free 40 MiB", free, rc)
+	}
+}
+
 // TestContextDestroyedFreesWhatWaitsOnIt: blocks freed in stream order in a
 // created context, on a stream of it, on a stream of it destroyed before
 // the context (its block waits on a marker recorded then), and on the
