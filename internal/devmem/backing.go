@@ -120,6 +120,7 @@ type apiCalls struct {
 	free, freeAsync, freeHost                       string
 	synchronize, streamQuery, eventQuery            string
 	managedSpill, pinnedSpill                       string // the memory a spill makes, and its calls
+	notInitialized                                  string // what every allocation answers under an invalid setting
 }
 
 var apiCallNames = [...]apiCalls{
@@ -129,13 +130,16 @@ var apiCallNames = [...]apiCalls{
 		synchronize: "cudaDeviceSynchronize", streamQuery: "cudaStreamQuery", eventQuery: "cudaEventQuery",
 		managedSpill: "managed memory (cudaMallocManaged, cudaMemAdvise)",
 		pinnedSpill:  "pinned memory (cudaHostAlloc, cudaHostGetDevicePointer)",
+		// The driver's entry points answer the driver's code, also here.
+		notInitialized: "cudaErrorInitializationError (CUDA_ERROR_NOT_INITIALIZED from the driver's functions)",
 	},
 	DriverAPI: {
 		malloc: "cuMemAlloc_v2", mallocManaged: "cuMemAllocManaged", mallocAsync: "cuMemAllocAsync", mallocPitch: "cuMemAllocPitch_v2",
 		free: "cuMemFree_v2", freeAsync: "cuMemFreeAsync", freeHost: "cuMemFreeHost",
 		synchronize: "cuCtxSynchronize", streamQuery: "cuStreamQuery", eventQuery: "cuEventQuery",
-		managedSpill: "managed memory (cuMemAllocManaged, cuMemAdvise)",
-		pinnedSpill:  "pinned memory (cuMemHostAlloc, cuMemHostGetDevicePointer_v2)",
+		managedSpill:   "managed memory (cuMemAllocManaged, cuMemAdvise)",
+		pinnedSpill:    "pinned memory (cuMemHostAlloc, cuMemHostGetDevicePointer_v2)",
+		notInitialized: "CUDA_ERROR_NOT_INITIALIZED",
 	},
 }
 

@@ -356,7 +356,7 @@ func (m *memory) sayInvalid(ordinal int, err error) {
 	if ordinal >= 0 && ordinal < maxDevices && m.settingSaid[ordinal].Swap(true) {
 		return
 	}
-	m.log.Errorf("%v; every CUDA allocation on device %d will fail with cudaErrorInitializationError until it is fixed", err, ordinal)
+	m.log.Errorf("%v; every CUDA allocation on device %d will fail with %s until it is fixed", err, ordinal, m.calls.notInitialized)
 }
 
 // releaseFailed returns what d's backing calls when the runtime refuses to

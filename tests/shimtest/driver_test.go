@@ -13,9 +13,10 @@ import (
 
 // The driver's CUresult codes the tests expect (cuda.h).
 const (
-	cuSuccess       = 0
-	cuOutOfMemory   = 2
-	cuInvalidDevice = 101
+	cuSuccess             = 0
+	cuOutOfMemory         = 2
+	cuErrorNotInitialized = 3
+	cuInvalidDevice       = 101
 )
 
 // drvops builds testdata/drvops.c against the driver and, with runtime set,
@@ -475,5 +476,30 @@ func TestPooledAddressRange(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestInvalidSettingNamesTheDriversError: an invalid setting's line says
+// what the program's allocations will answer in the API it uses:
+// CUDA_ERROR_NOT_INITIALIZED in a process with the driver alone, where
+// cudaErrorInitializationError would name an error it never sees; both, in
+// a process with the runtime, whose driver calls answer the driver's.
+func TestInvalidSettingNamesTheDriversError(t *testing.T) {
+	for _, tc := range []struct{ runtime, says, never string }{
+		{"", "will fail with CUDA_ERROR_NOT_INITIALIZED until", "cudaError"},
+		{"dynamic", "will fail with cudaErrorInitializationError (CUDA_ERROR_NOT_INITIALIZED from the driver's functions) until", ""},
+	} {
+		for name, env := range map[string][]string{
+			"process":  {"SPILLWAY_MEMORY_LIMIT=8gigs"},
+			"device 0": {"SIMCUDA_DEVICES=1x16GiB", "SPILLWAY_MEMORY_LIMIT=0.0000000001%"},
+		} {
+			res, out := harness.RunOK(t, harness.Shimmed(t, env, drvops(t, tc.runtime), "m", "1M"))
+			if rc := out.Code(t, "m", 0); rc != cuErrorNotInitialized {
+				t.Errorf("runtime=%q, %s: cuMemAlloc_v2 answered %d, want CUDA_ERROR_NOT_INITIALIZED (%d)", tc.runtime, name, rc, cuErrorNotInitialized)
+			}
+			if !strings.Contains(res.Stderr, tc.says) || tc.never != "" && strings.Contains(res.Stderr, tc.never) {
+				t.Errorf("runtime=%q, %s: stderr %q: want %q and no %q", tc.runtime, name, res.Stderr, tc.says, tc.never)
+			}
+		}
 	}
 }
