@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"slices"
 	"testing"
 
@@ -19,10 +20,10 @@ import (
 // and each request searches every granule or free range, where the pool
 // looks at a few blocks. Their choices are greedy (a request takes the
 // fewest granules with no used byte, then leaves the fewest bytes free in
-// partly used ones; the one-address model also has a rule with the partly
-// used granules' fragments in view, placeFragments), so no figure is a
-// proven bound, but each shows how far placement alone gets under its
-// mapping rule.
+// partly used ones; each model also has a rule with the partly used
+// granules' fragments in view, placeFragments), so no figure is a proven
+// bound, but each shows how far placement alone gets under its mapping
+// rule.
 //
 // The stitching model (stitchModel) may map a granule at any number of
 // addresses: a block may take any granule's free tail as its first bytes
@@ -61,15 +62,18 @@ type stitchModel struct {
 	// granules as CUDA's mappings allow (see repackLive): the most a pool
 	// could do by moving live bytes where the application waits for the
 	// device.
-	repack         bool
+	repack bool
+	// fragments: place with the partly used granules' fragments in view
+	// (placeFragments) rather than taking whole free tails.
+	fragments      bool
 	partial        map[*modelGranule]bool // granules with used and free bytes
 	spare          []*modelGranule        // granules with no used byte
 	held, peakHeld uint64
 	blocks         map[uint32][]piece
 }
 
-func newStitchModel(repack bool) *stitchModel {
-	return &stitchModel{repack: repack, partial: map[*modelGranule]bool{}, blocks: map[uint32][]piece{}}
+func newStitchModel(repack, fragments bool) *stitchModel {
+	return &stitchModel{repack: repack, fragments: fragments, partial: map[*modelGranule]bool{}, blocks: map[uint32][]piece{}}
 }
 
 // repackLive moves the live bytes to as few granules as hold them without
@@ -197,6 +201,9 @@ func freeHead(g *modelGranule) uint64 {
 // new granules, and a free head (or the head of a new granule, whose rest is
 // then left over).
 func (m *stitchModel) place(size uint64) []piece {
+	if m.fragments {
+		return m.placeFragments(size)
+	}
 	var inG *modelGranule
 	var inRange [2]uint64
 	inLeft := ^uint64(0)
@@ -271,6 +278,128 @@ func (m *stitchModel) place(size uint64) []piece {
 			h = m.granule()
 		}
 		ps = append(ps, m.take(h, 0, rest))
+	}
+	return ps
+}
+
+// placeFragments puts size bytes where they take the fewest granules with
+// no used byte, then leave the fewest bytes free beside them in the granules
+// they share, then in the newest granules, as place does, but with more
+// positions in view. A stitched block may take only part of a free tail or
+// head: as much as it can of either, with its other bytes covering whole
+// granules, so that one end lies on a granule boundary, or not (the tail
+// and head then together hold size mod 2 MiB and another 2 MiB). A block
+// under a granule inside a free range lies against the granule's boundary
+// where the range has one (at the start of a free head, at the end of a
+// free tail), else at the range's start.
+//
+// On random churn this takes peak reserved ÷ peak live from 1.058 to 1.045
+// (four other seeds of the trace: 1.057 to 1.046 on average), the other
+// traces staying at 1.000. The gain is the small blocks' position: with
+// them against the used bytes beside their range, as place puts them, 1.058
+// (seeds 1.061), 54 MiB rather than 19 MiB of the waste at the peak lying in
+// holes inside granules. Taking only whole free tails, as place does, gives
+// 1.049 (seeds 1.046 too). The keys of the one-address rule that this one
+// lacks, the most whole granules and a best fit on the free ranges a block
+// takes bytes from, choose the same places here (the same figures on nine
+// seeds). At the peak, 26 of the 46 MiB of waste lie in 43 free tails that
+// no block ends in (free heads are rare: 1 MiB), 19 MiB in 260 holes inside
+// granules, 9 MiB of it in holes under 256 KiB.
+func (m *stitchModel) placeFragments(size uint64) []piece {
+	age := func(g *modelGranule) int64 {
+		if g == nil {
+			return 0
+		}
+		return int64(g.id)
+	}
+	// A block goes inside a free range of hole at lo, or takes the last a
+	// bytes of tail (none if nil), whole granules, and the first b bytes of
+	// head (a new granule where nil).
+	var best struct {
+		hole, tail, head *modelGranule
+		lo, a, b, whole  uint64
+	}
+	bestKey := [4]int64{math.MaxInt64} // granules with no used byte, bytes free beside, then the newest
+	better := func(key [4]int64) bool {
+		if slices.Compare(key[:], bestKey[:]) < 0 {
+			bestKey = key
+			return true
+		}
+		return false
+	}
+	if size < granule {
+		for g := range m.partial {
+			for _, f := range g.free {
+				if f[1]-f[0] < size {
+					continue
+				}
+				lo := f[0]
+				if f[1] == granule {
+					lo = granule - size
+				}
+				if better([4]int64{0, int64(f[1] - f[0] - size), -age(g), -age(g)}) {
+					best.hole, best.lo = g, lo
+				}
+			}
+		}
+	}
+	type end struct {
+		g     *modelGranule // nil: none, or a new granule where fresh
+		free  uint64        // the bytes it can give
+		fresh bool
+	}
+	tails := []end{{}}
+	heads := []end{{}, {free: granule, fresh: true}}
+	for g := range m.partial {
+		if x := freeTail(g); x > 0 {
+			tails = append(tails, end{g: g, free: x})
+		}
+		if x := freeHead(g); x > 0 {
+			heads = append(heads, end{g: g, free: x})
+		}
+	}
+	for _, t := range tails {
+		for _, h := range heads {
+			if t.g != nil && t.g == h.g {
+				continue
+			}
+			for _, ends := range []uint64{size % granule, size%granule + granule} {
+				if ends > size || ends == 0 && (t.free > 0 || h.free > 0) {
+					continue
+				}
+				for _, a := range []uint64{min(t.free, ends), ends - min(ends, h.free)} {
+					b := ends - a
+					if a > t.free || b > h.free || (a > 0) != (t.g != nil) || (b > 0) != (h.free > 0) || h.fresh && b == granule {
+						continue
+					}
+					whole := (size - ends) / granule
+					made := whole
+					if h.fresh {
+						made++
+					}
+					if better([4]int64{int64(made), int64(t.free - a + h.free - b), -age(t.g), -age(h.g)}) {
+						best.hole, best.tail, best.head, best.a, best.b, best.whole = nil, t.g, h.g, a, b, whole
+					}
+				}
+			}
+		}
+	}
+	if best.hole != nil {
+		return []piece{m.take(best.hole, best.lo, best.lo+size)}
+	}
+	var ps []piece
+	if best.tail != nil {
+		ps = append(ps, m.take(best.tail, granule-best.a, granule))
+	}
+	for range best.whole {
+		ps = append(ps, m.take(m.granule(), 0, granule))
+	}
+	if best.b > 0 {
+		h := best.head
+		if h == nil {
+			h = m.granule()
+		}
+		ps = append(ps, m.take(h, 0, best.b))
 	}
 	return ps
 }
@@ -554,11 +683,18 @@ func BenchmarkStitchFloor(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/repacked=%t", ref.File, repack), func(b *testing.B) {
 				var ratio float64
 				for range b.N {
-					ratio = replayModel(newStitchModel(repack), ops)
+					ratio = replayModel(newStitchModel(repack, false), ops)
 				}
 				b.ReportMetric(ratio, "reserved/live")
 			})
 		}
+		b.Run(ref.File+"/fragments=true", func(b *testing.B) {
+			var ratio float64
+			for range b.N {
+				ratio = replayModel(newStitchModel(false, true), ops)
+			}
+			b.ReportMetric(ratio, "reserved/live")
+		})
 		for _, fragments := range []bool{false, true} {
 			b.Run(fmt.Sprintf("%s/one-address/fragments=%t", ref.File, fragments), func(b *testing.B) {
 				var ratio float64
@@ -577,7 +713,8 @@ func BenchmarkStitchFloor(b *testing.B) {
 func TestPlacementModels(t *testing.T) {
 	ops := loadTrace(t, "training-step.trace.gz")
 	for name, m := range map[string]placementModel{
-		"stitching": newStitchModel(false), "stitching, repacked": newStitchModel(true), "one-address": newAddressModel(false),
+		"stitching": newStitchModel(false, false), "stitching, repacked": newStitchModel(true, false),
+		"stitching, fragments": newStitchModel(false, true), "one-address": newAddressModel(false),
 		"one-address, fragments": newAddressModel(true),
 	} {
 		if ratio := replayModel(m, ops); ratio < 1 {
