@@ -97,8 +97,10 @@
 // request first examines up to 8 blocks of its own class, taking the smallest
 // that fits (so requests of a size seen before reuse exactly that size), then
 // takes the first block of the smallest class whose every block fits. The
-// block is split, the rest goes back to the index; a freed block is merged at
-// once with free neighbours. A huge block is not split: it is reused whole for
+// block is split, the rest goes back to the index (with virtual memory a
+// request may also be carved from inside the block, its head staying free:
+// see "Virtual memory"); a freed block is merged at once with free
+// neighbours. A huge block is not split: it is reused whole for
 // a request it exceeds by at most max(1/8, 2 MiB), otherwise left alone.
 //
 // # cudaFree semantics
@@ -287,7 +289,19 @@
 // smallest first: the free bytes of partly used granules serve any class, and
 // each granule not mapped is memory not held, or not taken from under another
 // free range, and a driver call not made. A host granule (below) counts as an unmapped one, so a
-// block on device granules alone is preferred to one on either. If the quota
+// block on device granules alone is preferred to one on either. Within the
+// block chosen (when it lies on a granule no used byte is on yet), the
+// request takes the best of six places: either end of the block, or a start
+// or an end on the granule boundary nearest either end. The best puts used
+// bytes on the fewest granules holding none; then, for a request of a
+// granule or more, covers the most granules whole (once freed, it leaves them
+// unused but for its remainder, where a block straddling a boundary keeps a
+// granule shared with its neighbour); then leaves the fewest free bytes
+// beside it in its own first and last granules (held memory only a block
+// fitting there can use); then lies lowest. It never maps more granules than
+// the block's first bytes would. The bytes before it stay a free block of
+// their own. A request whose block lies on granules in use already takes the
+// block's first bytes, at no cost beyond that check. If the quota
 // cannot give the granules the pool synchronizes for everything freed (if a
 // synchronization would complete any of it), then
 // places the block in the free block of any class where it needs the fewest
@@ -375,7 +389,7 @@
 // class) and their granules, and one VirtualBacking.Map per granule mapped and
 // one Unmap per idle granule taken from elsewhere (a driver call each,
 // microseconds on a device: BenchmarkTraceVirtual reports maps per allocation:
-// 0.06 on the inference trace, 0.06 on random churn, 5.2 on the training
+// 0.06 on the inference trace, 0.12 on random churn, 5.1 on the training
 // trace, whose allocations touch 11.7 granules on average; without the look at
 // other free blocks 0.06, 0.10 and 6.6). On the inference trace that look
 // costs 100 to 200 ns per allocation in the simulator and saves nothing: its
@@ -386,10 +400,14 @@
 // bytes: less than two granules per free range between used blocks, and less
 // than the range itself. Measured (peak reserved ÷ peak live, unbounded quota,
 // BenchmarkTraceVirtual, fixed segments in brackets): Qwen2.5-32B inference
-// 1.001 (1.004), training steps 1.000 (1.033), random churn 1.137 (1.240;
-// 1.158 without the look at other classes' free blocks; 1.146 synchronizing
-// only for pending bytes that could serve the request). At random churn's
-// peak (1,164 MiB held for 1,022 MiB live) 137 MiB are the free parts of
+// 1.001 (1.004), training steps 1.000 (1.033), random churn 1.131 (1.240;
+// 1.137 with every request at the start of its free block, 1.144 against
+// 1.129 on average over eight seeds of the trace, for twice the maps per
+// allocation, 0.058 to 0.115, and 18% more synchronizations; 1.158 without
+// the look at other classes' free blocks; 1.146 synchronizing only for
+// pending bytes that could serve the request). At random churn's
+// peak with every request at the start of its free block (1,164 MiB held
+// for 1,022 MiB live) 137 MiB are the free parts of
 // granules that also hold used bytes and 5 MiB stream-owned blocks: its
 // free ranges average about a granule, so removing whole free
 // granules from under them reclaims little. BenchmarkStitchFloor replays the
@@ -397,17 +415,19 @@
 // once; each request searches every granule or free range for the fewest
 // granules with no used byte, then the least left free beside used bytes).
 // With each granule mapped at one address, as in the pool, random churn peaks
-// at 1.105. The pool itself, replayed with every free complete at once (a
-// synchronization after each), peaks at 1.113: most of its distance from
-// that model is not its bounded search but frees waiting for the device
-// (pending blocks for a synchronization, stream-owned ones for their
-// stream's marker), whose bytes serve no other request meanwhile and keep
-// free ranges apart. Searching every free block of every class by the
-// model's rule does barely better in the pool: 1.135 against 1.137 (1.140
-// against 1.142 on average over six seeds of the trace, whose figures spread
-// over ±0.005), with twice the maps per allocation; placing a block at
-// whichever end of its free range needs fewer granules does no better
-// (1.148; 1.142).
+// at 1.105 (1.076 placing with the partly used granules' fragments in view).
+// The pool itself, replayed with every free complete at once (a
+// synchronization after each), peaks at 1.099 (1.113 with every request at
+// the start of its free block): most of the distance from its 1.131 is not
+// its bounded search but frees waiting for the device (pending blocks for a
+// synchronization, stream-owned ones for their stream's marker), whose
+// bytes serve no other request meanwhile and keep free ranges apart.
+// Searching every free block of every class by the start-of-range model's
+// rule did barely better, with every request at the start of its free
+// block: 1.135 against 1.137 (1.140 against 1.142 on average over six seeds
+// of the trace, whose figures spread over ±0.005), with twice the maps per
+// allocation; placing a block at whichever end of its free range needs
+// fewer granules did no better (1.148; 1.142).
 // Mapped at any number of addresses, any granule's free tail and any other's
 // free head beginning and ending a block (GMLake's stitching taken to its
 // limit), the model peaks at 1.058: a granule mapped at several addresses,
@@ -420,8 +440,8 @@
 // 1,000 operations between two synchronizations turn the live set over. The
 // pool does not move live bytes to save memory. Under a quota the pressure
 // path scans every free block for the placement needing the fewest new
-// granules: random churn under 1.10 × its peak live bytes refuses 0.35% of its
-// requests (fixed segments 0.78%), and under 1.05 × 1.99% (2.33%).
+// granules: random churn under 1.10 × its peak live bytes refuses 0.11% of its
+// requests (fixed segments 0.78%), and under 1.05 × 1.87% (2.33%).
 //
 // # Failures
 //

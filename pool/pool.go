@@ -754,6 +754,29 @@ func (p *Pool) fromClass(size uint64, k int, c *streamCache, how search) *block 
 	return p.idx[k].find(size, slack, scan)
 }
 
+// handAt hands out size bytes off bytes into b, a free block: the first off
+// bytes stay free, a block of their own in the index.
+func (p *Pool) handAt(b *block, off, size uint64, src Source) uint64 {
+	if off > 0 {
+		idx := &p.idx[b.seg.class]
+		idx.remove(b)
+		h := p.newBlock()
+		h.base, h.size, h.seg, h.state = b.base, off, b.seg, stateFree
+		h.prevPhys, h.nextPhys = b.prevPhys, b
+		if b.prevPhys != nil {
+			b.prevPhys.nextPhys = h
+		} else {
+			b.seg.head = h
+		}
+		b.prevPhys = h
+		b.base += off
+		b.size -= off
+		idx.insert(h)
+		idx.insert(b)
+	}
+	return p.hand(b, size, src)
+}
+
 // hand turns a cached or fresh block into a live allocation of size bytes,
 // splitting off the rest unless it is a huge block served outside pressure.
 func (p *Pool) hand(b *block, size uint64, src Source) uint64 {

@@ -160,8 +160,9 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache, found *bl
 	if err != nil {
 		return 0, err
 	}
-	if err = p.commit(b, size, short, false); err == nil {
-		return p.hand(b, size, src), nil
+	off, short := p.spotIn(b, size, short)
+	if err = p.commit(b, off, size, short, false); err == nil {
+		return p.handAt(b, off, size, src), nil
 	}
 	if !errors.Is(err, errNoPhysical) {
 		return 0, err
@@ -180,16 +181,18 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache, found *bl
 			if b, short, src, _, err = p.placeVirtual(size, class, c, p.fromClass(size, class, c, ownClass)); err != nil {
 				return 0, err
 			}
-			if err = p.commit(b, size, short, false); err == nil {
-				return p.hand(b, size, src), nil
+			off, short = p.spotIn(b, size, short)
+			if err = p.commit(b, off, size, short, false); err == nil {
+				return p.handAt(b, off, size, src), nil
 			} else if !errors.Is(err, errNoPhysical) {
 				return 0, err
 			}
 		}
 	}
 	if b := p.fewestGranules(size); b != nil {
-		if err = p.commit(b, size, p.virt.shortOf(b, size), false); err == nil {
-			return p.hand(b, size, SourceCache), nil
+		off, short := p.spotIn(b, size, p.virt.shortOf(b, 0, size))
+		if err = p.commit(b, off, size, short, false); err == nil {
+			return p.handAt(b, off, size, SourceCache), nil
 		} else if !errors.Is(err, errNoPhysical) {
 			return 0, err
 		}
@@ -197,7 +200,7 @@ func (p *Pool) allocateVirtual(size uint64, class int, c *streamCache, found *bl
 	if b, err = p.growVirtual(size, class, true); err != nil {
 		return 0, err
 	}
-	if err = p.commit(b, size, p.virt.shortOf(b, size), false); err == nil {
+	if err = p.commit(b, 0, size, p.virt.shortOf(b, 0, size), false); err == nil {
 		return p.hand(b, size, SourceDevice), nil
 	}
 	return p.spillOrRefuse(b, size, err)
@@ -220,7 +223,7 @@ func (p *Pool) spillOrRefuse(b *block, size uint64, err error) (uint64, error) {
 	if p.opt.Oversubscribe {
 		// Page-granular spill: the granules the quota cannot hold are
 		// host-located, behind the same range as the device ones.
-		if err = p.commit(b, size, p.virt.shortOf(b, size), true); err == nil {
+		if err = p.commit(b, 0, size, p.virt.shortOf(b, 0, size), true); err == nil {
 			return p.hand(b, size, SourceDevice), nil
 		} else if !errors.Is(err, errNoPhysical) && !errors.Is(err, ErrOutOfMemory) {
 			return 0, err // not the host's lack of memory, which spills whole
@@ -268,7 +271,7 @@ func (p *Pool) spillOrRefuse(b *block, size uint64, err error) (uint64, error) {
 // cudaFree, which waits at every free.
 func (p *Pool) placeVirtual(size uint64, class int, c *streamCache, found *block) (b *block, short shortage, src Source, captured bool, err error) {
 	if b = found; b != nil {
-		if short = p.virt.shortOf(b, size); !p.needsNew(short) {
+		if short = p.virt.shortOf(b, 0, size); !p.needsNew(short) {
 			// A block on device granules already mapped (some idle)
 			// skips the search for a better one, and its call.
 			if short.unmapped+short.host > 0 {
@@ -280,7 +283,7 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache, found *block
 	if p.pollMarkers() {
 		b = p.fromClass(size, class, c, ownClass)
 	}
-	if (b == nil || p.needsNew(p.virt.shortOf(b, size))) && p.pending.bytes > 0 {
+	if (b == nil || p.needsNew(p.virt.shortOf(b, 0, size))) && p.pending.bytes > 0 {
 		switch err = p.synchronize(); {
 		case errors.Is(err, ErrStreamCapture):
 			captured = true
@@ -291,7 +294,7 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache, found *block
 		b = p.fromClass(size, class, c, ownClass)
 	}
 	if b != nil {
-		if short = p.virt.shortOf(b, size); short.unmapped+short.host > 0 {
+		if short = p.virt.shortOf(b, 0, size); short.unmapped+short.host > 0 {
 			b, short = p.preferDeviceMapped(b, size, short)
 		}
 		return b, short, SourceCache, captured, nil
@@ -299,13 +302,13 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache, found *block
 	if p.opt.Reserve > 0 {
 		// A static reserve (a fixed segment) serves every class first.
 		if b := p.fromCache(size, class, c, anyClass); b != nil {
-			return b, p.virt.shortOf(b, size), SourceCache, captured, nil
+			return b, p.virt.shortOf(b, 0, size), SourceCache, captured, nil
 		}
 	}
 	if b, err = p.growVirtual(size, class, false); err != nil {
 		return nil, shortage{}, 0, captured, err
 	}
-	return b, p.virt.shortOf(b, size), SourceDevice, captured, nil
+	return b, p.virt.shortOf(b, 0, size), SourceDevice, captured, nil
 }
 
 // placementScan is how many free blocks of each class preferDeviceMapped visits:
@@ -339,7 +342,7 @@ func (p *Pool) preferDeviceMapped(b *block, size uint64, short shortage) (*block
 			if c == b {
 				return true
 			}
-			if s := p.virt.shortOf(c, size); s.unmapped+s.host < cost {
+			if s := p.virt.shortOf(c, 0, size); s.unmapped+s.host < cost {
 				b, short, cost = c, s, s.unmapped+s.host
 			}
 			return cost > 0
@@ -449,6 +452,14 @@ func (v *virtualMemory) onShared(b *block, size uint64) bool {
 	return b.base+size <= head || b.base+b.size < head+v.gran
 }
 
+// onSharedAt is onShared for the size bytes off bytes into b: they may also
+// lie only on the granule b ends in.
+func (v *virtualMemory) onSharedAt(b *block, off, size uint64) bool {
+	head := alignUp(b.base, v.gran)
+	end := b.base + b.size
+	return b.base+off+size <= head || end < head+v.gran || b.base+off >= end&^(v.gran-1)
+}
+
 // leftWhole reports whether b, a free block of an arena, covers whole a
 // granule that the bytes [base, base+size), just made free and merged into
 // it, lie on (granulesLeft has work to do).
@@ -460,10 +471,86 @@ func (v *virtualMemory) leftWhole(b *block, base, size uint64) bool {
 // newlyUsed returns the indexes [from, to) of the granules under the first
 // size bytes of b, a free block of an arena, that b covers whole: those the
 // bytes would be the first to use (none when from >= to).
-func (v *virtualMemory) newlyUsed(b *block, size uint64) (from, to uint64) {
-	first, last := v.granuleRange(b.seg, b.base, size)
+func (v *virtualMemory) newlyUsed(b *block, off, size uint64) (from, to uint64) {
+	first, last := v.granuleRange(b.seg, b.base+off, size)
 	lo, hi := v.wholeGranules(b)
 	return max(first, lo), min(last+1, hi)
+}
+
+// spotIn returns where in b, a cached block of at least size bytes, the
+// block is best carved (off bytes into it), with its shortOf. In a free block
+// of an arena it tries six places: either end of b, and a start or an end
+// on the granule boundary nearest either end; it takes the one that puts
+// used bytes on the fewest granules holding none, then, for a block of a
+// granule or more, the one that covers the most granules whole (so that,
+// once free, the block leaves them unused but for its remainder), then the
+// one that leaves the fewest free bytes beside the block in its own first
+// and last granules (a free byte there is held memory that only a block
+// fitting beside it can use), then the lowest.
+func (p *Pool) spotIn(b *block, size uint64, short shortage) (uint64, shortage) {
+	v := p.virt
+	if b.state != stateFree || b.seg.granules == nil || b.size == size {
+		return 0, short
+	}
+	m := v.gran - 1
+	first, last := b.base, b.base+b.size-size // the lowest and highest starts
+	bestOff, best := uint64(0), v.rankSpot(b, first, size)
+	for _, lo := range [5]uint64{last, (first + m) &^ m, (first+size+m)&^m - size, last &^ m, (last+size)&^m - size} {
+		if lo <= first || lo > last {
+			continue // the start of b, ranked already, or outside b
+		}
+		if k := v.rankSpot(b, lo, size); k.less(best) || k == best && lo-first < bestOff {
+			best, bestOff = k, lo-first
+		}
+	}
+	if bestOff == 0 {
+		return 0, short
+	}
+	if s := v.shortOf(b, bestOff, size); s.unmapped+s.host <= short.unmapped+short.host {
+		return bestOff, s
+	}
+	return 0, short // the block was chosen for no more granules to map than that
+}
+
+// spotKey ranks the places spotIn tries, smallest first: fresh granules
+// (covered whole by the free block, used by none), then whole ones under
+// the block (negated), then free bytes left beside it in its end granules.
+type spotKey struct {
+	fresh, whole, beside uint64
+}
+
+func (k spotKey) less(o spotKey) bool {
+	if k.fresh != o.fresh {
+		return k.fresh < o.fresh
+	}
+	if k.whole != o.whole {
+		return k.whole > o.whole
+	}
+	return k.beside < o.beside
+}
+
+// rankSpot returns the spotKey of size bytes at lo inside b, a free block of
+// an arena.
+func (v *virtualMemory) rankSpot(b *block, lo, size uint64) (k spotKey) {
+	m := v.gran - 1
+	shift := v.shift & 63
+	bLo, bHi := b.base, b.base+b.size
+	hi := lo + size
+	loDown, hiUp := lo&^m, (hi+m)&^m
+	// The granules under the block that b covers whole.
+	if a, z := max(loDown, (bLo+m)&^m), min(hiUp, bHi&^m); z > a {
+		k.fresh = (z - a) >> shift
+	}
+	if loUp, hiDown := (lo+m)&^m, hi&^m; size > m && hiDown > loUp {
+		k.whole = (hiDown - loUp) >> shift
+	}
+	if lo > bLo && lo != loDown {
+		k.beside = lo - max(bLo, loDown)
+	}
+	if hi < bHi && hi != hiUp {
+		k.beside += min(bHi, hiUp) - hi
+	}
+	return k
 }
 
 // shortage counts the granules under the first bytes of a block that are
@@ -476,14 +563,14 @@ type shortage struct {
 // mapped, how many are idle and how many are mapped to host memory, for a
 // free block of an arena; a stream-owned block's memory is mapped and used,
 // and the reserve is a fixed segment.
-func (v *virtualMemory) shortOf(b *block, size uint64) (s shortage) {
+func (v *virtualMemory) shortOf(b *block, off, size uint64) (s shortage) {
 	if b.state != stateFree || b.seg.granules == nil {
 		return s
 	}
-	if v.hostGranules == 0 && v.onShared(b, size) {
+	if v.hostGranules == 0 && v.onSharedAt(b, off, size) {
 		return s // on granules in use, none of them host memory
 	}
-	first, last := v.granuleRange(b.seg, b.base, size)
+	first, last := v.granuleRange(b.seg, b.base+off, size)
 	for i := first; i <= last; i++ {
 		switch g := &b.seg.granules[i]; {
 		case !g.mapped:
@@ -503,19 +590,19 @@ func (v *virtualMemory) shortOf(b *block, size uint64) (s shortage) {
 // stream-owned block's granules are in use already, and the reserve is a
 // fixed segment. It fails with errNoPhysical, changing nothing, when the
 // granules free, idle or within the quota cannot cover the block.
-func (p *Pool) commit(b *block, size uint64, short shortage, spill bool) error {
+func (p *Pool) commit(b *block, off, size uint64, short shortage, spill bool) error {
 	if b.state != stateFree || b.seg.granules == nil {
 		return nil
 	}
 	v := p.virt
 	seg := b.seg
-	first, last := v.granuleRange(seg, b.base, size)
+	first, last := v.granuleRange(seg, b.base+off, size)
 	need, idleHere := short.unmapped, short.idle
 	if need == 0 && idleHere == 0 {
 		// The common case: every granule under the block is mapped and in
 		// use, so there is nothing to find, take or map (nor to ask the
 		// ledger, whose lock costs more than the rest).
-		p.granulesTaken(b, size)
+		p.granulesTaken(b, off, size)
 		return nil
 	}
 	if spare := uint64(len(v.free) + v.idle.n - idleHere); uint64(need) > spare {
@@ -544,7 +631,7 @@ func (p *Pool) commit(b *block, size uint64, short shortage, spill bool) error {
 		if err := p.mapGranule(g, spill); err != nil {
 			// The block is not handed out: what is mapped so far stays
 			// mapped, idle, except spilled memory, which goes back.
-			from, to := v.newlyUsed(b, size)
+			from, to := v.newlyUsed(b, off, size)
 			for j := first; j <= last; j++ {
 				g := &seg.granules[j]
 				g.newHost = false
@@ -557,7 +644,7 @@ func (p *Pool) commit(b *block, size uint64, short shortage, spill bool) error {
 		g.newHost = g.host
 		hostMapped = hostMapped || g.host
 	}
-	p.granulesTaken(b, size)
+	p.granulesTaken(b, off, size)
 	if hostMapped {
 		p.reportSpill(seg, first, last)
 	}
@@ -748,14 +835,14 @@ func (p *Pool) useMapped(b *block, size uint64) bool {
 // about to be handed out with every granule under them mapped: those that b
 // covered whole now hold used bytes. With migration, every granule under
 // them is stamped hot.
-func (p *Pool) granulesTaken(b *block, size uint64) {
+func (p *Pool) granulesTaken(b *block, off, size uint64) {
 	v := p.virt
-	if from, to := v.newlyUsed(b, size); from < to {
+	if from, to := v.newlyUsed(b, off, size); from < to {
 		v.inUse += to - from
 		v.inUsePeak = max(v.inUsePeak, v.inUse)
 	}
 	if p.migration != nil {
-		v.stampHot(b.seg, b.base, size)
+		v.stampHot(b.seg, b.base+off, size)
 	}
 }
 
@@ -914,7 +1001,7 @@ func (p *Pool) fewestGranules(size uint64) *block {
 	bestN := 0
 	for k := range numClasses {
 		p.idx[k].scan(size, math.MaxInt, func(b *block) bool {
-			n := p.virt.shortOf(b, size).unmapped
+			n := p.virt.shortOf(b, 0, size).unmapped
 			if best == nil || n < bestN || n == bestN && (b.size < best.size || b.size == best.size && b.base < best.base) {
 				best, bestN = b, n
 			}

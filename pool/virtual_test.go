@@ -181,6 +181,33 @@ func TestVirtualPreferMapped(t *testing.T) {
 	h.closeVirtual()
 }
 
+// TestVirtualBlockOnGranuleBoundary: a block that must take an unused
+// granule starts on it rather than at the start of its free block, so that
+// once freed it leaves that granule unused, while the bytes it skipped stay
+// free on the granule in use before it.
+func TestVirtualBlockOnGranuleBoundary(t *testing.T) {
+	f := pooltest.NewVirtual(0)
+	h := newVirtualHarness(t, f, virtualOptions(64*miB))
+	first := h.mustAlloc(1536 << 10) // the medium arena's first granule keeps 0.5 MiB free
+	if first%granule != 0 {
+		t.Fatalf("1.5 MiB at %#x, want the start of an arena", first)
+	}
+	whole := h.mustAlloc(2 * miB)
+	if whole != first+granule {
+		t.Fatalf("2 MiB at %#x, want %#x: on one granule, not across two", whole, first+granule)
+	}
+	h.mustAlloc(1536 << 10) // after it, on a granule of its own
+	h.mustFree(whole)
+	h.appSync()
+	// Its granule goes back (release threshold 0); on two granules it would
+	// have kept the one the last block shares with it.
+	if got := f.PhysicalBytes(); got != 2*granule {
+		t.Fatalf("%d physical bytes under 3 MiB live, want 2 granules", got)
+	}
+	h.checkPhysical()
+	h.closeVirtual()
+}
+
 // TestVirtualPendingGranules: a granule freed by Free stays mapped until a
 // synchronization, and a granule freed on a stream until the stream's work is
 // known complete, even when the quota needs it elsewhere.
