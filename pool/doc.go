@@ -301,7 +301,16 @@
 // fitting there can use); then lies lowest. It never maps more granules than
 // the block's first bytes would. The bytes before it stay a free block of
 // their own. A request whose block lies on granules in use already takes the
-// block's first bytes, at no cost beyond that check. If the quota
+// block's first bytes, at no cost beyond that check. On random churn the
+// places take peak reserved ÷ peak live from 1.137 to 1.131 (1.144 to 1.129
+// on average over eight seeds of the trace), for twice the granules mapped
+// per allocation (0.058 to 0.115) and 18% more synchronizations forced
+// (1,625 to 1,918 in 100,000 operations): the idle granules a block at a
+// granule boundary takes run out sooner. Looking further, at other free
+// blocks by the fresh granules the request needs anywhere in them, reached
+// 1.121 on the trace but only 1.125 over the eight seeds, for 3 times the
+// maps and 100 more instructions a pair; a search of every free block by
+// these ranks did no better. If the quota
 // cannot give the granules the pool synchronizes for everything freed (if a
 // synchronization would complete any of it), then
 // places the block in the free block of any class where it needs the fewest
