@@ -439,8 +439,11 @@
 // fewer granules did no better (1.148; 1.142).
 // Mapped at any number of addresses, any granule's free tail and any other's
 // free head beginning and ending a block (GMLake's stitching taken to its
-// limit), the model peaks at 1.058: a granule mapped at several addresses,
-// not a better search, is what getting near 1.05 would take. Moving live
+// limit), the model peaks at 1.058, and at 1.045 (1.046 over four other
+// seeds) when a block under a granule lies against its granule's boundary
+// where its free range has one: a granule mapped at several addresses, with
+// the fragments in view, is what getting under 1.05 takes, since no rule for
+// one address per granule the models tried got under 1.076. Moving live
 // bytes does not get lower: an address fixes where in its granule each byte
 // lies, so moving can only gather onto one granule, mapped at each of their
 // addresses, bytes of partly used granules that lie at disjoint offsets; the
