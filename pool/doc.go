@@ -307,10 +307,11 @@
 // per allocation (0.058 to 0.115) and 18% more synchronizations forced
 // (1,625 to 1,918 in 100,000 operations): the idle granules a block at a
 // granule boundary takes run out sooner. Ranking the places costs the
-// random-size pair 9 instructions among 10,000 live blocks (1,154 against
-// 1,145, BenchmarkPairVirtual in cudaFree order) and 228 among 1,000 (1,282
-// against 1,054), where a quarter of the requests land on fresh granules. Looking further, at other free
-// blocks by the fresh granules the request needs anywhere in them, reached
+// random-size pair 4 instructions among 10,000 live blocks (1,149 against
+// 1,145, BenchmarkPairVirtual in cudaFree order) and 224 among 1,000 (1,278
+// against 1,054), where a quarter of the requests land on fresh granules.
+// Looking further, at other free blocks by the fresh granules the request
+// needs anywhere in them, reached
 // 1.121 on the trace but only 1.125 over the eight seeds, for 3 times the
 // maps and 100 more instructions a pair; a search of every free block by
 // these ranks did no better. If the quota

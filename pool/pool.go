@@ -755,11 +755,10 @@ func (p *Pool) fromClass(size uint64, k int, c *streamCache, how search) *block 
 }
 
 // handAt hands out size bytes off bytes into b, a free block: the first off
-// bytes stay free, a block of their own in the index.
+// bytes stay free, a block of their own in the index. b stays in the list
+// it was inserted in, which it records, until hand takes it out.
 func (p *Pool) handAt(b *block, off, size uint64, src Source) uint64 {
 	if off > 0 {
-		idx := &p.idx[b.seg.class]
-		idx.remove(b)
 		h := p.newBlock()
 		h.base, h.size, h.seg, h.state = b.base, off, b.seg, stateFree
 		h.prevPhys, h.nextPhys = b.prevPhys, b
@@ -771,8 +770,7 @@ func (p *Pool) handAt(b *block, off, size uint64, src Source) uint64 {
 		b.prevPhys = h
 		b.base += off
 		b.size -= off
-		idx.insert(h)
-		idx.insert(b)
+		p.idx[b.seg.class].insert(h)
 	}
 	return p.hand(b, size, src)
 }

@@ -443,19 +443,13 @@ func (v *virtualMemory) wholeGranules(b *block) (lo, hi uint64) {
 	return (b.base - b.seg.base + v.gran - 1) >> shift, (b.base + b.size - b.seg.base) >> shift
 }
 
-// onShared reports whether the first size bytes of b, a free block of an
-// arena, lie only on granules b shares with the blocks around it (newlyUsed
-// finds none), which are mapped and in use: they end before b's first
-// whole granule, or b has none.
-func (v *virtualMemory) onShared(b *block, size uint64) bool {
+// onShared reports whether the size bytes off bytes into b, a free block of
+// an arena, lie only on granules b shares with the blocks around it
+// (newlyUsed finds none), which are mapped and in use: they end before b's
+// first whole granule, start in the granule b ends in, or b has no whole
+// granule.
+func (v *virtualMemory) onShared(b *block, off, size uint64) bool {
 	head := alignUp(b.base, v.gran) // the end of the granule b starts in, or b.base
-	return b.base+size <= head || b.base+b.size < head+v.gran
-}
-
-// onSharedAt is onShared for the size bytes off bytes into b: they may also
-// lie only on the granule b ends in.
-func (v *virtualMemory) onSharedAt(b *block, off, size uint64) bool {
-	head := alignUp(b.base, v.gran)
 	end := b.base + b.size
 	return b.base+off+size <= head || end < head+v.gran || b.base+off >= end&^(v.gran-1)
 }
@@ -567,7 +561,7 @@ func (v *virtualMemory) shortOf(b *block, off, size uint64) (s shortage) {
 	if b.state != stateFree || b.seg.granules == nil {
 		return s
 	}
-	if v.hostGranules == 0 && v.onSharedAt(b, off, size) {
+	if v.hostGranules == 0 && v.onShared(b, off, size) {
 		return s // on granules in use, none of them host memory
 	}
 	first, last := v.granuleRange(b.seg, b.base+off, size)
@@ -814,7 +808,7 @@ func (p *Pool) useMapped(b *block, size uint64) bool {
 		return true
 	}
 	v := p.virt
-	if !v.onShared(b, size) {
+	if !v.onShared(b, 0, size) {
 		return false // on a granule with no used byte: idle or not mapped
 	}
 	if v.hostGranules != 0 {
