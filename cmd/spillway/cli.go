@@ -57,7 +57,8 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 // errHelp says that help was asked for and shown.
 var errHelp = flag.ErrHelp
 
-// usageErr is a bad command line, reported in one line.
+// usageErr is a bad command line, reported in one line, or one line for
+// each invalid setting where there are several (lines of msg).
 type usageErr struct{ msg string }
 
 func (e *usageErr) Error() string { return e.msg }
@@ -188,12 +189,22 @@ func checkSwitchBeforeCommand(fs *flagSet, args []string) error {
 
 // reportFlagError prints a command-line error in one line, with where to
 // find the flags, and returns the exit status: 0 after help, 2 otherwise.
+// An error of several lines (several invalid settings) is printed a line
+// each, each line naming the command, the last where to find the flags.
 func reportFlagError(cmd string, err error) int {
 	if errors.Is(err, errHelp) {
 		return 0
 	}
-	fmt.Fprintf(os.Stderr, "spillway %s: %v (see 'spillway %s --help')\n", cmd, err, cmd)
+	writeFlagError(os.Stderr, cmd, err)
 	return 2
+}
+
+func writeFlagError(w io.Writer, cmd string, err error) {
+	lines := strings.Split(err.Error(), "\n")
+	for _, l := range lines[:len(lines)-1] {
+		fmt.Fprintf(w, "spillway %s: %s\n", cmd, l)
+	}
+	fmt.Fprintf(w, "spillway %s: %s (see 'spillway %s --help')\n", cmd, lines[len(lines)-1], cmd)
 }
 
 var (

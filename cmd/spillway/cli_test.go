@@ -375,3 +375,46 @@ func TestForgottenValueIsRefused(t *testing.T) {
 		t.Errorf("--memory-limit -1GiB: %v", err)
 	}
 }
+
+// TestEveryInvalidSettingAtOnce: spillway run and spillway trace -- CMD
+// refuse every invalid setting at once, one line each in name order, a
+// variable with "(in the environment)", a flag as typed; the lines are
+// printed each naming the command, the last with where to find the flags.
+func TestEveryInvalidSettingAtOnce(t *testing.T) {
+	env := []string{"SPILLWAY_SPILL=disk", "SPILLWAY_POOL=yes", "SPILLWAY_LOG_LEVEL=verbose"}
+	want := []string{
+		`invalid SPILLWAY_LOG_LEVEL="verbose": expected one of error, warn, info, debug (valid example: SPILLWAY_LOG_LEVEL=info) (in the environment)`,
+		`invalid SPILLWAY_POOL="yes": expected 1 (on) or 0 (off) (valid example: SPILLWAY_POOL=1) (in the environment)`,
+		`invalid SPILLWAY_SPILL="disk": expected managed or pinned (valid example: SPILLWAY_SPILL=pinned) (in the environment)`,
+	}
+	parse := map[string]func(args, env []string) error{
+		"run":   func(args, env []string) error { _, err := parseRunFlags(args, env, io.Discard); return err },
+		"trace": func(args, env []string) error { _, err := parseTraceFlags(args, env, io.Discard); return err },
+	}
+	for _, cmd := range []string{"run", "trace"} {
+		for _, n := range []int{2, 3} {
+			// The last n variables, whose errors are the first n in name order.
+			err := parse[cmd]([]string{"--", "true"}, env[3-n:])
+			var usage *usageErr
+			if !errors.As(err, &usage) || err.Error() != strings.Join(want[:n], "\n") {
+				t.Errorf("%s with %v: %v, want the usage error of %d lines %q", cmd, env[3-n:], err, n, want[:n])
+			}
+		}
+	}
+	// A flag is named as typed, a variable as set, each on its line.
+	err := parse["run"]([]string{"--pool=false", "--pool-reserve", "1GiB", "--", "true"}, []string{"SPILLWAY_LOG_LEVEL=verbose"})
+	if want := []string{want[0], `invalid --pool-reserve="1GiB": a reserve needs the pool, but --pool=false (valid example: --pool=true --pool-reserve 4GiB)`}; err == nil ||
+		err.Error() != strings.Join(want, "\n") {
+		t.Errorf("run --pool=false --pool-reserve 1GiB with SPILLWAY_LOG_LEVEL=verbose: %v, want %q", err, want)
+	}
+	var out bytes.Buffer
+	writeFlagError(&out, "run", &usageErr{"first\nsecond"})
+	if got := out.String(); got != "spillway run: first\nspillway run: second (see 'spillway run --help')\n" {
+		t.Errorf("two lines printed as %q", got)
+	}
+	out.Reset()
+	writeFlagError(&out, "run", &usageErr{"only"})
+	if got := out.String(); got != "spillway run: only (see 'spillway run --help')\n" {
+		t.Errorf("one line printed as %q", got)
+	}
+}

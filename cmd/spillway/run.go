@@ -391,13 +391,13 @@ func parseRunFlags(args []string, environ []string, out io.Writer) (runOptions, 
 
 // checkCombination validates the environment the job will get, flags and
 // inherited SPILLWAY_* variables together, with the shim's own rules; an
-// error about a flag names the flag and shows its value as typed.
+// error about a flag names the flag and shows its value as typed. Every
+// invalid setting is reported, one line each.
 func checkCombination(opts launchOptions, environ []string, flags variableFlags, limit *limitFlag, devices *deviceLimits) (config.Config, error) {
 	env := shimEnvironment(opts, environ)
 	cfg, err := config.Parse(env.list())
-	var cerr *config.Error
-	if !errors.As(err, &cerr) {
-		return cfg, err
+	if err == nil {
+		return cfg, nil
 	}
 	typed := map[string][2]string{} // variable -> flag, value as typed
 	var setting []string            // VARIABLE=value, --flag=typed: a flag's setting named in a reason
@@ -413,7 +413,17 @@ func checkCombination(opts launchOptions, environ []string, flags variableFlags,
 	for n, v := range devices.typed {
 		typed[config.EnvMemoryLimitDevicePrefix+strconv.Itoa(n)] = [2]string{"--memory-limit-device", strconv.Itoa(n) + "=" + v}
 	}
-	if t, ok := typed[cerr.Name]; ok {
+	var lines []string
+	for _, err := range config.Errors(err) {
+		var cerr *config.Error
+		if !errors.As(err, &cerr) {
+			return cfg, err
+		}
+		t, ok := typed[cerr.Name]
+		if !ok {
+			lines = append(lines, cerr.Error()+" (in the environment)")
+			continue
+		}
 		e := *cerr
 		e.Name, e.Value = t[0], t[1]
 		e.Reason = strings.NewReplacer(setting...).Replace(e.Reason)
@@ -423,9 +433,9 @@ func checkCombination(opts launchOptions, environ []string, flags variableFlags,
 		for variable, t := range typed {
 			e.Example = strings.ReplaceAll(e.Example, variable+"=", t[0]+" ")
 		}
-		return cfg, &usageErr{e.Error()}
+		lines = append(lines, e.Error())
 	}
-	return cfg, &usageErr{cerr.Error() + " (in the environment)"}
+	return cfg, &usageErr{strings.Join(lines, "\n")}
 }
 
 func runMain(args []string) int {

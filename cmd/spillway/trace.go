@@ -107,7 +107,11 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 	if len(o.argv) > 0 {
 		cfg, err := config.Parse(environ)
 		if err != nil {
-			return o, usageError(fs, err.Error()+" (in the environment)")
+			var lines []string
+			for _, err := range config.Errors(err) {
+				lines = append(lines, err.Error()+" (in the environment)")
+			}
+			return o, usageError(fs, strings.Join(lines, "\n"))
 		}
 		o.disabled = cfg.Disable
 		if err := checkShimFiles(environ); err != nil {

@@ -69,7 +69,7 @@ func Start(frontABI, coreABI int32, real, probes unsafe.Pointer) (*Core, interpo
 	}
 	if err != nil {
 		c.broken = err
-		c.log.Errorf("%v; every CUDA allocation in this process will fail with %s until it is fixed", err, apiCallNames[api].notInitialized)
+		logInvalidSettings(c.log, err, api)
 	}
 	c.cfg = cfg
 	c.debug = c.log.IsLevelEnabled(logrus.DebugLevel)

@@ -40,6 +40,16 @@ func newLogger(w io.Writer, format config.Format, level config.Level) *logrus.Lo
 	return l
 }
 
+// logInvalidSettings logs each invalid setting in err (every one that
+// config.Parse found, or the log file that cannot be opened) on a line of
+// its own, with what every allocation of a process calling api's functions
+// answers until it is fixed.
+func logInvalidSettings(log *logrus.Logger, err error, api API) {
+	for _, e := range config.Errors(err) {
+		log.Errorf("%v; every CUDA allocation in this process will fail with %s until it is fixed", e, apiCallNames[api].notInitialized)
+	}
+}
+
 // openLog builds the configured logger. Nothing is written to disk unless
 // SPILLWAY_LOG_FILE asks for it. The file is opened and written without
 // ever waiting: a FIFO without a reader (ENXIO) means standard error, and

@@ -26,6 +26,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"math"
@@ -195,7 +196,10 @@ func (e *Error) Error() string {
 }
 
 // Parse reads the configuration from environment entries in os.Environ
-// form ("KEY=VALUE"). It returns the first invalid variable as an *Error.
+// form ("KEY=VALUE"). It reports every invalid variable at once, so that
+// fixing one never reveals the next: one *Error for each, in name order,
+// joined with errors.Join (errors.As finds the first; Errors lists them),
+// and the zero Config.
 func Parse(environ []string) (Config, error) {
 	cfg := Config{LogLevel: LevelWarn, LogFormat: FormatText, Pool: true, VMM: true, Spill: SpillManaged}
 	env := map[string]string{}
@@ -205,7 +209,10 @@ func Parse(environ []string) (Config, error) {
 			env[k] = v
 		}
 	}
-	for _, name := range slices.Sorted(maps.Keys(env)) { // in name order: the first error is always the same one
+	var errs []error
+	invalid := map[string]bool{} // a check across variables reads only valid ones
+	// In name order: the errors always come in the same order.
+	for _, name := range slices.Sorted(maps.Keys(env)) {
 		value := env[name]
 		var err error
 		switch {
@@ -263,21 +270,50 @@ func Parse(environ []string) (Config, error) {
 			cfg.Unknown = append(cfg.Unknown, name)
 		}
 		if err != nil {
-			return Config{}, err
+			errs = append(errs, err)
+			invalid[name] = true
 		}
 	}
-	if cfg.PoolReserve > 0 && !cfg.Pool {
-		return Config{}, &Error{EnvPoolReserve, env[EnvPoolReserve], "a reserve needs the pool, but " + EnvPool + "=0",
-			EnvPool + "=1 " + EnvPoolReserve + "=4GiB"}
+	// An invalid variable has left its field at a value of its own (an
+	// invalid SPILLWAY_POOL reads as off, an invalid quota as none): a
+	// check that reads one would report what was never set.
+	if cfg.PoolReserve > 0 && !cfg.Pool && !invalid[EnvPool] {
+		errs = append(errs, &Error{EnvPoolReserve, env[EnvPoolReserve], "a reserve needs the pool, but " + EnvPool + "=0",
+			EnvPool + "=1 " + EnvPoolReserve + "=4GiB"})
+	} else if err := cfg.checkReserve(env[EnvPoolReserve]); err != nil {
+		errs = append(errs, err)
 	}
-	if err := cfg.checkReserve(env[EnvPoolReserve]); err != nil {
-		return Config{}, err
+	if len(errs) > 0 {
+		// The checks across variables are about SPILLWAY_POOL_RESERVE,
+		// which is valid when they run: in name order with the others.
+		name := func(err error) string {
+			if e, ok := err.(*Error); ok {
+				return e.Name
+			}
+			return ""
+		}
+		slices.SortStableFunc(errs, func(a, b error) int { return strings.Compare(name(a), name(b)) })
+		return Config{}, errors.Join(errs...)
 	}
 	return cfg, nil
 }
 
+// Errors lists the errors in err one by one: those Parse joined, in name
+// order, or err alone; nil for nil. A caller reports each on a line of
+// its own.
+func Errors(err error) []error {
+	if err == nil {
+		return nil
+	}
+	if joined, ok := err.(interface{ Unwrap() []error }); ok {
+		return joined.Unwrap()
+	}
+	return []error{err}
+}
+
 // checkReserve refuses a reserve larger than a quota given in bytes; one
-// above a percentage quota is refused when the device's total is known.
+// above a percentage quota is refused when the device's total is known. An
+// invalid quota, left as none, is not checked against.
 func (c Config) checkReserve(value string) error {
 	if c.PoolReserve == 0 {
 		return nil

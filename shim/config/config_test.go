@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -410,5 +411,75 @@ func TestValuesTrimTheFrontsBlanks(t *testing.T) {
 		if !errors.As(err, &cerr) || cerr.Name != name || cerr.Value != value || !strings.Contains(err.Error(), "valid example") {
 			t.Errorf("%q: %v; want an error naming the variable, the value and a valid one", env, err)
 		}
+	}
+}
+
+// TestEveryInvalidVariableAtOnce: every invalid variable is reported, each
+// as an *Error of its own, in name order, so that fixing one never reveals
+// the next. A check across variables (a reserve needs the pool, fits in the
+// quota) is reported beside them, but only when the variables it reads are
+// valid: an invalid SPILLWAY_POOL is no SPILLWAY_POOL=0.
+func TestEveryInvalidVariableAtOnce(t *testing.T) {
+	for _, tc := range []struct {
+		env   []string
+		names []string
+	}{
+		{[]string{"SPILLWAY_POOL=yes", "SPILLWAY_MEMORY_LIMIT=8gigs"}, []string{EnvMemoryLimit, EnvPool}},
+		{[]string{"SPILLWAY_SPILL=disk", "SPILLWAY_MEMORY_LIMIT_1=0", "SPILLWAY_LOG_LEVEL=verbose"},
+			[]string{EnvLogLevel, "SPILLWAY_MEMORY_LIMIT_1", EnvSpill}},
+		{[]string{"SPILLWAY_VMM=2", "SPILLWAY_POOL=0", "SPILLWAY_POOL_RESERVE=1GiB", "SPILLWAY_LOG_FORMAT=xml"},
+			[]string{EnvLogFormat, EnvPoolReserve, EnvVMM}},
+		{[]string{"SPILLWAY_MEMORY_LIMIT_3=1GiB", "SPILLWAY_POOL_RESERVE=2GiB", "SPILLWAY_DISABLE=yes"},
+			[]string{EnvDisable, EnvPoolReserve}},
+		{[]string{"SPILLWAY_POOL=off", "SPILLWAY_POOL_RESERVE=1GiB"}, []string{EnvPool}},
+		{[]string{"SPILLWAY_MEMORY_LIMIT=1GiBs", "SPILLWAY_POOL_RESERVE=2GiB"}, []string{EnvMemoryLimit}},
+		{[]string{"SPILLWAY_MEMORY_LIMIT_3=0", "SPILLWAY_POOL_RESERVE=2GiB"}, []string{"SPILLWAY_MEMORY_LIMIT_3"}},
+		{[]string{"SPILLWAY_MEMORY_LIMIT=1GiB", "SPILLWAY_POOL_RESERVE=0"}, []string{EnvPoolReserve}},
+	} {
+		cfg, err := Parse(tc.env)
+		if !reflect.DeepEqual(cfg, Config{}) {
+			t.Errorf("%v: config %+v, want the zero Config with an error", tc.env, cfg)
+		}
+		var first *Error
+		if !errors.As(err, &first) || first.Name != tc.names[0] {
+			t.Errorf("%v: %v, want errors.As to find the first invalid variable, %s", tc.env, err, tc.names[0])
+			continue
+		}
+		each := []error{err}
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			each = joined.Unwrap()
+		}
+		var names []string
+		for _, e := range each {
+			if cerr, ok := e.(*Error); ok {
+				names = append(names, cerr.Name)
+			} else {
+				t.Errorf("%v: %T %v among the errors, want each an *Error", tc.env, e, e)
+			}
+		}
+		if !slices.Equal(names, tc.names) {
+			t.Errorf("%v: errors name %v, want %v", tc.env, names, tc.names)
+		}
+		// The message has a line for each, in the same order.
+		lines := strings.Split(err.Error(), "\n")
+		if len(lines) != len(tc.names) {
+			t.Errorf("%v: message %q, want %d lines", tc.env, err.Error(), len(tc.names))
+			continue
+		}
+		for i, l := range lines {
+			if !strings.HasPrefix(l, "invalid "+tc.names[i]+"=") || !strings.Contains(l, "valid example") {
+				t.Errorf("%v: line %d %q, want the error of %s", tc.env, i, l, tc.names[i])
+			}
+		}
+		if got := Errors(err); len(got) != len(tc.names) {
+			t.Errorf("%v: Errors gives %v, want %d", tc.env, got, len(tc.names))
+		}
+	}
+	if got := Errors(nil); got != nil {
+		t.Errorf("Errors(nil) = %v, want nil", got)
+	}
+	single := &Error{EnvPool, "yes", "expected 1 (on) or 0 (off)", EnvPool + "=1"}
+	if got := Errors(single); len(got) != 1 || got[0] != single {
+		t.Errorf("Errors of one error = %v, want it alone", got)
 	}
 }

@@ -479,6 +479,27 @@ func TestPooledAddressRange(t *testing.T) {
 	}
 }
 
+// TestEveryInvalidSettingLogged: the core logs every invalid setting at
+// once, a line each in name order, each with what allocations answer, and
+// refuses every allocation as for one.
+func TestEveryInvalidSettingLogged(t *testing.T) {
+	res, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_SPILL=disk", "SPILLWAY_POOL=yes", "SPILLWAY_MEMORY_LIMIT=8gigs"},
+		drvops(t, ""), "m", "1M"))
+	if rc := out.Code(t, "m", 0); rc != cuErrorNotInitialized {
+		t.Errorf("cuMemAlloc_v2 answered %d, want CUDA_ERROR_NOT_INITIALIZED (%d)", rc, cuErrorNotInitialized)
+	}
+	names := []string{"SPILLWAY_MEMORY_LIMIT", "SPILLWAY_POOL", "SPILLWAY_SPILL"}
+	lines := nonEmptyLines(res.Stderr)
+	if len(lines) != len(names) {
+		t.Fatalf("stderr %q: want %d lines, one for each invalid setting", res.Stderr, len(names))
+	}
+	for i, l := range lines {
+		if !strings.Contains(l, `invalid `+names[i]+`=\"`) || !strings.Contains(l, "will fail with CUDA_ERROR_NOT_INITIALIZED until it is fixed") {
+			t.Errorf("line %d %q: want the error of %s and what allocations answer", i, l, names[i])
+		}
+	}
+}
+
 // TestInvalidSettingNamesTheDriversError: an invalid setting's line says
 // what the program's allocations will answer in the API it uses:
 // CUDA_ERROR_NOT_INITIALIZED in a process with the driver alone, where

@@ -76,6 +76,26 @@ func TestSpillwayRunCombinations(t *testing.T) {
 	}
 }
 
+// Every invalid setting is refused at once, a line each in name order:
+// fixing one never reveals the next. Exit 2, nothing run.
+func TestSpillwayRunEveryInvalidSetting(t *testing.T) {
+	cmd := harness.Command(t, harness.Bin(t, "spillway"), "run", "--pool=false", "--pool-reserve", "1GiB", "--", "sh", "-c", "echo ran")
+	harness.SetEnv(cmd, "SPILLWAY_SPILL=disk", "SPILLWAY_LOG_LEVEL=verbose")
+	res := harness.Run(t, cmd)
+	lines := strings.Split(strings.TrimSpace(res.Stderr), "\n")
+	want := []string{`spillway run: invalid SPILLWAY_LOG_LEVEL="verbose": expected one of error, warn, info, debug`,
+		`spillway run: invalid --pool-reserve="1GiB": a reserve needs the pool, but --pool=false`,
+		`spillway run: invalid SPILLWAY_SPILL="disk": expected managed or pinned`}
+	if res.ExitCode != 2 || res.Stdout != "" || len(lines) != len(want) || !strings.HasSuffix(lines[len(lines)-1], "(see 'spillway run --help')") {
+		t.Fatalf("exit %d, stdout %q, stderr %q: want 2, nothing run, %d lines, the last with the help", res.ExitCode, res.Stdout, res.Stderr, len(want))
+	}
+	for i, l := range lines {
+		if !strings.HasPrefix(l, want[i]) {
+			t.Errorf("line %d %q, want it to begin %q", i, l, want[i])
+		}
+	}
+}
+
 // Help lists every flag with two dashes and a description; the top level
 // lists each command in one line; --version works.
 func TestSpillwayHelp(t *testing.T) {
