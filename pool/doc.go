@@ -307,9 +307,10 @@
 // per allocation (0.058 to 0.115) and 18% more synchronizations forced
 // (1,625 to 1,918 in 100,000 operations): the idle granules a block at a
 // granule boundary takes run out sooner. Ranking the places costs the
-// random-size pair 4 instructions among 10,000 live blocks (1,149 against
-// 1,145, BenchmarkPairVirtual in cudaFree order) and 224 among 1,000 (1,278
-// against 1,054), where a quarter of the requests land on fresh granules.
+// random-size pair nothing among 10,000 live blocks (1,138 instructions
+// against 1,145, BenchmarkPairVirtual in cudaFree order: the placements
+// change the paths later pairs take) and 201 among 1,000 (1,255 against
+// 1,054), where a quarter of the requests land on fresh granules.
 // Looking further, at other free blocks by the fresh granules the request
 // needs anywhere in them, reached
 // 1.121 on the trace but only 1.125 over the eight seeds, for 3 times the

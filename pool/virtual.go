@@ -487,21 +487,31 @@ func (p *Pool) spotIn(b *block, size uint64, short shortage) (uint64, shortage) 
 		return 0, short
 	}
 	m := v.gran - 1
-	first, last := b.base, b.base+b.size-size // the lowest and highest starts
-	bestOff, best := uint64(0), v.rankSpot(b, first, size)
-	for _, lo := range [5]uint64{last, (first + m) &^ m, (first+size+m)&^m - size, last &^ m, (last+size)&^m - size} {
-		if lo <= first || lo > last {
-			continue // the start of b, ranked already, or outside b
+	r := spotRanker{
+		b: b.base, end: b.base + b.size, size: size, m: m, shift: v.shift & 63,
+		wholeLo: (b.base + m) &^ m, wholeHi: (b.base + b.size) &^ m,
+	}
+	first, last := r.b, r.end-size // the lowest and highest starts
+	bestAt, best := first, r.rank(first)
+	try := func(at uint64) {
+		if at <= first || at > last {
+			return // the start of b, ranked already, or outside b
 		}
-		if k := v.rankSpot(b, lo, size); k.less(best) || k == best && lo-first < bestOff {
-			best, bestOff = k, lo-first
+		if k := r.rank(at); k.less(best) || k == best && at < bestAt {
+			best, bestAt = k, at
 		}
 	}
-	if bestOff == 0 {
+	try(last)
+	try((first + m) &^ m)
+	try((first+size+m)&^m - size)
+	try(last &^ m)
+	try((last+size)&^m - size)
+	if bestAt == first {
 		return 0, short
 	}
-	if s := v.shortOf(b, bestOff, size); s.unmapped+s.host <= short.unmapped+short.host {
-		return bestOff, s
+	off := bestAt - first
+	if s := v.shortOf(b, off, size); s.unmapped+s.host <= short.unmapped+short.host {
+		return off, s
 	}
 	return 0, short // the block was chosen for no more granules to map than that
 }
@@ -523,26 +533,30 @@ func (k spotKey) less(o spotKey) bool {
 	return k.beside < o.beside
 }
 
-// rankSpot returns the spotKey of size bytes at lo inside b, a free block of
-// an arena.
-func (v *virtualMemory) rankSpot(b *block, lo, size uint64) (k spotKey) {
-	m := v.gran - 1
-	shift := v.shift & 63
-	bLo, bHi := b.base, b.base+b.size
-	hi := lo + size
-	loDown, hiUp := lo&^m, (hi+m)&^m
-	// The granules under the block that b covers whole.
-	if a, z := max(loDown, (bLo+m)&^m), min(hiUp, bHi&^m); z > a {
-		k.fresh = (z - a) >> shift
+// spotRanker ranks the places of size bytes inside a free block of an arena,
+// [b, end), whose whole granules span [wholeLo, wholeHi); m is the
+// granularity less one, and 1<<shift the granularity.
+type spotRanker struct {
+	b, end, wholeLo, wholeHi, size, m uint64
+	shift                             uint
+}
+
+// rank returns the spotKey of the block's bytes at [at, at+size).
+func (r *spotRanker) rank(at uint64) (k spotKey) {
+	hi := at + r.size
+	atDown, hiUp := at&^r.m, (hi+r.m)&^r.m
+	// The granules under the block that the free block covers whole.
+	if a, z := max(atDown, r.wholeLo), min(hiUp, r.wholeHi); z > a {
+		k.fresh = (z - a) >> r.shift
 	}
-	if loUp, hiDown := (lo+m)&^m, hi&^m; size > m && hiDown > loUp {
-		k.whole = (hiDown - loUp) >> shift
+	if atUp, hiDown := (at+r.m)&^r.m, hi&^r.m; r.size > r.m && hiDown > atUp {
+		k.whole = (hiDown - atUp) >> r.shift
 	}
-	if lo > bLo && lo != loDown {
-		k.beside = lo - max(bLo, loDown)
+	if at > r.b && at != atDown {
+		k.beside = at - max(r.b, atDown)
 	}
-	if hi < bHi && hi != hiUp {
-		k.beside += min(bHi, hiUp) - hi
+	if hi < r.end && hi != hiUp {
+		k.beside += min(r.end, hiUp) - hi
 	}
 	return k
 }
