@@ -394,7 +394,7 @@
 // (granules stay 2 MiB at that scale, so this is not 1/64 of the figure
 // above).
 // Where nothing repeats it costs: on the random-churn trace it moves
-// 296 MB per synchronization, and on the training trace, whose three steps
+// 342 MB per synchronization, and on the training trace, whose three steps
 // each need tens of GB of activations, 4.4 GB.
 //
 // Cost: handing out or freeing a block visits the ceil(size/granule)+1

@@ -332,8 +332,10 @@ const placementScan = 4
 // Counting a host granule as more than any number of unmapped ones kept as
 // many accesses on the device on the Qwen2.5-32B trace at 60% of its peak,
 // tests/tracetest, and spilled more of random churn, BenchmarkSpillVirtual:
-// 0.633 of its peak live bytes at the peak against 0.607, new host granules
-// being made where free bytes of those already made would have done.)
+// 0.633 of its peak live bytes at the peak against 0.607 when measured
+// (0.592 with the placements of today), new host
+// granules being made where free bytes of those already made would have
+// done.)
 // The block chosen comes with its shortOf.
 func (p *Pool) preferDeviceMapped(b *block, size uint64, short shortage) (*block, shortage) {
 	cost := short.unmapped + short.host
