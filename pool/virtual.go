@@ -266,12 +266,14 @@ func (p *Pool) spillOrRefuse(b *block, size uint64, err error) (uint64, error) {
 // granule the request would create. On random churn this takes peak
 // reserved ÷ peak live from 1.146 to 1.137 and maps per allocation from
 // 0.049 to 0.058, for 18% more synchronizations (1,378 to 1,625 forced;
-// over 12 seeds of the trace, 1.150 to 1.145 on average). It synchronizes
-// only while a Free is pending, so never more often than the driver's
-// cudaFree, which waits at every free.
+// over 12 seeds of the trace, 1.150 to 1.145 on average). Near the quota
+// it also synchronizes before a placement that would leave few granules
+// within reach (runsShort). It synchronizes only while a Free is pending,
+// so never more often than the driver's cudaFree, which waits at every
+// free.
 func (p *Pool) placeVirtual(size uint64, class int, c *streamCache, found *block) (b *block, short shortage, src Source, captured bool, err error) {
 	if b = found; b != nil {
-		if short = p.virt.shortOf(b, 0, size); !p.needsNew(short) {
+		if short = p.virt.shortOf(b, 0, size); !p.runsShort(short) {
 			// A block on device granules already mapped (some idle)
 			// skips the search for a better one, and its call.
 			if short.unmapped+short.host > 0 {
@@ -283,7 +285,7 @@ func (p *Pool) placeVirtual(size uint64, class int, c *streamCache, found *block
 	if p.pollMarkers() {
 		b = p.fromClass(size, class, c, ownClass)
 	}
-	if (b == nil || p.needsNew(p.virt.shortOf(b, 0, size))) && p.pending.bytes > 0 {
+	if (b == nil || p.runsShort(p.virt.shortOf(b, 0, size))) && p.pending.bytes > 0 {
 		switch err = p.synchronize(); {
 		case errors.Is(err, ErrStreamCapture):
 			captured = true
@@ -333,9 +335,8 @@ const placementScan = 4
 // many accesses on the device on the Qwen2.5-32B trace at 60% of its peak,
 // tests/tracetest, and spilled more of random churn, BenchmarkSpillVirtual:
 // 0.633 of its peak live bytes at the peak against 0.607 when measured
-// (0.592 with the placements of today), new host
-// granules being made where free bytes of those already made would have
-// done.)
+// (0.588 with the placements of today), new host granules being made where
+// free bytes of those already made would have done.)
 // The block chosen comes with its shortOf.
 func (p *Pool) preferDeviceMapped(b *block, size uint64, short shortage) (*block, shortage) {
 	cost := short.unmapped + short.host
@@ -353,13 +354,37 @@ func (p *Pool) preferDeviceMapped(b *block, size uint64, short shortage) (*block
 	return b, short
 }
 
-// needsNew reports whether mapping the granules short finds unmapped under
-// a block, with its idle ones, would create physical memory: there are
-// fewer free granules and idle ones elsewhere.
-func (p *Pool) needsNew(short shortage) bool {
+// runsShort reports whether mapping the granules short finds unmapped
+// under a block, with its idle ones, would create physical memory (there
+// are fewer free granules and idle ones elsewhere), or, while a Free is
+// pending, leave fewer than lowGranules within reach: free, idle, or
+// within the quota's headroom. A synchronization then comes first: a
+// refusal fails the application, which a wait for the device does not.
+func (p *Pool) runsShort(short shortage) bool {
 	v := p.virt
-	return short.unmapped > len(v.free)+v.idle.n-short.idle
+	if short.unmapped == 0 {
+		return false
+	}
+	left := len(v.free) + v.idle.n - short.idle - short.unmapped
+	if left < 0 {
+		return true
+	}
+	return left < lowGranules && p.pending.bytes > 0 && uint64(left)+p.ledger.Headroom()>>v.shift < lowGranules
 }
+
+// lowGranules is how few granules within reach a placement may leave while
+// a Free is pending before the pool synchronizes first (runsShort). On
+// random churn under a quota of 1.10 × its peak live bytes, 16 (32 MiB)
+// take the requests refused from 545 to 120 over eight seeds of the trace
+// (from 7,407 to 7,130 under 1.05 ×), for three times the synchronizations
+// forced (27,668 to 87,218 in 800,000 operations, 198,847 of them
+// cudaFree; 8 refuse 210); with an unbounded quota, as where the pool's
+// fragmentation is measured, nothing changes. Counting only the free and
+// idle granules, whatever the quota, 8 would take peak reserved ÷ peak live
+// from 1.131 to 1.115, for seven times the synchronizations of a
+// steady-state pair (BenchmarkPairVirtual in cudaFree order: one every 7
+// pairs where one every 45): memory for waits the quota does not ask for.
+const lowGranules = 16
 
 // growVirtual reserves an arena for class large enough for size bytes (of
 // exactly that, rounded up to the granularity, when exact) and returns its

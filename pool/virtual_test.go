@@ -736,6 +736,46 @@ func TestVirtualSyncForFewerPendingBytes(t *testing.T) {
 	h.closeVirtual()
 }
 
+// TestVirtualSyncBeforeFewGranulesLeft: near the quota, a placement that
+// free and idle granules could serve but that would leave few granules
+// within reach synchronizes first when a free is pending: the pending
+// block, once free, serves the request where its memory is mapped, and the
+// idle granules stay for later. With the quota far, the same placement
+// takes the idle granules without waiting for the device.
+func TestVirtualSyncBeforeFewGranulesLeft(t *testing.T) {
+	for _, quota := range []uint64{12 * granule, 1 * giB} {
+		f := pooltest.NewVirtual(0)
+		opt := pool.DefaultOptions(quota)
+		opt.ReleaseThreshold = quota // idle granules stay mapped
+		h := newVirtualHarness(t, f, opt)
+		var holes []uint64
+		for range 2 { // granules 0 to 3: two 2 MiB blocks, each before one that stays
+			holes = append(holes, h.mustAlloc(2*miB))
+			h.mustAlloc(2 * miB)
+		}
+		pending := h.mustAlloc(4 * miB) // granules 4 and 5
+		for _, a := range holes {
+			h.mustFree(a)
+		}
+		h.appSync() // granules 0 and 2 idle: too small apart for 4 MiB
+		h.mustFree(pending)
+		syncs, maps := f.Counts().Syncs, f.VirtualCounts().Maps
+		got := h.mustAlloc(4 * miB)
+		wantSyncs, wantMaps := 1, 0
+		if near := quota < 1*giB; near && got != pending {
+			t.Fatalf("quota %d: 4 MiB at %#x, want them at %#x, the pending block's mapped granules", quota, got, pending)
+		} else if !near {
+			wantSyncs, wantMaps = 0, 2 // the idle granules, mapped under the new block
+		}
+		if f.Counts().Syncs-syncs != wantSyncs || f.VirtualCounts().Maps-maps != wantMaps {
+			t.Fatalf("quota %d: %d synchronizations and %d granules mapped, want %d and %d",
+				quota, f.Counts().Syncs-syncs, f.VirtualCounts().Maps-maps, wantSyncs, wantMaps)
+		}
+		h.checkPhysical()
+		h.closeVirtual()
+	}
+}
+
 // TestVirtualStreamCaptureGrowsOrRefusesInstead: with virtual memory too,
 // a synchronization the Backing refuses for stream capture is tried once per
 // request; the block is placed on new granules, or refused for the quota, as
