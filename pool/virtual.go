@@ -381,9 +381,10 @@ func (p *Pool) runsShort(short shortage) bool {
 // cudaFree; 8 refuse 210); with an unbounded quota, as where the pool's
 // fragmentation is measured, nothing changes. Counting only the free and
 // idle granules, whatever the quota, 8 would take peak reserved ÷ peak live
-// from 1.131 to 1.115, for seven times the synchronizations of a
-// steady-state pair (BenchmarkPairVirtual in cudaFree order: one every 7
-// pairs where one every 45): memory for waits the quota does not ask for.
+// from 1.131 to 1.115, for five to seven times the synchronizations of a
+// steady-state pair among 1,000 or 10,000 live blocks (BenchmarkPairVirtual
+// in cudaFree order: one every 6 to 9 pairs where one every 41 to 48):
+// memory for waits the quota does not ask for.
 const lowGranules = 16
 
 // growVirtual reserves an arena for class large enough for size bytes (of
