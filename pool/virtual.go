@@ -458,7 +458,7 @@ func (v *virtualMemory) granuleRange(seg *segment, base, size uint64) (first, la
 	return (base - seg.base) >> shift, (base + size - 1 - seg.base) >> shift
 }
 
-// wholeGranules returns the indexes [lo, hi) of the granules that b, a free
+// wholeSpan returns the addresses [lo, hi) of the granules that b, a free
 // block of an arena, covers whole (none when lo >= hi). Granules are not
 // counted byte by byte: blocks tile an arena and free neighbours always
 // merge, so a granule holds bytes of blocks that are not free (live, pending,
@@ -466,33 +466,39 @@ func (v *virtualMemory) granuleRange(seg *segment, base, size uint64) (first, la
 // out of b can therefore put used bytes only on these granules, and freeing
 // bytes can leave a granule unused only where the free block they merge
 // into covers it whole.
+func (v *virtualMemory) wholeSpan(b *block) (lo, hi uint64) {
+	m := v.gran - 1
+	return (b.base + m) &^ m, (b.base + b.size) &^ m
+}
+
+// wholeGranules returns wholeSpan(b) as indexes of granules of b's arena.
 func (v *virtualMemory) wholeGranules(b *block) (lo, hi uint64) {
+	lo, hi = v.wholeSpan(b)
 	shift := v.shift & 63 // always below 64: spares the compiler's check
-	return (b.base - b.seg.base + v.gran - 1) >> shift, (b.base + b.size - b.seg.base) >> shift
+	return (lo - b.seg.base) >> shift, (hi - b.seg.base) >> shift
 }
 
 // onShared reports whether the size bytes off bytes into b, a free block of
 // an arena, lie only on granules b shares with the blocks around it
 // (newlyUsed finds none), which are mapped and in use: they end before b's
-// first whole granule, start in the granule b ends in, or b has no whole
-// granule.
+// first whole granule, start after its last, or b has no whole granule.
 func (v *virtualMemory) onShared(b *block, off, size uint64) bool {
-	head := alignUp(b.base, v.gran) // the end of the granule b starts in, or b.base
-	end := b.base + b.size
-	return b.base+off+size <= head || end < head+v.gran || b.base+off >= end&^(v.gran-1)
+	lo, hi := v.wholeSpan(b)
+	at := b.base + off
+	return at+size <= lo || hi <= lo || at >= hi
 }
 
 // leftWhole reports whether b, a free block of an arena, covers whole a
 // granule that the bytes [base, base+size), just made free and merged into
 // it, lie on (granulesLeft has work to do).
 func (v *virtualMemory) leftWhole(b *block, base, size uint64) bool {
-	lo, hi := alignUp(b.base, v.gran), (b.base+b.size)&^(v.gran-1)
+	lo, hi := v.wholeSpan(b)
 	return max(base, lo) < min(base+size, hi)
 }
 
-// newlyUsed returns the indexes [from, to) of the granules under the first
-// size bytes of b, a free block of an arena, that b covers whole: those the
-// bytes would be the first to use (none when from >= to).
+// newlyUsed returns the indexes [from, to) of the granules under the size
+// bytes off bytes into b, a free block of an arena, that b covers whole:
+// those the bytes would be the first to use (none when from >= to).
 func (v *virtualMemory) newlyUsed(b *block, off, size uint64) (from, to uint64) {
 	first, last := v.granuleRange(b.seg, b.base+off, size)
 	lo, hi := v.wholeGranules(b)
@@ -515,10 +521,8 @@ func (p *Pool) spotIn(b *block, size uint64, short shortage) (uint64, shortage) 
 		return 0, short
 	}
 	m := v.gran - 1
-	r := spotRanker{
-		b: b.base, end: b.base + b.size, size: size, m: m, shift: v.shift & 63,
-		wholeLo: (b.base + m) &^ m, wholeHi: (b.base + b.size) &^ m,
-	}
+	r := spotRanker{b: b.base, end: b.base + b.size, size: size, m: m, shift: v.shift & 63}
+	r.wholeLo, r.wholeHi = v.wholeSpan(b)
 	first, last := r.b, r.end-size // the lowest and highest starts
 	bestAt, best := first, r.rank(first)
 	try := func(at uint64) {
@@ -589,16 +593,16 @@ func (r *spotRanker) rank(at uint64) (k spotKey) {
 	return k
 }
 
-// shortage counts the granules under the first bytes of a block that are
-// not device memory mapped and in use (shortOf).
+// shortage counts the granules under bytes of a block that are not device
+// memory mapped and in use (shortOf).
 type shortage struct {
 	unmapped, idle, host int
 }
 
-// shortOf returns how many granules under the first size bytes of b are not
-// mapped, how many are idle and how many are mapped to host memory, for a
-// free block of an arena; a stream-owned block's memory is mapped and used,
-// and the reserve is a fixed segment.
+// shortOf returns how many granules under the size bytes off bytes into b
+// are not mapped, how many are idle and how many are mapped to host memory,
+// for a free block of an arena; a stream-owned block's memory is mapped and
+// used, and the reserve is a fixed segment.
 func (v *virtualMemory) shortOf(b *block, off, size uint64) (s shortage) {
 	if b.state != stateFree || b.seg.granules == nil {
 		return s
@@ -620,12 +624,13 @@ func (v *virtualMemory) shortOf(b *block, off, size uint64) (s shortage) {
 	return s
 }
 
-// commit maps physical memory under the first size bytes of b, which is about
-// to be handed out, and counts the granules they newly use (granulesTaken);
-// short is shortOf(b, size), taken since the last change to the granules. A
-// stream-owned block's granules are in use already, and the reserve is a
-// fixed segment. It fails with errNoPhysical, changing nothing, when the
-// granules free, idle or within the quota cannot cover the block.
+// commit maps physical memory under the size bytes off bytes into b, which
+// are about to be handed out, and counts the granules they newly use
+// (granulesTaken); short is shortOf(b, off, size), taken since the last
+// change to the granules. A stream-owned block's granules are in use
+// already, and the reserve is a fixed segment. It fails with errNoPhysical,
+// changing nothing, when the granules free, idle or within the quota cannot
+// cover the block.
 func (p *Pool) commit(b *block, off, size uint64, short shortage, spill bool) error {
 	if b.state != stateFree || b.seg.granules == nil {
 		return nil
@@ -867,10 +872,10 @@ func (p *Pool) useMapped(b *block, size uint64) bool {
 	return true
 }
 
-// granulesTaken is called when the first size bytes of b, a free block, are
-// about to be handed out with every granule under them mapped: those that b
-// covered whole now hold used bytes. With migration, every granule under
-// them is stamped hot.
+// granulesTaken is called when the size bytes off bytes into b, a free
+// block, are about to be handed out with every granule under them mapped:
+// those that b covered whole now hold used bytes. With migration, every
+// granule under them is stamped hot.
 func (p *Pool) granulesTaken(b *block, off, size uint64) {
 	v := p.virt
 	if from, to := v.newlyUsed(b, off, size); from < to {
