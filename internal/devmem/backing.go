@@ -111,38 +111,6 @@ type streamContexts interface {
 	FreeAsyncInContext(ctx uint64, p interpose.DevicePtr) interpose.Error
 }
 
-// apiCalls names CUDA's functions in one API, so that a line names the
-// call it is about: those the application calls (its refusals), and those
-// the core's own calls make (their failures), which over the driver (a
-// process without the runtime, see openRuntime) are the driver's too.
-type apiCalls struct {
-	malloc, mallocManaged, mallocAsync, mallocPitch string
-	free, freeAsync, freeHost                       string
-	synchronize, streamQuery, eventQuery            string
-	managedSpill, pinnedSpill                       string // the memory a spill makes, and its calls
-	notInitialized                                  string // what every allocation answers under an invalid setting
-}
-
-var apiCallNames = [...]apiCalls{
-	RuntimeAPI: {
-		malloc: "cudaMalloc", mallocManaged: "cudaMallocManaged", mallocAsync: "cudaMallocAsync", mallocPitch: "cudaMallocPitch",
-		free: "cudaFree", freeAsync: "cudaFreeAsync", freeHost: "cudaFreeHost",
-		synchronize: "cudaDeviceSynchronize", streamQuery: "cudaStreamQuery", eventQuery: "cudaEventQuery",
-		managedSpill: "managed memory (cudaMallocManaged, cudaMemAdvise)",
-		pinnedSpill:  "pinned memory (cudaHostAlloc, cudaHostGetDevicePointer)",
-		// The driver's entry points answer the driver's code, also here.
-		notInitialized: "cudaErrorInitializationError (CUDA_ERROR_NOT_INITIALIZED from the driver's functions)",
-	},
-	DriverAPI: {
-		malloc: "cuMemAlloc_v2", mallocManaged: "cuMemAllocManaged", mallocAsync: "cuMemAllocAsync", mallocPitch: "cuMemAllocPitch_v2",
-		free: "cuMemFree_v2", freeAsync: "cuMemFreeAsync", freeHost: "cuMemFreeHost",
-		synchronize: "cuCtxSynchronize", streamQuery: "cuStreamQuery", eventQuery: "cuEventQuery",
-		managedSpill:   "managed memory (cuMemAllocManaged, cuMemAdvise)",
-		pinnedSpill:    "pinned memory (cuMemHostAlloc, cuMemHostGetDevicePointer_v2)",
-		notInitialized: "CUDA_ERROR_NOT_INITIALIZED",
-	},
-}
-
 func newBacking(rt realRuntime, d *device, index *addrIndex, calls *apiCalls) *backing {
 	return &backing{rt: rt, ordinal: d.ordinal, ledger: d.ledger, dev: d, index: index, calls: calls,
 		pinned: map[uint64]uint64{}, promoted: map[uint64]uint64{}}
@@ -161,7 +129,7 @@ func cudaErr(call string, rc interpose.Error) error {
 func (b *backing) Reserve(size uint64) (uint64, error) {
 	p, rc := b.rt.Malloc(size)
 	if rc != interpose.Success {
-		return 0, cudaErr(fmt.Sprintf("%s of %d bytes on device %d", b.calls.malloc, size, b.ordinal), rc)
+		return 0, cudaErr(fmt.Sprintf("%s of %d bytes on device %d", b.calls.malloc[kindDevice], size, b.ordinal), rc)
 	}
 	b.index.add(uint64(p), size, b.dev)
 	return uint64(p), nil
@@ -190,7 +158,7 @@ func asyncStream(s pool.Stream) interpose.Stream {
 func (b *backing) ReserveAsync(size uint64, s pool.Stream) (uint64, error) {
 	p, rc := b.rt.MallocAsync(size, asyncStream(s))
 	if rc != interpose.Success {
-		return 0, cudaErr(fmt.Sprintf("%s of %d bytes on device %d", b.calls.mallocAsync, size, b.ordinal), rc)
+		return 0, cudaErr(fmt.Sprintf("%s of %d bytes on device %d", b.calls.malloc[kindAsync], size, b.ordinal), rc)
 	}
 	b.index.add(uint64(p), size, b.dev)
 	return uint64(p), nil
@@ -204,7 +172,7 @@ func (b *backing) ReleaseAsync(base, size uint64, s pool.Stream) error {
 	var rc interpose.Error
 	call := b.calls.freeAsync
 	if ctx, ok := defaultStreamContext(on); ok && b.contexts != nil {
-		rc, call = b.contexts.FreeAsyncInContext(ctx, interpose.DevicePtr(base)), "cuMemFreeAsync" // the driver's, in either mode
+		rc, call = b.contexts.FreeAsyncInContext(ctx, interpose.DevicePtr(base)), apiCallNames[DriverAPI].freeAsync // the driver's, in either mode
 	} else {
 		rc = b.rt.FreeAsync(interpose.DevicePtr(base), on)
 	}

@@ -191,8 +191,9 @@ func (c *Core) PrimaryCtxReset(device int) interpose.Error {
 
 // primaryReset resets device's primary context with reset, which destroys
 // the memory and arrays made in it, its allocations from the application's
-// own pools included, and the pool memory destroyed created contexts left. (The front's count of recorded allocations stays as
-// it was: it only spares a look-up on frees while it is 0.)
+// own pools included, and the pool memory destroyed created contexts left.
+// (The front's count of recorded allocations stays as it was: it only
+// spares a look-up on frees while it is 0.)
 func (c *Core) primaryReset(device int, reset func() interpose.Error) interpose.Error {
 	rc := c.mem.deviceReset(device, reset)
 	if rc == interpose.Success {

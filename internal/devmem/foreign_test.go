@@ -142,23 +142,32 @@ func (r *contextsRuntime) destroyContext(ctx uint64) {
 	}
 }
 
+// freedOnHeldStream makes 40 MiB without pooling under a 64 MiB quota and
+// frees them in stream order on a held stream of context ctx, whose work
+// has not reached the free.
+func freedOnHeldStream(t *testing.T, ctx uint64) (*contextsRuntime, testMemory) {
+	t.Helper()
+	rt := newContextsRuntime(1 << 30)
+	const held = interpose.Stream(0x500)
+	rt.contexts[held], rt.held[held] = ctx, true
+	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_POOL=0")
+	a, rc := m.malloc(request{size: 40 << 20})
+	if rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	if rc := m.free(a, held, true); rc != interpose.Success {
+		t.Fatal(rc)
+	}
+	return rt, m
+}
+
 // TestDeviceResetSettlesForeignFreesInFlight: without pooling, a
 // stream-ordered free on a stream of another context keeps its bytes
 // counted until that stream reaches it; a reset of the device frees all
 // its memory, so the bytes come back then, and the quota is whole again
 // for the new context, even while the other stream is still held.
 func TestDeviceResetSettlesForeignFreesInFlight(t *testing.T) {
-	rt := newContextsRuntime(1 << 30)
-	const other = interpose.Stream(0x500)
-	rt.contexts[other], rt.held[other] = 2, true
-	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_POOL=0")
-	a, rc := m.malloc(request{size: 40 << 20})
-	if rc != interpose.Success {
-		t.Fatal(rc)
-	}
-	if rc := m.free(a, other, true); rc != interpose.Success {
-		t.Fatal(rc)
-	}
+	rt, m := freedOnHeldStream(t, 2)
 	if rc := m.deviceReset(0, rt.DeviceReset); rc != interpose.Success {
 		t.Fatal(rc)
 	}
@@ -173,17 +182,7 @@ func TestDeviceResetSettlesForeignFreesInFlight(t *testing.T) {
 // synchronization of the device covers none of that context's work, so
 // cudaMemGetInfo still counts the 40 MiB until the stream runs.
 func TestDeviceSynchronizeKeepsForeignFreesInFlight(t *testing.T) {
-	rt := newContextsRuntime(1 << 30)
-	const other = interpose.Stream(0x500)
-	rt.contexts[other], rt.held[other] = 2, true
-	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_POOL=0")
-	a, rc := m.malloc(request{size: 40 << 20})
-	if rc != interpose.Success {
-		t.Fatal(rc)
-	}
-	if rc := m.free(a, other, true); rc != interpose.Success {
-		t.Fatal(rc)
-	}
+	_, m := freedOnHeldStream(t, 2)
 	if rc := m.deviceSynchronize(0); rc != interpose.Success {
 		t.Fatal(rc)
 	}
@@ -248,19 +247,9 @@ func TestContextDestroyedFreesWhatWaitsOnIt(t *testing.T) {
 // and its events, so the bytes come back then, and the event, whose handle
 // CUDA may already have given to another, is neither queried nor destroyed.
 func TestContextDestroyedSettlesFreesInFlight(t *testing.T) {
-	rt := newContextsRuntime(1 << 30)
 	const created = 2
-	const held = interpose.Stream(0x500)
-	rt.contexts[held], rt.held[held] = created, true
-	m := newTestMemory(t, rt, "SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_POOL=0")
+	rt, m := freedOnHeldStream(t, created)
 	c := &Core{mem: m.memory}
-	a, rc := m.malloc(request{size: 40 << 20})
-	if rc != interpose.Success {
-		t.Fatal(rc)
-	}
-	if rc := m.free(a, held, true); rc != interpose.Success {
-		t.Fatal(rc)
-	}
 	rt.destroyContext(created)
 	c.CtxDestroyed(created)
 	if _, rc := m.malloc(request{size: 60 << 20}); rc != interpose.Success {

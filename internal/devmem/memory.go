@@ -23,6 +23,7 @@ const (
 	kindManaged
 	kindAsync
 	kindPitch
+	numAllocKinds
 )
 
 // API says which CUDA API the application called, so that the log names
@@ -33,6 +34,38 @@ const (
 	RuntimeAPI API = iota
 	DriverAPI
 )
+
+// apiCalls names CUDA's functions in one API, so that a line names the
+// call it is about: those the application calls (its refusals), and those
+// the core's own calls make (their failures), which over the driver (a
+// process without the runtime, see openRuntime) are the driver's too.
+type apiCalls struct {
+	malloc                               [numAllocKinds]string // by the kind of allocation
+	free, freeAsync, freeHost            string
+	synchronize, streamQuery, eventQuery string
+	managedSpill, pinnedSpill            string // the memory a spill makes, and its calls
+	notInitialized                       string // what every allocation answers under an invalid setting
+}
+
+var apiCallNames = [...]apiCalls{
+	RuntimeAPI: {
+		malloc: [...]string{kindDevice: "cudaMalloc", kindManaged: "cudaMallocManaged", kindAsync: "cudaMallocAsync", kindPitch: "cudaMallocPitch"},
+		free:   "cudaFree", freeAsync: "cudaFreeAsync", freeHost: "cudaFreeHost",
+		synchronize: "cudaDeviceSynchronize", streamQuery: "cudaStreamQuery", eventQuery: "cudaEventQuery",
+		managedSpill: "managed memory (cudaMallocManaged, cudaMemAdvise)",
+		pinnedSpill:  "pinned memory (cudaHostAlloc, cudaHostGetDevicePointer)",
+		// The driver's entry points answer the driver's code, also here.
+		notInitialized: "cudaErrorInitializationError (CUDA_ERROR_NOT_INITIALIZED from the driver's functions)",
+	},
+	DriverAPI: {
+		malloc: [...]string{kindDevice: "cuMemAlloc_v2", kindManaged: "cuMemAllocManaged", kindAsync: "cuMemAllocAsync", kindPitch: "cuMemAllocPitch_v2"},
+		free:   "cuMemFree_v2", freeAsync: "cuMemFreeAsync", freeHost: "cuMemFreeHost",
+		synchronize: "cuCtxSynchronize", streamQuery: "cuStreamQuery", eventQuery: "cuEventQuery",
+		managedSpill:   "managed memory (cuMemAllocManaged, cuMemAdvise)",
+		pinnedSpill:    "pinned memory (cuMemHostAlloc, cuMemHostGetDevicePointer_v2)",
+		notInitialized: "CUDA_ERROR_NOT_INITIALIZED",
+	},
+}
 
 // freeCall names the free the application called in api.
 func freeCall(api API, async bool) string {
@@ -473,11 +506,7 @@ func (m *memory) awaitReset() {
 }
 
 // call names the function the application called for r.
-func (r request) call() string {
-	names := &apiCallNames[r.api]
-	return [...]string{kindDevice: names.malloc, kindManaged: names.mallocManaged,
-		kindAsync: names.mallocAsync, kindPitch: names.mallocPitch}[r.kind]
-}
+func (r request) call() string { return apiCallNames[r.api].malloc[r.kind] }
 
 // failed logs a refusal of call (the probe point fired in the pool's
 // observer) and returns the CUDA error.

@@ -182,20 +182,22 @@ func (c *Core) CtxDestroying(ctx uint64) {
 	l := &c.contexts
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	aside := map[interpose.DevicePtr]ContextBlock{}
 	for p, b := range l.blocks {
-		if b.Ctx == ctx && !b.FromPool {
-			aside[p] = b
-			delete(l.blocks, p)
+		if b.Ctx != ctx || b.FromPool {
+			continue
 		}
+		// Added to what another thread destroying ctx at once set aside.
+		aside := l.dying[ctx]
+		if aside == nil {
+			if l.dying == nil {
+				l.dying = map[uint64]map[interpose.DevicePtr]ContextBlock{}
+			}
+			aside = map[interpose.DevicePtr]ContextBlock{}
+			l.dying[ctx] = aside
+		}
+		aside[p] = b
+		delete(l.blocks, p)
 	}
-	if len(aside) == 0 {
-		return
-	}
-	if l.dying == nil {
-		l.dying = map[uint64]map[interpose.DevicePtr]ContextBlock{}
-	}
-	l.dying[ctx] = aside
 }
 
 // CtxKept records again what CtxDestroying set aside: ctx was not

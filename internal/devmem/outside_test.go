@@ -250,6 +250,27 @@ func TestContextLedgerSetAsideWhileDestroyed(t *testing.T) {
 	}
 }
 
+// TestContextLedgerDestroyedByTwoThreads: two threads destroying one
+// context at once, with an allocation recorded between the two, set aside
+// both allocations, and the destroy gives both back.
+func TestContextLedgerDestroyedByTwoThreads(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=8MiB")
+	c := &Core{mem: m.memory}
+	for _, p := range []interpose.DevicePtr{0x1000, 0x2000} {
+		if rc := c.Take(0, 2<<20, TakeContext); rc != interpose.Success {
+			t.Fatal(rc)
+		}
+		c.CtxRecord(1, 0, p, 2<<20, false)
+		c.CtxDestroying(1)
+	}
+	if n := c.CtxDestroyed(1); n != 2 {
+		t.Errorf("destroying context 1 gave back %d allocations, want 2", n)
+	}
+	if got := m.existing(0).ledger.used(); got != 0 {
+		t.Errorf("used %d after context 1 went, want nothing", got)
+	}
+}
+
 // TestContextLedgerKeptContextFreedThenDestroyed: a context that lived on
 // through a failed destroy, whose allocation was then freed, gives back
 // nothing more when it is destroyed: the bytes freed are not given back a

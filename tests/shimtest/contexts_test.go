@@ -553,6 +553,9 @@ func TestCreatedContextHandleReused(t *testing.T) {
 				{"C", destroyed, cuSuccess}, {"m", 0, cuSuccess}, {"i", 0, cuSuccess},
 				{destroy, destroyed, cuSuccess}, {"i", 1, cuSuccess},
 			})
+			if reused := int64(out.Num(t, "C", destroyed, 3)); reused < 0 {
+				t.Fatalf("context %d got a handle no destroyed context had: the test reuses none\n%v", destroyed, out)
+			}
 			if free := out.Num(t, "i", 0, 2); free != 24<<20 {
 				t.Errorf("cuMemGetInfo_v2 with 40 MiB allocated: %d bytes free, want 24 MiB", free)
 			}

@@ -82,7 +82,7 @@ func TestSpillwayRunEveryInvalidSetting(t *testing.T) {
 	cmd := harness.Command(t, harness.Bin(t, "spillway"), "run", "--pool=false", "--pool-reserve", "1GiB", "--", "sh", "-c", "echo ran")
 	harness.SetEnv(cmd, "SPILLWAY_SPILL=disk", "SPILLWAY_LOG_LEVEL=verbose")
 	res := harness.Run(t, cmd)
-	lines := strings.Split(strings.TrimSpace(res.Stderr), "\n")
+	lines := nonEmptyLines(res.Stderr)
 	want := []string{`spillway run: invalid SPILLWAY_LOG_LEVEL="verbose": expected one of error, warn, info, debug`,
 		`spillway run: invalid --pool-reserve="1GiB": a reserve needs the pool, but --pool=false`,
 		`spillway run: invalid SPILLWAY_SPILL="disk": expected managed or pinned`}

@@ -48,12 +48,14 @@ struct alloc {
 	 * never mapped or unmapped here, and map_size == size. */
 	int registered;
 	int device;     /* device charged / current when allocated */
-	struct CUctx_st *ctx; /* the context it was allocated in; freed with it */
+	struct CUctx_st *ctx; /* the context it was allocated in, freed with it; pool
+	                       * memory outlives a created context, then the primary's */
 	uint64_t id;
 	uint64_t charge; /* bytes charged to device.plain_bytes (ALLOC_DEVICE) */
 	unsigned int flags;
 	int free_pending; /* a stream-ordered free is queued */
-	int stream_ordered; /* made by cuMemAllocAsync: cuMemFree does not synchronise */
+	int stream_ordered; /* made by cuMemAllocAsync (from a pool): cuMemFree does not
+	                     * synchronise, and a created context's destruction leaves it */
 	struct CUmemPoolHandle_st *pool; /* the memory pool it came from (stream-ordered only) */
 	int ipc_exported;   /* its bytes live in ipc_fd, a memfd other processes open */
 	int ipc_fd;

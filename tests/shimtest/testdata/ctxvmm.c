@@ -291,12 +291,18 @@ int main(int argc, char **argv)
         const char *b = i + 2 < argc ? argv[i + 2] : "0";
         CUresult rc;
         switch (op[0]) {
-        case 'C':
+        case 'C': {
+            /* The last field: the earlier context whose handle it reuses, or -1. */
+            int reused = -1;
             rc = cuCtxCreate_v2(&ctxs[nctx], 0, dev);
-            printf("C %d %d\n", rc, nctx);
+            for (int j = 0; rc == CUDA_SUCCESS && j < nctx; j++)
+                if (ctxs[j] == ctxs[nctx])
+                    reused = j;
+            printf("C %d %d %d\n", rc, nctx, reused);
             if (rc == CUDA_SUCCESS)
                 nctx++;
             break;
+        }
         case 'X':
             printf("X %d\n", cuCtxDestroy_v2(ctxs[atoi(a)]));
             i++;
