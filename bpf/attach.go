@@ -376,50 +376,54 @@ func openablePath(pid int, m mapping, id fileID) string {
 
 // isProcess reports whether id is a live thread-group leader (not a thread).
 func isProcess(id int) bool {
-	tgid, err := threadGroup(id)
+	tgid, _, _, err := procStatus(id)
 	return err == nil && tgid == id
-}
-
-// threadGroup returns the process (thread group) a thread id belongs to.
-func threadGroup(id int) (int, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", id))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if v, ok := strings.CutPrefix(line, "Tgid:"); ok {
-			return strconv.Atoi(strings.TrimSpace(v))
-		}
-	}
-	return 0, fmt.Errorf("/proc/%d/status has no Tgid line", id)
 }
 
 // Running reports whether a process or thread exists and has not exited. A
 // zombie, exited but not yet reaped by its parent, has exited.
 func Running(id int) bool {
-	state, _, err := procStat(id)
+	_, _, state, err := procStatus(id)
 	return err == nil && state != 'Z' && state != 'X'
 }
 
-// procStat returns a process's state letter (R, S, Z, ...) and its
-// parent, from /proc/PID/stat.
-func procStat(id int) (state byte, parent int, err error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", id))
+// procStatus returns the process (thread group) a thread id belongs to, its
+// parent and its state letter (R, S, Z, ...), from /proc/PID/status: one
+// field a line, where /proc/PID/stat puts the name, which may hold spaces
+// and parentheses, before them.
+func procStatus(id int) (tgid, parent int, state byte, err error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", id))
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	// "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-	i := strings.LastIndexByte(string(data), ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected %q", id, data)
+	var seen int
+	for _, line := range strings.Split(string(data), "\n") {
+		key, value, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		value = strings.TrimSpace(value)
+		switch key {
+		case "Tgid":
+			if tgid, err = strconv.Atoi(value); err != nil {
+				return 0, 0, 0, fmt.Errorf("/proc/%d/status: Tgid %q: %w", id, value, err)
+			}
+			seen |= 1
+		case "PPid":
+			if parent, err = strconv.Atoi(value); err != nil {
+				return 0, 0, 0, fmt.Errorf("/proc/%d/status: PPid %q: %w", id, value, err)
+			}
+			seen |= 2
+		case "State":
+			if value == "" {
+				return 0, 0, 0, fmt.Errorf("/proc/%d/status: empty State", id)
+			}
+			state = value[0]
+			seen |= 4
+		}
 	}
-	fields := strings.Fields(string(data[i+1:]))
-	if len(fields) < 2 || len(fields[0]) != 1 {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: unexpected %q", id, data)
+	if seen != 7 {
+		return 0, 0, 0, fmt.Errorf("/proc/%d/status lacks a Tgid, PPid or State line", id)
 	}
-	parent, err = strconv.Atoi(fields[1])
-	if err != nil {
-		return 0, 0, fmt.Errorf("/proc/%d/stat: parent %q: %w", id, fields[1], err)
-	}
-	return fields[0][0], parent, nil
+	return tgid, parent, state, nil
 }

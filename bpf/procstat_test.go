@@ -7,11 +7,12 @@ import (
 	"testing"
 )
 
-// TestProcStatNameWithParentheses: a process's name (comm) may hold spaces
-// and parentheses, here "a) Z 1 (b": its state and parent are read after
-// the name's last parenthesis, so that a running process is not taken for
-// a zombie of pid 1, and Running reports it running.
-func TestProcStatNameWithParentheses(t *testing.T) {
+// TestProcStatusNameWithParentheses: a process's name (comm) may hold
+// spaces and parentheses, here "a) Z 1 (b", which would pass for a zombie of
+// pid 1 where the fields follow the name on one line (/proc/PID/stat): its
+// process, parent and state are read as the running process it is, and
+// Running reports it running.
+func TestProcStatusNameWithParentheses(t *testing.T) {
 	sleep, err := exec.LookPath("sleep")
 	if err != nil {
 		t.Fatalf("sleep: %v", err)
@@ -35,12 +36,14 @@ func TestProcStatNameWithParentheses(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	state, parent, err := procStat(cmd.Process.Pid)
+	pid := cmd.Process.Pid
+	tgid, parent, state, err := procStatus(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if state == 'Z' || parent != os.Getpid() {
-		t.Errorf("procStat of a running child named %q: state %q, parent %d; want it running, with parent %d", filepath.Base(named), state, parent, os.Getpid())
+	if tgid != pid || state == 'Z' || state == 'X' || parent != os.Getpid() {
+		t.Errorf("procStatus of a running child named %q, pid %d: process %d, state %q, parent %d; want it its own process, running, with parent %d",
+			filepath.Base(named), pid, tgid, state, parent, os.Getpid())
 	}
 	if !Running(cmd.Process.Pid) {
 		t.Errorf("Running of a running child named %q: false", filepath.Base(named))

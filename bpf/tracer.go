@@ -173,16 +173,16 @@ func (t *Tracer) UVM() UVMStatus { return t.uvm }
 // and the runtime or driver below it not yet (or the reverse), its calls
 // would be counted at the wrong layer or not at all.
 func (t *Tracer) Trace(pid int) error {
-	if pid > 0 {
-		switch tgid, err := threadGroup(pid); {
-		case err != nil:
-			return fmt.Errorf("pid %d: no such process", pid)
-		case tgid != pid:
-			return fmt.Errorf("pid %d is a thread of process %d: give the process id", pid, tgid)
-		}
-		if state, parent, err := procStat(pid); err == nil && state == 'Z' {
-			return fmt.Errorf("pid %d has exited (its parent, pid %d, has not reaped it yet): nothing to trace", pid, parent)
-		}
+	if pid <= 0 {
+		return fmt.Errorf("pid %d: want a positive process id", pid)
+	}
+	switch tgid, parent, state, err := procStatus(pid); {
+	case err != nil:
+		return fmt.Errorf("pid %d: no such process", pid)
+	case tgid != pid:
+		return fmt.Errorf("pid %d is a thread of process %d: give the process id", pid, tgid)
+	case state == 'Z':
+		return fmt.Errorf("pid %d has exited (its parent, pid %d, has not reaped it yet): nothing to trace", pid, parent)
 	}
 	before := children(pid)
 	if err := t.ScanProcess(pid); err != nil {

@@ -384,9 +384,20 @@ func parseRunFlags(args []string, environ []string, out io.Writer) (runOptions, 
 	}
 	o.disabled = cfg.Disable
 	if err := checkShimFiles(environ); err != nil {
-		return o, usageError(fs, err.Error()+" (in the environment)")
+		return o, usageError(fs, environmentLines(err))
 	}
 	return o, nil
+}
+
+// environmentLines writes the errors in err (those config.Parse joined, or
+// err alone) one a line, each marked as found in the environment the
+// command inherited, where a flag's would name the flag.
+func environmentLines(err error) string {
+	var lines []string
+	for _, err := range config.Errors(err) {
+		lines = append(lines, err.Error()+" (in the environment)")
+	}
+	return strings.Join(lines, "\n")
 }
 
 // checkCombination validates the environment the job will get, flags and
@@ -421,7 +432,7 @@ func checkCombination(opts launchOptions, environ []string, flags variableFlags,
 		}
 		t, ok := typed[cerr.Name]
 		if !ok {
-			lines = append(lines, cerr.Error()+" (in the environment)")
+			lines = append(lines, environmentLines(cerr))
 			continue
 		}
 		e := *cerr

@@ -68,6 +68,14 @@ type traceOptions struct {
 	disabled    bool   // SPILLWAY_DISABLE=1 is inherited by CMD
 }
 
+// rescanPeriod is the longest wait between two rescans of the traced
+// processes' files: a library opened late (dlopen) is probed within it.
+const rescanPeriod = 200 * time.Millisecond
+
+// rescanEvery is how often the traced processes' files are rescanned: more
+// often than the view is redrawn.
+func (o traceOptions) rescanEvery() time.Duration { return min(o.interval, rescanPeriod) }
+
 func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error) {
 	o := traceOptions{interval: time.Second, ringBuffer: bpf.DefaultRingBufferSize}
 	fs := newFlagSet("trace", traceUsage, out)
@@ -107,15 +115,11 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 	if len(o.argv) > 0 {
 		cfg, err := config.Parse(environ)
 		if err != nil {
-			var lines []string
-			for _, err := range config.Errors(err) {
-				lines = append(lines, err.Error()+" (in the environment)")
-			}
-			return o, usageError(fs, strings.Join(lines, "\n"))
+			return o, usageError(fs, environmentLines(err))
 		}
 		o.disabled = cfg.Disable
 		if err := checkShimFiles(environ); err != nil {
-			return o, usageError(fs, err.Error()+" (in the environment)")
+			return o, usageError(fs, environmentLines(err))
 		}
 	}
 	return o, nil
@@ -264,7 +268,7 @@ func runTrace(o traceOptions) (int, error) {
 		case err != nil: // gone already: the session ends with it
 		case !api:
 			fmt.Fprintf(os.Stderr, "spillway trace: pid %d maps no CUDA runtime or driver and no libspillway.so yet: "+
-				"its calls are counted once it loads one (rescanned every 200 ms)\n", pid)
+				"its calls are counted once it loads one (rescanned every %v)\n", pid, o.rescanEvery())
 		case !shim:
 			fmt.Fprintf(os.Stderr, "spillway trace: pid %d is not running under Spillway (no libspillway.so mapped): "+
 				"its CUDA calls are counted, the pool's figures stay zero\n", pid)
@@ -603,9 +607,8 @@ func (s *session) loop(o traceOptions, view intervalView, cmdDone <-chan int, st
 	if o.duration > 0 {
 		deadline = time.After(o.duration)
 	}
-	// Files mapped late (dlopen) are found by rescanning, more often than
-	// the view is redrawn.
-	rescan := time.NewTicker(min(o.interval, 200*time.Millisecond))
+	// Files mapped late (dlopen) are found by rescanning.
+	rescan := time.NewTicker(o.rescanEvery())
 	defer rescan.Stop()
 	tick := time.NewTicker(o.interval)
 	defer tick.Stop()

@@ -210,7 +210,7 @@ func Parse(environ []string) (Config, error) {
 		}
 	}
 	var errs []error
-	invalid := map[string]bool{} // a check across variables reads only valid ones
+	poolInvalid := false // the check across variables reads only a valid SPILLWAY_POOL
 	// In name order: the errors always come in the same order.
 	for _, name := range slices.Sorted(maps.Keys(env)) {
 		value := env[name]
@@ -242,6 +242,7 @@ func Parse(environ []string) (Config, error) {
 			cfg.Disable, err = parseSwitch(name, value)
 		case name == EnvPool:
 			cfg.Pool, err = parseSwitch(name, value)
+			poolInvalid = err != nil
 		case name == EnvPoolReleaseThreshold:
 			var l Limit
 			l, err = ParseThreshold(name, value)
@@ -271,13 +272,12 @@ func Parse(environ []string) (Config, error) {
 		}
 		if err != nil {
 			errs = append(errs, err)
-			invalid[name] = true
 		}
 	}
 	// An invalid variable has left its field at a value of its own (an
 	// invalid SPILLWAY_POOL reads as off, an invalid quota as none): a
 	// check that reads one would report what was never set.
-	if cfg.PoolReserve > 0 && !cfg.Pool && !invalid[EnvPool] {
+	if cfg.PoolReserve > 0 && !cfg.Pool && !poolInvalid {
 		errs = append(errs, &Error{EnvPoolReserve, env[EnvPoolReserve], "a reserve needs the pool, but " + EnvPool + "=0",
 			EnvPool + "=1 " + EnvPoolReserve + "=4GiB"})
 	} else if err := cfg.checkReserve(env[EnvPoolReserve]); err != nil {

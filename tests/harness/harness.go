@@ -25,6 +25,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -251,19 +252,7 @@ func RunWithin(t testing.TB, cmd *exec.Cmd, limit time.Duration) Result {
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", cmd.Path, err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-		t.Fatalf("%s %v did not finish within %v\nstdout:\n%s\nstderr:\n%s",
-			cmd.Path, cmd.Args[1:], limit, stdout.String(), stderr.String())
-	}
+	err := WaitWithin(t, cmd, limit)
 	res := Result{Stdout: stdout.String(), Stderr: stderr.String()}
 	var exitErr *exec.ExitError
 	switch {
@@ -274,6 +263,39 @@ func RunWithin(t testing.TB, cmd *exec.Cmd, limit time.Duration) Result {
 		t.Fatalf("wait %s: %v", cmd.Path, err)
 	}
 	return res
+}
+
+// WaitWithin waits for a started cmd under a watchdog of limit and returns
+// what cmd.Wait returns. A child that outlives the watchdog is killed, with
+// its whole group when it leads one, and fails the test, showing what it
+// wrote where its output is collected in memory (a bytes.Buffer, a
+// strings.Builder).
+func WaitWithin(t testing.TB, cmd *exec.Cmd, limit time.Duration) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+	}
+	if cmd.SysProcAttr != nil && cmd.SysProcAttr.Setpgid {
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	} else {
+		_ = cmd.Process.Kill()
+	}
+	<-done
+	collected := func(w io.Writer) string {
+		if s, ok := w.(fmt.Stringer); ok {
+			return s.String()
+		}
+		return "(not collected)\n"
+	}
+	t.Fatalf("%s %v did not finish within %v\nstdout:\n%s\nstderr:\n%s",
+		cmd.Path, cmd.Args[1:], limit, collected(cmd.Stdout), collected(cmd.Stderr))
+	return nil
 }
 
 // StartPiped starts cmd for a conversation: it returns a pipe to its input,
