@@ -191,17 +191,44 @@ func (t *Tracer) Trace(pid int) error {
 	if err := t.Follow(pid); err != nil {
 		return err
 	}
-	// The children it forked meanwhile are followed as the kernel follows
-	// those it forks from now on.
-	for child := range children(pid) {
-		if !before[child] {
-			if err := t.Follow(child); err != nil {
-				return err
-			}
-		}
+	// The children it forked meanwhile, and their descendants, are followed
+	// as the kernel follows those it forks from now on.
+	if err := followForked(pid, before, children, t.Follow); err != nil {
+		return err
 	}
 	// What it mapped while the files were attached.
 	return t.ScanProcess(pid)
+}
+
+// followForked follows the children of pid that are not in before, and
+// every descendant of theirs. Each process is followed before its children
+// are listed, so a child forked after the listing is the kernel's to follow,
+// and one forked before it is listed; only a child whose parent exits in
+// between, reparented to a reaper, is missed. (A child in before was running
+// before the trace began: neither it nor its descendants are followed.)
+func followForked(pid int, before map[int]bool, list func(int) map[int]bool, follow func(int) error) error {
+	var queue []int
+	for child := range list(pid) {
+		if !before[child] {
+			queue = append(queue, child)
+		}
+	}
+	followed := map[int]bool{}
+	for len(queue) > 0 {
+		child := queue[0]
+		queue = queue[1:]
+		if followed[child] {
+			continue
+		}
+		if err := follow(child); err != nil {
+			return err
+		}
+		followed[child] = true
+		for grandchild := range list(child) {
+			queue = append(queue, grandchild)
+		}
+	}
+	return nil
 }
 
 // children returns the processes pid's threads have forked and not yet
