@@ -431,33 +431,29 @@ func (p *primaryContexts) retain(t *C.struct_spillway_real, device int) C.CUcont
 // SetLastError does nothing: without a runtime there is no last error.
 func (d *Driver) SetLastError(Error) {}
 
-// fromDriver is the cudaError_t the runtime returns for a CUresult.
-func fromDriver(rc C.CUresult) Error {
-	switch rc {
-	case C.CUDA_SUCCESS:
-		return Success
-	case C.CUDA_ERROR_INVALID_VALUE:
-		return ErrorInvalidValue
-	case C.CUDA_ERROR_OUT_OF_MEMORY:
-		return ErrorMemoryAllocation
-	case C.CUDA_ERROR_NOT_INITIALIZED:
-		return ErrorInitialization
-	case C.CUDA_ERROR_INVALID_DEVICE:
-		return ErrorInvalidDevice
-	case C.CUDA_ERROR_NOT_FOUND:
-		return ErrorSymbolNotFound
-	case C.CUDA_ERROR_NOT_READY:
-		return ErrorNotReady
-	case C.CUDA_ERROR_NOT_SUPPORTED:
-		return ErrorNotSupported
-	case C.CUDA_ERROR_INVALID_HANDLE:
-		return ErrorInvalidResourceHandle
+// fromDriver is the cudaError_t the runtime returns for a CUresult: the
+// same number, as the runtime numbers its errors after the driver's
+// (CUDA_ERROR_ILLEGAL_ADDRESS and cudaErrorIllegalAddress are both 700;
+// the one code of the driver's with no runtime twin,
+// CUDA_ERROR_CONTEXT_ALREADY_CURRENT, is deprecated and never returned).
+// So an error of the device's, a kernel's illegal address that every
+// later call reports, reaches the caller as the driver gave it.
+func fromDriver(rc C.CUresult) Error { return Error(rc) }
+
+// DriverResult is the CUresult a driver entry point answers where the
+// runtime's would answer e: the same number (see fromDriver), but for the
+// codes the driver does not have, the runtime's own checks of kernels,
+// textures, symbols and the toolkit (9 to 98 but 34 and 46, 103 and 127):
+// an invalid device pointer is the driver's CUDA_ERROR_INVALID_VALUE, and
+// the others, which the shim never produces, CUDA_ERROR_UNKNOWN.
+func (e Error) DriverResult() int32 {
+	switch {
+	case e == ErrorInvalidDevicePtr:
+		return C.CUDA_ERROR_INVALID_VALUE
+	case e > 8 && e < 100 && e != 34 && e != 46, e == 103, e == 127:
+		return C.CUDA_ERROR_UNKNOWN
 	}
-	// The stream-capture codes (900-908) are numbered alike in both APIs.
-	if rc >= C.CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && rc <= C.CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD {
-		return Error(rc)
-	}
-	return ErrorUnknown
+	return int32(e)
 }
 
 func (d *Driver) Malloc(size uint64) (DevicePtr, Error) {

@@ -330,6 +330,16 @@ var errorNames = map[Error]string{
 	ErrorInsufficientDrive:        "cudaErrorInsufficientDriver",
 	ErrorInvalidResourceHandle:    "cudaErrorInvalidResourceHandle",
 	ErrorStreamCaptureUnsupported: "cudaErrorStreamCaptureUnsupported",
+	// Errors of the device or its context, which a call the shim makes for
+	// the application (a synchronization, a reservation) may meet and pass on.
+	Error(C.cudaErrorCudartUnloading):     "cudaErrorCudartUnloading",
+	Error(C.cudaErrorNoDevice):            "cudaErrorNoDevice",
+	Error(C.cudaErrorDeviceUninitialized): "cudaErrorDeviceUninitialized",
+	Error(C.cudaErrorIllegalAddress):      "cudaErrorIllegalAddress",
+	Error(C.cudaErrorContextIsDestroyed):  "cudaErrorContextIsDestroyed",
+	Error(C.cudaErrorAssert):              "cudaErrorAssert",
+	Error(C.cudaErrorLaunchFailure):       "cudaErrorLaunchFailure",
+	Error(C.cudaErrorNotPermitted):        "cudaErrorNotPermitted",
 }
 
 func (e Error) Error() string {

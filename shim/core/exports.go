@@ -182,34 +182,7 @@ func spillway_core_cu_mem_get_info(device C.int32_t, free, total *C.uint64_t) (r
 }
 
 // driverAnswer is the CUresult the driver would give for the runtime's e.
-// The stream-capture codes (900-908) are numbered alike in both APIs.
-func driverAnswer(e interpose.Error) C.int32_t {
-	if e >= interpose.ErrorStreamCaptureUnsupported && e <= interpose.ErrorStreamCaptureUnsupported+8 {
-		return C.int32_t(e)
-	}
-	switch e {
-	case interpose.Success:
-		return C.CUDA_SUCCESS
-	case interpose.ErrorInvalidValue, interpose.ErrorInvalidDevicePtr:
-		return C.CUDA_ERROR_INVALID_VALUE
-	case interpose.ErrorMemoryAllocation:
-		return C.CUDA_ERROR_OUT_OF_MEMORY
-	case interpose.ErrorInitialization:
-		return C.CUDA_ERROR_NOT_INITIALIZED
-	case interpose.ErrorInvalidDevice:
-		return C.CUDA_ERROR_INVALID_DEVICE
-	case interpose.ErrorSymbolNotFound:
-		return C.CUDA_ERROR_NOT_FOUND
-	case interpose.ErrorNotReady:
-		return C.CUDA_ERROR_NOT_READY
-	case interpose.ErrorNotSupported:
-		return C.CUDA_ERROR_NOT_SUPPORTED
-	case interpose.ErrorInvalidResourceHandle:
-		return C.CUDA_ERROR_INVALID_HANDLE
-	default:
-		return C.CUDA_ERROR_UNKNOWN
-	}
-}
+func driverAnswer(e interpose.Error) C.int32_t { return C.int32_t(e.DriverResult()) }
 
 //export spillway_core_cu_malloc_managed
 func spillway_core_cu_malloc_managed(device C.int32_t, size C.uint64_t, flags C.uint32_t, ptr *C.uint64_t) (rc C.int32_t) {

@@ -16,6 +16,8 @@ const (
 	cuSuccess             = 0
 	cuOutOfMemory         = 2
 	cuErrorNotInitialized = 3
+	cuErrorIllegalAddress = 700
+	cuErrorLaunchFailed   = 719
 	cuInvalidDevice       = 101
 )
 
@@ -522,5 +524,40 @@ func TestInvalidSettingNamesTheDriversError(t *testing.T) {
 				t.Errorf("runtime=%q, %s: stderr %q: want %q and no %q", tc.runtime, name, res.Stderr, tc.says, tc.never)
 			}
 		}
+	}
+}
+
+// TestDeviceErrorReachesDriverCaller: an error of the device's that the
+// pool meets in a call it makes for the application (here its reservation,
+// failing as every call does after a kernel's illegal address) reaches a
+// driver-API caller as the driver gave it, not as CUDA_ERROR_UNKNOWN: with
+// no runtime, with the runtime serving the pool, and with virtual memory.
+func TestDeviceErrorReachesDriverCaller(t *testing.T) {
+	for _, tc := range []struct {
+		name, runtime, fail string
+		vmm                 bool
+		want                int
+		says                string
+	}{
+		{"driver", "", "cuMemAlloc_v2:1=700", false, cuErrorIllegalAddress, "cudaErrorIllegalAddress (700)"},
+		{"runtime", "dynamic", "cudaMalloc:1=700", false, cuErrorIllegalAddress, "cudaErrorIllegalAddress (700)"},
+		{"virtual memory", "", "cuMemCreate:1=719", true, cuErrorLaunchFailed, "cudaErrorLaunchFailure (719)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := []string{"SIMCUDA_FAIL=" + tc.fail, "SPILLWAY_LOG_LEVEL=debug"}
+			if !tc.vmm {
+				env = append(env, "SPILLWAY_VMM=0")
+			}
+			res, out := harness.RunOK(t, harness.Shimmed(t, env, drvops(t, tc.runtime), "m", "1M", "m", "1M"))
+			if rc := out.Code(t, "m", 0); rc != tc.want {
+				t.Errorf("cuMemAlloc_v2 answered %d, want %d\nstderr:\n%s", rc, tc.want, res.Stderr)
+			}
+			if rc := out.Code(t, "m", 1); rc != 0 {
+				t.Errorf("the next cuMemAlloc_v2 answered %d, want CUDA_SUCCESS (the fault was one call's)", rc)
+			}
+			if !strings.Contains(res.Stderr, tc.says) {
+				t.Errorf("stderr does not name the error as %q:\n%s", tc.says, res.Stderr)
+			}
+		})
 	}
 }

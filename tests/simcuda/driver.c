@@ -54,6 +54,7 @@ static char config_error[1024];
 static struct fault {
 	char name[64];
 	uint64_t ordinal;
+	CUresult code;
 } faults[MAX_FAULTS];
 static int nfaults;
 
@@ -101,8 +102,8 @@ static int should_fail(const char *name, uint64_t ordinal)
 {
 	for (int i = 0; i < nfaults; i++)
 		if (faults[i].ordinal == ordinal && strcmp(faults[i].name, name) == 0)
-			return 1;
-	return 0;
+			return faults[i].code;
+	return CUDA_SUCCESS;
 }
 
 CUresult sim_enter(const char *name, int need, uint64_t **counter)
@@ -119,9 +120,7 @@ CUresult sim_enter(const char *name, int need, uint64_t **counter)
 		return CUDA_ERROR_NOT_PERMITTED; /* host functions must not call CUDA */
 	if ((need & ENTER_INIT) && !__atomic_load_n(&sim.initialized, __ATOMIC_ACQUIRE))
 		return CUDA_ERROR_NOT_INITIALIZED;
-	if (should_fail(name, n))
-		return CUDA_ERROR_OUT_OF_MEMORY;
-	return CUDA_SUCCESS;
+	return (CUresult)should_fail(name, n);
 }
 
 int sim_valid_device(int device)
@@ -158,7 +157,19 @@ static void parse_faults(const char *spec)
 	if (copy == NULL)
 		return;
 	for (char *item = strtok_r(copy, ",", &save); item != NULL; item = strtok_r(NULL, ",", &save)) {
-		char *colon = strrchr(item, ':'), *end;
+		char shown[256];
+		snprintf(shown, sizeof(shown), "%s", item);
+		/* "=<code>" names the error; out-of-memory without one. */
+		unsigned long long code = CUDA_ERROR_OUT_OF_MEMORY;
+		char *equals = strchr(item, '='), *end;
+		if (equals != NULL) {
+			*equals = '\0';
+			errno = 0;
+			code = strtoull(equals + 1, &end, 10);
+			if (errno != 0 || end == equals + 1 || *end != '\0' || equals[1] == '-' || code > 999)
+				code = CUDA_SUCCESS;
+		}
+		char *colon = strrchr(item, ':');
 		unsigned long long n = 0;
 		if (colon != NULL && colon != item && (size_t)(colon - item) < sizeof(faults[0].name)) {
 			errno = 0;
@@ -166,16 +177,19 @@ static void parse_faults(const char *spec)
 			if (errno != 0 || end == colon + 1 || *end != '\0' || colon[1] == '-')
 				n = 0;
 		}
-		if (n == 0 || nfaults == MAX_FAULTS) {
+		if (n == 0 || code == CUDA_SUCCESS || nfaults == MAX_FAULTS) {
 			snprintf(config_error, sizeof(config_error),
 				 "SIMCUDA_FAIL=\"%s\": bad item \"%s\"; expected a comma-separated list "
-				 "of at most %d <function>:<call number> items, e.g. cuMemAlloc_v2:5",
-				 spec, item, MAX_FAULTS);
+				 "of at most %d <function>:<call number>[=<CUresult>] items, the CUresult "
+				 "a number from 1 to 999 (out of memory without one), e.g. "
+				 "cuMemAlloc_v2:5 or cuCtxSynchronize:2=700",
+				 spec, shown, MAX_FAULTS);
 			break;
 		}
 		memcpy(faults[nfaults].name, item, (size_t)(colon - item));
 		faults[nfaults].name[colon - item] = '\0';
 		faults[nfaults].ordinal = n;
+		faults[nfaults].code = (CUresult)code;
 		nfaults++;
 	}
 	free(copy);

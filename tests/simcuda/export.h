@@ -29,7 +29,8 @@ struct simcuda_export_table {
 	 * statistics file. The arrays must live as long as the process.
 	 */
 	void (*register_counters)(const char *const *names, uint64_t *counts, int n);
-	/* Whether the ordinal-th call (from 1) of name must fail (SIMCUDA_FAIL). */
+	/* The CUresult the ordinal-th call (from 1) of name must fail with
+	 * (SIMCUDA_FAIL), or 0 (CUDA_SUCCESS). */
 	int (*should_fail)(const char *name, uint64_t ordinal);
 	/*
 	 * The calling thread's current context (NULL: none) and, in *device, its

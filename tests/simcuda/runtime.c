@@ -432,8 +432,9 @@ static cudaError_t enter(int api, int need)
 	cudaError_t err = runtime_init();
 	if (err != cudaSuccess)
 		return err;
-	if (sim_table != NULL && sim_table->should_fail(api_names[api], n))
-		return cudaErrorMemoryAllocation;
+	CUresult fault = sim_table != NULL ? (CUresult)sim_table->should_fail(api_names[api], n) : CUDA_SUCCESS;
+	if (fault != CUDA_SUCCESS)
+		return from_driver(fault);
 	return need == NEED_CONTEXT ? bind_context(tls_device, 0) : cudaSuccess;
 }
 

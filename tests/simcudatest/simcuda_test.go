@@ -64,7 +64,7 @@ func TestBehaviour(t *testing.T) {
 		{"no_managed", []string{"SIMCUDA_NO_MANAGED=1"}, "the device can report no managed memory"},
 		{"last_error", nil, "cudaGetLastError returns and clears, cudaPeekAtLastError does not"},
 		{"fork", nil, "a child forked after initialisation gets initialization errors and never blocks"},
-		{"fault", []string{"SIMCUDA_FAIL=cudaMalloc:2,cuMemAlloc_v2:4"}, "fault injection fails exactly the named calls, at either layer"},
+		{"fault", []string{"SIMCUDA_FAIL=cudaMalloc:2,cuMemAlloc_v2:4,cudaMalloc:7=700,cuMemAlloc_v2:6=719"}, "fault injection fails exactly the named calls, at either layer, with the code named"},
 		{"proc_address", nil, "cuGetProcAddress returns the versioned ABI and per-thread variants asked for"},
 		{"pointers", nil, "pointer attributes, pinned host memory and its device pointer, bounds checks"},
 		{"context_bytes", []string{"SIMCUDA_DEVICES=2x1GiB", "SIMCUDA_CONTEXT_BYTES=256MiB"}, "each context takes its bytes on first use; cudaDeviceReset frees a context's memory"},
@@ -130,6 +130,11 @@ func TestBadConfiguration(t *testing.T) {
 		"SIMCUDA_NO_HOST_REGISTER=on",
 		"SIMCUDA_FAIL=cuMemAlloc_v2",
 		"SIMCUDA_FAIL=cuMemAlloc_v2:0",
+		"SIMCUDA_FAIL=cuMemAlloc_v2:1=",
+		"SIMCUDA_FAIL=cuMemAlloc_v2:1=0",
+		"SIMCUDA_FAIL=cuMemAlloc_v2:1=1000",
+		"SIMCUDA_FAIL=cuMemAlloc_v2:1=illegal",
+		"SIMCUDA_FAIL=cuMemAlloc_v2=700",
 	} {
 		t.Run(env, func(t *testing.T) {
 			res, _ := runCase(t, bin, "bad_config", env)

@@ -580,7 +580,11 @@ static void case_fork(void)
 	EXPECT(cudaFree(p), cudaSuccess);
 }
 
-/* SIMCUDA_FAIL=cudaMalloc:2,cuMemAlloc_v2:4: exactly those calls fail with out-of-memory. */
+/*
+ * SIMCUDA_FAIL=cudaMalloc:2,cuMemAlloc_v2:4,cudaMalloc:7=700,cuMemAlloc_v2:6=719:
+ * exactly those calls fail, with out-of-memory or the code named (a driver
+ * code the runtime reports as its own).
+ */
 static void case_fault(void)
 {
 	void *p[5];
@@ -590,8 +594,11 @@ static void case_fault(void)
 	EXPECT(cudaMalloc(&p[1], 16), cudaSuccess);                /* 2nd cuMemAlloc_v2 */
 	EXPECT(cudaMalloc(&p[2], 16), cudaSuccess);                /* 3rd */
 	EXPECT(cudaMalloc(&p[3], 16), cudaErrorMemoryAllocation); /* 4th cuMemAlloc_v2 */
-	EXPECT(cudaMalloc(&p[3], 16), cudaSuccess);
-	for (int i = 0; i < 4; i++)
+	EXPECT(cudaMalloc(&p[3], 16), cudaSuccess);                /* 5th */
+	EXPECT(cudaMalloc(&p[4], 16), cudaErrorIllegalAddress);   /* 7th cudaMalloc */
+	EXPECT(cudaMalloc(&p[4], 16), cudaErrorLaunchFailure);    /* 6th cuMemAlloc_v2 */
+	EXPECT(cudaMalloc(&p[4], 16), cudaSuccess);
+	for (int i = 0; i < 5; i++)
 		EXPECT(cudaFree(p[i]), cudaSuccess);
 }
 
