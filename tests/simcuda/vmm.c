@@ -262,7 +262,7 @@ int vmm_device_attribute(int attrib, int *value)
 		return 1;
 	case ATTR_WIN32_HANDLES: /* not on Linux */
 	case ATTR_WIN32_KMT_HANDLES:
-	case ATTR_GENERIC_COMPRESSION: /* cuMemCreate refuses compressible memory */
+	case ATTR_GENERIC_COMPRESSION: /* cuMemCreate never grants compression */
 	case ATTR_FABRIC_HANDLES:
 		*value = 0;
 		return 1;
@@ -311,7 +311,10 @@ static CUresult check_prop(const CUmemAllocationProp *prop, int *device)
 		return CUDA_ERROR_INVALID_VALUE;
 	if (types & ~(unsigned int)CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR)
 		return CUDA_ERROR_NOT_SUPPORTED; /* the device reports only POSIX file descriptors */
-	if (prop->allocFlags.compressionType != CU_MEM_ALLOCATION_COMP_NONE ||
+	/* Compression is a hint CUDA grants where the device compresses (none here:
+	 * cuMemCreate records COMP_NONE); a special usage (a sparse tile pool) is refused. */
+	if ((prop->allocFlags.compressionType != CU_MEM_ALLOCATION_COMP_NONE &&
+	     prop->allocFlags.compressionType != CU_MEM_ALLOCATION_COMP_GENERIC) ||
 	    prop->allocFlags.usage != 0)
 		return CUDA_ERROR_NOT_SUPPORTED;
 	return CUDA_SUCCESS;
@@ -442,6 +445,7 @@ static struct handle *handle_new(int fd, size_t size, const CUmemAllocationProp 
 	h->inode = st.st_ino;
 	h->size = size;
 	h->prop = *prop;
+	h->prop.allocFlags.compressionType = CU_MEM_ALLOCATION_COMP_NONE; /* not granted */
 	h->device = device;
 	h->refs = 1;
 	return h;

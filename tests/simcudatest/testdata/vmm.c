@@ -349,8 +349,21 @@ static void case_errors(void)
 	EXPECT(cuMemCreate(&bad, GRANULE, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
 	prop.requestedHandleTypes = (CUmemAllocationHandleType)0x10;
 	EXPECT(cuMemCreate(&bad, GRANULE, &prop, 0), CUDA_ERROR_INVALID_VALUE);
+	/* Compression is a hint: granted where the device compresses (not here),
+	 * which the properties of the handle tell. */
 	prop = device_prop(0);
 	prop.allocFlags.compressionType = CU_MEM_ALLOCATION_COMP_GENERIC;
+	size_t g = 0;
+	OK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+	CHECK(g == GRANULE);
+	OK(cuMemCreate(&bad, GRANULE, &prop, 0));
+	CUmemAllocationProp got;
+	memset(&got, 0xff, sizeof(got));
+	OK(cuMemGetAllocationPropertiesFromHandle(&got, bad));
+	CHECK(got.allocFlags.compressionType == CU_MEM_ALLOCATION_COMP_NONE &&
+	      got.location.type == CU_MEM_LOCATION_TYPE_DEVICE && got.location.id == 0);
+	OK(cuMemRelease(bad));
+	prop.allocFlags.compressionType = 0x40; /* no such compression */
 	EXPECT(cuMemCreate(&bad, GRANULE, &prop, 0), CUDA_ERROR_NOT_SUPPORTED);
 	prop = device_prop(0);
 	prop.allocFlags.gpuDirectRDMACapable = 1; /* vLLM sets it when the attribute says so */
