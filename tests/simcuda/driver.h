@@ -204,6 +204,8 @@ CUresult vmm_resolve(uintptr_t addr, size_t len, struct span *out);
 int vmm_accessible(const struct span *s, size_t len, int device, unsigned int need);
 /* The mapping that holds addr, or NULL. */
 struct alloc *vmm_find(uintptr_t addr);
+/* For a mapping vmm_find gave: 1, with the base and size of its reservation; else 0. */
+int vmm_reservation_of(const struct alloc *a, uintptr_t *base, size_t *size);
 /* Whether any reservation overlaps [addr, addr+len). */
 int vmm_overlaps(uintptr_t addr, size_t len);
 /* Device attributes of the VMM API: 1 with *value set when attrib is one of them. */

@@ -1489,6 +1489,20 @@ SIM_API CUresult cuMemPrefetchAsync_v2(CUdeviceptr devPtr, size_t count, CUmemLo
 /* ---- pointer attributes ---- */
 
 /*
+ * The range CU_POINTER_ATTRIBUTE_RANGE_START_ADDR and _RANGE_SIZE report
+ * for allocation a: its own, but for a cuMemMap mapping the reservation's,
+ * the mappable range, as CUDA documents (cuMemGetAddressRange_v2 reports
+ * the mapping).
+ */
+static void attribute_range(const struct alloc *a, uintptr_t *base, size_t *size)
+{
+	if (!vmm_reservation_of(a, base, size)) {
+		*base = a->base;
+		*size = a->size;
+	}
+}
+
+/*
  * One attribute of ptr (whose allocation is a, or NULL). lenient: the
  * cuPointerGetAttributes rule, which reports defaults for unknown memory.
  */
@@ -1520,11 +1534,17 @@ static CUresult pointer_attribute(const struct alloc *a, uintptr_t ptr, CUpointe
 		*(int *)data = a ? a->device : CU_DEVICE_INVALID;
 		return CUDA_SUCCESS;
 	case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-		*(CUdeviceptr *)data = a ? a->base : 0;
+	case CU_POINTER_ATTRIBUTE_RANGE_SIZE: {
+		uintptr_t base = 0;
+		size_t size = 0;
+		if (a != NULL)
+			attribute_range(a, &base, &size);
+		if (attr == CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+			*(CUdeviceptr *)data = base;
+		else
+			*(size_t *)data = size;
 		return CUDA_SUCCESS;
-	case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-		*(size_t *)data = a ? a->size : 0;
-		return CUDA_SUCCESS;
+	}
 	case CU_POINTER_ATTRIBUTE_MAPPED:
 		*(int *)data = a != NULL;
 		return CUDA_SUCCESS;

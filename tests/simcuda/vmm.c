@@ -242,6 +242,16 @@ struct alloc *vmm_find(uintptr_t addr)
 	return m ? &m->view : NULL;
 }
 
+int vmm_reservation_of(const struct alloc *a, uintptr_t *base, size_t *size)
+{
+	if (a == NULL || vmm_find(a->base) != a)
+		return 0;
+	const struct mapping *m = (const struct mapping *)a; /* a is m->view, its first member */
+	*base = m->res->base;
+	*size = m->res->size;
+	return 1;
+}
+
 int vmm_overlaps(uintptr_t addr, size_t len)
 {
 	for (const struct reservation *r = reservations; r != NULL; r = r->next)

@@ -187,7 +187,8 @@ static void case_round_trip(void)
 		CHECK(buf[i] == 0x5a);
 	OK(cuMemFree_v2(plain));
 
-	/* pointer queries report the mapping */
+	/* Pointer queries: the range attributes report the reservation (the
+	 * mappable range, as CUDA documents), cuMemGetAddressRange the mapping. */
 	CUdeviceptr start = 0;
 	size_t size = 0;
 	unsigned int type = 0;
@@ -196,7 +197,13 @@ static void case_round_trip(void)
 	OK(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, base + 100));
 	OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, base + 100));
 	OK(cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, base + 100));
-	CHECK(start == base && size == 4 * MiB && type == CU_MEMORYTYPE_DEVICE && ordinal == 0);
+	CHECK(start == base && size == 8 * MiB && type == CU_MEMORYTYPE_DEVICE && ordinal == 0);
+	CUpointer_attribute range_attrs[2] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+					      CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+	void *range_data[2] = {&start, &size};
+	start = 0, size = 0;
+	OK(cuPointerGetAttributes(2, range_attrs, range_data, base + 3 * MiB));
+	CHECK(start == base && size == 8 * MiB);
 	int ipc = -1;
 	OK(cuPointerGetAttribute(&ipc, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, base));
 	CHECK(ipc == 0); /* cuIpcGetMemHandle does not take VMM memory */
@@ -272,6 +279,14 @@ static void case_shared(void)
 	map_rw(r + 2 * MiB, 2 * MiB, other);
 	round_trip(r + MiB, 2 * MiB, 11);
 	check_pattern(a + MiB, MiB, 11); /* the first half landed in h */
+	/* In the second mapping: its own range, and the reservation's as the attributes. */
+	CUdeviceptr start = 0;
+	size_t size = 0;
+	OK(cuMemGetAddressRange_v2(&start, &size, r + 3 * MiB));
+	CHECK(start == r + 2 * MiB && size == 2 * MiB);
+	OK(cuPointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, r + 3 * MiB));
+	OK(cuPointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, r + 3 * MiB));
+	CHECK(start == r && size == 4 * MiB);
 	OK(cuMemUnmap(r, 4 * MiB));      /* several whole mappings at once */
 	OK(cuMemUnmap(a, 4 * MiB));
 	OK(cuMemUnmap(b, 2 * MiB));
@@ -680,7 +695,8 @@ static void case_host_numa(void)
 	unsigned int type = 0;
 	OK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p));
 	CHECK(type == CU_MEMORYTYPE_HOST);
-	/* Its range is the mapping's, whichever query asks, as for device memory. */
+	/* As for device memory, cuMemGetAddressRange answers the mapping and the
+	 * range attributes the reservation: here the same 4 MiB. */
 	CUdeviceptr start = 0, attr_start = 0;
 	size_t size = 0, attr_size = 0;
 	OK(cuMemGetAddressRange_v2(&start, &size, p + 3 * MiB));
