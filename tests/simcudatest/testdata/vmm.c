@@ -636,8 +636,14 @@ static void case_unmap_waits(void)
 	CHECK(gate_opened);
 	OK(cuStreamQuery(s)); /* the copy ran before the unmap returned */
 	CHECK(pthread_join(opener, NULL) == 0);
-	/* The bytes went into the handle: map it again and look. */
-	map_rw(p, 2 * MiB, h);
+	/* The bytes went into the handle: map it again and look. Like every new
+	 * mapping, the new one starts without access, whatever the old one had. */
+	OK(cuMemMap(p, 2 * MiB, 0, h, 0));
+	CUmemLocation dev0 = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+	unsigned long long flags = 1;
+	OK(cuMemGetAccess(&flags, &dev0, p));
+	CHECK(flags == CU_MEM_ACCESS_FLAGS_PROT_NONE);
+	allow(p, 2 * MiB, CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
 	check_pattern(p, 2 * MiB, 8);
 	OK(cuMemUnmap(p, 2 * MiB));
 	OK(cuMemRelease(h));
@@ -680,7 +686,9 @@ static void case_host_numa(void)
 		{{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
 		{{CU_MEM_LOCATION_TYPE_HOST_NUMA, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE},
 	};
+	d[1].location.id = 7; /* CUDA ignores a host NUMA location's id in a grant */
 	OK(cuMemSetAccess(p, 4 * MiB, d, 2));
+	d[1].location.id = 0;
 	unsigned long long flags = 0;
 	OK(cuMemGetAccess(&flags, &d[1].location, p));
 	CHECK(flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
