@@ -633,19 +633,23 @@ func replayModel(m placementModel, ops []traces.Op) float64 {
 	return float64(m.peakReserved()) / float64(peakLive)
 }
 
-// freesAtOnceTarget replays a trace on the pool with every free complete at
-// once, as in the models: the application synchronizes after each free.
-type freesAtOnceTarget struct{ replayTarget }
+// freesAtOnceTarget replays a trace on the pool with the frees of one kind
+// or both complete at once, as in the models: the application synchronizes
+// after each cudaFree (free), each cudaFreeAsync (async), or both.
+type freesAtOnceTarget struct {
+	replayTarget
+	free, async bool
+}
 
 func (t freesAtOnceTarget) Free(ptr uint64) error {
-	if err := t.replayTarget.Free(ptr); err != nil {
+	if err := t.replayTarget.Free(ptr); err != nil || !t.free {
 		return err
 	}
 	return t.Sync()
 }
 
 func (t freesAtOnceTarget) FreeAsync(ptr, s uint64) error {
-	if err := t.replayTarget.FreeAsync(ptr, s); err != nil {
+	if err := t.replayTarget.FreeAsync(ptr, s); err != nil || !t.async {
 		return err
 	}
 	return t.Sync()
@@ -657,28 +661,37 @@ func (t freesAtOnceTarget) FreeAsync(ptr, s uint64) error {
 // them at every synchronization of the trace, the one-address model, and the
 // pool itself (virtual memory, unbounded quota) with every free complete at
 // once, as in the models: what its placement does without the frees that wait
-// for the device.
+// for the device; and the pool with only its cudaFrees, or only its
+// cudaFreeAsyncs, complete at once (a synchronization after a cudaFreeAsync
+// also completes the cudaFrees before it): how much of the distance from
+// BenchmarkTraceVirtual's figure each kind of free makes.
 func BenchmarkStitchFloor(b *testing.B) {
 	for _, ref := range traces.References {
 		ops := loadTrace(b, ref.File)
-		b.Run(ref.File+"/pool-frees-at-once", func(b *testing.B) {
-			var st pool.Stats
-			for range b.N {
-				f := pooltest.NewVirtual(0)
-				p, err := pool.New(f, pool.DefaultOptions(1<<40))
-				if err != nil {
-					b.Fatal(err)
+		for _, at := range []struct {
+			name        string
+			free, async bool
+		}{{"pool-frees-at-once", true, true}, {"pool-cudaFree-at-once", true, false}, {"pool-cudaFreeAsync-at-once", false, true}} {
+			b.Run(ref.File+"/"+at.name, func(b *testing.B) {
+				var st pool.Stats
+				for range b.N {
+					f := pooltest.NewVirtual(0)
+					p, err := pool.New(f, pool.DefaultOptions(1<<40))
+					if err != nil {
+						b.Fatal(err)
+					}
+					target := freesAtOnceTarget{newReplayTarget(p, f.Fake), at.free, at.async}
+					if _, err := traces.Replay(target, ops, nil); err != nil {
+						b.Fatal(err)
+					}
+					st = p.Stats()
+					if err := p.Close(); err != nil {
+						b.Fatal(err)
+					}
 				}
-				if _, err := traces.Replay(freesAtOnceTarget{newReplayTarget(p, f.Fake)}, ops, nil); err != nil {
-					b.Fatal(err)
-				}
-				st = p.Stats()
-				if err := p.Close(); err != nil {
-					b.Fatal(err)
-				}
-			}
-			b.ReportMetric(float64(st.PeakReservedBytes)/float64(st.PeakLiveBytes), "reserved/live")
-		})
+				b.ReportMetric(float64(st.PeakReservedBytes)/float64(st.PeakLiveBytes), "reserved/live")
+			})
+		}
 		for _, repack := range []bool{false, true} {
 			b.Run(fmt.Sprintf("%s/repacked=%t", ref.File, repack), func(b *testing.B) {
 				var ratio float64
