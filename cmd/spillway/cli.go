@@ -109,7 +109,7 @@ func parseFlags(fs *flagSet, args []string) error {
 	err := fs.Parse(args)
 	switch {
 	case err == nil:
-		return nil
+		return checkGivenOnce(fs.FlagSet, args)
 	case errors.Is(err, flag.ErrHelp):
 		fmt.Fprint(fs.out, fs.usage)
 		printFlags(fs.out, fs.FlagSet)
@@ -142,6 +142,63 @@ func checkValuesGiven(fs *flag.FlagSet, args []string) error {
 			return &usageErr{fmt.Sprintf("%s needs a value (%s %s), but %q follows it", a, a, arg, args[i+1])}
 		}
 		i++ // its value
+	}
+	return nil
+}
+
+// repeatable is a flag's value that collects each time it is given (-p
+// PID, --memory-limit-device N=SIZE), and refuses an item twice itself.
+type repeatable interface{ repeatable() }
+
+// checkGivenOnce refuses a flag given more than once, unless it is
+// repeatable: the flag package keeps the last value, so that
+// "--memory-limit 8GiB ... --memory-limit 80GiB" would widen the quota
+// without a word. Only the flags are read, not what follows them.
+func checkGivenOnce(fs *flag.FlagSet, args []string) error {
+	typed := map[string][]string{} // each time a flag was given, as typed
+	var names []string             // in the order first given
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || a == "-" || !strings.HasPrefix(a, "-") {
+			break // the flags end here
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		f := fs.Lookup(name)
+		if f == nil {
+			continue
+		}
+		given := a
+		if !hasValue && !isBoolFlag(f) && i+1 < len(args) {
+			i++
+			given += " " + args[i]
+		}
+		if _, ok := f.Value.(repeatable); ok {
+			continue
+		}
+		if typed[f.Name] == nil {
+			names = append(names, f.Name)
+		}
+		typed[f.Name] = append(typed[f.Name], given)
+	}
+	for _, name := range names {
+		t := typed[name]
+		if len(t) < 2 {
+			continue
+		}
+		times := "twice"
+		if len(t) > 2 {
+			times = fmt.Sprintf("%d times", len(t))
+		}
+		quoted := make([]string, len(t))
+		for i, g := range t {
+			quoted[i] = strconv.Quote(g)
+		}
+		dashes := "--"
+		if len(name) == 1 {
+			dashes = "-"
+		}
+		return &usageErr{fmt.Sprintf("%s%s is given %s (%s, then %s): give it once",
+			dashes, name, times, strings.Join(quoted[:len(t)-1], ", "), quoted[len(t)-1])}
 	}
 	return nil
 }

@@ -418,3 +418,48 @@ func TestEveryInvalidSettingAtOnce(t *testing.T) {
 		t.Errorf("one line printed as %q", got)
 	}
 }
+
+// TestFlagGivenTwiceIsRefused: the flag package keeps a flag's last value,
+// so that "--memory-limit 8GiB ... --memory-limit 80GiB" would widen the
+// quota without a word; a flag that is not repeatable is given once, and a
+// repeatable one names each process or device once.
+func TestFlagGivenTwiceIsRefused(t *testing.T) {
+	parse := map[string]func(args []string) error{
+		"run":   func(args []string) error { _, err := parseRunFlags(args, nil, io.Discard); return err },
+		"trace": func(args []string) error { _, err := parseTraceFlags(args, nil, io.Discard); return err },
+		"stat":  func(args []string) error { _, err := parseStatFlags(args, io.Discard); return err },
+	}
+	for _, tc := range []struct {
+		cmd  string
+		args []string
+		want string
+	}{
+		{"run", []string{"--memory-limit", "8GiB", "--memory-limit=80GiB", "--", "true"},
+			`--memory-limit is given twice ("--memory-limit 8GiB", then "--memory-limit=80GiB"): give it once`},
+		{"run", []string{"--oversubscribe", "--report", "--oversubscribe=false", "--", "true"},
+			`--oversubscribe is given twice ("--oversubscribe", then "--oversubscribe=false"): give it once`},
+		{"trace", []string{"--interval", "1s", "-p", "1", "-interval", "2s", "--interval=3s", "-p", "2"},
+			`--interval is given 3 times ("--interval 1s", "-interval 2s", then "--interval=3s"): give it once`},
+		{"stat", []string{"--json", "--watch", "--json"}, `--json is given twice ("--json", then "--json"): give it once`},
+		{"stat", []string{"--watch", "2s", "--watch"}, `--watch is given twice ("--watch=2s", then "--watch"): give it once`},
+		{"run", []string{"--memory-limit-device", "0=8GiB", "--memory-limit-device", "1=4GiB", "--memory-limit-device", "0=80GiB", "--", "true"},
+			`invalid --memory-limit-device="0=80GiB": device 0 has a quota already (0=8GiB); give each device once (valid example: --memory-limit-device 0=8GiB)`},
+		{"trace", []string{"-p", "12", "-p", "34", "--p", "12"}, `invalid -p="12": pid 12 is given already; give each process once (valid example: -p 12)`},
+	} {
+		var usage *usageErr
+		if err := parse[tc.cmd](tc.args); !errors.As(err, &usage) || err.Error() != tc.want {
+			t.Errorf("%s %q: %v, want the usage error %q", tc.cmd, tc.args, err, tc.want)
+		}
+	}
+	// Repeatable flags repeat, each naming another process or device.
+	if o, err := parseTraceFlags([]string{"-p", "12", "--p", "34"}, nil, io.Discard); err != nil || len(o.pids) != 2 {
+		t.Errorf("trace -p 12 --p 34: %+v, %v", o.pids, err)
+	}
+	if o, err := parseRunFlags([]string{"--memory-limit-device", "0=8GiB", "--memory-limit-device", "1=4GiB", "--", "true"}, nil, io.Discard); err != nil || len(o.launch.DeviceLimits) != 2 {
+		t.Errorf("run with two devices' quotas: %+v, %v", o.launch.DeviceLimits, err)
+	}
+	// What follows the flags is the program's, which may repeat them.
+	if o, err := parseRunFlags([]string{"--memory-limit", "8GiB", "--", "prog", "--memory-limit", "4GiB"}, nil, io.Discard); err != nil || len(o.argv) != 3 {
+		t.Errorf("run --memory-limit 8GiB -- prog --memory-limit 4GiB: %q, %v", o.argv, err)
+	}
+}

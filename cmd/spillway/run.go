@@ -273,11 +273,19 @@ func (d *deviceLimits) String() string {
 	return strings.Join(parts, ",")
 }
 
+func (d *deviceLimits) repeatable() {}
+
 func (d *deviceLimits) Set(v string) error {
 	n, size, hasSize := strings.Cut(v, "=")
 	ordinal, ok := config.ParseOrdinal(n)
 	if !hasSize || !ok {
 		return fmt.Errorf("invalid --memory-limit-device=%q: want DEVICE=SIZE with DEVICE from 0 to 1023 (valid example: --memory-limit-device 0=8GiB)", v)
+	}
+	if first, given := d.typed[ordinal]; given {
+		// The last would win, and may be the larger.
+		had := fmt.Sprintf("%d=%s", ordinal, first)
+		return fmt.Errorf("invalid --memory-limit-device=%q: device %d has a quota already (%s); give each device once (valid example: --memory-limit-device %s)",
+			v, ordinal, had, had)
 	}
 	l, err := config.ParseLimit("--memory-limit-device", size)
 	if cerr := (*config.Error)(nil); errors.As(err, &cerr) {

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,10 +45,16 @@ type pidList []int
 
 func (p *pidList) String() string { return fmt.Sprint([]int(*p)) }
 
+func (p *pidList) repeatable() {}
+
 func (p *pidList) Set(v string) error {
 	pid, err := strconv.Atoi(v)
 	if err != nil || pid <= 0 {
 		return &config.Error{Name: "-p", Value: v, Reason: "want a process id, a positive integer", Example: "-p 4242"}
+	}
+	if slices.Contains(*p, pid) {
+		return &config.Error{Name: "-p", Value: v, Reason: fmt.Sprintf("pid %d is given already; give each process once", pid),
+			Example: fmt.Sprintf("-p %d", pid)}
 	}
 	*p = append(*p, pid)
 	return nil
