@@ -323,6 +323,9 @@ func (f durationFlag) Set(v string) error {
 	return nil
 }
 
+// listenAddrWant says what an address to serve on is.
+const listenAddrWant = "HOST:PORT, with a port from 0 to 65535"
+
 // checkListenAddr checks an address to serve on, given as the flag called
 // name, before anything starts: HOST:PORT, the host possibly empty (every
 // address) and the port a number or a service name.
@@ -332,8 +335,47 @@ func checkListenAddr(name, addr string) error {
 		_, err = net.LookupPort("tcp", port)
 	}
 	if err != nil {
-		return &config.Error{Name: name, Value: addr, Reason: "want HOST:PORT, with a port from 0 to 65535",
+		return &config.Error{Name: name, Value: addr, Reason: "want " + listenAddrWant,
 			Example: name + " 127.0.0.1:9400"}
 	}
 	return nil
+}
+
+// textFlag is a flag, called name, whose value is a file or an address
+// that cannot be empty: an empty value, most often a variable that was not
+// set (--output "$OUT"), would mean the flag had not been given, and the
+// summary would not be written, the metrics not served.
+type textFlag struct {
+	s       *string
+	name    string // --output
+	want    string // what a value is, for the error
+	example string // a valid value
+}
+
+func (f textFlag) String() string {
+	if f.s == nil {
+		return ""
+	}
+	return *f.s
+}
+
+func (f textFlag) Set(v string) error {
+	if v == "" {
+		return &config.Error{Name: f.name, Value: v, Reason: "empty; want " + f.want, Example: f.name + " " + f.example}
+	}
+	*f.s = v
+	return nil
+}
+
+// The kinds of textFlag.
+func outputFlag(s *string, name, example string) textFlag {
+	return textFlag{s, name, "the FILE to write to", example}
+}
+
+func libFlag(s *string) textFlag {
+	return textFlag{s, "--lib", "the PATH of libspillway.so, or no --lib for the one beside this binary", "/opt/spillway/lib/libspillway.so"}
+}
+
+func metricsAddrFlag(s *string) textFlag {
+	return textFlag{s, "--metrics-addr", listenAddrWant, "127.0.0.1:9400"}
 }

@@ -463,3 +463,34 @@ func TestFlagGivenTwiceIsRefused(t *testing.T) {
 		t.Errorf("run --memory-limit 8GiB -- prog --memory-limit 4GiB: %q, %v", o.argv, err)
 	}
 }
+
+// TestEmptyValueIsRefused: an empty value, most often a variable that was
+// not set (--output "$OUT"), is refused, where it meant the flag's absence:
+// the summary not written, the metrics not served, the view on the
+// terminal, the default shim.
+func TestEmptyValueIsRefused(t *testing.T) {
+	parse := map[string]func(args []string) error{
+		"run":   func(args []string) error { _, err := parseRunFlags(args, nil, io.Discard); return err },
+		"trace": func(args []string) error { _, err := parseTraceFlags(args, nil, io.Discard); return err },
+		"stat":  func(args []string) error { _, err := parseStatFlags(args, io.Discard); return err },
+	}
+	for _, tc := range []struct {
+		cmd  string
+		args []string
+		want string
+	}{
+		{"trace", []string{"--output", "", "-p", "1"}, `invalid --output="": empty; want the FILE to write to (valid example: --output trace.txt)`},
+		{"trace", []string{"--summary-json=", "-p", "1"}, `invalid --summary-json="": empty; want the FILE to write to (valid example: --summary-json totals.json)`},
+		{"trace", []string{"--metrics-addr", "", "-p", "1"}, `invalid --metrics-addr="": empty; want HOST:PORT, with a port from 0 to 65535 (valid example: --metrics-addr 127.0.0.1:9400)`},
+		{"trace", []string{"--lib", "", "--", "true"}, `invalid --lib="": empty; want the PATH of libspillway.so, or no --lib for the one beside this binary (valid example: --lib /opt/spillway/lib/libspillway.so)`},
+		{"run", []string{"--lib=", "--", "true"}, `invalid --lib="": empty; want the PATH of libspillway.so, or no --lib for the one beside this binary (valid example: --lib /opt/spillway/lib/libspillway.so)`},
+		{"stat", []string{"--metrics-addr", ""}, `invalid --metrics-addr="": empty; want HOST:PORT, with a port from 0 to 65535 (valid example: --metrics-addr 127.0.0.1:9400)`},
+		// --watch takes the empty value apart, as it takes an interval.
+		{"stat", []string{"--watch", ""}, `invalid --watch="": not a duration such as 500ms, 1s or 2m (valid example: --watch 500ms)`},
+	} {
+		var usage *usageErr
+		if err := parse[tc.cmd](tc.args); !errors.As(err, &usage) || err.Error() != tc.want {
+			t.Errorf("%s %q: %v, want the usage error %q", tc.cmd, tc.args, err, tc.want)
+		}
+	}
+}

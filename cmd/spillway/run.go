@@ -367,7 +367,7 @@ func parseRunFlags(args []string, environ []string, out io.Writer) (runOptions, 
 	fs.Var(limit, "memory-limit", "device memory quota for every device: a `SIZE` (512MiB, 8GiB, 8GB, 0.5GiB) or a percentage (50%)")
 	fs.Var(devices, "memory-limit-device", "quota for one device, as `N=SIZE` (repeatable; wins over --memory-limit)")
 	fs.Var(level, "log-level", "the shim's log `LEVEL`: error, warn (default), info or debug")
-	fs.StringVar(&o.launch.Lib, "lib", "", "`PATH` of libspillway.so (default: ../lib/libspillway.so beside this binary)")
+	fs.Var(libFlag(&o.launch.Lib), "lib", "`PATH` of libspillway.so (default: ../lib/libspillway.so beside this binary)")
 	shimFlags := shimVariableFlags(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return o, err

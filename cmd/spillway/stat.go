@@ -69,7 +69,8 @@ func (w watchFlag) Set(v string) error {
 
 // joinOptionalValue turns "--watch 2s" into "--watch=2s", so that --watch
 // takes a value only when one follows it: anything that starts as a number
-// does ("--watch 0" and "--watch -1s" are then refused as intervals).
+// does ("--watch 0" and "--watch -1s" are then refused as intervals), and
+// so does an empty one (--watch "$INTERVAL" with the variable unset).
 func joinOptionalValue(args []string, names ...string) []string {
 	out := make([]string, 0, len(args))
 	for i := 0; i < len(args); i++ {
@@ -79,7 +80,7 @@ func joinOptionalValue(args []string, names ...string) []string {
 		}
 		name := strings.TrimLeft(a, "-")
 		if strings.HasPrefix(a, "-") && !strings.Contains(a, "=") && contains(names, name) && i+1 < len(args) &&
-			startsAsNumber(args[i+1]) {
+			(args[i+1] == "" || startsAsNumber(args[i+1])) {
 			out = append(out, a+"="+args[i+1])
 			i++
 			continue
@@ -109,7 +110,7 @@ func parseStatFlags(args []string, out io.Writer) (statOptions, error) {
 	fs := newFlagSet("stat", statUsage, out)
 	fs.BoolVar(&o.json, "json", false, "print one JSON document (one per refresh with --watch)")
 	fs.Var(watchFlag{&o.watch}, "watch", "refresh every `INTERVAL` (default 1s when given alone) until interrupted")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the figures for Prometheus at http://`ADDR`/metrics until interrupted")
+	fs.Var(metricsAddrFlag(&o.metricsAddr), "metrics-addr", "serve the figures for Prometheus at http://`ADDR`/metrics until interrupted")
 	args = joinOptionalValue(args, "watch")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err

@@ -91,10 +91,10 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 	fs.Var(durationFlag{"--duration", &o.duration}, "duration", "stop tracing after `D` (default: when the traced processes exit, or on SIGINT, SIGTERM or SIGHUP)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per interval (per record with --events)")
 	fs.BoolVar(&o.events, "events", false, "print every record instead of the per-interval view")
-	fs.StringVar(&o.output, "output", "", "write the view or the records to `FILE` instead of standard output")
-	fs.StringVar(&o.summaryPath, "summary-json", "", "write the totals to `FILE` at the end")
-	fs.StringVar(&o.lib, "lib", "", "`PATH` of libspillway.so for CMD (default: ../lib/libspillway.so beside this binary)")
-	fs.StringVar(&o.metricsAddr, "metrics-addr", "", "serve the totals for Prometheus at http://`ADDR`/metrics (such as 127.0.0.1:9400)")
+	fs.Var(outputFlag(&o.output, "--output", "trace.txt"), "output", "write the view or the records to `FILE` instead of standard output")
+	fs.Var(outputFlag(&o.summaryPath, "--summary-json", "totals.json"), "summary-json", "write the totals to `FILE` at the end")
+	fs.Var(libFlag(&o.lib), "lib", "`PATH` of libspillway.so for CMD (default: ../lib/libspillway.so beside this binary)")
+	fs.Var(metricsAddrFlag(&o.metricsAddr), "metrics-addr", "serve the totals for Prometheus at http://`ADDR`/metrics (such as 127.0.0.1:9400)")
 	fs.Var(sizeFlag{&o.ringBuffer}, "ring-buffer", "ring buffer `SIZE`, a power of two from the page size to 2GiB (default 8MiB)")
 	if err := parseFlags(fs, args); err != nil {
 		return o, err
