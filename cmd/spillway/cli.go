@@ -122,12 +122,7 @@ func parseFlags(fs *flagSet, args []string) error {
 // "--" or by another of the command's flags, which the flag package would
 // take as its value: "--output -- CMD" would write to a file called "--".
 func checkValuesGiven(fs *flag.FlagSet, args []string) error {
-	isFlag := func(a string) bool {
-		name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-		// -h and -help are every command's, though the FlagSet defines neither.
-		known := fs.Lookup(name) != nil || name == "h" || name == "help"
-		return a == "--" || strings.HasPrefix(a, "-") && known
-	}
+	isFlag := func(a string) bool { return a == "--" || isOwnFlag(fs, a) }
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" || a == "-" || !strings.HasPrefix(a, "-") {
@@ -201,6 +196,44 @@ func checkGivenOnce(fs *flag.FlagSet, args []string) error {
 			dashes, name, times, strings.Join(quoted[:len(t)-1], ", "), quoted[len(t)-1])}
 	}
 	return nil
+}
+
+// isOwnFlag reports whether a is one of the command's flags, with or
+// without its value.
+func isOwnFlag(fs *flag.FlagSet, a string) bool {
+	if !strings.HasPrefix(a, "-") || a == "-" || a == "--" {
+		return false
+	}
+	name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+	// -h and -help are every command's, though the FlagSet defines neither.
+	return fs.Lookup(name) != nil || name == "h" || name == "help"
+}
+
+// checkNoFlagAsProgram refuses one of the command's flags where the
+// program to run begins, after "--": it was meant for the command, and the
+// program "--memory-limit" would not be found, or worse, the flag's value
+// would be run.
+func checkNoFlagAsProgram(fs *flagSet, args []string) error {
+	argv := fs.Args()
+	if len(argv) == 0 || !isOwnFlag(fs.FlagSet, argv[0]) {
+		return nil
+	}
+	// The flag package stops at "--" only, when what follows starts with '-'.
+	example := append([]string{"spillway", fs.Name()}, args[:len(args)-len(argv)-1]...)
+	i := 0
+	for ; i < len(argv) && isOwnFlag(fs.FlagSet, argv[i]); i++ {
+		example = append(example, argv[i])
+		name, _, hasValue := strings.Cut(strings.TrimLeft(argv[i], "-"), "=")
+		if f := fs.Lookup(name); f != nil && !hasValue && !isBoolFlag(f) && i+1 < len(argv) {
+			i++
+			example = append(example, argv[i])
+		}
+	}
+	if i < len(argv) {
+		example = append(append(example, "--"), argv[i:]...)
+	}
+	return &usageErr{fmt.Sprintf("%q follows \"--\", where the program to run begins: spillway %s's flags go before \"--\" (valid example: %s)",
+		argv[0], fs.Name(), strings.Join(example, " "))}
 }
 
 func isBoolFlag(f *flag.Flag) bool {

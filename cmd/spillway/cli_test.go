@@ -494,3 +494,37 @@ func TestEmptyValueIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestFlagAfterDashDashIsRefused: after "--" comes the program; one of the
+// command's own flags there was meant for it, and is refused as a usage
+// error saying where it goes, where the program "--memory-limit" was not
+// found (exit status 127) or, for trace, started and traced.
+func TestFlagAfterDashDashIsRefused(t *testing.T) {
+	parse := map[string]func(args []string) error{
+		"run":   func(args []string) error { _, err := parseRunFlags(args, nil, io.Discard); return err },
+		"trace": func(args []string) error { _, err := parseTraceFlags(args, nil, io.Discard); return err },
+	}
+	for _, tc := range []struct {
+		cmd  string
+		args []string
+		want string
+	}{
+		{"run", []string{"--", "--memory-limit", "8GiB", "python", "train.py"},
+			`"--memory-limit" follows "--", where the program to run begins: spillway run's flags go before "--" (valid example: spillway run --memory-limit 8GiB -- python train.py)`},
+		{"run", []string{"--report", "--", "--oversubscribe", "--spill", "pinned", "prog", "-x"},
+			`"--oversubscribe" follows "--", where the program to run begins: spillway run's flags go before "--" (valid example: spillway run --report --oversubscribe --spill pinned -- prog -x)`},
+		{"trace", []string{"--", "-p", "4242"},
+			`"-p" follows "--", where the program to run begins: spillway trace's flags go before "--" (valid example: spillway trace -p 4242)`},
+		{"trace", []string{"--json", "--", "--help"},
+			`"--help" follows "--", where the program to run begins: spillway trace's flags go before "--" (valid example: spillway trace --json --help)`},
+	} {
+		var usage *usageErr
+		if err := parse[tc.cmd](tc.args); !errors.As(err, &usage) || err.Error() != tc.want {
+			t.Errorf("%s %q: %v, want the usage error %q", tc.cmd, tc.args, err, tc.want)
+		}
+	}
+	// The program's own flags, after its name, are its own.
+	if o, err := parseRunFlags([]string{"--", "prog", "--memory-limit", "8GiB"}, nil, io.Discard); err != nil || len(o.argv) != 3 {
+		t.Errorf("run -- prog --memory-limit 8GiB: %q, %v", o.argv, err)
+	}
+}

@@ -375,6 +375,9 @@ func parseRunFlags(args []string, environ []string, out io.Writer) (runOptions, 
 	if err := checkSwitchBeforeCommand(fs, args); err != nil {
 		return o, err
 	}
+	if err := checkNoFlagAsProgram(fs, args); err != nil {
+		return o, err
+	}
 	o.argv = fs.Args()
 	if len(o.argv) == 0 {
 		return o, usageError(fs, "no command given: spillway run [flags] -- CMD ARGS...")

@@ -102,6 +102,9 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 	if err := checkSwitchBeforeCommand(fs, args); err != nil {
 		return o, err
 	}
+	if err := checkNoFlagAsProgram(fs, args); err != nil {
+		return o, err
+	}
 	o.argv = fs.Args()
 	if len(o.pids) == 0 && len(o.argv) == 0 {
 		return o, usageError(fs, "nothing to trace: give -p PID or -- CMD ARGS")
