@@ -528,3 +528,39 @@ func TestFlagAfterDashDashIsRefused(t *testing.T) {
 		t.Errorf("run -- prog --memory-limit 8GiB: %q, %v", o.argv, err)
 	}
 }
+
+// TestFlagsThatExcludeEachOther: a flag that the other makes of no effect
+// is refused with it, not ignored: stat serves the metrics until
+// interrupted, reading them afresh at each scrape, and does not refresh
+// at an interval; trace's totals written to its view's file would replace
+// the view.
+func TestFlagsThatExcludeEachOther(t *testing.T) {
+	for _, args := range [][]string{{"--watch", "--metrics-addr", ":0"}, {"--metrics-addr=:0", "--watch", "5s"}} {
+		_, err := parseStatFlags(args, io.Discard)
+		var usage *usageErr
+		if want := "--watch and --metrics-addr cannot be combined"; !errors.As(err, &usage) || err.Error() != want {
+			t.Errorf("stat %q: %v, want the usage error %q", args, err, want)
+		}
+	}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "trace.txt")
+	if err := os.Symlink(file, filepath.Join(dir, "link.txt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Chdir(dir)
+	for _, pair := range [][2]string{{"trace.txt", "trace.txt"}, {"./trace.txt", file}, {"link.txt", "trace.txt"}} {
+		args := []string{"--output", pair[0], "--summary-json", pair[1], "-p", "1"}
+		_, err := parseTraceFlags(args, nil, io.Discard)
+		var usage *usageErr
+		want := fmt.Sprintf("--output %s and --summary-json %s are the same file: the totals would replace the view", pair[0], pair[1])
+		if !errors.As(err, &usage) || err.Error() != want {
+			t.Errorf("trace %q: %v, want the usage error %q", args, err, want)
+		}
+	}
+	if _, err := parseTraceFlags([]string{"--output", "trace.txt", "--summary-json", "totals.json", "-p", "1"}, nil, io.Discard); err != nil {
+		t.Errorf("trace with two files: %v", err)
+	}
+}

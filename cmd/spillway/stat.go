@@ -130,6 +130,10 @@ func parseStatFlags(args []string, out io.Writer) (statOptions, error) {
 	if o.json && o.metricsAddr != "" {
 		return o, usageError(fs, "--json and --metrics-addr cannot be combined")
 	}
+	// The metrics are read afresh at each scrape, until interrupted.
+	if o.watch > 0 && o.metricsAddr != "" {
+		return o, usageError(fs, "--watch and --metrics-addr cannot be combined")
+	}
 	return o, nil
 }
 

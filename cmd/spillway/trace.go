@@ -114,6 +114,10 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 			return o, usageError(fs, err.Error())
 		}
 	}
+	if o.output != "" && o.summaryPath != "" && sameFile(o.output, o.summaryPath) {
+		return o, usageError(fs, fmt.Sprintf("--output %s and --summary-json %s are the same file: the totals would replace the view",
+			o.output, o.summaryPath))
+	}
 	if o.lib != "" {
 		if _, err := findLib(o.lib); err != nil {
 			return o, usageError(fs, fmt.Sprintf("invalid --lib=%q: %v", o.lib, err))
@@ -161,6 +165,20 @@ func (f sizeFlag) Set(v string) error {
 	}
 	*f.n = int(n)
 	return nil
+}
+
+// sameFile reports whether the paths a and b name one regular file, or
+// will once it is created: what is written to one would overwrite the
+// other. Two writers of a terminal or a pipe (/dev/stdout) each add theirs.
+func sameFile(a, b string) bool {
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	if errA == nil && errB == nil {
+		return os.SameFile(fa, fb) && fa.Mode().IsRegular()
+	}
+	absA, errA := filepath.Abs(a)
+	absB, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && absA == absB
 }
 
 // checkWritable checks, before anything starts, that path can be
