@@ -7,6 +7,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"os"
 	"regexp"
 	"strconv"
@@ -363,16 +364,43 @@ const listenAddrWant = "HOST:PORT, with a port from 0 to 65535"
 // name, before anything starts: HOST:PORT, the host possibly empty (every
 // address) and the port a number or a service name.
 func checkListenAddr(name, addr string) error {
-	_, port, err := net.SplitHostPort(addr)
+	bad := func(reason string) error {
+		return &config.Error{Name: name, Value: addr, Reason: reason + "want " + listenAddrWant,
+			Example: name + " 127.0.0.1:9400"}
+	}
+	host, port, err := net.SplitHostPort(addr)
 	if err == nil {
 		_, err = net.LookupPort("tcp", port)
 	}
 	if err != nil {
-		return &config.Error{Name: name, Value: addr, Reason: "want " + listenAddrWant,
-			Example: name + " 127.0.0.1:9400"}
+		return bad("")
+	}
+	// Listening would refuse it too, but only once the session has started.
+	if _, err := netip.ParseAddr(host); host != "" && err != nil && !isHostName(host) {
+		return bad(fmt.Sprintf("the host %q is neither an IP address nor a host name; ", host))
 	}
 	return nil
 }
+
+// isHostName reports whether h is written as a host name: labels of
+// letters, digits, '-' and '_', none beginning or ending with '-', the last
+// not all digits (1.2.3.4.5 and 256.1.1.1 are no IP addresses, and no names
+// either), a final '.' allowed.
+func isHostName(h string) bool {
+	h = strings.TrimSuffix(h, ".")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	labels := strings.Split(h, ".")
+	for _, l := range labels {
+		if !hostLabelRE.MatchString(l) {
+			return false
+		}
+	}
+	return strings.Trim(labels[len(labels)-1], "0123456789") != ""
+}
+
+var hostLabelRE = regexp.MustCompile(`^[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?$`)
 
 // textFlag is a flag, called name, whose value is a file or an address
 // that cannot be empty: an empty value, most often a variable that was not

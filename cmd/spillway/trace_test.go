@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
@@ -257,5 +258,40 @@ func TestDescribeEvent(t *testing.T) {
 	fault := describe(&bpf.Event{Kind: bpf.KindFault, Args: [6]uint64{0x7000}, Flags: 1})
 	if fault.Kind != "fault" || fault.Address != "0x7000" || !fault.Spilled {
 		t.Errorf("fault described as %+v", fault)
+	}
+}
+
+// TestMetricsAddrHost: a host that is neither an IP address nor a host name
+// is refused before anything starts, as a bad port is, where listening
+// failed once the session had attached (exit status 1).
+func TestMetricsAddrHost(t *testing.T) {
+	for _, tc := range []struct{ addr, host string }{
+		{"1.2.3.4.5:9400", "1.2.3.4.5"},
+		{"256.1.1.1:9400", "256.1.1.1"},
+		{" :9400", " "},
+		{"local host:9400", "local host"},
+		{"-bad.example:9400", "-bad.example"},
+		{"bad-:9400", "bad-"},
+		{"[::1%]:9400", "::1%"},
+	} {
+		want := fmt.Sprintf(`invalid --metrics-addr=%q: the host %q is neither an IP address nor a host name; want HOST:PORT, with a port from 0 to 65535 (valid example: --metrics-addr 127.0.0.1:9400)`,
+			tc.addr, tc.host)
+		for cmd, err := range map[string]error{
+			"trace": func() error {
+				_, err := parseTraceFlags([]string{"--metrics-addr", tc.addr, "-p", "1"}, nil, io.Discard)
+				return err
+			}(),
+			"stat": func() error { _, err := parseStatFlags([]string{"--metrics-addr", tc.addr}, io.Discard); return err }(),
+		} {
+			var usage *usageErr
+			if !errors.As(err, &usage) || err.Error() != want {
+				t.Errorf("%s --metrics-addr %q: %v, want the usage error %q", cmd, tc.addr, err, want)
+			}
+		}
+	}
+	for _, addr := range []string{"localhost:9400", "node-1.cluster.local.:9400", "[fe80::1%eth0]:9400", "0.0.0.0:http", ":0", "[::]:9400"} {
+		if err := checkListenAddr("--metrics-addr", addr); err != nil {
+			t.Errorf("%s: %v", addr, err)
+		}
 	}
 }
