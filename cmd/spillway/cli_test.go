@@ -564,3 +564,57 @@ func TestFlagsThatExcludeEachOther(t *testing.T) {
 		t.Errorf("trace with two files: %v", err)
 	}
 }
+
+// dispatchOutput runs dispatch(args) with standard output and error
+// captured.
+func dispatchOutput(t *testing.T, args ...string) (status int, stdout, stderr string) {
+	t.Helper()
+	files := [2]*os.File{}
+	for i := range files {
+		f, err := os.CreateTemp(t.TempDir(), "out")
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[i] = f
+	}
+	saved := [2]*os.File{os.Stdout, os.Stderr}
+	os.Stdout, os.Stderr = files[0], files[1]
+	status = dispatch(args)
+	os.Stdout, os.Stderr = saved[0], saved[1]
+	var text [2]string
+	for i, f := range files {
+		data, err := os.ReadFile(f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		text[i] = string(data)
+	}
+	return status, text[0], text[1]
+}
+
+// TestHelpNamesACommand: "spillway help run" shows run's flags, as "spillway
+// run --help" does; a command it does not know is refused, where the
+// general usage was shown for any word, with status 0.
+func TestHelpNamesACommand(t *testing.T) {
+	for _, help := range []string{"help", "--help", "-h"} {
+		status, out, _ := dispatchOutput(t, help, "run")
+		if status != 0 || !strings.HasPrefix(out, "usage: spillway run [flags] -- CMD ARGS...") || !strings.Contains(out, "--memory-limit SIZE") {
+			t.Errorf("spillway %s run: status %d, output %q; want run's usage and flags", help, status, out)
+		}
+		status, out, errText := dispatchOutput(t, help, "runn")
+		if want := "spillway: unknown command \"runn\" (see 'spillway --help')\n"; status != 2 || out != "" || errText != want {
+			t.Errorf("spillway %s runn: status %d, %q, %q; want status 2 and %q", help, status, out, errText, want)
+		}
+		status, out, errText = dispatchOutput(t, help, "run", "stat")
+		if want := "spillway: help takes one command, not \"run stat\" (see 'spillway --help')\n"; status != 2 || out != "" || errText != want {
+			t.Errorf("spillway %s run stat: status %d, %q, %q; want status 2 and %q", help, status, out, errText, want)
+		}
+	}
+	if status, out, _ := dispatchOutput(t, "help", "version"); status != 0 || !strings.HasPrefix(out, "usage: spillway version") {
+		t.Errorf("spillway help version: status %d, %q", status, out)
+	}
+	if status, out, _ := dispatchOutput(t, "help"); status != 0 || !strings.HasPrefix(out, "usage: spillway <command>") {
+		t.Errorf("spillway help: status %d, %q", status, out)
+	}
+}

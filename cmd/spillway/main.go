@@ -5,6 +5,7 @@
 //	spillway trace [flags] -- CMD ARGS... trace CMD's allocations (or a running process)
 //	spillway stat [flags]                 show each GPU's processes, quotas and NVML's figures
 //	spillway version                      print the version (also: spillway --version)
+//	spillway help [COMMAND]               the commands, or COMMAND's flags
 //
 // It must never change what a program sees beyond the variables it is asked
 // to set (LD_PRELOAD, GLIBC_TUNABLES, SPILLWAY_*), and never start one with
@@ -17,6 +18,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"strings"
 )
 
 // version is set at link time with -ldflags "-X main.version=...".
@@ -46,18 +48,44 @@ func dispatch(args []string) int {
 	}
 	switch a := args[0]; a {
 	case "help", "-h", "-help", "--help":
-		usage(os.Stdout)
-		return 0
+		return help(args[1:])
 	case "--version", "-version":
 		return versionMain(args[1:])
 	}
-	for _, c := range commands {
-		if c.name == args[0] {
-			return c.main(args[1:])
-		}
+	if c := lookupCommand(args[0]); c != nil {
+		return c.main(args[1:])
 	}
 	fmt.Fprintf(os.Stderr, "spillway: unknown command %q (see 'spillway --help')\n", args[0])
 	return 2
+}
+
+func lookupCommand(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
+
+// help shows the usage, or with a command's name that command's, as
+// "spillway CMD --help" does; a word that names no command is refused, not
+// answered with the usage as if it were understood.
+func help(args []string) int {
+	switch {
+	case len(args) == 0:
+		usage(os.Stdout)
+		return 0
+	case len(args) > 1:
+		fmt.Fprintf(os.Stderr, "spillway: help takes one command, not %q (see 'spillway --help')\n", strings.Join(args, " "))
+		return 2
+	}
+	c := lookupCommand(args[0])
+	if c == nil {
+		fmt.Fprintf(os.Stderr, "spillway: unknown command %q (see 'spillway --help')\n", args[0])
+		return 2
+	}
+	return c.main([]string{"--help"})
 }
 
 func usage(w io.Writer) {
