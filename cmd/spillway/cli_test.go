@@ -618,3 +618,36 @@ func TestHelpNamesACommand(t *testing.T) {
 		t.Errorf("spillway help: status %d, %q", status, out)
 	}
 }
+
+// TestQuotaForEveryDeviceIsNotOverriddenUnseen: --memory-limit is the
+// quota of every device, but a SPILLWAY_MEMORY_LIMIT_<n> inherited from the
+// environment won over it on device n, and could widen it (8GiB asked,
+// 80GiB given) without a word: the two are refused together, unless
+// --memory-limit-device gives that device its quota.
+func TestQuotaForEveryDeviceIsNotOverriddenUnseen(t *testing.T) {
+	env := []string{"SPILLWAY_MEMORY_LIMIT_1=40GiB", "SPILLWAY_MEMORY_LIMIT_0=80GiB"}
+	_, err := parseRunFlags([]string{"--memory-limit", "8GiB", "--", "true"}, env, io.Discard)
+	want := `invalid --memory-limit="8GiB": SPILLWAY_MEMORY_LIMIT_0=80GiB and SPILLWAY_MEMORY_LIMIT_1=40GiB in the environment win over it on devices 0 and 1; ` +
+		`give each its quota with --memory-limit-device, or unset the variables (valid example: --memory-limit 8GiB --memory-limit-device 0=8GiB --memory-limit-device 1=8GiB)`
+	var usage *usageErr
+	if !errors.As(err, &usage) || err.Error() != want {
+		t.Errorf("run --memory-limit 8GiB with %q: %v, want the usage error %q", env, err, want)
+	}
+	_, err = parseRunFlags([]string{"--memory-limit", "8GiB", "--memory-limit-device", "1=4GiB", "--", "true"}, env, io.Discard)
+	want = `invalid --memory-limit="8GiB": SPILLWAY_MEMORY_LIMIT_0=80GiB in the environment wins over it on device 0; ` +
+		`give it its quota with --memory-limit-device, or unset the variable (valid example: --memory-limit 8GiB --memory-limit-device 0=8GiB)`
+	if !errors.As(err, &usage) || err.Error() != want {
+		t.Errorf("run --memory-limit 8GiB --memory-limit-device 1=4GiB with %q: %v, want the usage error %q", env, err, want)
+	}
+	// Each device's quota given by a flag, or no quota for every device
+	// asked: nothing is overridden.
+	for _, args := range [][]string{
+		{"--memory-limit", "8GiB", "--memory-limit-device", "0=4GiB", "--memory-limit-device", "1=4GiB", "--", "true"},
+		{"--memory-limit-device", "0=4GiB", "--", "true"},
+		{"--", "true"},
+	} {
+		if _, err := parseRunFlags(args, env, io.Discard); err != nil {
+			t.Errorf("run %q with %q: %v", args, env, err)
+		}
+	}
+}

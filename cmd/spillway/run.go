@@ -393,6 +393,9 @@ func parseRunFlags(args []string, environ []string, out io.Writer) (runOptions, 
 	if err != nil {
 		return o, err
 	}
+	if err := checkDevicesOverride(cfg, environ, limit, devices); err != nil {
+		return o, err
+	}
 	o.disabled = cfg.Disable
 	if err := checkShimFiles(environ); err != nil {
 		return o, usageError(fs, environmentLines(err))
@@ -458,6 +461,43 @@ func checkCombination(opts launchOptions, environ []string, flags variableFlags,
 		lines = append(lines, e.Error())
 	}
 	return cfg, &usageErr{strings.Join(lines, "\n")}
+}
+
+// checkDevicesOverride refuses --memory-limit, the quota of every device,
+// where a SPILLWAY_MEMORY_LIMIT_<n> inherited from the environment would
+// win over it on device n, unseen, and might be the larger: the flags give
+// that device its quota (--memory-limit-device), or the variable goes.
+func checkDevicesOverride(cfg config.Config, inherited []string, limit *limitFlag, devices *deviceLimits) error {
+	if limit.l == nil {
+		return nil
+	}
+	var settings, ordinals, example []string
+	for _, n := range cfg.Ordinals() {
+		if _, byFlag := devices.limits[n]; byFlag {
+			continue
+		}
+		name := config.EnvMemoryLimitDevicePrefix + strconv.Itoa(n)
+		settings = append(settings, name+"="+environ(inherited).get(name))
+		ordinals = append(ordinals, strconv.Itoa(n))
+		example = append(example, fmt.Sprintf("--memory-limit-device %d=%s", n, limit.typed))
+	}
+	if len(settings) == 0 {
+		return nil
+	}
+	wins, devicesWord, them, variables := "wins", "device", "it", "the variable"
+	if len(settings) > 1 {
+		wins, devicesWord, them, variables = "win", "devices", "each", "the variables"
+	}
+	return &usageErr{fmt.Sprintf("invalid --memory-limit=%q: %s in the environment %s over it on %s %s; give %s its quota with --memory-limit-device, or unset %s (valid example: --memory-limit %s %s)",
+		limit.typed, joinAnd(settings), wins, devicesWord, joinAnd(ordinals), them, variables, limit.typed, strings.Join(example, " "))}
+}
+
+// joinAnd writes a list as a sentence does: "a", "a and b", "a, b and c".
+func joinAnd(items []string) string {
+	if len(items) < 2 {
+		return strings.Join(items, "")
+	}
+	return strings.Join(items[:len(items)-1], ", ") + " and " + items[len(items)-1]
 }
 
 func runMain(args []string) int {
