@@ -171,7 +171,8 @@ type Config struct {
 	// (internal/stat.DefaultDir).
 	RuntimeDir string
 	// Unknown lists SPILLWAY_* variables that no part of Spillway reads,
-	// most likely misspellings; the caller should warn about them.
+	// most likely misspellings (spillway_* too: names are read in capitals
+	// only); the caller should warn about them.
 	Unknown []string
 }
 
@@ -205,7 +206,9 @@ func Parse(environ []string) (Config, error) {
 	env := map[string]string{}
 	for _, kv := range environ {
 		k, v, ok := strings.Cut(kv, "=")
-		if ok && strings.HasPrefix(k, "SPILLWAY_") {
+		// Ours in any case: one but for its case (spillway_memory_limit) is
+		// read by nothing, and is listed as unknown, not passed over.
+		if ok && len(k) >= len("SPILLWAY_") && strings.EqualFold(k[:len("SPILLWAY_")], "SPILLWAY_") {
 			env[k] = v
 		}
 	}

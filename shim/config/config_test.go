@@ -476,3 +476,20 @@ func TestEveryInvalidVariableAtOnce(t *testing.T) {
 		t.Errorf("Errors of one error = %v, want it alone", got)
 	}
 }
+
+// TestMiscasedVariablesAreUnknown: a variable that is one of ours but for
+// its case (spillway_memory_limit) is read by no part of Spillway: it is
+// listed with the unknown ones, to be warned about, where it was passed
+// over as another program's and the quota silently not set.
+func TestMiscasedVariablesAreUnknown(t *testing.T) {
+	cfg, err := Parse([]string{"spillway_memory_limit=8GiB", "Spillway_Pool=0", "SPILLWAY_MEMORY_LIMIT=4GiB", "SPILLWAYS=1", "PATH=/bin"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"Spillway_Pool", "spillway_memory_limit"}; !slices.Equal(cfg.Unknown, want) {
+		t.Errorf("unknown = %q, want %q", cfg.Unknown, want)
+	}
+	if cfg.MemoryLimit.Bytes != 4<<30 || !cfg.Pool {
+		t.Errorf("a miscased variable was read: %+v", cfg)
+	}
+}
