@@ -144,9 +144,9 @@ func statMain(args []string) int {
 	}
 	dirs, dirErr := statDirs()
 	if errors.As(dirErr, new(*config.Error)) {
-		// A variable set wrong is the caller's to fix, as a bad flag is.
-		fmt.Fprintf(os.Stderr, "spillway stat: %v\n", dirErr)
-		return 2
+		// A variable set wrong is the caller's to fix, as a bad flag is,
+		// and said as run and trace say one.
+		return reportFlagError("stat", &usageErr{environmentLines(dirErr)})
 	}
 	lib, err := openNVML()
 	if err != nil {

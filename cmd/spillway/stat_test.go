@@ -238,3 +238,15 @@ func TestGPUMemory(t *testing.T) {
 		}
 	}
 }
+
+// TestStatSaysTheVariableIsInTheEnvironment: a SPILLWAY_RUNTIME_DIR the shim
+// refuses is said as run and trace say a variable they refuse, as found in
+// the environment, with exit status 2, before NVML is looked for.
+func TestStatSaysTheVariableIsInTheEnvironment(t *testing.T) {
+	t.Setenv("SPILLWAY_RUNTIME_DIR", "relative/spillway")
+	status, out, errText := dispatchOutput(t, "stat")
+	want := `spillway stat: invalid SPILLWAY_RUNTIME_DIR="relative/spillway": not an absolute path (valid example: SPILLWAY_RUNTIME_DIR=/run/user/1000/spillway) (in the environment) (see 'spillway stat --help')` + "\n"
+	if status != 2 || out != "" || errText != want {
+		t.Errorf("stat with SPILLWAY_RUNTIME_DIR=relative/spillway: status %d, %q, %q; want status 2 and %q", status, out, errText, want)
+	}
+}
