@@ -118,6 +118,10 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 		return o, usageError(fs, fmt.Sprintf("--output %s and --summary-json %s are the same file: the totals would replace the view",
 			o.output, o.summaryPath))
 	}
+	if o.lib != "" && len(o.argv) == 0 {
+		return o, usageError(fs, fmt.Sprintf("--lib %s is the shim to start CMD under, but no CMD is given: -p traces a process as it runs (valid example: --lib %s -- CMD ARGS)",
+			o.lib, o.lib))
+	}
 	if o.lib != "" {
 		if _, err := findLib(o.lib); err != nil {
 			return o, usageError(fs, fmt.Sprintf("invalid --lib=%q: %v", o.lib, err))

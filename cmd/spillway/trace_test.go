@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -293,5 +294,22 @@ func TestMetricsAddrHost(t *testing.T) {
 		if err := checkListenAddr("--metrics-addr", addr); err != nil {
 			t.Errorf("%s: %v", addr, err)
 		}
+	}
+}
+
+// TestTraceLibNeedsCommand: --lib is the shim CMD is started under; with
+// -p alone nothing is started, and a --lib meant for the traced processes
+// would be ignored without a word.
+func TestTraceLibNeedsCommand(t *testing.T) {
+	// The shim as built, where it is built: refused all the same.
+	lib, err := filepath.Abs(filepath.Join("..", "..", "build", "lib", "libspillway.so"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = parseTraceFlags([]string{"--lib", lib, "-p", "1"}, nil, io.Discard)
+	want := fmt.Sprintf("--lib %s is the shim to start CMD under, but no CMD is given: -p traces a process as it runs (valid example: --lib %s -- CMD ARGS)", lib, lib)
+	var usage *usageErr
+	if !errors.As(err, &usage) || err.Error() != want {
+		t.Errorf("trace --lib %s -p 1: %v, want the usage error %q", lib, err, want)
 	}
 }
