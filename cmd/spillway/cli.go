@@ -314,10 +314,15 @@ func parseDuration(name, v string) (time.Duration, error) {
 		return &config.Error{Name: name, Value: v, Reason: reason, Example: name + " 500ms"}
 	}
 	const tooLong = "too long; want at most 2562047h"
+	const notAboveZero = "want a duration above zero, such as 500ms, 1s or 2m"
 	d, err := time.ParseDuration(v)
 	if err != nil {
 		if goDurationRE.MatchString(v) {
 			return 0, bad(tooLong)
+		}
+		// A negative number of seconds is a duration, not above zero.
+		if strings.HasPrefix(v, "-") && plainSecondsRE.MatchString(v[1:]) {
+			return 0, bad(notAboveZero)
 		}
 		if !plainSecondsRE.MatchString(v) {
 			return 0, bad("not a duration such as 500ms, 1s or 2m")
@@ -330,7 +335,7 @@ func parseDuration(name, v string) (time.Duration, error) {
 		d = time.Duration(secs * float64(time.Second))
 	}
 	if d <= 0 {
-		return 0, bad("want a duration above zero, such as 500ms, 1s or 2m")
+		return 0, bad(notAboveZero)
 	}
 	return d, nil
 }

@@ -651,3 +651,20 @@ func TestQuotaForEveryDeviceIsNotOverriddenUnseen(t *testing.T) {
 		}
 	}
 }
+
+// TestNegativeSecondsAreNotAboveZero: a negative number of seconds is
+// refused as a duration not above zero, as -1s is, not as something that is
+// no duration at all.
+func TestNegativeSecondsAreNotAboveZero(t *testing.T) {
+	for _, v := range []string{"-1", "-0.5", "-0", "-1s", "+0"} {
+		_, err := parseDuration("--interval", v)
+		want := fmt.Sprintf(`invalid --interval=%q: want a duration above zero, such as 500ms, 1s or 2m (valid example: --interval 500ms)`, v)
+		if err == nil || err.Error() != want {
+			t.Errorf("parseDuration(%q): %v, want %q", v, err, want)
+		}
+	}
+	_, err := parseTraceFlags([]string{"--duration", "-1", "-p", "1"}, nil, io.Discard)
+	if want := `invalid --duration="-1": want a duration above zero`; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("trace --duration -1: %v, want one starting %q", err, want)
+	}
+}
