@@ -668,3 +668,28 @@ func TestNegativeSecondsAreNotAboveZero(t *testing.T) {
 		t.Errorf("trace --duration -1: %v, want one starting %q", err, want)
 	}
 }
+
+// TestFlagBeforeCommand: a flag written before the command is said to
+// belong after it, with the command line it was meant as, where it was
+// called an unknown command.
+func TestFlagBeforeCommand(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--memory-limit", "8GiB", "run", "--", "python", "train.py"},
+			`spillway: "--memory-limit" is no command: a command's flags follow it (valid example: spillway run --memory-limit 8GiB -- python train.py)`},
+		{[]string{"--json", "stat", "--watch"}, `spillway: "--json" is no command: a command's flags follow it (valid example: spillway stat --json --watch)`},
+		{[]string{"-p", "4242"}, `spillway: "-p" is no command: a command's flags follow it (see 'spillway --help')`},
+	} {
+		status, out, errText := dispatchOutput(t, tc.args...)
+		if status != 2 || out != "" || errText != tc.want+"\n" {
+			t.Errorf("spillway %q: status %d, %q, %q; want status 2 and %q", tc.args, status, out, errText, tc.want)
+		}
+	}
+	// A command's name after "--" is the program's argument.
+	status, _, errText := dispatchOutput(t, "--pool", "--", "run")
+	if want := `spillway: "--pool" is no command: a command's flags follow it (see 'spillway --help')` + "\n"; status != 2 || errText != want {
+		t.Errorf("spillway --pool -- run: status %d, %q; want %q", status, errText, want)
+	}
+}

@@ -55,8 +55,28 @@ func dispatch(args []string) int {
 	if c := lookupCommand(args[0]); c != nil {
 		return c.main(args[1:])
 	}
+	if strings.HasPrefix(args[0], "-") && len(args[0]) > 1 {
+		fmt.Fprintln(os.Stderr, flagBeforeCommand(args))
+		return 2
+	}
 	fmt.Fprintf(os.Stderr, "spillway: unknown command %q (see 'spillway --help')\n", args[0])
 	return 2
+}
+
+// flagBeforeCommand says that a flag, args[0], belongs after the command,
+// with the command line meant where the command follows it.
+func flagBeforeCommand(args []string) string {
+	msg := fmt.Sprintf("spillway: %q is no command: a command's flags follow it", args[0])
+	for i, a := range args {
+		if a == "--" {
+			break // the program's arguments
+		}
+		if lookupCommand(a) != nil {
+			example := append(append([]string{"spillway", a}, args[:i]...), args[i+1:]...)
+			return msg + " (valid example: " + strings.Join(example, " ") + ")"
+		}
+	}
+	return msg + " (see 'spillway --help')"
 }
 
 func lookupCommand(name string) *command {
