@@ -614,8 +614,10 @@ func TestHelpNamesACommand(t *testing.T) {
 	if status, out, _ := dispatchOutput(t, "help", "version"); status != 0 || !strings.HasPrefix(out, "usage: spillway version") {
 		t.Errorf("spillway help version: status %d, %q", status, out)
 	}
-	if status, out, _ := dispatchOutput(t, "help"); status != 0 || !strings.HasPrefix(out, "usage: spillway <command>") {
-		t.Errorf("spillway help: status %d, %q", status, out)
+	for _, args := range [][]string{{"help"}, {"help", "--help"}, {"--help", "-h"}} {
+		if status, out, _ := dispatchOutput(t, args...); status != 0 || !strings.HasPrefix(out, "usage: spillway <command>") {
+			t.Errorf("spillway %q: status %d, %q", args, status, out)
+		}
 	}
 }
 

@@ -46,10 +46,10 @@ func dispatch(args []string) int {
 		usage(os.Stderr)
 		return 2
 	}
-	switch a := args[0]; a {
-	case "help", "-h", "-help", "--help":
+	switch a := args[0]; {
+	case a == "help" || isHelpFlag(a):
 		return help(args[1:])
-	case "--version", "-version":
+	case a == "--version" || a == "-version":
 		return versionMain(args[1:])
 	}
 	if c := lookupCommand(args[0]); c != nil {
@@ -79,6 +79,8 @@ func flagBeforeCommand(args []string) string {
 	return msg + " (see 'spillway --help')"
 }
 
+func isHelpFlag(a string) bool { return a == "-h" || a == "-help" || a == "--help" }
+
 func lookupCommand(name string) *command {
 	for i := range commands {
 		if commands[i].name == name {
@@ -93,7 +95,7 @@ func lookupCommand(name string) *command {
 // answered with the usage as if it were understood.
 func help(args []string) int {
 	switch {
-	case len(args) == 0:
+	case len(args) == 0 || len(args) == 1 && isHelpFlag(args[0]):
 		usage(os.Stdout)
 		return 0
 	case len(args) > 1:
@@ -117,7 +119,7 @@ func usage(w io.Writer) {
 }
 
 func versionMain(args []string) int {
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+	if len(args) == 1 && isHelpFlag(args[0]) {
 		fmt.Println("usage: spillway version\n\nPrints the version, the commit it was built from and the Go toolchain.")
 		return 0
 	}
