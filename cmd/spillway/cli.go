@@ -416,6 +416,9 @@ type textFlag struct {
 	name    string // --output
 	want    string // what a value is, for the error
 	example string // a valid value
+	// dash, for a file to write to, says where "-" goes instead: many
+	// tools read it as standard output, which this one would not.
+	dash string
 }
 
 func (f textFlag) String() string {
@@ -429,19 +432,23 @@ func (f textFlag) Set(v string) error {
 	if v == "" {
 		return &config.Error{Name: f.name, Value: v, Reason: "empty; want " + f.want, Example: f.name + " " + f.example}
 	}
+	if v == "-" && f.dash != "" {
+		return &config.Error{Name: f.name, Value: v, Reason: "want " + f.want + "; " + f.dash + `, and a file called "-" is ./-`,
+			Example: f.name + " " + f.example}
+	}
 	*f.s = v
 	return nil
 }
 
 // The kinds of textFlag.
-func outputFlag(s *string, name, example string) textFlag {
-	return textFlag{s, name, "the FILE to write to", example}
+func outputFlag(s *string, name, example, dash string) textFlag {
+	return textFlag{s, name, "the FILE to write to", example, dash}
 }
 
 func libFlag(s *string) textFlag {
-	return textFlag{s, "--lib", "the PATH of libspillway.so, or no --lib for the one beside this binary", "/opt/spillway/lib/libspillway.so"}
+	return textFlag{s, "--lib", "the PATH of libspillway.so, or no --lib for the one beside this binary", "/opt/spillway/lib/libspillway.so", ""}
 }
 
 func metricsAddrFlag(s *string) textFlag {
-	return textFlag{s, "--metrics-addr", listenAddrWant, "127.0.0.1:9400"}
+	return textFlag{s, "--metrics-addr", listenAddrWant, "127.0.0.1:9400", ""}
 }

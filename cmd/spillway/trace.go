@@ -91,8 +91,10 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 	fs.Var(durationFlag{"--duration", &o.duration}, "duration", "stop tracing after `D` (default: when the traced processes exit, or on SIGINT, SIGTERM or SIGHUP)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per interval (per record with --events)")
 	fs.BoolVar(&o.events, "events", false, "print every record instead of the per-interval view")
-	fs.Var(outputFlag(&o.output, "--output", "trace.txt"), "output", "write the view or the records to `FILE` instead of standard output")
-	fs.Var(outputFlag(&o.summaryPath, "--summary-json", "totals.json"), "summary-json", "write the totals to `FILE` at the end")
+	fs.Var(outputFlag(&o.output, "--output", "trace.txt", "standard output is where the view goes without --output"),
+		"output", "write the view or the records to `FILE` instead of standard output")
+	fs.Var(outputFlag(&o.summaryPath, "--summary-json", "totals.json", "the totals go to a file only"),
+		"summary-json", "write the totals to `FILE` at the end")
 	fs.Var(libFlag(&o.lib), "lib", "`PATH` of libspillway.so for CMD (default: ../lib/libspillway.so beside this binary)")
 	fs.Var(metricsAddrFlag(&o.metricsAddr), "metrics-addr", "serve the totals for Prometheus at http://`ADDR`/metrics (such as 127.0.0.1:9400)")
 	fs.Var(sizeFlag{&o.ringBuffer}, "ring-buffer", "ring buffer `SIZE`, a power of two from the page size to 2GiB (default 8MiB)")
@@ -117,6 +119,10 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 	if o.output != "" && o.summaryPath != "" && sameFile(o.output, o.summaryPath) {
 		return o, usageError(fs, fmt.Sprintf("--output %s and --summary-json %s are the same file: the totals would replace the view",
 			o.output, o.summaryPath))
+	}
+	if o.output == "" && o.summaryPath != "" && isStdoutFile(o.summaryPath) {
+		return o, usageError(fs, fmt.Sprintf("--summary-json %s is standard output's file, where the view goes without --output: the totals would replace the view",
+			o.summaryPath))
 	}
 	if o.lib != "" && len(o.argv) == 0 {
 		return o, usageError(fs, fmt.Sprintf("--lib %s is the shim to start CMD under, but no CMD is given: -p traces a process as it runs (valid example: --lib %s -- CMD ARGS)",
@@ -183,6 +189,17 @@ func sameFile(a, b string) bool {
 	absA, errA := filepath.Abs(a)
 	absB, errB := filepath.Abs(b)
 	return errA == nil && errB == nil && absA == absB
+}
+
+// isStdoutFile reports whether path is the regular file standard output
+// writes to (> out.txt), which writing path would truncate.
+func isStdoutFile(path string) bool {
+	out, err := os.Stdout.Stat()
+	if err != nil || !out.Mode().IsRegular() {
+		return false
+	}
+	fi, err := os.Stat(path)
+	return err == nil && os.SameFile(out, fi)
 }
 
 // checkWritable checks, before anything starts, that path can be

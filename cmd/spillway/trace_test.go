@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -311,5 +312,52 @@ func TestTraceLibNeedsCommand(t *testing.T) {
 	var usage *usageErr
 	if !errors.As(err, &usage) || err.Error() != want {
 		t.Errorf("trace --lib %s -p 1: %v, want the usage error %q", lib, err, want)
+	}
+}
+
+// TestDashIsNoFile: "-", which many tools read as standard output, is
+// refused as a file name, where the view or the totals went to a file
+// called "-"; a file of that name is ./-.
+func TestDashIsNoFile(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--output", "-", "-p", "1"}, `invalid --output="-": want the FILE to write to; standard output is where the view goes without --output, and a file called "-" is ./- (valid example: --output trace.txt)`},
+		{[]string{"--summary-json=-", "-p", "1"}, `invalid --summary-json="-": want the FILE to write to; the totals go to a file only, and a file called "-" is ./- (valid example: --summary-json totals.json)`},
+	} {
+		_, err := parseTraceFlags(tc.args, nil, io.Discard)
+		var usage *usageErr
+		if !errors.As(err, &usage) || err.Error() != tc.want {
+			t.Errorf("trace %q: %v, want the usage error %q", tc.args, err, tc.want)
+		}
+	}
+	if o, err := parseTraceFlags([]string{"--output", "./-", "--summary-json", "./-.json", "-p", "1"}, nil, io.Discard); err != nil || o.output != "./-" {
+		t.Errorf("trace --output ./- --summary-json ./-.json: %+v, %v", o, err)
+	}
+}
+
+// TestSummaryIsNotStandardOutputsFile: without --output the view goes to
+// standard output; where that is the file --summary-json names (> out.txt
+// with --summary-json out.txt), the totals would replace the view.
+func TestSummaryIsNotStandardOutputsFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "out.txt")
+	stdout, err := os.Create(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stdout.Close()
+	saved := os.Stdout
+	os.Stdout = stdout
+	_, err = parseTraceFlags([]string{"--summary-json", file, "-p", "1"}, nil, io.Discard)
+	_, withOutput := parseTraceFlags([]string{"--summary-json", file, "--output", file + ".view", "-p", "1"}, nil, io.Discard)
+	os.Stdout = saved
+	want := fmt.Sprintf("--summary-json %s is standard output's file, where the view goes without --output: the totals would replace the view", file)
+	var usage *usageErr
+	if !errors.As(err, &usage) || err.Error() != want {
+		t.Errorf("trace --summary-json %s > %s: %v, want the usage error %q", file, file, err, want)
+	}
+	if withOutput != nil {
+		t.Errorf("trace --summary-json %s --output %s.view > %s: %v", file, file, file, withOutput)
 	}
 }
