@@ -45,6 +45,8 @@
 #include <spillway/cuda_runtime.h>
 #include <spillway/nvml.h>
 
+#include "sizearg.h"
+
 #define MAX 4096
 
 static CUcontext primary;
@@ -79,18 +81,6 @@ static int entry_point(const char *name, void *fn)
     if (err == cudaSuccess)
         memcpy(fn, &f, sizeof f);
     return err;
-}
-
-static size_t size_arg(const char *s)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    switch (*end) {
-    case 'K': v <<= 10; break;
-    case 'M': v <<= 20; break;
-    case 'G': v <<= 30; break;
-    }
-    return (size_t)v;
 }
 
 static CUmemAllocationProp device_prop(int exportable)

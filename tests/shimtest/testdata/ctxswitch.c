@@ -41,6 +41,7 @@
 #include <spillway/cuda_runtime.h>
 
 #include "gate.h"
+#include "sizearg.h"
 
 #define MAX 256
 #define CHUNK 4096
@@ -51,18 +52,6 @@ static void *slot[MAX];
 static int nslots;
 static cudaStream_t streams[MAX];
 static int nstreams, blocked;
-
-static size_t size_arg(const char *s)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    switch (*end) {
-    case 'K': v <<= 10; break;
-    case 'M': v <<= 20; break;
-    case 'G': v <<= 30; break;
-    }
-    return (size_t)v;
-}
 
 static CUcontext context_arg(const char *who)
 {

@@ -92,6 +92,8 @@
 #ifdef WITH_RUNTIME
 #include <spillway/cuda_runtime.h>
 #endif
+
+#include "sizearg.h"
 #ifdef CTX_HOOK
 #include "gate.h"
 #endif
@@ -157,18 +159,6 @@ static void *race(void *arg)
         sched_yield();
     }
     return NULL;
-}
-
-static size_t size_arg(const char *s)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    switch (*end) {
-    case 'K': v <<= 10; break;
-    case 'M': v <<= 20; break;
-    case 'G': v <<= 30; break;
-    }
-    return (size_t)v;
 }
 
 static CUmemAllocationProp device_prop(void)

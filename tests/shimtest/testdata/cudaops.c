@@ -37,24 +37,14 @@
 
 #include <spillway/cuda_runtime.h>
 
+#include "sizearg.h"
+
 /* Defined when the program is linked with ctorlib. */
 extern void *ctor_block __attribute__((weak));
 
 #define SLOTS 1024
 static void *slot[SLOTS];
 static int nslots;
-
-static size_t size_arg(const char *s)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    switch (*end) {
-    case 'K': v <<= 10; break;
-    case 'M': v <<= 20; break;
-    case 'G': v <<= 30; break;
-    }
-    return (size_t)v;
-}
 
 static int core_loaded(void)
 {

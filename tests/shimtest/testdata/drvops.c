@@ -77,6 +77,7 @@
 #include <string.h>
 
 #include <spillway/cuda.h>
+#include "sizearg.h"
 
 CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream);
 #ifdef WITH_RUNTIME
@@ -86,18 +87,6 @@ CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStre
 #define SLOTS 1024
 static CUdeviceptr slot[SLOTS];
 static int nslots;
-
-static size_t size_arg(const char *s)
-{
-    char *end;
-    unsigned long long v = strtoull(s, &end, 10);
-    switch (*end) {
-    case 'K': v <<= 10; break;
-    case 'M': v <<= 20; break;
-    case 'G': v <<= 30; break;
-    }
-    return (size_t)v;
-}
 
 typedef CUresult (*mem_alloc_fn)(CUdeviceptr *, size_t);
 
