@@ -173,16 +173,8 @@ func (t *Tracer) UVM() UVMStatus { return t.uvm }
 // and the runtime or driver below it not yet (or the reverse), its calls
 // would be counted at the wrong layer or not at all.
 func (t *Tracer) Trace(pid int) error {
-	if pid <= 0 {
-		return fmt.Errorf("pid %d: want a positive process id", pid)
-	}
-	switch tgid, parent, state, err := procStatus(pid); {
-	case err != nil:
-		return fmt.Errorf("pid %d: no such process", pid)
-	case tgid != pid:
-		return fmt.Errorf("pid %d is a thread of process %d: give the process id", pid, tgid)
-	case state == 'Z':
-		return fmt.Errorf("pid %d has exited (its parent, pid %d, has not reaped it yet): nothing to trace", pid, parent)
+	if err := CheckTarget(pid); err != nil {
+		return err
 	}
 	before := children(pid)
 	if err := t.ScanProcess(pid); err != nil {
@@ -198,6 +190,25 @@ func (t *Tracer) Trace(pid int) error {
 	}
 	// What it mapped while the files were attached.
 	return t.ScanProcess(pid)
+}
+
+// CheckTarget reports whether pid names a process Trace can trace: one
+// that exists, has not exited, and is a process, not one of its threads.
+// It needs no privilege and loads nothing, so a command line can be
+// checked before a session starts.
+func CheckTarget(pid int) error {
+	if pid <= 0 {
+		return fmt.Errorf("pid %d: want a positive process id", pid)
+	}
+	switch tgid, parent, state, err := procStatus(pid); {
+	case err != nil:
+		return fmt.Errorf("pid %d: no such process", pid)
+	case tgid != pid:
+		return fmt.Errorf("pid %d is a thread of process %d: give the process id", pid, tgid)
+	case state == 'Z':
+		return fmt.Errorf("pid %d has exited (its parent, pid %d, has not reaped it yet): nothing to trace", pid, parent)
+	}
+	return nil
 }
 
 // followForked follows the children of pid that are not in before, and

@@ -254,6 +254,15 @@ func traceMain(args []string) int {
 			return 2
 		}
 	}
+	// A -p that names no process to trace is the command line's mistake,
+	// told as such before anything is loaded (Trace would refuse it too,
+	// once the probes are).
+	for _, pid := range o.pids {
+		if err := bpf.CheckTarget(pid); err != nil {
+			fmt.Fprintf(os.Stderr, "spillway trace: invalid -p=%d: %v\n", pid, err)
+			return 2
+		}
+	}
 	if o.disabled {
 		fmt.Fprintln(os.Stderr, "spillway trace: "+disabledNotice)
 	}

@@ -399,27 +399,64 @@ func openFiles(t *testing.T) []string {
 	return out
 }
 
-// `spillway trace -p PID` of a process that has exited but that its parent
-// has not reaped (a zombie) says so and fails, where it waited for an exit
-// that had already happened.
-func TestTraceRefusesExitedPID(t *testing.T) {
-	harness.RequireBPF(t)
-	exited := exec.Command("true")
-	if err := exited.Start(); err != nil {
+// `spillway trace -p PID` naming no process it could trace is refused as a
+// usage error (exit status 2) before anything is loaded, saying why: a
+// process that has exited but that its parent has not reaped (a zombie,
+// where it waited for an exit that had already happened), a thread of a
+// process rather than the process, a process that does not exist.
+func TestTraceRefusesBadPIDFirst(t *testing.T) {
+	zombie := exec.Command("true")
+	if err := zombie.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer exited.Wait()
-	pid := exited.Process.Pid
+	defer zombie.Wait()
+	pid := zombie.Process.Pid
 	for deadline := time.Now().Add(10 * time.Second); bpf.Running(pid); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("pid %d (true) still running after 10 s", pid)
 		}
 	}
-	res := harness.Run(t, exec.Command(harness.Bin(t, "spillway"), "trace", "-p", pidKey(pid), "--duration", "1s"))
-	want := fmt.Sprintf("pid %d has exited", pid)
-	if res.ExitCode != 1 || !strings.Contains(res.Stderr, want) {
-		t.Errorf("exit %d, stderr:\n%s\nwant exit 1 and %q", res.ExitCode, res.Stderr, want)
+	thread, gone := threadOfThisProcess(t), reapedProcess(t)
+	for _, c := range []struct {
+		pid  int
+		want string
+	}{
+		{pid, fmt.Sprintf("invalid -p=%d: pid %d has exited", pid, pid)},
+		{thread, fmt.Sprintf("invalid -p=%d: pid %d is a thread of process %d: give the process id", thread, thread, os.Getpid())},
+		{gone, fmt.Sprintf("invalid -p=%d: pid %d: no such process", gone, gone)},
+	} {
+		res := harness.Run(t, exec.Command(harness.Bin(t, "spillway"), "trace", "-p", strconv.Itoa(c.pid), "--duration", "1s"))
+		if res.ExitCode != 2 || !strings.Contains(res.Stderr, c.want) {
+			t.Errorf("-p %d: exit %d, stderr:\n%s\nwant exit 2 and %q", c.pid, res.ExitCode, res.Stderr, c.want)
+		}
 	}
+}
+
+// threadOfThisProcess returns the id of a thread of this process other
+// than its first.
+func threadOfThisProcess(t *testing.T) int {
+	t.Helper()
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range tasks {
+		if id, err := strconv.Atoi(task.Name()); err == nil && id != os.Getpid() {
+			return id
+		}
+	}
+	t.Fatal("this process has no thread but its first")
+	return 0
+}
+
+// reapedProcess returns the id of a process that has exited and been reaped.
+func reapedProcess(t *testing.T) int {
+	t.Helper()
+	ended := exec.Command("true")
+	if err := ended.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return ended.Process.Pid
 }
 
 // Trace refuses a pid that names no process it could trace, saying why:
@@ -428,24 +465,7 @@ func TestTraceRefusesExitedPID(t *testing.T) {
 func TestTraceRefusesBadPIDs(t *testing.T) {
 	harness.RequireBPF(t)
 	tr := newTracer(t, bpf.Options{})
-	tasks, err := os.ReadDir("/proc/self/task")
-	if err != nil {
-		t.Fatal(err)
-	}
-	thread := 0
-	for _, task := range tasks {
-		if id, err := strconv.Atoi(task.Name()); err == nil && id != os.Getpid() {
-			thread = id
-			break
-		}
-	}
-	if thread == 0 {
-		t.Fatal("this process has no thread but its first")
-	}
-	ended := exec.Command("true")
-	if err := ended.Run(); err != nil {
-		t.Fatal(err)
-	}
+	thread, gone := threadOfThisProcess(t), reapedProcess(t)
 	for _, c := range []struct {
 		pid  int
 		want string
@@ -453,7 +473,7 @@ func TestTraceRefusesBadPIDs(t *testing.T) {
 		{0, "pid 0: want a positive process id"},
 		{-1, "pid -1: want a positive process id"},
 		{thread, fmt.Sprintf("pid %d is a thread of process %d: give the process id", thread, os.Getpid())},
-		{ended.Process.Pid, fmt.Sprintf("pid %d: no such process", ended.Process.Pid)},
+		{gone, fmt.Sprintf("pid %d: no such process", gone)},
 	} {
 		if err := tr.Trace(c.pid); err == nil || err.Error() != c.want {
 			t.Errorf("Trace(%d) = %v, want %q", c.pid, err, c.want)
