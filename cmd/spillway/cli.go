@@ -340,10 +340,28 @@ func parseDuration(name, v string) (time.Duration, error) {
 	return d, nil
 }
 
-// durationFlag is a flag, called name, holding a duration above zero.
+// minRefresh is the shortest interval between two refreshes of a view
+// (trace --interval, stat --watch): shorter, a view is redrawn without
+// pause and its process spins on a processor of the machine it watches.
+const minRefresh = 10 * time.Millisecond
+
+// parseRefresh reads a refresh interval, the value of the flag called
+// name: a duration (parseDuration) of at least minRefresh.
+func parseRefresh(name, v string) (time.Duration, error) {
+	d, err := parseDuration(name, v)
+	if err == nil && d < minRefresh {
+		return 0, &config.Error{Name: name, Value: v, Example: name + " 500ms",
+			Reason: fmt.Sprintf("shorter than %v, a refresh without pause; want %v or more", minRefresh, minRefresh)}
+	}
+	return d, err
+}
+
+// durationFlag is a flag, called name, holding a duration above zero, or
+// a refresh interval (parseRefresh).
 type durationFlag struct {
-	name string
-	d    *time.Duration
+	name    string
+	d       *time.Duration
+	refresh bool
 }
 
 func (f durationFlag) String() string {
@@ -354,7 +372,11 @@ func (f durationFlag) String() string {
 }
 
 func (f durationFlag) Set(v string) error {
-	d, err := parseDuration(f.name, v)
+	parse := parseDuration
+	if f.refresh {
+		parse = parseRefresh
+	}
+	d, err := parse(f.name, v)
 	if err != nil {
 		return err
 	}

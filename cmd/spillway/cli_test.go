@@ -83,6 +83,7 @@ func TestStatFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"--watch=soon"}, `invalid --watch="soon": not a duration such as 500ms, 1s or 2m (valid example: --watch 500ms)`},
+		{[]string{"--watch", "1us"}, `invalid --watch="1us": shorter than 10ms, a refresh without pause; want 10ms or more (valid example: --watch 500ms)`},
 		{[]string{"--metrics-addr", "bogus"}, `invalid --metrics-addr="bogus": want HOST:PORT, with a port from 0 to 65535 (valid example: --metrics-addr 127.0.0.1:9400)`},
 	} {
 		_, err := parseStatFlags(tc.args, &bytes.Buffer{})

@@ -59,7 +59,7 @@ func (w watchFlag) Set(v string) error {
 		*w.d = time.Second
 		return nil
 	}
-	d, err := parseDuration("--watch", v)
+	d, err := parseRefresh("--watch", v)
 	if err != nil {
 		return err
 	}

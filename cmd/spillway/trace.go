@@ -87,8 +87,8 @@ func parseTraceFlags(args, environ []string, out io.Writer) (traceOptions, error
 	o := traceOptions{interval: time.Second, ringBuffer: bpf.DefaultRingBufferSize}
 	fs := newFlagSet("trace", traceUsage, out)
 	fs.Var(&o.pids, "p", "trace the running process `PID` (repeatable)")
-	fs.Var(durationFlag{"--interval", &o.interval}, "interval", "refresh the view every `INTERVAL` (500ms, 1s, 2m; default 1s)")
-	fs.Var(durationFlag{"--duration", &o.duration}, "duration", "stop tracing after `D` (default: when the traced processes exit, or on SIGINT, SIGTERM or SIGHUP)")
+	fs.Var(durationFlag{"--interval", &o.interval, true}, "interval", "refresh the view every `INTERVAL` (500ms, 1s, 2m; default 1s)")
+	fs.Var(durationFlag{"--duration", &o.duration, false}, "duration", "stop tracing after `D` (default: when the traced processes exit, or on SIGINT, SIGTERM or SIGHUP)")
 	fs.BoolVar(&o.json, "json", false, "print one JSON object per interval (per record with --events)")
 	fs.BoolVar(&o.events, "events", false, "print every record instead of the per-interval view")
 	fs.Var(outputFlag(&o.output, "--output", "trace.txt", "standard output is where the view goes without --output"),

@@ -59,6 +59,8 @@ func TestTraceFlagErrorsNameFlagValueAndExample(t *testing.T) {
 	}{
 		{[]string{"--interval", "soon", "-p", "1"}, `invalid --interval="soon": not a duration`},
 		{[]string{"--interval=0", "-p", "1"}, `invalid --interval="0": want a duration above zero`},
+		{[]string{"--interval", "1ns", "-p", "1"}, `invalid --interval="1ns": shorter than 10ms, a refresh without pause; want 10ms or more`},
+		{[]string{"--interval", "0.009", "-p", "1"}, `invalid --interval="0.009": shorter than 10ms`},
 		{[]string{"--duration", "1x", "-p", "1"}, `invalid --duration="1x": not a duration`},
 		{[]string{"-p", "x"}, `invalid -p="x": want a process id`},
 		{[]string{"-p", "-4"}, `invalid -p="-4": want a process id`},
