@@ -551,7 +551,7 @@ func writeStatMetrics(w io.Writer, r *statReport) {
 		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", m.name, m.help, m.name, m.kind)
 		for i := range r.Devices {
 			g := &r.Devices[i]
-			labels := fmt.Sprintf("gpu=%q,UUID=%q,modelName=%q", strconv.Itoa(g.Index), g.UUID, g.Name)
+			labels := fmt.Sprintf(`gpu="%d",UUID="%s",modelName="%s"`, g.Index, promLabel(g.UUID), promLabel(g.Name))
 			if m.gpu != nil {
 				if v, ok := m.gpu(g); ok {
 					fmt.Fprintf(w, "%s{%s} %d\n", m.name, labels, v)
@@ -561,13 +561,24 @@ func writeStatMetrics(w io.Writer, r *statReport) {
 			for j := range g.Processes {
 				p := &g.Processes[j]
 				if v, ok := m.proc(p); ok {
-					pid := fmt.Sprintf("pid=%q", strconv.Itoa(p.PID))
+					pid := fmt.Sprintf(`pid="%d"`, p.PID)
 					if p.PIDInItsNamespace { // its own namespace's PID, which another may repeat
-						pid += fmt.Sprintf(",pid_namespace=%q", strconv.FormatUint(p.PIDNamespace, 10))
+						pid += fmt.Sprintf(`,pid_namespace="%d"`, p.PIDNamespace)
 					}
-					fmt.Fprintf(w, "%s{%s,%s,command=%q} %d\n", m.name, labels, pid, p.Command, v)
+					fmt.Fprintf(w, "%s{%s,%s,command=\"%s\"} %d\n", m.name, labels, pid, promLabel(p.Command), v)
 				}
 			}
 		}
 	}
+}
+
+// promLabelEscaper escapes a label value as the Prometheus text format
+// does, and only so: Go's quoting writes \t or \x01, which a scraper
+// refuses, failing the whole scrape.
+var promLabelEscaper = strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+
+// promLabel is v as a label value: escaped, and UTF-8 (a command name may
+// hold any bytes; those that are not UTF-8 become U+FFFD).
+func promLabel(v string) string {
+	return promLabelEscaper.Replace(strings.ToValidUTF8(v, "\uFFFD"))
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
@@ -248,5 +249,94 @@ func TestStatSaysTheVariableIsInTheEnvironment(t *testing.T) {
 	want := `spillway stat: invalid SPILLWAY_RUNTIME_DIR="relative/spillway": not an absolute path (valid example: SPILLWAY_RUNTIME_DIR=/run/user/1000/spillway) (in the environment) (see 'spillway stat --help')` + "\n"
 	if status != 2 || out != "" || errText != want {
 		t.Errorf("stat with SPILLWAY_RUNTIME_DIR=relative/spillway: status %d, %q, %q; want status 2 and %q", status, out, errText, want)
+	}
+}
+
+// promLabelValues checks one exposition line's label values as the
+// Prometheus text format reads them (only \\, \" and \n are escapes, the
+// text is UTF-8) and returns them unescaped, by name.
+func promLabelValues(t *testing.T, line string) map[string]string {
+	t.Helper()
+	open := strings.IndexByte(line, '{')
+	if open < 0 {
+		return nil
+	}
+	labels := map[string]string{}
+	s := line[open+1:]
+	for len(s) > 0 && s[0] != '}' {
+		eq := strings.Index(s, `="`)
+		if eq < 0 {
+			t.Fatalf("%q: a label without a quoted value", line)
+		}
+		name := strings.TrimPrefix(s[:eq], ",")
+		s = s[eq+2:]
+		var v strings.Builder
+		for {
+			if s == "" {
+				t.Fatalf("%q: label %s not closed", line, name)
+			}
+			c := s[0]
+			s = s[1:]
+			if c == '"' {
+				break
+			}
+			if c == '\\' {
+				if s == "" {
+					t.Fatalf("%q: label %s ends in a backslash", line, name)
+				}
+				switch s[0] {
+				case '\\', '"':
+					v.WriteByte(s[0])
+				case 'n':
+					v.WriteByte('\n')
+				default:
+					t.Fatalf("%q: label %s has the escape \\%c, which Prometheus refuses", line, name, s[0])
+				}
+				s = s[1:]
+				continue
+			}
+			v.WriteByte(c)
+		}
+		if !utf8.ValidString(v.String()) {
+			t.Fatalf("%q: label %s is not UTF-8", line, name)
+		}
+		labels[name] = v.String()
+		s = strings.TrimPrefix(s, ",")
+	}
+	return labels
+}
+
+// A command or model name holding quotes, backslashes, newlines, tabs,
+// other control bytes or bytes that are not UTF-8 (a process may name
+// itself anything, prctl(PR_SET_NAME)) is written as the Prometheus text
+// format escapes it, one series a line, and reads back as itself (bytes
+// that are not UTF-8 as U+FFFD).
+func TestStatMetricsEscapeLabels(t *testing.T) {
+	const odd = "a\"b\\c\nd\te\x01f\xffg"
+	model := "Sim \"GPU\"\t\\x"
+	r := &statReport{Devices: []statGPU{{Index: 0, Name: model, UUID: "GPU-a", TotalBytes: 1, Processes: []statProcess{
+		{PID: 7, Command: odd, Spillway: &stat.Device{Quota: 3}},
+	}}}}
+	var b strings.Builder
+	writeStatMetrics(&b, r)
+	series := 0
+	for _, line := range strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n") {
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		if !strings.HasPrefix(line, "spillway_") {
+			t.Fatalf("line %q is neither a comment nor a series:\n%s", line, b.String())
+		}
+		series++
+		labels := promLabelValues(t, line)
+		if labels["modelName"] != model {
+			t.Errorf("%q: modelName reads back as %q, want %q", line, labels["modelName"], model)
+		}
+		if c, ok := labels["command"]; ok && c != strings.ToValidUTF8(odd, "\uFFFD") {
+			t.Errorf("%q: command reads back as %q, want %q", line, c, strings.ToValidUTF8(odd, "\uFFFD"))
+		}
+	}
+	if series != 2+11 { // the GPU's two, and the eleven of the process's figures
+		t.Errorf("%d series, want 13:\n%s", series, b.String())
 	}
 }
