@@ -307,9 +307,21 @@ func read(path string, pids *pidResolver) (Process, error) {
 		if s%2 == 0 && s == binary.LittleEndian.Uint64(seq[:]) {
 			return parse(path, buf, pids, func() bool { return lockHeld(f) })
 		}
+		if writerGone(buf, f) {
+			return Process{}, ErrStale // killed in the middle of a refresh, which nobody will end
+		}
 		time.Sleep(time.Millisecond) // a refresh is under way
 	}
 	return Process{}, fmt.Errorf("%s: still being written after 100 tries", path)
+}
+
+// writerGone reports whether the writer of a file of this version, whose
+// head is head, is gone: every such writer holds its file's lock while it
+// lives (a file without a namespace, an older version's, takes none).
+func writerGone(head []byte, f *os.File) bool {
+	le := binary.LittleEndian
+	return string(head[:len(magic)]) == magic && le.Uint32(head[offVersion:]) == version &&
+		le.Uint64(head[offPIDNS:]) != 0 && !lockHeld(f)
 }
 
 // otherVersion returns an error naming the version of head, the start of a

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -257,5 +258,33 @@ func TestNotARegularFile(t *testing.T) {
 	procs, errs := new(Reader).ReadDirs(dir)
 	if len(procs) != 1 || len(errs) != 1 || !strings.Contains(errs[0].Error(), fifo) {
 		t.Errorf("ReadDir beside a FIFO: %v, %v; want this process and an error naming %s", procs, errs, fifo)
+	}
+}
+
+// A writer killed in the middle of a refresh leaves its sequence odd for
+// good: its file is stale, skipped at once like any other a killed process
+// left, never reported as "still being written" after a wait.
+func TestKilledMidRefreshIsStale(t *testing.T) {
+	dir := t.TempDir()
+	child := exec.Command("sleep", "60")
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := Create(dir, child.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Publish([]Device{{Quota: 1}}, time.Now())
+	atomic.AddUint64(w.word(offSeq), 1) // a refresh begun, never ended
+	child.Process.Kill()
+	child.Wait()
+	unix.Flock(w.fd, unix.LOCK_UN) // its writer's lock goes with it
+	began := time.Now()
+	procs, errs := new(Reader).ReadDirs(dir)
+	if len(procs) != 0 || len(errs) != 0 {
+		t.Errorf("a file left in the middle of a refresh: %v, %v; want it skipped as stale", procs, errs)
+	}
+	if took := time.Since(began); took > 50*time.Millisecond {
+		t.Errorf("reading it took %v, waiting on a refresh nobody will end", took)
 	}
 }
