@@ -249,3 +249,42 @@ func TestReaderListsLockedFilesProcCannotShow(t *testing.T) {
 		t.Errorf("its lock released: %v; want %v", got, want)
 	}
 }
+
+// timeNamespace puts process here in time namespace name ("": the
+// reader's), as /proc/PID/ns/time shows it.
+func (p fakeProc) timeNamespace(here, name string) {
+	nsFile, _ := p.namespace("time-" + name)
+	if err := os.Link(nsFile, filepath.Join(p.root, here, "ns", "time")); err != nil {
+		p.tb.Fatal(err)
+	}
+}
+
+// A killed writer's PID taken by an unrelated process of the reader's own
+// time namespace, whose start time then reads as its writer's would, while
+// a child the writer forked without exec keeps the file's lock: the file is
+// stale, never shown as the new process's figures. The same start time
+// mismatch in a process of another time namespace is its writer, read
+// through another offset, and listed.
+func TestReaderTellsReusedPIDFromTimeNamespace(t *testing.T) {
+	proc := newFakeProc(t)
+	_, own := proc.namespace("")
+	proc.timeNamespace("self", "")
+	proc.add("100", 70, "", 0) // its writer recorded 50: another time namespace
+	proc.timeNamespace("100", "later")
+	proc.add("200", 90, "", 0) // its writer, which recorded 50, was killed: another process
+	proc.timeNamespace("200", "")
+	dir := t.TempDir()
+	for _, pid := range []int{100, 200} {
+		writeFigures(t, dir, own, pid, 50)
+		holdLock(t, filepath.Join(dir, fmt.Sprintf("%d-%d.stat", pid, own)))
+	}
+	r := Reader{pids: pidResolver{proc: proc.root}}
+	procs, errs := r.ReadDirs(dir)
+	var pids []int
+	for _, p := range procs {
+		pids = append(pids, p.PID)
+	}
+	if len(errs) > 0 || !slices.Equal(pids, []int{100}) {
+		t.Errorf("listed %v, errors %v; want 100 alone, the process of another time namespace", pids, errs)
+	}
+}

@@ -18,12 +18,14 @@
 // (which NVML reports). A file whose process /proc does not show (no
 // /proc/PID, or one with another start time: the PID was reused) is stale
 // and ignored, unless its lock is held and its process, if of the reader's
-// namespace, still has a /proc entry: then its writer lives where /proc
-// cannot show it (another user's /proc/PID/ns, another time namespace),
-// and it is shown under the PID it records, as its process sees it when
-// that is another namespace's. (A child forked without exec keeps its
-// parent's lock: a killed parent of this namespace is told by its missing
-// /proc entry.)
+// namespace, still has a /proc entry, of another time namespace than the
+// reader's: then its writer lives where /proc cannot show it (another
+// user's /proc/PID/ns, another time namespace), and it is shown under the
+// PID it records, as its process sees it when that is another namespace's.
+// (A child forked without exec keeps its parent's lock: a killed parent of
+// this namespace is told by its missing /proc entry, or by a process of
+// the reader's time namespace, whose start time reads as its writer's
+// would, that took its PID.)
 //
 // It must never make a system call from Publish, never block its writer on
 // a reader, and never trust a file beyond its fixed layout: a reader checks
@@ -367,7 +369,7 @@ func parse(path string, buf []byte, pids *pidResolver, locked func() bool) (Proc
 	switch {
 	case ok:
 		p.PID = pid
-	case ns != 0 && !pids.goneHere(ns, p.PID) && locked(): // an older version's file, without a namespace, has no lock
+	case ns != 0 && !pids.goneHere(ns, p.PID) && !pids.takenHere(ns, p.PID) && locked(): // an older version's file, without a namespace, has no lock
 		if p.PIDInItsNamespace = ns != pids.own; p.PIDInItsNamespace {
 			p.PIDNamespace = ns
 		}
@@ -482,6 +484,7 @@ func pidNamespace(proc string) (uint64, error) {
 type pidResolver struct {
 	proc    string // where /proc is mounted; "" is /proc
 	own     uint64 // this process's PID namespace; 0 until known
+	ownTime uint64 // this process's time namespace; 0 until known, or without time namespaces
 	known   map[foreignKey]foreignPID
 	met     map[foreignKey]foreignPID // in this refresh: known in the next
 	scanned map[foreignKey]int        // this refresh's scan of /proc; nil until made
@@ -556,6 +559,34 @@ func (r *pidResolver) goneHere(ns uint64, pid int) bool {
 	}
 	_, err := os.Stat(r.procDir(strconv.Itoa(pid)))
 	return errors.Is(err, fs.ErrNotExist)
+}
+
+// takenHere reports whether the PID pid of the reader's own namespace,
+// whose start time is not the one its file records, belongs to another
+// process than the file's writer: the process there reads start times as
+// the reader does, in the reader's time namespace, as its writer would
+// have. A killed writer's file may keep its lock (a child forked without
+// exec holds it) after its PID went to another process, whose figures it
+// would then pass for. False when that cannot be told (a kernel without
+// time namespaces, another user's process).
+func (r *pidResolver) takenHere(ns uint64, pid int) bool {
+	if ns != r.own {
+		return false
+	}
+	if r.ownTime == 0 {
+		r.ownTime, _ = nsInode(r.procDir("self") + "/ns/time")
+	}
+	theirs, err := nsInode(r.procDir(strconv.Itoa(pid)) + "/ns/time")
+	return err == nil && r.ownTime != 0 && theirs == r.ownTime
+}
+
+// nsInode is the inode of the namespace link at path.
+func nsInode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
 }
 
 // scan records every visible process of another PID namespace by its PID
