@@ -288,3 +288,46 @@ func TestReaderTellsReusedPIDFromTimeNamespace(t *testing.T) {
 		t.Errorf("listed %v, errors %v; want 100 alone, the process of another time namespace", pids, errs)
 	}
 }
+
+// runsAs makes process here run as uid (its real, effective, saved and
+// file system user), as /proc/PID/status says.
+func (p fakeProc) runsAs(here string, uid int) {
+	path := filepath.Join(p.root, here, "status")
+	status, err := os.ReadFile(path)
+	if err != nil {
+		p.tb.Fatal(err)
+	}
+	status = fmt.Appendf(status, "Uid:\t%d\t%d\t%d\t%d\n", uid, uid, uid, uid)
+	if err := os.WriteFile(path, status, 0o600); err != nil {
+		p.tb.Fatal(err)
+	}
+}
+
+// A figures file owned by another user than the process it names is not
+// that process's: a user who can write in a folder the reader trusts (as
+// root, every /run/user/*/spillway; a folder shared by all) could plant
+// one naming another user's job, its start time read from /proc, with
+// figures of their choosing. It is named as an error, never listed; the
+// file of a process of its owner is.
+func TestReaderRefusesFileOfAnotherUser(t *testing.T) {
+	proc := newFakeProc(t)
+	_, own := proc.namespace("")
+	owner := os.Geteuid()
+	proc.add("100", 50, "", 0) // another user's job, named by a planted file
+	proc.runsAs("100", owner+4242)
+	proc.add("101", 50, "", 0) // the file owner's job
+	proc.runsAs("101", owner)
+	dir := t.TempDir()
+	writeFigures(t, dir, own, 100, 50)
+	writeFigures(t, dir, own, 101, 50)
+	r := Reader{pids: pidResolver{proc: proc.root}}
+	procs, errs := r.ReadDirs(dir)
+	var pids []int
+	for _, p := range procs {
+		pids = append(pids, p.PID)
+	}
+	planted := filepath.Join(dir, fmt.Sprintf("100-%d.stat", own))
+	if !slices.Equal(pids, []int{101}) || len(errs) != 1 || !strings.Contains(errs[0].Error(), planted) {
+		t.Errorf("listed %v, errors %v; want 101 alone and an error naming %s", pids, errs, planted)
+	}
+}

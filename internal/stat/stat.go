@@ -27,6 +27,11 @@
 // the reader's time namespace, whose start time reads as its writer's
 // would, that took its PID.)
 //
+// A file owned by another user than the process /proc shows under its
+// PID is an error, never that process's figures: in a folder others can
+// write (as root, the reader trusts every user's), anyone could name
+// another user's job, its start time being public.
+//
 // It must never make a system call from Publish, never block its writer on
 // a reader, and never trust a file beyond its fixed layout: a reader checks
 // the magic, the version, the size and the sequence before believing one.
@@ -40,6 +45,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -292,6 +298,10 @@ func read(path string, pids *pidResolver) (Process, error) {
 		return Process{}, err
 	}
 	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return Process{}, fmt.Errorf("%s: %w", path, err)
+	}
 	buf := make([]byte, fileSize)
 	var seq [8]byte
 	for range 100 {
@@ -307,7 +317,7 @@ func read(path string, pids *pidResolver) (Process, error) {
 		}
 		s := binary.LittleEndian.Uint64(buf[offSeq:])
 		if s%2 == 0 && s == binary.LittleEndian.Uint64(seq[:]) {
-			return parse(path, buf, pids, func() bool { return lockHeld(f) })
+			return parse(path, buf, st.Uid, pids, func() bool { return lockHeld(f) })
 		}
 		if writerGone(buf, f) {
 			return Process{}, ErrStale // killed in the middle of a refresh, which nobody will end
@@ -346,9 +356,10 @@ func otherVersion(path string, head []byte) error {
 	return nil
 }
 
-// parse reads a file's contents; locked says whether its writer holds its
-// lock, asked only when /proc does not show the process.
-func parse(path string, buf []byte, pids *pidResolver, locked func() bool) (Process, error) {
+// parse reads the contents of a file owned by owner; locked says whether
+// its writer holds its lock, asked only when /proc does not show the
+// process.
+func parse(path string, buf []byte, owner uint32, pids *pidResolver, locked func() bool) (Process, error) {
 	le := binary.LittleEndian
 	if err := otherVersion(path, buf); err != nil {
 		return Process{}, err
@@ -375,6 +386,14 @@ func parse(path string, buf []byte, pids *pidResolver, locked func() bool) (Proc
 		}
 	default:
 		return Process{}, ErrStale
+	}
+	// A process's file is its user's: one of another user's, in a folder
+	// others can write, names a job it does not describe.
+	if !p.PIDInItsNamespace {
+		if uids, ok := pids.users(p.PID); ok && !slices.Contains(uids, owner) {
+			return Process{}, fmt.Errorf("%s: owned by user %d, but process %d runs as user %d: not its figures, not listed",
+				path, owner, p.PID, uids[1])
+		}
 	}
 	n := le.Uint64(buf[offDevices:])
 	if n > MaxDevices {
@@ -578,6 +597,32 @@ func (r *pidResolver) takenHere(ns uint64, pid int) bool {
 	}
 	theirs, err := nsInode(r.procDir(strconv.Itoa(pid)) + "/ns/time")
 	return err == nil && r.ownTime != 0 && theirs == r.ownTime
+}
+
+// users returns the real, effective, saved and file system user of the
+// process with PID pid here, as /proc/PID/status gives them; false when
+// they cannot be read.
+func (r *pidResolver) users(pid int) ([]uint32, bool) {
+	status, err := os.ReadFile(r.procDir(strconv.Itoa(pid)) + "/status")
+	if err != nil {
+		return nil, false
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 5 || f[0] != "Uid:" {
+			continue
+		}
+		uids := make([]uint32, 0, 4)
+		for _, v := range f[1:] {
+			uid, err := strconv.ParseUint(v, 10, 32)
+			if err != nil {
+				return nil, false
+			}
+			uids = append(uids, uint32(uid))
+		}
+		return uids, true
+	}
+	return nil, false
 }
 
 // nsInode is the inode of the namespace link at path.
