@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
@@ -416,7 +417,7 @@ func writeStatTable(w io.Writer, r *statReport) {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		index, name := strconv.Itoa(g.Index), g.Name
+		index, name := strconv.Itoa(g.Index), printable(g.Name)
 		if g.Index < 0 {
 			index = "?"
 		}
@@ -450,7 +451,7 @@ func writeStatTable(w io.Writer, r *statReport) {
 			if p.NVMLUsedBytes != nil {
 				nv = config.FormatBytes(*p.NVMLUsedBytes)
 			}
-			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.PID, p.Command, quota, used, cached, spilled, refused, nv)
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.PID, printable(p.Command), quota, used, cached, spilled, refused, nv)
 		}
 		tw.Flush()
 		for _, p := range g.Processes {
@@ -459,10 +460,23 @@ func writeStatTable(w io.Writer, r *statReport) {
 					p.PID, p.Spillway.Ordinal)
 			}
 			if p.PIDInItsNamespace {
-				fmt.Fprintf(w, "  PID %d (%s) is its PID in another PID namespace, where this /proc cannot find it\n", p.PID, p.Command)
+				fmt.Fprintf(w, "  PID %d (%s) is its PID in another PID namespace, where this /proc cannot find it\n", p.PID, printable(p.Command))
 			}
 		}
 	}
+}
+
+// printable is s for the table, its control characters shown as '?': a
+// process may name itself anything, and a newline, a tab or a terminal
+// escape in its name would break the table's rows and columns, or clear
+// the screen.
+func printable(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 // serveStatMetrics serves the figures at http://addr/metrics until SIGINT

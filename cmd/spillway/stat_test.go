@@ -340,3 +340,24 @@ func TestStatMetricsEscapeLabels(t *testing.T) {
 		t.Errorf("%d series, want 13:\n%s", series, b.String())
 	}
 }
+
+// A command name holding a newline, a tab or another control byte (a
+// process may name itself anything) stays on its row of the table, its
+// control bytes shown as '?', and the other columns line up.
+func TestStatTableCommandWithControlBytes(t *testing.T) {
+	r := &statReport{Devices: []statGPU{{Index: 0, Name: "Sim GPU", UUID: "GPU-a", Processes: []statProcess{
+		{PID: 7, Command: "evil\n  8  fake", Spillway: &stat.Device{Quota: 3}},
+		{PID: 9, Command: "tab\there\x1b[2J", PIDInItsNamespace: true, Spillway: &stat.Device{Quota: 3}},
+	}}}}
+	var b strings.Builder
+	writeStatTable(&b, r)
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	// The heading, the columns' names, two rows, and the remark on PID 9.
+	if len(lines) != 5 || !strings.Contains(lines[2], "evil?  8  fake") || !strings.Contains(lines[3], "tab?here?[2J") ||
+		strings.ContainsAny(b.String(), "\t\x1b") || !strings.Contains(lines[4], "PID 9 (tab?here?[2J)") {
+		t.Errorf("table:\n%s", b.String())
+	}
+	if strings.Index(lines[2], "none") != strings.Index(lines[3], "none") {
+		t.Errorf("columns do not line up:\n%s", b.String())
+	}
+}
