@@ -347,11 +347,6 @@ func TestTraceKnowsTheShimIsOff(t *testing.T) {
 // the view to a file called "--", "--summary-json --json" to one called
 // "--json".
 func TestForgottenValueIsRefused(t *testing.T) {
-	parse := map[string]func(args []string) error{
-		"run":   func(args []string) error { _, err := parseRunFlags(args, nil, io.Discard); return err },
-		"trace": func(args []string) error { _, err := parseTraceFlags(args, nil, io.Discard); return err },
-		"stat":  func(args []string) error { _, err := parseStatFlags(args, io.Discard); return err },
-	}
 	for _, tc := range []struct {
 		cmd  string
 		args []string
@@ -366,12 +361,12 @@ func TestForgottenValueIsRefused(t *testing.T) {
 		{"run", []string{"--memory-limit", "-h", "--", "true"}, `--memory-limit needs a value (--memory-limit SIZE), but "-h" follows it`},
 	} {
 		var usage *usageErr
-		if err := parse[tc.cmd](tc.args); !errors.As(err, &usage) || err.Error() != tc.want {
+		if err := parseCommand[tc.cmd](tc.args, nil); !errors.As(err, &usage) || err.Error() != tc.want {
 			t.Errorf("%s %q: %v, want the usage error %q", tc.cmd, tc.args, err, tc.want)
 		}
 	}
 	// A value that only starts with a dash is a value: refused or taken as such.
-	if err := parse["run"]([]string{"--memory-limit", "-1GiB", "--", "true"}); err == nil ||
+	if err := parseCommand["run"]([]string{"--memory-limit", "-1GiB", "--", "true"}, nil); err == nil ||
 		!strings.Contains(err.Error(), `invalid --memory-limit="-1GiB": negative`) {
 		t.Errorf("--memory-limit -1GiB: %v", err)
 	}
@@ -388,14 +383,10 @@ func TestEveryInvalidSettingAtOnce(t *testing.T) {
 		`invalid SPILLWAY_POOL="yes": expected 1 (on) or 0 (off) (valid example: SPILLWAY_POOL=1) (in the environment)`,
 		`invalid SPILLWAY_SPILL="disk": expected managed or pinned (valid example: SPILLWAY_SPILL=pinned) (in the environment)`,
 	}
-	parse := map[string]func(args, env []string) error{
-		"run":   func(args, env []string) error { _, err := parseRunFlags(args, env, io.Discard); return err },
-		"trace": func(args, env []string) error { _, err := parseTraceFlags(args, env, io.Discard); return err },
-	}
 	for _, cmd := range []string{"run", "trace"} {
 		for _, n := range []int{2, 3} {
 			// The last n variables, whose errors are the first n in name order.
-			err := parse[cmd]([]string{"--", "true"}, env[3-n:])
+			err := parseCommand[cmd]([]string{"--", "true"}, env[3-n:])
 			var usage *usageErr
 			if !errors.As(err, &usage) || err.Error() != strings.Join(want[:n], "\n") {
 				t.Errorf("%s with %v: %v, want the usage error of %d lines %q", cmd, env[3-n:], err, n, want[:n])
@@ -403,7 +394,7 @@ func TestEveryInvalidSettingAtOnce(t *testing.T) {
 		}
 	}
 	// A flag is named as typed, a variable as set, each on its line.
-	err := parse["run"]([]string{"--pool=false", "--pool-reserve", "1GiB", "--", "true"}, []string{"SPILLWAY_LOG_LEVEL=verbose"})
+	err := parseCommand["run"]([]string{"--pool=false", "--pool-reserve", "1GiB", "--", "true"}, []string{"SPILLWAY_LOG_LEVEL=verbose"})
 	if want := []string{want[0], `invalid --pool-reserve="1GiB": a reserve needs the pool, but --pool=false (valid example: --pool=true --pool-reserve 4GiB)`}; err == nil ||
 		err.Error() != strings.Join(want, "\n") {
 		t.Errorf("run --pool=false --pool-reserve 1GiB with SPILLWAY_LOG_LEVEL=verbose: %v, want %q", err, want)
@@ -425,11 +416,6 @@ func TestEveryInvalidSettingAtOnce(t *testing.T) {
 // quota without a word; a flag that is not repeatable is given once, and a
 // repeatable one names each process or device once.
 func TestFlagGivenTwiceIsRefused(t *testing.T) {
-	parse := map[string]func(args []string) error{
-		"run":   func(args []string) error { _, err := parseRunFlags(args, nil, io.Discard); return err },
-		"trace": func(args []string) error { _, err := parseTraceFlags(args, nil, io.Discard); return err },
-		"stat":  func(args []string) error { _, err := parseStatFlags(args, io.Discard); return err },
-	}
 	for _, tc := range []struct {
 		cmd  string
 		args []string
@@ -448,7 +434,7 @@ func TestFlagGivenTwiceIsRefused(t *testing.T) {
 		{"trace", []string{"-p", "12", "-p", "34", "--p", "12"}, `invalid -p="12": pid 12 is given already; give each process once (valid example: -p 12)`},
 	} {
 		var usage *usageErr
-		if err := parse[tc.cmd](tc.args); !errors.As(err, &usage) || err.Error() != tc.want {
+		if err := parseCommand[tc.cmd](tc.args, nil); !errors.As(err, &usage) || err.Error() != tc.want {
 			t.Errorf("%s %q: %v, want the usage error %q", tc.cmd, tc.args, err, tc.want)
 		}
 	}
@@ -470,11 +456,6 @@ func TestFlagGivenTwiceIsRefused(t *testing.T) {
 // the summary not written, the metrics not served, the view on the
 // terminal, the default shim.
 func TestEmptyValueIsRefused(t *testing.T) {
-	parse := map[string]func(args []string) error{
-		"run":   func(args []string) error { _, err := parseRunFlags(args, nil, io.Discard); return err },
-		"trace": func(args []string) error { _, err := parseTraceFlags(args, nil, io.Discard); return err },
-		"stat":  func(args []string) error { _, err := parseStatFlags(args, io.Discard); return err },
-	}
 	for _, tc := range []struct {
 		cmd  string
 		args []string
@@ -490,7 +471,7 @@ func TestEmptyValueIsRefused(t *testing.T) {
 		{"stat", []string{"--watch", ""}, `invalid --watch="": not a duration such as 500ms, 1s or 2m (valid example: --watch 500ms)`},
 	} {
 		var usage *usageErr
-		if err := parse[tc.cmd](tc.args); !errors.As(err, &usage) || err.Error() != tc.want {
+		if err := parseCommand[tc.cmd](tc.args, nil); !errors.As(err, &usage) || err.Error() != tc.want {
 			t.Errorf("%s %q: %v, want the usage error %q", tc.cmd, tc.args, err, tc.want)
 		}
 	}
@@ -501,10 +482,6 @@ func TestEmptyValueIsRefused(t *testing.T) {
 // error saying where it goes, where the program "--memory-limit" was not
 // found (exit status 127) or, for trace, started and traced.
 func TestFlagAfterDashDashIsRefused(t *testing.T) {
-	parse := map[string]func(args []string) error{
-		"run":   func(args []string) error { _, err := parseRunFlags(args, nil, io.Discard); return err },
-		"trace": func(args []string) error { _, err := parseTraceFlags(args, nil, io.Discard); return err },
-	}
 	for _, tc := range []struct {
 		cmd  string
 		args []string
@@ -520,7 +497,7 @@ func TestFlagAfterDashDashIsRefused(t *testing.T) {
 			`"--help" follows "--", where the program to run begins: spillway trace's flags go before "--" (valid example: spillway trace --json --help)`},
 	} {
 		var usage *usageErr
-		if err := parse[tc.cmd](tc.args); !errors.As(err, &usage) || err.Error() != tc.want {
+		if err := parseCommand[tc.cmd](tc.args, nil); !errors.As(err, &usage) || err.Error() != tc.want {
 			t.Errorf("%s %q: %v, want the usage error %q", tc.cmd, tc.args, err, tc.want)
 		}
 	}
@@ -695,4 +672,13 @@ func TestFlagBeforeCommand(t *testing.T) {
 	if want := `spillway: "--pool" is no command: a command's flags follow it (see 'spillway --help')` + "\n"; status != 2 || errText != want {
 		t.Errorf("spillway --pool -- run: status %d, %q; want %q", status, errText, want)
 	}
+}
+
+// parseCommand parses a command's flags with the environment env (stat
+// reads its own later, not here), for the tests that run one table over
+// every command.
+var parseCommand = map[string]func(args, env []string) error{
+	"run":   func(args, env []string) error { _, err := parseRunFlags(args, env, io.Discard); return err },
+	"trace": func(args, env []string) error { _, err := parseTraceFlags(args, env, io.Discard); return err },
+	"stat":  func(args, _ []string) error { _, err := parseStatFlags(args, io.Discard); return err },
 }

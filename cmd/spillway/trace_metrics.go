@@ -46,7 +46,7 @@ func writeMetrics(w io.Writer, sum *bpf.Summary) {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			fmt.Fprintf(w, "spillway_trace_%s{%s=%q} %d\n", name, label, k, values[k])
+			fmt.Fprintf(w, "spillway_trace_%s{%s=\"%s\"} %d\n", name, label, promLabel(k), values[k])
 		}
 	}
 	single := func(name, help string, v uint64) {
