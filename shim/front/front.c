@@ -206,13 +206,25 @@ void *grow_table(void *items, size_t *cap, size_t item_size)
     return grown;
 }
 
-int quota_configured(void)
+static int quota_in_environment(void)
 {
     extern char **environ;
     for (char **e = environ; e && *e; e++)
         if (strncmp(*e, "SPILLWAY_MEMORY_LIMIT", 21) == 0)
             return 1;
     return 0;
+}
+
+/* Whether a quota was configured when the core began to load (load_core), as the core
+ * reads its settings then: a program that later removes SPILLWAY_MEMORY_LIMIT from its
+ * environment (keeping it from its children) must not lift a quota that fails closed.
+ * -1 until then, when the environment answers. */
+static atomic_int quota_at_load = -1;
+
+int quota_configured(void)
+{
+    int q = atomic_load_explicit(&quota_at_load, memory_order_acquire);
+    return q >= 0 ? q : quota_in_environment();
 }
 
 /* What interposed calls do while there is no core (slow_route's FAILED case), for the log. */
@@ -351,6 +363,7 @@ static void report_at_exit(void)
 
 static void load_core(void)
 {
+    atomic_store_explicit(&quota_at_load, quota_in_environment(), memory_order_release);
     pthread_atfork(NULL, NULL, atfork_child);
     loading_thread = 1;
     int ok = open_core() == 0;

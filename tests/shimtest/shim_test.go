@@ -792,6 +792,28 @@ func TestCoreLoadFailure(t *testing.T) {
 	}
 }
 
+// TestCoreLoadFailureQuotaKept: with a quota and no core, allocations keep
+// failing after the program removes SPILLWAY_MEMORY_LIMIT from its
+// environment (as one does to keep a variable from its children): the
+// quota is the one configured when CUDA was first called, as the log line
+// says, never dropped by a later change of the environment.
+func TestCoreLoadFailureQuotaKept(t *testing.T) {
+	missing := "SPILLWAY_CORE=" + filepath.Join(t.TempDir(), "libspillway-core.so")
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{missing, "SPILLWAY_MEMORY_LIMIT=1GiB"}, cudaops(t),
+		"m", "4K", "U", "SPILLWAY_MEMORY_LIMIT", "m", "4K", "i"))
+	if out.Code(t, "U", 0) != 0 {
+		t.Fatalf("unsetenv failed: %v", out)
+	}
+	if out.Code(t, "m", 0) != harness.ErrInitialization || out.Code(t, "m", 1) != harness.ErrInitialization {
+		t.Errorf("with a quota and no core, allocations must fail, before and after SPILLWAY_MEMORY_LIMIT "+
+			"leaves the environment: %v", out)
+	}
+	if free := out.Num(t, "i", 0, 2); free != 0 {
+		t.Errorf("with a quota and no core, cudaMemGetInfo reports %d bytes free after SPILLWAY_MEMORY_LIMIT "+
+			"left the environment, want 0: %v", free, out)
+	}
+}
+
 // frontABI reads SPILLWAY_CORE_ABI, the front's and the core's ABI version, from abi.h.
 func frontABI(t *testing.T) int {
 	t.Helper()

@@ -27,6 +27,8 @@
  *   c            cudaFree of ctor_block, the block ctorlib's constructor allocated -> "c RC"
  *   e            cudaFree of the block at EAGER_BLOCK (eagercore's) -> "e RC"
  *   T            the number of threads in the process -> "T N"
+ *   U NAME       unsetenv(NAME), as a program that keeps a variable from its
+ *                children does -> "U RC"
  * SIZE takes K, M, G suffixes (binary).
  */
 #include <stdint.h>
@@ -184,6 +186,8 @@ int main(int argc, char **argv)
             printf("e %d\n", cudaFree((void *)(uintptr_t)strtoull(addr, NULL, 16)));
         } else if (!strcmp(op, "L")) {
             printf("L %d\n", core_loaded());
+        } else if (!strcmp(op, "U") && i + 1 < argc) {
+            printf("U %d\n", unsetenv(argv[++i]));
         } else {
             fprintf(stderr, "cudaops: bad operation %s\n", op);
             return 2;
