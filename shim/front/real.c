@@ -121,10 +121,21 @@ static const char *library_description(const char *name)
 _Static_assert(NOT_FOUND == cudaErrorSymbolNotFound && NOT_FOUND == CUDA_ERROR_NOT_FOUND,
                "one code for a missing function");
 
+/* Said once for each function: each is one the program called. Where its library is loaded,
+ * the library is older than the function (a driver without cuMemCreate), and is named. */
 int missing_real(int i)
 {
-    static atomic_int told;
-    if (!atomic_exchange(&told, 1))
+    static atomic_int told[R_COUNT];
+    if (atomic_exchange(&told[i], 1))
+        return NOT_FOUND;
+    struct search s = {.library = library_of(real_names[i])};
+    dl_iterate_phdr(collect_library, &s);
+    if (s.found.n > 0)
+        log_line("cannot find the real %s: the %s loaded in this process, %s, has no such "
+                 "function (older than it?); the call fails with error %d "
+                 "(cudaErrorSymbolNotFound, CUDA_ERROR_NOT_FOUND)",
+                 real_names[i], library_description(real_names[i]), s.found.path[0], NOT_FOUND);
+    else
         log_line("cannot find the real %s: no %s is loaded in this process; the call fails with "
                  "error %d (cudaErrorSymbolNotFound, CUDA_ERROR_NOT_FOUND)",
                  real_names[i], library_description(real_names[i]), NOT_FOUND);

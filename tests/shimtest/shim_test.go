@@ -1111,3 +1111,30 @@ func TestREADMEListsInterposedFunctions(t *testing.T) {
 		}
 	}
 }
+
+// TestOlderDriverLacksFunction: a driver older than a function the shim
+// interposes (one without cuMemCreate or cuCtxCreate_v4): the program that
+// calls it gets CUDA_ERROR_NOT_FOUND, and a line for each such function says
+// that the loaded driver, named by its path, lacks it, not that no driver is
+// loaded.
+func TestOlderDriverLacksFunction(t *testing.T) {
+	driver := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/olddriver.c"}, Shared: true, Out: "libcuda.so.1"})
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/olddrivercall.c"}, Flags: []string{"-ldl"}})
+	names := []string{"cuMemCreate", "cuCtxCreate_v4"}
+	res, out := harness.RunOK(t, harness.Shimmed(t, nil, prog, append([]string{driver}, names...)...))
+	lines := nonEmptyLines(res.Stderr)
+	for _, name := range names {
+		if rc := out.Code(t, name, 0); rc != errSymbolNotFound {
+			t.Errorf("%s on a driver without it returned %d, want %d: %v", name, rc, errSymbolNotFound, out)
+		}
+		var said string
+		for _, l := range lines {
+			if strings.Contains(l, "the real "+name+":") {
+				said = l
+			}
+		}
+		if said == "" || !strings.Contains(said, driver) || strings.Contains(said, "no CUDA driver") {
+			t.Errorf("want a line saying the driver %s lacks %s, got %q", driver, name, res.Stderr)
+		}
+	}
+}
