@@ -2,6 +2,7 @@ package shimtest
 
 import (
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/tests/harness"
@@ -92,5 +93,29 @@ func TestRuntimeReload(t *testing.T) {
 	}
 	if out.Code(t, "first", 0) != 0 || out.Code(t, "second", 0) != 0 {
 		t.Errorf("allocations before and after the reload: %v", out)
+	}
+}
+
+// TestDlsymLeavesNoStaleError: a lookup the shim answers on a driver's
+// handle leaves dlerror as the real lookup would, empty, even where the
+// driver (an old one) lacks other functions the shim interposes: a program
+// that checks dlerror after dlsym, as POSIX describes, must not take the
+// lookup for a failure.
+func TestDlsymLeavesNoStaleError(t *testing.T) {
+	driver := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/olddriver.c"}, Shared: true, Out: "libcuda.so.1"})
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/dlerror.c"}, Flags: []string{"-ldl"}})
+	for _, c := range []struct{ name, found string }{{"cuMemFree_v2", "1"}, {"cuMemCreate", "0"}} {
+		_, plain := harness.RunOK(t, harness.Command(t, prog, driver, c.name))
+		_, shimmed := harness.RunOK(t, harness.Shimmed(t, nil, prog, driver, c.name))
+		if got := plain.Line(t, "found", 0)[1]; got != c.found {
+			t.Fatalf("without the shim, dlsym of %s found %s, want %s", c.name, got, c.found)
+		}
+		if got := shimmed.Line(t, "found", 0)[1]; got != c.found {
+			t.Errorf("with the shim, dlsym of %s found %s, want %s as without it", c.name, got, c.found)
+		}
+		want := strings.Join(plain.Line(t, "error", 0)[1:], " ")
+		if got := strings.Join(shimmed.Line(t, "error", 0)[1:], " "); (got == "none") != (want == "none") {
+			t.Errorf("with the shim, dlerror after dlsym of %s says %q; without it, %q", c.name, got, want)
+		}
 	}
 }
