@@ -91,19 +91,24 @@ const char *const real_names[] = {
 /*
  * After a CUDA library was closed, every real function is found anew: one
  * loaded again lies elsewhere, and the core calls through the same table.
+ * No lock is held over the look-ups: they take the dynamic loader's lock,
+ * which a thread inside dlopen holds while a constructor it runs calls CUDA
+ * (and refreshes too), so a lock here would deadlock the two threads.
+ * Threads refreshing at once store the same answers; one whose look-ups may
+ * predate a later closing sees the count move and looks again, so its
+ * answers never outlast a newer refresh's.
  */
 __attribute__((noinline, cold)) void refresh_real(unsigned int unloads)
 {
-    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
-    static unsigned int seen;
-    pthread_mutex_lock(&lock);
-    if (seen != unloads) {
+    for (;;) {
         for (int i = 0; i < R_COUNT; i++)
             if (__atomic_load_n(real_slot(i), __ATOMIC_ACQUIRE))
                 __atomic_store_n(real_slot(i), find_real(real_names[i]), __ATOMIC_RELEASE);
-        seen = unloads;
+        unsigned int now = __atomic_load_n(&front_unloads, __ATOMIC_ACQUIRE);
+        if (now == unloads)
+            return;
+        unloads = now;
     }
-    pthread_mutex_unlock(&lock);
 }
 
 unsigned int real_refreshed;

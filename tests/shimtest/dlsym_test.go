@@ -119,3 +119,26 @@ func TestDlsymLeavesNoStaleError(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadWhileLibraryLoads: after a CUDA library was closed, a thread's
+// CUDA call finds the real functions anew while another thread is inside
+// dlopen of a library whose constructor calls CUDA: neither waits for the
+// other (the constructor holds the dynamic loader's lock, which finding
+// functions takes), and both get the answers they get without the shim.
+func TestReloadWhileLibraryLoads(t *testing.T) {
+	hook := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctorhook.c"}, Shared: true, Flags: []string{"-ldl"}})
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/reloadrace.c"}, Cudart: true, ProjectHeaders: true,
+		Flags: []string{"-rdynamic", "-ldl"}})
+	runtime := filepath.Join(harness.SimcudaDir(t), "libcudart.so.12")
+	_, plain := harness.RunOK(t, harness.Command(t, prog, runtime, hook))
+	res := harness.Run(t, harness.Shimmed(t, []string{"SPILLWAY_POOL=0"}, prog, runtime, hook))
+	if res.ExitCode != 0 {
+		t.Fatalf("exit %d (a hang is killed by SIGALRM)\nstdout: %s\nstderr: %s", res.ExitCode, res.Stdout, res.Stderr)
+	}
+	out := harness.ParseOutput(res.Stdout)
+	for _, op := range []string{"first", "a", "ctor"} {
+		if got, want := out.Code(t, op, 0), plain.Code(t, op, 0); got != want {
+			t.Errorf("%s: cudaMalloc returned %d with the shim, %d without it", op, got, want)
+		}
+	}
+}
