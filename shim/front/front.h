@@ -64,7 +64,7 @@ _Static_assert(R_COUNT == (sizeof(struct spillway_real) - offsetof(struct spillw
                "every field of spillway_real needs a row in calls.h");
 
 void *find_real(const char *name);
-__attribute__((noinline, cold)) void refresh_real(unsigned int unloads);
+__attribute__((noinline, cold)) unsigned int refresh_real(unsigned int unloads);
 
 /* The count of CUDA libraries closed (front_unloads) the table was last refreshed at. */
 extern unsigned int real_refreshed;
@@ -74,8 +74,7 @@ static inline void *resolve(int i)
 {
     unsigned int unloads = __atomic_load_n(&front_unloads, __ATOMIC_ACQUIRE);
     if (__builtin_expect(unloads != __atomic_load_n(&real_refreshed, __ATOMIC_RELAXED), 0)) {
-        refresh_real(unloads);
-        __atomic_store_n(&real_refreshed, unloads, __ATOMIC_RELAXED);
+        __atomic_store_n(&real_refreshed, refresh_real(unloads), __ATOMIC_RELAXED);
     }
     void **slot = real_slot(i);
     void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);

@@ -96,9 +96,10 @@ const char *const real_names[] = {
  * (and refreshes too), so a lock here would deadlock the two threads.
  * Threads refreshing at once store the same answers; one whose look-ups may
  * predate a later closing sees the count move and looks again, so its
- * answers never outlast a newer refresh's.
+ * answers never outlast a newer refresh's. It returns the count its
+ * answers are for.
  */
-__attribute__((noinline, cold)) void refresh_real(unsigned int unloads)
+__attribute__((noinline, cold)) unsigned int refresh_real(unsigned int unloads)
 {
     for (;;) {
         for (int i = 0; i < R_COUNT; i++)
@@ -106,7 +107,7 @@ __attribute__((noinline, cold)) void refresh_real(unsigned int unloads)
                 __atomic_store_n(real_slot(i), find_real(real_names[i]), __ATOMIC_RELEASE);
         unsigned int now = __atomic_load_n(&front_unloads, __ATOMIC_ACQUIRE);
         if (now == unloads)
-            return;
+            return now;
         unloads = now;
     }
 }
