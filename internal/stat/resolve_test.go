@@ -320,14 +320,45 @@ func TestReaderRefusesFileOfAnotherUser(t *testing.T) {
 	dir := t.TempDir()
 	writeFigures(t, dir, own, 100, 50)
 	writeFigures(t, dir, own, 101, 50)
+	planted := filepath.Join(dir, fmt.Sprintf("100-%d.stat", own))
+	if owner == 0 {
+		// Root's files are trusted: the planter is another user.
+		if err := os.Chown(planted, 4343, 4343); err != nil {
+			t.Fatal(err)
+		}
+	}
 	r := Reader{pids: pidResolver{proc: proc.root}}
 	procs, errs := r.ReadDirs(dir)
 	var pids []int
 	for _, p := range procs {
 		pids = append(pids, p.PID)
 	}
-	planted := filepath.Join(dir, fmt.Sprintf("100-%d.stat", own))
 	if !slices.Equal(pids, []int{101}) || len(errs) != 1 || !strings.Contains(errs[0].Error(), planted) {
 		t.Errorf("listed %v, errors %v; want 101 alone and an error naming %s", pids, errs, planted)
+	}
+}
+
+// A file of root's names its process whatever user that process runs as
+// now: a job may start CUDA as root, make its file, then drop its user;
+// one of another user's is refused.
+func TestReaderTrustsFileOfRoot(t *testing.T) {
+	proc := newFakeProc(t)
+	_, own := proc.namespace("")
+	proc.add("100", 50, "", 0)
+	proc.runsAs("100", 4242)
+	dir := t.TempDir()
+	writeFigures(t, dir, own, 100, 50)
+	path := filepath.Join(dir, fmt.Sprintf("100-%d.stat", own))
+	buf, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := pidResolver{proc: proc.root}
+	locked := func() bool { return true }
+	if p, err := parse(path, buf, 0, &pids, locked); err != nil || p.PID != 100 {
+		t.Errorf("root's file: %+v, %v; want process 100 listed", p, err)
+	}
+	if _, err := parse(path, buf, 4343, &pids, locked); err == nil || !strings.Contains(err.Error(), "owned by user 4343") {
+		t.Errorf("another user's file: %v, want it refused", err)
 	}
 }

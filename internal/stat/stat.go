@@ -30,7 +30,8 @@
 // A file owned by another user than the process /proc shows under its
 // PID is an error, never that process's figures: in a folder others can
 // write (as root, the reader trusts every user's), anyone could name
-// another user's job, its start time being public.
+// another user's job, its start time being public. A file of root's is
+// trusted (a job may drop its user after making its file).
 //
 // It must never make a system call from Publish, never block its writer on
 // a reader, and never trust a file beyond its fixed layout: a reader checks
@@ -388,8 +389,10 @@ func parse(path string, buf []byte, owner uint32, pids *pidResolver, locked func
 		return Process{}, ErrStale
 	}
 	// A process's file is its user's: one of another user's, in a folder
-	// others can write, names a job it does not describe.
-	if !p.PIDInItsNamespace {
+	// others can write, names a job it does not describe. Root's is
+	// trusted: root can write anything anyway, and a job that started
+	// CUDA as root and then dropped its user keeps the file it made.
+	if !p.PIDInItsNamespace && owner != 0 {
 		if uids, ok := pids.users(p.PID); ok && !slices.Contains(uids, owner) {
 			return Process{}, fmt.Errorf("%s: owned by user %d, but process %d runs as user %d: not its figures, not listed",
 				path, owner, p.PID, uids[1])
