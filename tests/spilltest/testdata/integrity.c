@@ -693,11 +693,31 @@ static void threads(void)
 /* ---- freeduring ---- */
 
 static struct blk victim;
+static pid_t main_tid;
 
+/* Whether thread tid sleeps (state S in /proc/self/task/TID/stat). */
+static int asleep(pid_t tid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/self/task/%d/stat", (int)tid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        die("/proc/self/task");
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    const char *name_end = strrchr(buf, ')'); /* the name may hold anything */
+    return name_end != NULL && name_end[1] == ' ' && name_end[2] == 'S';
+}
+
+/* Frees the victim once the main thread waits inside cudaDeviceSynchronize
+ * for the held stream (asleep at three looks in a row, not a lock taken on
+ * its way there), however long a loaded machine takes it to get there. */
 static void *free_victim(void *arg)
 {
     (void)arg;
-    usleep(500 * 1000); /* the main thread is inside cudaDeviceSynchronize */
+    for (int seen = 0; seen < 3; seen = asleep(main_tid) ? seen + 1 : 0)
+        usleep(2000);
     release(&victim);
     open_gate();
     return NULL;
@@ -728,6 +748,7 @@ static void freeduring(int during)
     ok(cudaLaunchHostFunc(s, hold, NULL), "cudaLaunchHostFunc");
     pthread_t th;
     if (during) {
+        main_tid = gettid();
         if (pthread_create(&th, NULL, free_victim, NULL))
             die("pthread_create");
     } else {
