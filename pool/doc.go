@@ -458,9 +458,20 @@
 // free head beginning and ending a block (GMLake's stitching taken to its
 // limit), the model peaks at 1.058, and at 1.045 (1.046 over four other
 // seeds) when a block under a granule lies against its granule's boundary
-// where its free range has one: a granule mapped at several addresses, with
-// the fragments in view, is what getting under 1.05 takes, since no rule for
-// one address per granule the models tried got under 1.076. Moving live
+// where its free range has one: with every free complete at once, a granule
+// mapped at several addresses, with the fragments in view, is what getting
+// under 1.05 takes, since no rule for one address per granule the models
+// tried got under 1.076. With frees that wait for the device as the pool's
+// do (a free's bytes reusable once the work queued before it retires, and a
+// synchronization before a placement that needs more memory than the peak
+// so far, as the pool's miss makes: about 1,800 per 100,000 operations,
+// the pool's count), the same model peaks at 1.056 (1.059 over eight seeds),
+// and at 1.055 (1.052) with each cudaFree complete at once, as a
+// synchronization in every cudaFree would make it; the one-address model
+// at 1.090 (1.087), the pool's freest counterpart, against its 1.131
+// (1.129). So none of the placements modelled (greedy, so no proven bound)
+// gets random churn under 1.05 without waiting for the device at every
+// free. Moving live
 // bytes does not get lower: an address fixes where in its granule each byte
 // lies, so moving can only gather onto one granule, mapped at each of their
 // addresses, bytes of partly used granules that lie at disjoint offsets; the

@@ -16,9 +16,10 @@ import (
 // Two models of placement over 2 MiB granules, to read the pool's peak
 // reserved ÷ peak live against: how little physical memory a placement that
 // never moves a live block could hold on a trace. Both are freer than the
-// pool: every free is complete at once (no pending or stream-owned bytes),
-// and each request searches every granule or free range, where the pool
-// looks at a few blocks. Their choices are greedy (a request takes the
+// pool: every free is complete at once (no pending or stream-owned bytes;
+// or, replayed by replayWaiting, reusable once the work queued before it
+// retires, sooner than the pool's), and each request searches every granule
+// or free range, where the pool looks at a few blocks. Their choices are greedy (a request takes the
 // fewest granules with no used byte, then leaves the fewest bytes free in
 // partly used ones; each model also has a rule with the partly used
 // granules' fragments in view, placeFragments), so no figure is a proven
@@ -421,6 +422,21 @@ func (m *stitchModel) sync() {
 
 func (m *stitchModel) peakReserved() uint64 { return m.peakHeld }
 
+// allocWithin places block id only where it needs no granule more than the
+// model holds; else it takes the placement back, the granules it made (the
+// newest, spare once the block is gone) dropped, and reports false.
+func (m *stitchModel) allocWithin(id uint32, size uint64) bool {
+	held, peak := m.held, m.peakHeld
+	m.alloc(id, size)
+	if m.held == held {
+		return true
+	}
+	m.release(id)
+	m.spare = slices.DeleteFunc(m.spare, func(g *modelGranule) bool { return uint64(g.id) > held/granule })
+	m.held, m.peakHeld = held, peak
+	return false
+}
+
 // addressModel is the one-address model: free address ranges (sorted,
 // merged; the address space is unbounded) and the used bytes of each
 // granule, by index, that holds any.
@@ -603,6 +619,21 @@ func (m *addressModel) sync() {}
 
 func (m *addressModel) peakReserved() uint64 { return m.peakHeld }
 
+// allocWithin places block id only where the granules holding used bytes
+// stay within their peak so far, the granules a pool that keeps what it
+// empties (as the pool does) would hold; else it takes the placement back
+// and reports false.
+func (m *addressModel) allocWithin(id uint32, size uint64) bool {
+	peak := m.peakHeld
+	m.alloc(id, size)
+	if m.held <= peak {
+		return true
+	}
+	m.release(id)
+	m.peakHeld = peak
+	return false
+}
+
 // placementModel is a model of placement that replayModel drives.
 type placementModel interface {
 	alloc(id uint32, size uint64) // a request, rounded to Alignment
@@ -627,6 +658,69 @@ func replayModel(m placementModel, ops []traces.Op) float64 {
 			m.release(op.ID)
 			live -= sizes[op.ID]
 		case traces.Sync:
+			m.sync()
+		}
+	}
+	return float64(m.peakReserved()) / float64(peakLive)
+}
+
+// waitingModel is a placement model that can try a placement without
+// growing (replayWaiting).
+type waitingModel interface {
+	placementModel
+	allocWithin(id uint32, size uint64) bool
+}
+
+// replayWaiting replays ops on m with frees that wait for the device, and
+// returns its peak reserved ÷ peak live: a free's bytes are reusable once
+// the work queued before it retires, which replayTarget's streams do every
+// replayLag operations, or at a synchronization; before a placement that
+// would need a granule more while frees wait, the model synchronizes, as
+// the pool does (allocateVirtual). With cudaFreeAtOnce, cudaFree's bytes
+// are reusable at once, as a synchronization in each cudaFree would make
+// them. Either way the model is freer than the pool, whose cudaFree waits
+// for a synchronization, not for its stream, and whose cudaFreeAsync's
+// bytes go to other streams only once a marker recorded after it is seen
+// complete.
+func replayWaiting(m waitingModel, ops []traces.Op, cudaFreeAtOnce bool) float64 {
+	var live, peakLive uint64
+	var n int
+	var serial uint32             // the model's block names: a trace reuses its IDs once freed
+	blocks := map[uint32]uint32{} // trace ID -> serial
+	sizes := map[uint32]uint64{}
+	var waiting []uint32
+	retire := func() {
+		for _, id := range waiting {
+			m.release(id)
+		}
+		waiting = waiting[:0]
+	}
+	for _, op := range ops {
+		if op.Kind != traces.Sync {
+			if n++; n%replayLag == 0 {
+				retire()
+			}
+		}
+		switch op.Kind {
+		case traces.Alloc, traces.AllocAsync:
+			size := (op.Size + pool.Alignment - 1) &^ (pool.Alignment - 1)
+			serial++
+			blocks[op.ID], sizes[op.ID] = serial, size
+			if len(waiting) == 0 || !m.allocWithin(serial, size) {
+				retire()
+				m.alloc(serial, size)
+			}
+			live += size
+			peakLive = max(peakLive, live)
+		case traces.Free, traces.FreeAsync:
+			if cudaFreeAtOnce && op.Kind == traces.Free {
+				m.release(blocks[op.ID])
+			} else {
+				waiting = append(waiting, blocks[op.ID])
+			}
+			live -= sizes[op.ID]
+		case traces.Sync:
+			retire()
 			m.sync()
 		}
 	}
@@ -664,7 +758,10 @@ func (t freesAtOnceTarget) FreeAsync(ptr, s uint64) error {
 // for the device; and the pool with only its cudaFrees, or only its
 // cudaFreeAsyncs, complete at once (a synchronization after a cudaFreeAsync
 // also completes the cudaFrees before it): how much of the distance from
-// BenchmarkTraceVirtual's figure each kind of free makes.
+// BenchmarkTraceVirtual's figure each kind of free makes. The best model of
+// each mapping rule is also replayed with frees that wait for the device
+// (replayWaiting; frees-wait), and with only the cudaFreeAsyncs waiting
+// (only-cudaFreeAsync-waits): what each rule gets with the pool's frees.
 func BenchmarkStitchFloor(b *testing.B) {
 	for _, ref := range traces.References {
 		ops := loadTrace(b, ref.File)
@@ -717,6 +814,26 @@ func BenchmarkStitchFloor(b *testing.B) {
 				b.ReportMetric(ratio, "reserved/live")
 			})
 		}
+		for _, wait := range []struct {
+			name           string
+			cudaFreeAtOnce bool
+		}{{"frees-wait", false}, {"only-cudaFreeAsync-waits", true}} {
+			for _, model := range []struct {
+				name string
+				new  func() waitingModel
+			}{
+				{"fragments=true", func() waitingModel { return newStitchModel(false, true) }},
+				{"one-address/fragments=true", func() waitingModel { return newAddressModel(true) }},
+			} {
+				b.Run(ref.File+"/"+model.name+"/"+wait.name, func(b *testing.B) {
+					var ratio float64
+					for range b.N {
+						ratio = replayWaiting(model.new(), ops, wait.cudaFreeAtOnce)
+					}
+					b.ReportMetric(ratio, "reserved/live")
+				})
+			}
+		}
 	}
 }
 
@@ -733,5 +850,48 @@ func TestPlacementModels(t *testing.T) {
 		if ratio := replayModel(m, ops); ratio < 1 {
 			t.Errorf("%s model: peak reserved ÷ peak live %.3f, below 1", name, ratio)
 		}
+	}
+	for name, m := range map[string]func() waitingModel{
+		"stitching, fragments":   func() waitingModel { return newStitchModel(false, true) },
+		"one-address, fragments": func() waitingModel { return newAddressModel(true) },
+	} {
+		for _, cudaFreeAtOnce := range []bool{false, true} {
+			if ratio := replayWaiting(m(), ops, cudaFreeAtOnce); ratio < 1 {
+				t.Errorf("%s model, frees waiting (cudaFree at once: %t): peak reserved ÷ peak live %.3f, below 1", name, cudaFreeAtOnce, ratio)
+			}
+		}
+	}
+}
+
+// TestAllocWithin checks that a placement that would need more memory is
+// taken back whole: the model holds what it held, and places the next
+// request as if the refused one had never been tried.
+func TestAllocWithin(t *testing.T) {
+	for name, m := range map[string]waitingModel{
+		"stitching": newStitchModel(false, true), "one-address": newAddressModel(true),
+	} {
+		m.alloc(1, granule)
+		m.release(1)
+		if m.allocWithin(2, 2*granule) {
+			t.Errorf("%s model: two granules placed within a peak of one", name)
+			continue
+		}
+		if got := m.peakReserved(); got != granule {
+			t.Errorf("%s model: peak %d after a refused placement, want %d", name, got, granule)
+		}
+		if !m.allocWithin(3, granule) {
+			t.Errorf("%s model: one granule refused within a peak of one", name)
+		}
+		m.alloc(4, granule)
+		if got := m.peakReserved(); got != 2*granule {
+			t.Errorf("%s model: peak %d with two granules in use, want %d", name, got, 2*granule)
+		}
+	}
+	m := newStitchModel(false, true)
+	m.alloc(1, granule)
+	m.release(1)
+	m.allocWithin(2, 2*granule)
+	if m.held != granule || len(m.spare) != 1 {
+		t.Errorf("stitching model: %d bytes held and %d spare granules after a refused placement, want %d and 1", m.held, len(m.spare), granule)
 	}
 }
