@@ -465,13 +465,14 @@
 // do (a free's bytes reusable once the work queued before it retires, and a
 // synchronization before a placement that needs more memory than the peak
 // so far, as the pool's miss makes: about 1,800 per 100,000 operations,
-// the pool's count), the same model peaks at 1.056 (1.059 over eight seeds),
-// and at 1.055 (1.052) with each cudaFree complete at once, as a
-// synchronization in every cudaFree would make it; the one-address model
-// at 1.090 (1.087), the pool's freest counterpart, against its 1.131
+// the pool's count), the same model peaks at 1.056 (1.059 over eight seeds);
+// at 1.055 (1.052) with each cudaFree complete at once, as a
+// synchronization in every cudaFree would make it, and at 1.053 (1.053)
+// with each cudaFreeAsync's bytes reusable at once by every stream, sooner
+// than CUDA allows; the one-address model, the pool's freest counterpart,
+// at 1.090, 1.082 and 1.084 (1.087 each), against the pool's 1.131
 // (1.129). So none of the placements modelled (greedy, so no proven bound)
-// gets random churn under 1.05 without waiting for the device at every
-// free. Moving live
+// gets random churn under 1.05 unless every free completes at once. Moving live
 // bytes does not get lower: an address fixes where in its granule each byte
 // lies, so moving can only gather onto one granule, mapped at each of their
 // addresses, bytes of partly used granules that lie at disjoint offsets; the

@@ -676,13 +676,14 @@ type waitingModel interface {
 // the work queued before it retires, which replayTarget's streams do every
 // replayLag operations, or at a synchronization; before a placement that
 // would need a granule more while frees wait, the model synchronizes, as
-// the pool does (allocateVirtual). With cudaFreeAtOnce, cudaFree's bytes
-// are reusable at once, as a synchronization in each cudaFree would make
-// them. Either way the model is freer than the pool, whose cudaFree waits
-// for a synchronization, not for its stream, and whose cudaFreeAsync's
-// bytes go to other streams only once a marker recorded after it is seen
-// complete.
-func replayWaiting(m waitingModel, ops []traces.Op, cudaFreeAtOnce bool) float64 {
+// the pool does (allocateVirtual). The frees of the kind atOnce (Free or
+// FreeAsync, or none with 0) are reusable at once instead: a cudaFree's as
+// a synchronization in each would make them, a cudaFreeAsync's by every
+// stream, sooner than CUDA allows (the pool reuses them at once on their own
+// stream only). The pool's cudaFree waits longer than the model's, for a
+// synchronization, and its cudaFreeAsync's bytes reach other streams once
+// a marker recorded after it is seen complete.
+func replayWaiting(m waitingModel, ops []traces.Op, atOnce traces.Kind) float64 {
 	var live, peakLive uint64
 	var n int
 	var serial uint32             // the model's block names: a trace reuses its IDs once freed
@@ -713,7 +714,7 @@ func replayWaiting(m waitingModel, ops []traces.Op, cudaFreeAtOnce bool) float64
 			live += size
 			peakLive = max(peakLive, live)
 		case traces.Free, traces.FreeAsync:
-			if cudaFreeAtOnce && op.Kind == traces.Free {
+			if op.Kind == atOnce {
 				m.release(blocks[op.ID])
 			} else {
 				waiting = append(waiting, blocks[op.ID])
@@ -760,8 +761,8 @@ func (t freesAtOnceTarget) FreeAsync(ptr, s uint64) error {
 // also completes the cudaFrees before it): how much of the distance from
 // BenchmarkTraceVirtual's figure each kind of free makes. The best model of
 // each mapping rule is also replayed with frees that wait for the device
-// (replayWaiting; frees-wait), and with only the cudaFreeAsyncs waiting
-// (only-cudaFreeAsync-waits): what each rule gets with the pool's frees.
+// (replayWaiting; frees-wait), and with those of one kind at once: what
+// each rule gets with the pool's frees.
 func BenchmarkStitchFloor(b *testing.B) {
 	for _, ref := range traces.References {
 		ops := loadTrace(b, ref.File)
@@ -815,9 +816,9 @@ func BenchmarkStitchFloor(b *testing.B) {
 			})
 		}
 		for _, wait := range []struct {
-			name           string
-			cudaFreeAtOnce bool
-		}{{"frees-wait", false}, {"only-cudaFreeAsync-waits", true}} {
+			name   string
+			atOnce traces.Kind
+		}{{"frees-wait", 0}, {"frees-wait/cudaFree-at-once", traces.Free}, {"frees-wait/cudaFreeAsync-at-once", traces.FreeAsync}} {
 			for _, model := range []struct {
 				name string
 				new  func() waitingModel
@@ -828,7 +829,7 @@ func BenchmarkStitchFloor(b *testing.B) {
 				b.Run(ref.File+"/"+model.name+"/"+wait.name, func(b *testing.B) {
 					var ratio float64
 					for range b.N {
-						ratio = replayWaiting(model.new(), ops, wait.cudaFreeAtOnce)
+						ratio = replayWaiting(model.new(), ops, wait.atOnce)
 					}
 					b.ReportMetric(ratio, "reserved/live")
 				})
@@ -855,9 +856,9 @@ func TestPlacementModels(t *testing.T) {
 		"stitching, fragments":   func() waitingModel { return newStitchModel(false, true) },
 		"one-address, fragments": func() waitingModel { return newAddressModel(true) },
 	} {
-		for _, cudaFreeAtOnce := range []bool{false, true} {
-			if ratio := replayWaiting(m(), ops, cudaFreeAtOnce); ratio < 1 {
-				t.Errorf("%s model, frees waiting (cudaFree at once: %t): peak reserved ÷ peak live %.3f, below 1", name, cudaFreeAtOnce, ratio)
+		for _, atOnce := range []traces.Kind{0, traces.Free, traces.FreeAsync} {
+			if ratio := replayWaiting(m(), ops, atOnce); ratio < 1 {
+				t.Errorf("%s model, frees waiting (at once: %q): peak reserved ÷ peak live %.3f, below 1", name, atOnce, ratio)
 			}
 		}
 	}
