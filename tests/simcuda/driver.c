@@ -1,7 +1,7 @@
 /*
  * driver.c - the simulated CUDA driver's entry, devices, contexts (primary and created),
- * cuGetProcAddress, error strings, fault injection, fork behaviour and the
- * statistics file. Memory lives in memory.c, streams and events in streams.c.
+ * cuGetProcAddress, error strings, fault injection, holding a call (export.h),
+ * fork behaviour and the statistics file. Memory lives in memory.c, streams and events in streams.c.
  *
  * Configuration is read once when the library loads: SIMCUDA_DEVICES,
  * SIMCUDA_CONTEXT_BYTES, SIMCUDA_NO_MANAGED, SIMCUDA_NO_VMM, SIMCUDA_NO_HOST_ACCESS,
@@ -98,6 +98,26 @@ static uint64_t *call_counter(const char *name)
 	}
 }
 
+/* The hook export.h's hold armed, and the function whose next call runs it. */
+static const char *held_name;
+static void (*held_hook)(void);
+
+static void hold(const char *name, void (*hook)(void))
+{
+	__atomic_store_n(&held_name, name, __ATOMIC_RELAXED);
+	__atomic_store_n(&held_hook, hook, __ATOMIC_RELEASE);
+}
+
+/* Runs the armed hook if this call of name is the one it waits for; one call takes it. */
+static void run_held(const char *name)
+{
+	void (*hook)(void) = __atomic_load_n(&held_hook, __ATOMIC_ACQUIRE);
+	if (hook == NULL || strcmp(__atomic_load_n(&held_name, __ATOMIC_RELAXED), name) != 0 ||
+	    !__atomic_compare_exchange_n(&held_hook, &hook, NULL, 0, __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+		return;
+	hook();
+}
+
 static int should_fail(const char *name, uint64_t ordinal)
 {
 	for (int i = 0; i < nfaults; i++)
@@ -116,6 +136,7 @@ CUresult sim_enter(const char *name, int need, uint64_t **counter)
 		__atomic_store_n(counter, count, __ATOMIC_RELEASE);
 	}
 	uint64_t n = __atomic_add_fetch(count, 1, __ATOMIC_RELAXED);
+	run_held(name);
 	if (sim_in_host_fn)
 		return CUDA_ERROR_NOT_PERMITTED; /* host functions must not call CUDA */
 	if ((need & ENTER_INIT) && !__atomic_load_n(&sim.initialized, __ATOMIC_ACQUIRE))
@@ -1708,6 +1729,7 @@ static const struct simcuda_export_table export_table = {
 	.register_counters = register_counters,
 	.should_fail = should_fail,
 	.current_context = current_context,
+	.hold = hold,
 };
 
 SIM_API CUresult cuGetExportTable(const void **ppExportTable, const CUuuid *pExportTableId)

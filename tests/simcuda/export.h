@@ -4,7 +4,8 @@
  * It carries what only simcuda needs: call counts for the statistics file,
  * fault injection for runtime functions, and the calling thread's current
  * context, which the runtime checks at every call without counting a driver
- * call (as the real runtime's private table lets it).
+ * call (as the real runtime's private table lets it). Test programs find it
+ * the same way, for hold.
  */
 #ifndef SIMCUDA_EXPORT_H
 #define SIMCUDA_EXPORT_H
@@ -37,6 +38,15 @@ struct simcuda_export_table {
 	 * device, or -1 when there is none or it is destroyed or inactive.
 	 */
 	struct CUctx_st *(*current_context)(int *device);
+	/*
+	 * A test hook: the next call of the driver function name, from any
+	 * thread, runs hook at its entry, before it takes any lock of the
+	 * driver's, and goes on when hook returns. A test holds a thread inside
+	 * a CUDA call so (and inside whatever an interposer holds around it)
+	 * until it has done what must happen meanwhile, such as a fork. One hook
+	 * at a time, armed anew for each use; name must outlive the call.
+	 */
+	void (*hold)(const char *name, void (*hook)(void));
 };
 
 #endif
