@@ -223,7 +223,7 @@ static CUresult driver_array(driver_make_fn make, void **handle, const void *des
     depth++;
     CUresult rc = (CUresult)core.take(device, bytes, ctx ? kind : kind | SPILLWAY_TAKE_IN_PRIMARY);
     if (rc == CUDA_SUCCESS) {
-        pthread_mutex_lock(&arrays_lock);
+        front_lock(&arrays_lock);
         rc = make(handle, desc, levels);
         array_made(rc == CUDA_SUCCESS, rc == CUDA_SUCCESS ? *handle : NULL, ctx, device, bytes, kind);
         pthread_mutex_unlock(&arrays_lock);
@@ -312,7 +312,7 @@ static cudaError_t runtime_array(runtime_make_fn make, void **handle, const stru
         rc = (cudaError_t)core.take(device, bytes, ctx ? kind : kind | SPILLWAY_TAKE_IN_PRIMARY);
         if (rc != cudaSuccess)
             break;
-        pthread_mutex_lock(&arrays_lock);
+        front_lock(&arrays_lock);
         rc = make(handle, desc, extent, levels, flags);
         array_made(rc == cudaSuccess, rc == cudaSuccess ? *handle : NULL, ctx, device, bytes, kind);
         pthread_mutex_unlock(&arrays_lock);
@@ -390,7 +390,7 @@ EXPORT CUresult cuArrayDestroy(CUarray hArray)
     REAL(real_destroy, cu_array_destroy);
     if (!core_listens())
         return real_destroy(hArray);
-    pthread_mutex_lock(&arrays_lock);
+    front_lock(&arrays_lock);
     CUresult rc = real_destroy(hArray);
     if (rc == CUDA_SUCCESS)
         core.array_destroyed((uint64_t)(uintptr_t)hArray);
@@ -404,7 +404,7 @@ EXPORT cudaError_t cudaFreeArray(cudaArray_t array)
     if (!core_listens())
         return real_free_array(array);
     depth++;
-    pthread_mutex_lock(&arrays_lock);
+    front_lock(&arrays_lock);
     cudaError_t rc = real_free_array(array);
     if (rc == cudaSuccess && array)
         core.array_destroyed((uint64_t)(uintptr_t)array);
@@ -418,7 +418,7 @@ EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
     REAL(real_destroy, cu_mipmapped_array_destroy);
     if (!core_listens())
         return real_destroy(hMipmappedArray);
-    pthread_mutex_lock(&arrays_lock);
+    front_lock(&arrays_lock);
     CUresult rc = real_destroy(hMipmappedArray);
     if (rc == CUDA_SUCCESS)
         core.array_destroyed((uint64_t)(uintptr_t)hMipmappedArray);
@@ -432,7 +432,7 @@ EXPORT cudaError_t cudaFreeMipmappedArray(cudaMipmappedArray_t mipmappedArray)
     if (!core_listens())
         return real_free_mipmapped_array(mipmappedArray);
     depth++;
-    pthread_mutex_lock(&arrays_lock);
+    front_lock(&arrays_lock);
     cudaError_t rc = real_free_mipmapped_array(mipmappedArray);
     if (rc == cudaSuccess && mipmappedArray)
         core.array_destroyed((uint64_t)(uintptr_t)mipmappedArray);

@@ -31,7 +31,7 @@ static atomic_long context_blocks;
 
 static void created_add(CUcontext ctx)
 {
-    pthread_mutex_lock(&created_lock);
+    front_lock(&created_lock);
     if (created_len == created_cap) {
         struct created *grown = grow_table(created, &created_cap, sizeof *created);
         if (!grown) {
@@ -54,7 +54,7 @@ static void created_add(CUcontext ctx)
 long created_usage(CUcontext ctx, int delta)
 {
     long usage = -1;
-    pthread_mutex_lock(&created_lock);
+    front_lock(&created_lock);
     for (size_t i = 0; i < created_len; i++) {
         if (created[i].ctx != ctx)
             continue;
@@ -74,7 +74,7 @@ long created_usage(CUcontext ctx, int delta)
 static int created_remove(CUcontext ctx)
 {
     int found = 0;
-    pthread_mutex_lock(&created_lock);
+    front_lock(&created_lock);
     for (size_t i = 0; i < created_len && !found; i++)
         if ((found = created[i].ctx == ctx)) {
             created[i] = created[--created_len];

@@ -24,6 +24,10 @@
  *     closed with a quota configured, or without one is served here (passed
  *     through, remembered in a small ledger that the core adopts);
  *   - when SPILLWAY_DISABLE=1 (pure pass-through).
+ * Some of the front's own locks guard real calls in every mode, pass-through
+ * included; front_lock takes them all, having registered a fork handler
+ * first, so that a child forked while another thread holds one starts it
+ * afresh and gets CUDA's answer instead of waiting for a thread it lacks.
  * If the core cannot be loaded, or comes from another build (its ABI version,
  * abi.h, differs), one line says why and how to fix it; with a quota
  * configured, allocations then fail instead of running unlimited.
@@ -195,6 +199,26 @@ static void atfork_child(void)
     pthread_mutex_init(&created_lock, NULL);
     pthread_mutex_init(&vmm_lock, NULL);
     pthread_mutex_init(&arrays_lock, NULL);
+    pthread_mutex_init(&pools_lock, NULL);
+}
+
+static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
+
+static void register_fork_handler(void)
+{
+    pthread_atfork(NULL, NULL, atfork_child);
+}
+
+/*
+ * Every lock of the front is taken here, so that the fork handler exists
+ * before any of them can be held, in every mode: some guard real calls
+ * with SPILLWAY_DISABLE=1 or before the core loads, and a child forked
+ * meanwhile must get CUDA's answer, not wait for a thread it does not have.
+ */
+void front_lock(pthread_mutex_t *lock)
+{
+    pthread_once(&fork_handler_once, register_fork_handler);
+    pthread_mutex_lock(lock);
 }
 
 void *grow_table(void *items, size_t *cap, size_t item_size)
@@ -364,13 +388,14 @@ static void report_at_exit(void)
 static void load_core(void)
 {
     atomic_store_explicit(&quota_at_load, quota_in_environment(), memory_order_release);
-    pthread_atfork(NULL, NULL, atfork_child);
+    /* Before the Go runtime starts: a child forked from here on never enters it. */
+    pthread_once(&fork_handler_once, register_fork_handler);
     loading_thread = 1;
     int ok = open_core() == 0;
     loading_thread = 0;
     if (ok)
         atexit(report_at_exit);
-    pthread_mutex_lock(&ledger_lock);
+    front_lock(&ledger_lock);
     /* Adopting asks CUDA about each block: with depth raised, as in any call
      * into the core, so that those calls never wait for this lock. */
     depth++;
@@ -436,7 +461,7 @@ enum route slow_route(int s)
             until.tv_sec++;
             until.tv_nsec -= 1000000000L;
         }
-        pthread_mutex_lock(&ledger_lock);
+        front_lock(&ledger_lock);
         while ((s = atomic_load(&state)) == LOADING)
             if (pthread_cond_timedwait(&ledger_ready, &ledger_lock, &until) == ETIMEDOUT)
                 break;
@@ -459,7 +484,7 @@ enum route slow_route(int s)
 cudaError_t early_record(void *ptr, uint64_t size, int32_t device)
 {
     cudaError_t rc = cudaSuccess;
-    pthread_mutex_lock(&ledger_lock);
+    front_lock(&ledger_lock);
     if (atomic_load(&state) == READY) {
         core.adopt((uint64_t)(uintptr_t)ptr, size, device);
     } else if (ledger_len < LEDGER_SIZE) {
@@ -481,7 +506,7 @@ cudaError_t early_record(void *ptr, uint64_t size, int32_t device)
  */
 int early_forget(void *ptr)
 {
-    pthread_mutex_lock(&ledger_lock);
+    front_lock(&ledger_lock);
     int early = atomic_load(&state) != READY;
     for (int i = 0; early && i < ledger_len; i++)
         if (ledger[i].ptr == (uint64_t)(uintptr_t)ptr) {

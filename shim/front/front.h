@@ -135,9 +135,12 @@ static inline int core_listens(void)
  * that the core hears of a capture whichever of the two comes first. */
 extern atomic_int captures_begun;
 
-/* Locks defined with what they guard (contexts.c, vmm.c, arrays.c); a forked
+/* Locks defined with what they guard (contexts.c, vmm.c, arrays.c, pools.c); a forked
  * child starts them afresh (front.c). */
-extern pthread_mutex_t created_lock, vmm_lock, arrays_lock;
+extern pthread_mutex_t created_lock, vmm_lock, arrays_lock, pools_lock;
+
+/* Takes one of the front's locks; none is taken otherwise (front.c says why). */
+void front_lock(pthread_mutex_t *lock);
 
 int quota_configured(void);
 

@@ -16,7 +16,7 @@
  * for a pool's location. Host-located pools are not kept. Few pools live at
  * once: a look-up scans them.
  */
-static pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
+pthread_mutex_t pools_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pool_place {
     CUmemoryPool pool;
     int32_t device;
@@ -27,7 +27,7 @@ static void pool_created(CUmemoryPool pool, int location_type, int location_id)
 {
     if (location_type != CU_MEM_LOCATION_TYPE_DEVICE)
         return;
-    pthread_mutex_lock(&pools_lock);
+    front_lock(&pools_lock);
     size_t i = 0;
     while (i < pools_len && pools[i].pool != pool)
         i++;
@@ -49,7 +49,7 @@ static void pool_created(CUmemoryPool pool, int location_type, int location_id)
 
 static void pool_destroyed(CUmemoryPool pool)
 {
-    pthread_mutex_lock(&pools_lock);
+    front_lock(&pools_lock);
     for (size_t i = 0; i < pools_len; i++)
         if (pools[i].pool == pool) {
             pools[i] = pools[--pools_len];
@@ -87,7 +87,7 @@ static int default_pool_device(CUmemoryPool pool)
 static void pool_place(CUmemoryPool pool, CUstream stream, int32_t *device)
 {
     int found = 0;
-    pthread_mutex_lock(&pools_lock);
+    front_lock(&pools_lock);
     for (size_t i = 0; i < pools_len && !found; i++)
         if ((found = pools[i].pool == pool))
             *device = pools[i].device;

@@ -38,7 +38,7 @@ static CUresult create_taken(__typeof__(real.cu_mem_create) real_create, CUmemGe
                              size_t size, const CUmemAllocationProp *prop, unsigned long long flags,
                              int32_t device, int32_t kind)
 {
-    pthread_mutex_lock(&vmm_lock);
+    front_lock(&vmm_lock);
     CUresult rc = real_create(handle, size, prop, flags);
     if (rc == CUDA_SUCCESS)
         core.vmm_created(*handle, device, size, kind);
@@ -148,7 +148,7 @@ static int vmm_heard(CUresult rc)
 EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
 {
     REAL(real_release, cu_mem_release);
-    pthread_mutex_lock(&vmm_lock);
+    front_lock(&vmm_lock);
     CUresult rc = real_release(handle);
     if (vmm_heard(rc))
         core.vmm_released(handle);
@@ -168,7 +168,7 @@ EXPORT CUresult cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle
     uint64_t base = 0, size = 0;
     if (handle && pool_holds((CUdeviceptr)(uintptr_t)addr, &base, &size) != SPILLWAY_HELD_NOT)
         return CUDA_ERROR_INVALID_VALUE; /* CUDA's answer for memory cuMemMap did not map */
-    pthread_mutex_lock(&vmm_lock);
+    front_lock(&vmm_lock);
     CUresult rc = real_retain(handle, addr);
     if (vmm_heard(rc))
         core.vmm_retained(*handle);
@@ -187,7 +187,7 @@ EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle *han
                                                CUmemAllocationHandleType shHandleType)
 {
     REAL(real_import, cu_mem_import_from_shareable_handle);
-    pthread_mutex_lock(&vmm_lock);
+    front_lock(&vmm_lock);
     CUresult rc = real_import(handle, osHandle, shHandleType);
     if (vmm_heard(rc))
         core.vmm_retained(*handle);
@@ -199,7 +199,7 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                          CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
     REAL(real_map, cu_mem_map);
-    pthread_mutex_lock(&vmm_lock);
+    front_lock(&vmm_lock);
     CUresult rc = real_map(ptr, size, offset, handle, flags);
     if (vmm_heard(rc))
         core.vmm_mapped((uint64_t)ptr, size, handle);
@@ -210,7 +210,7 @@ EXPORT CUresult cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 EXPORT CUresult cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
     REAL(real_unmap, cu_mem_unmap);
-    pthread_mutex_lock(&vmm_lock);
+    front_lock(&vmm_lock);
     CUresult rc = real_unmap(ptr, size);
     if (vmm_heard(rc))
         core.vmm_unmapped((uint64_t)ptr, size);
@@ -238,7 +238,7 @@ EXPORT CUresult cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDe
                                size_t count)
 {
     REAL(real_set_access, cu_mem_set_access);
-    pthread_mutex_lock(&vmm_lock);
+    front_lock(&vmm_lock);
     CUresult rc = real_set_access(ptr, size, desc, count);
     if (atomic_load(&placed_on_host) && vmm_heard(rc) && devices_only(desc, count))
         core.vmm_accessed((uint64_t)ptr, size);

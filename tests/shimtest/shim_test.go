@@ -579,6 +579,69 @@ func TestForkAfterCUDA(t *testing.T) {
 	}
 }
 
+// TestForkDuringVirtualMemoryCall: a multi-threaded program forks while
+// another thread is inside cuMemMap, which the front guards with a lock of
+// its own in every mode. The forked child's cuMemMap and cuMemRelease must
+// get CUDA's own answer, as without the shim, and never wait for that lock:
+// with SPILLWAY_DISABLE=1 (pure pass-through), before anything loaded the
+// core, and with the core running.
+func TestForkDuringVirtualMemoryCall(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/forkheld.c"}, Cudart: true, ProjectHeaders: true,
+		Flags: []string{"-I", filepath.Join(harness.Root(t), "tests", "simcuda"), "-lcuda"}})
+	for _, run := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"disabled", []string{"SPILLWAY_DISABLE=1"}, []string{"create"}},
+		{"core not loaded", nil, nil},
+		{"core running", []string{"SPILLWAY_MEMORY_LIMIT=1GiB"}, []string{"create"}},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			_, plain := harness.RunOK(t, harness.Command(t, prog, run.args...))
+			_, out := harness.RunOK(t, harness.Shimmed(t, run.env, prog, run.args...))
+			// A child waiting for the lock shows as SIGALRM from its watchdog.
+			if l := out.Line(t, "child", 0); strings.Join(l, " ") != "child exit 0" {
+				t.Fatalf("the child forked during cuMemMap ended with %v", l)
+			}
+			if got, want := strings.Join(out.Line(t, "forked", 0), " "), strings.Join(plain.Line(t, "forked", 0), " "); got != want {
+				t.Errorf("the forked child printed %q under the shim, %q without", got, want)
+			}
+			if got, want := out.Num(t, "parent", 0, 2), plain.Num(t, "parent", 0, 2); got != want {
+				t.Errorf("the parent's held cuMemMap returned %d under the shim, %d without", got, want)
+			}
+		})
+	}
+}
+
+// TestFrontLocksTakenThroughFrontLock: the front takes each of its locks
+// with front_lock, which registers the fork handler first, so that no lock
+// can be held at a fork before a child would start it afresh. Most of the
+// places that lock (a table of contexts or pools changing) hold no real
+// call a test could keep a thread inside, so this reads the sources.
+func TestFrontLocksTakenThroughFrontLock(t *testing.T) {
+	sources, err := filepath.Glob(filepath.Join(harness.Root(t), "shim", "front", "*.c"))
+	if err != nil || len(sources) == 0 {
+		t.Fatalf("the front's sources: %v (found %d)", err, len(sources))
+	}
+	locking := regexp.MustCompile(`pthread_(mutex_(lock|trylock|timedlock)|rwlock_\w*lock|spin_lock)\(`)
+	for _, path := range sources {
+		src, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatalf("reading the front's source: %v", err)
+		}
+		for i, line := range strings.Split(string(src), "\n") {
+			// front_lock's own call, after it registered the handler.
+			if strings.TrimSpace(line) == "pthread_mutex_lock(lock);" && filepath.Base(path) == "front.c" {
+				continue
+			}
+			if locking.MatchString(line) {
+				t.Errorf("%s:%d takes a lock without front_lock: %s", filepath.Base(path), i+1, strings.TrimSpace(line))
+			}
+		}
+	}
+}
+
 func TestBadConfiguration(t *testing.T) {
 	prog := cudaops(t)
 	for _, env := range []string{
