@@ -13,7 +13,8 @@
 // sharing the directory never take each other's file), readable by their
 // owner only, and removed at exit. A writer holds a lock on its file while
 // it lives; the next process that creates its file there removes those
-// nobody holds. A process of another PID namespace is found by its
+// nobody holds, and the temporaries (PID-NS.stat.new, skipped by readers)
+// of writers killed while they laid their files out. A process of another PID namespace is found by its
 // namespace and its PID there, and shown under the PID the reader sees
 // (which NVML reports). A file whose process /proc does not show (no
 // /proc/PID, or one with another start time: the PID was reused) is stale
@@ -212,11 +213,35 @@ func Create(dir string, pid int) (*Writer, error) {
 	}
 	removeStale(dir)
 	path := filepath.Join(dir, fmt.Sprintf("%d-%d.stat", pid, ns))
-	// The file is locked and laid out under a name readers skip, then
-	// renamed into place: a file named .stat always has its header, and
-	// its lock for as long as its writer lives.
-	building := path + ".new"
-	fd, err := unix.Open(building, unix.O_RDWR|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	comm, _ := os.ReadFile(proc + "/comm")
+	// A process publishing here at the same moment may remove our
+	// temporary, taken for the one a killed process of our PID left and
+	// replaced between its checks: the rename then finds nothing, and a
+	// second try makes the file again.
+	for tries := 1; ; tries++ {
+		w, err := layOut(path, pid, start, ns, bytes.TrimSpace(comm))
+		if err == nil || !errors.Is(err, fs.ErrNotExist) || tries == 3 {
+			return w, err
+		}
+	}
+}
+
+// temporarySuffix ends the name a file is laid out under, beside its own.
+const temporarySuffix = ".new"
+
+// layOut makes the file at path of the process with PID pid in namespace
+// ns that started at start: it is locked and laid out under a name readers
+// skip, then renamed into place, so that a file named .stat always has its
+// header, and its lock for as long as its writer lives.
+func layOut(path string, pid int, start, ns uint64, comm []byte) (*Writer, error) {
+	building := path + temporarySuffix
+	// One left under this name is a killed process's that had this PID:
+	// removed, never reused, so that a file that has its header always
+	// had its writer's lock before (removeStale relies on it).
+	if err := os.Remove(building); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("stat file %s: %w", building, err)
+	}
+	fd, err := unix.Open(building, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("stat file %s: %w", building, err)
 	}
@@ -225,7 +250,7 @@ func Create(dir string, pid int) (*Writer, error) {
 		os.Remove(building)
 		return nil, fmt.Errorf("stat file %s: %w", building, err)
 	}
-	if err := unix.Fchmod(fd, 0o600); err != nil { // an old file of a reused PID keeps its mode
+	if err := unix.Fchmod(fd, 0o600); err != nil { // the umask may have taken bits the mode had
 		return fail(err)
 	}
 	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
@@ -244,8 +269,7 @@ func Create(dir string, pid int) (*Writer, error) {
 	binary.LittleEndian.PutUint64(mem[offPID:], uint64(pid))
 	binary.LittleEndian.PutUint64(mem[offStart:], start)
 	binary.LittleEndian.PutUint64(mem[offPIDNS:], ns)
-	comm, _ := os.ReadFile(proc + "/comm")
-	copy(mem[offComm:offComm+commSize], bytes.TrimSpace(comm))
+	copy(mem[offComm:offComm+commSize], comm)
 	if err := os.Rename(building, path); err != nil {
 		unix.Munmap(mem)
 		return fail(err)
@@ -701,16 +725,44 @@ func openRegular(path string) (*os.File, error) {
 // which its PID and start time, read from here, may not. A file without a
 // namespace, an older version's, has no lock and is left: readers ignore
 // it once its process is gone.
+//
+// It removes as well the temporaries (PID-NS.stat.new) of writers killed
+// while they made their files, which no exit removes: one with its header,
+// which a writer writes only once it holds its lock, by the same rule; an
+// empty one, which a live writer may not have locked yet, only when its PID
+// is of this namespace and has no /proc entry.
 func removeStale(dir string) {
 	entries, _ := os.ReadDir(dir)
+	own, _ := pidNamespace("/proc/self")
 	for _, e := range entries {
-		if strings.HasSuffix(e.Name(), ".stat") {
-			removeIfUnlocked(filepath.Join(dir, e.Name()))
+		path := filepath.Join(dir, e.Name())
+		switch {
+		case strings.HasSuffix(e.Name(), ".stat"):
+			removeIfUnlocked(path, nil)
+		case strings.HasSuffix(e.Name(), ".stat"+temporarySuffix):
+			removeIfUnlocked(path, func() bool { return temporaryWriterGone(e.Name(), own) })
 		}
 	}
 }
 
-func removeIfUnlocked(path string) {
+// temporaryWriterGone reports whether the writer named by the name of a
+// temporary, PID-NS.stat.new, is surely gone: its namespace is own, where
+// its PID has no /proc entry.
+func temporaryWriterGone(name string, own uint64) bool {
+	pidText, nsText, _ := strings.Cut(strings.TrimSuffix(name, ".stat"+temporarySuffix), "-")
+	pid, pidErr := strconv.Atoi(pidText)
+	ns, nsErr := strconv.ParseUint(nsText, 10, 64)
+	if pidErr != nil || nsErr != nil || pid <= 0 || own == 0 || ns != own {
+		return false
+	}
+	_, err := os.Stat("/proc/" + strconv.Itoa(pid))
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// removeIfUnlocked removes the file at path if it has a header of this
+// version, with a namespace, and nobody holds its lock; one without such a
+// header only when headerless says its writer is gone (nil: never).
+func removeIfUnlocked(path string, headerless func() bool) {
 	f, err := openRegular(path)
 	if err != nil {
 		return
@@ -720,9 +772,13 @@ func removeIfUnlocked(path string) {
 	le := binary.LittleEndian
 	if n, _ := f.ReadAt(head, 0); n < headerSize || string(head[:len(magic)]) != magic ||
 		le.Uint32(head[offVersion:]) != version || le.Uint64(head[offPIDNS:]) == 0 {
-		return
-	}
-	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		if headerless == nil || !headerless() {
+			return
+		}
+		// Its writer is gone, and no lock is tried: a process that took
+		// its PID since, about to lock a file of its own under this name,
+		// would fail to.
+	} else if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
 		return // its writer lives
 	}
 	held, err := f.Stat()

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -280,4 +281,59 @@ func childWriter(t *testing.T, dir string) (*exec.Cmd, *Writer) {
 		t.Fatal(err)
 	}
 	return child, w
+}
+
+// A process killed while it made its file leaves the temporary it lays the
+// file out under (PID-NS.stat.new), which no exit removes: the next process
+// that publishes there removes it when its writer is surely gone (its lock
+// is free and its header written, which its writer does only under that
+// lock; or, still empty, its PID of this namespace has no /proc entry),
+// and keeps one a live writer may still be making. Readers neither list
+// nor report temporaries.
+func TestCreateRemovesKilledWritersTemporaries(t *testing.T) {
+	dir := t.TempDir()
+	live, err := Create(dir, os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer live.Close()
+	layout, err := os.ReadFile(live.Path())
+	if err != nil {
+		t.Fatal(err)
+	}
+	own, err := pidNamespace("/proc/self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleeper.Process.Kill(); sleeper.Wait() }()
+	temporary := func(pid int, ns uint64) string {
+		return filepath.Join(dir, fmt.Sprintf("%d-%d.stat.new", pid, ns))
+	}
+	// PIDs above Linux's largest are gone in this namespace.
+	laidOut := temporary(4194305, 1)               // killed before its rename
+	empty := temporary(4194306, own)               // killed before it wrote its header
+	locking := temporary(sleeper.Process.Pid, own) // a live writer about to take its lock
+	elsewhere := temporary(4194307, 1)             // empty, of a namespace whose PIDs /proc cannot tell
+	renaming := temporary(4194308, 1)              // a live writer about to rename its file
+	for path, contents := range map[string][]byte{laidOut: layout, empty: nil, locking: nil, elsewhere: nil, renaming: layout} {
+		if err := os.WriteFile(path, contents, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holdLock(t, renaming)
+
+	if procs, errs := new(Reader).ReadDirs(dir); len(procs) != 1 || len(errs) != 0 {
+		t.Errorf("beside temporaries: %v, %v; want this process alone, no error", procs, errs)
+	}
+	_, w := childWriter(t, dir)
+	defer w.Close()
+	for path, want := range map[string]bool{laidOut: false, empty: false, locking: true, elsewhere: true, renaming: true, w.Path(): true} {
+		if _, err := os.Stat(path); (err == nil) != want {
+			t.Errorf("%s: kept %v, want %v", filepath.Base(path), err == nil, want)
+		}
+	}
 }
