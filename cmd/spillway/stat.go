@@ -143,23 +143,25 @@ func statMain(args []string) int {
 	if err != nil {
 		return reportFlagError("stat", err)
 	}
-	dirs, dirErr := statDirs()
-	if errors.As(dirErr, new(*config.Error)) {
+	dirs, err := statDirs()
+	if errors.As(err, new(*config.Error)) {
 		// A variable set wrong is the caller's to fix, as a bad flag is,
 		// and said as run and trace say one.
-		return reportFlagError("stat", &usageErr{environmentLines(dirErr)})
+		return reportFlagError("stat", &usageErr{environmentLines(err)})
 	}
-	lib, err := openNVML()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "spillway stat: %v\n", err)
+	lib, nvmlErr := openNVML()
+	if nvmlErr != nil {
+		fmt.Fprintf(os.Stderr, "spillway stat: %v\n", nvmlErr)
 		return 1
 	}
 	defer lib.Shutdown()
+	if errors.Is(err, stat.ErrNoRuntimeDir) {
+		// The caller's processes publish nowhere either (the shim says so
+		// at info): NVML's view is all there is to show, and no error.
+		fmt.Fprintf(os.Stderr, "spillway stat: XDG_RUNTIME_DIR is unset, so your processes publish figures only where SPILLWAY_RUNTIME_DIR names (set it here too to read them); showing what NVML reports\n")
+	}
 	var files stat.Reader // one for every refresh: it keeps what it learned of other PID namespaces
 	snapshot := func() (*statReport, error) {
-		if dirErr != nil {
-			return nil, dirErr
-		}
 		return collect(lib, &files, dirs)
 	}
 	if o.metricsAddr != "" {
@@ -225,7 +227,8 @@ func openNVML() (nvml.Interface, error) {
 
 // statDirs are the runtime directories to read: the caller's, and as root
 // every user's. SPILLWAY_RUNTIME_DIR is checked as the shim checks it: a
-// value the shim refuses would show no process, not an error.
+// value the shim refuses would show no process, not an error. Without it
+// or XDG_RUNTIME_DIR, a user other than root has none (stat.ErrNoRuntimeDir).
 func statDirs() ([]string, error) {
 	if d, ok := os.LookupEnv(config.EnvRuntimeDir); ok {
 		d, err := config.ParseRuntimeDir(config.EnvRuntimeDir, d)
@@ -236,7 +239,7 @@ func statDirs() ([]string, error) {
 	}
 	d, err := stat.DefaultDir(os.Geteuid(), os.Getenv("XDG_RUNTIME_DIR"))
 	if err != nil {
-		return nil, err
+		return nil, err // stat.ErrNoRuntimeDir: no folder to read
 	}
 	dirs := []string{d}
 	if os.Geteuid() == 0 {

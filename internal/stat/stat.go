@@ -170,14 +170,18 @@ type Process struct {
 	start        uint64
 }
 
+// ErrNoRuntimeDir says a user other than root has no default runtime
+// directory: XDG_RUNTIME_DIR is unset.
+var ErrNoRuntimeDir = errors.New("no runtime directory: XDG_RUNTIME_DIR is unset (set SPILLWAY_RUNTIME_DIR to a private folder)")
+
 // DefaultDir is the runtime directory for a process of effective user euid
-// with the given $XDG_RUNTIME_DIR.
+// with the given $XDG_RUNTIME_DIR, or ErrNoRuntimeDir.
 func DefaultDir(euid int, xdgRuntimeDir string) (string, error) {
 	if euid == 0 {
 		return "/run/spillway", nil
 	}
 	if xdgRuntimeDir == "" {
-		return "", errors.New("no runtime directory: XDG_RUNTIME_DIR is unset (set SPILLWAY_RUNTIME_DIR to a private folder)")
+		return "", ErrNoRuntimeDir
 	}
 	return filepath.Join(xdgRuntimeDir, "spillway"), nil
 }
