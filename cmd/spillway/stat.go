@@ -160,6 +160,7 @@ func statMain(args []string) int {
 		// at info): NVML's view is all there is to show, and no error.
 		fmt.Fprintf(os.Stderr, "spillway stat: XDG_RUNTIME_DIR is unset, so your processes publish figures only where SPILLWAY_RUNTIME_DIR names (set it here too to read them); showing what NVML reports\n")
 	}
+	warnWritableByOthers(os.Stderr, dirs)
 	var files stat.Reader // one for every refresh: it keeps what it learned of other PID namespaces
 	snapshot := func() (*statReport, error) {
 		return collect(lib, &files, dirs)
@@ -247,6 +248,23 @@ func statDirs() ([]string, error) {
 		dirs = append(dirs, users...)
 	}
 	return dirs, nil
+}
+
+// warnWritableByOthers names on w, once, each folder of dirs that every
+// user can write and that is not sticky: any of them can remove a job's
+// figures file there, or replace it with one of theirs (which is refused
+// as another user's, and the job is no longer listed).
+func warnWritableByOthers(w io.Writer, dirs []string) {
+	for _, dir := range dirs {
+		info, err := os.Stat(dir)
+		if err != nil || !info.IsDir() {
+			continue // a missing folder lists nothing; an unreadable one is named at each refresh
+		}
+		if mode := info.Mode(); mode.Perm()&0o002 != 0 && mode&os.ModeSticky == 0 {
+			fmt.Fprintf(w, "spillway stat: warning: %s (mode %04o) is writable by every user and not sticky: any of them can remove or replace the figures files in it; make it 0700\n",
+				dir, mode.Perm())
+		}
+	}
 }
 
 // statReport is spillway stat's JSON document.

@@ -3,6 +3,7 @@ package stattest
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -150,4 +151,30 @@ func TestStatWithoutRuntimeDirectory(t *testing.T) {
 		t.Errorf("--watch: %v; want status 0 once interrupted", err)
 	}
 	saysWhy("--watch", stderr.String())
+}
+
+// A runtime folder every user can write, without the sticky bit, lets any
+// of them remove or replace a job's figures file: spillway stat names it
+// and its mode on standard error, in one line, and goes on. A folder only
+// its owner can write, or a sticky one (as /tmp is), says nothing.
+func TestStatWarnsOfFolderOthersCanWrite(t *testing.T) {
+	for _, c := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o777, true}, {0o757, true}, {0o700, false}, {0o777 | os.ModeSticky, false}} {
+		e := newEnv(t)
+		if err := os.Mkdir(e.runtime, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(e.runtime, c.mode); err != nil {
+			t.Fatal(err)
+		}
+		res := runStat(t, e)
+		checkNVMLOnly(t, c.mode.String(), res)
+		said := strings.Contains(res.Stderr, e.runtime) && strings.Contains(res.Stderr, fmt.Sprintf("%04o", c.mode.Perm())) &&
+			strings.Count(res.Stderr, "\n") == 1
+		if said != c.warn || !c.warn && res.Stderr != "" {
+			t.Errorf("folder of mode %v: stderr %q; want a line naming it and its mode: %v", c.mode, res.Stderr, c.warn)
+		}
+	}
 }
