@@ -354,13 +354,13 @@ func deviceSettingError(cfg config.Config, ordinal int, total uint64) error {
 	}
 	if limit.IsSet() && quota < config.AllocationUnit {
 		name := limitVariable(cfg, ordinal)
-		return &config.Error{Name: name, Value: limit.String(),
+		return &config.Error{Name: name, Value: cfg.Written[name],
 			Reason: fmt.Sprintf("that is %d bytes of device %d's %s, less than the smallest allocation (%d bytes), which would refuse every allocation",
 				quota, ordinal, config.FormatBytes(total), config.AllocationUnit),
 			Example: name + "=8GiB"}
 	}
 	if cfg.PoolReserve > quota {
-		return &config.Error{Name: config.EnvPoolReserve, Value: config.FormatBytes(cfg.PoolReserve),
+		return &config.Error{Name: config.EnvPoolReserve, Value: cfg.Written[config.EnvPoolReserve],
 			Reason:  config.LargerThan(cfg.PoolReserve, quota, fmt.Sprintf("the quota of device %d", ordinal)),
 			Example: config.EnvPoolReserve + "=" + config.FormatBytes(quota/2)}
 	}

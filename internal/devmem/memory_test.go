@@ -335,6 +335,29 @@ func TestReserveAboveQuotaInBytes(t *testing.T) {
 	}
 }
 
+// TestDeviceSettingErrorQuotesTheValueAsWritten: a setting found invalid
+// once the device's total is known is quoted as the user wrote it, so that
+// it can be found where it was set, not as the shim reformats it.
+func TestDeviceSettingErrorQuotesTheValueAsWritten(t *testing.T) {
+	for _, tc := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"SPILLWAY_MEMORY_LIMIT=10%", "SPILLWAY_POOL_RESERVE=2048MiB"}, `invalid SPILLWAY_POOL_RESERVE="2048MiB": `},
+		{[]string{"SPILLWAY_MEMORY_LIMIT=10%", "SPILLWAY_POOL_RESERVE= 2147483648"}, `invalid SPILLWAY_POOL_RESERVE=" 2147483648": `},
+		{[]string{"SPILLWAY_MEMORY_LIMIT=0.00000000010%"}, `invalid SPILLWAY_MEMORY_LIMIT="0.00000000010%": `},
+		{[]string{"SPILLWAY_MEMORY_LIMIT_0=0.000000000100%"}, `invalid SPILLWAY_MEMORY_LIMIT_0="0.000000000100%": `},
+	} {
+		cfg, err := config.Parse(tc.env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := deviceSettingError(cfg, 0, 16<<30); err == nil || !strings.HasPrefix(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want it to begin %q", tc.env, err, tc.want)
+		}
+	}
+}
+
 func TestCacheHitAfterSynchronize(t *testing.T) {
 	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=64MiB")
 	a, _ := m.malloc(request{size: 4096})

@@ -170,6 +170,10 @@ type Config struct {
 	// RuntimeDir is where the figures file is published; empty: the default
 	// (internal/stat.DefaultDir).
 	RuntimeDir string
+	// Written holds each SPILLWAY_* variable's value as written, blanks
+	// included, by name: a setting found invalid only once a device's total
+	// is known is quoted this way, so that it can be found where it was set.
+	Written map[string]string
 	// Unknown lists SPILLWAY_* variables that no part of Spillway reads,
 	// most likely misspellings (spillway_* too: names are read in capitals
 	// only); the caller should warn about them.
@@ -298,6 +302,7 @@ func Parse(environ []string) (Config, error) {
 		slices.SortStableFunc(errs, func(a, b error) int { return strings.Compare(name(a), name(b)) })
 		return Config{}, errors.Join(errs...)
 	}
+	cfg.Written = env
 	return cfg, nil
 }
 
