@@ -344,8 +344,8 @@ func (m *memory) newDevice(ordinal int) (*device, interpose.Error) {
 
 // deviceSettingError is the setting found invalid once a device's total is
 // known, which leaves the device without a pool: a percentage quota that is
-// less of it than the smallest allocation, or a reserve above its quota. Nil
-// when none is.
+// less of it than the smallest allocation, or a reserve above its quota
+// (its memory without one). Nil when none is.
 func deviceSettingError(cfg config.Config, ordinal int, total uint64) error {
 	limit := cfg.LimitFor(ordinal)
 	quota := total
@@ -360,8 +360,14 @@ func deviceSettingError(cfg config.Config, ordinal int, total uint64) error {
 			Example: name + "=8GiB"}
 	}
 	if cfg.PoolReserve > quota {
+		// Without a quota the reserve must fit in the device's memory: the
+		// message names what the user can see, not a quota never set.
+		bound := fmt.Sprintf("the quota of device %d", ordinal)
+		if !limit.IsSet() {
+			bound = fmt.Sprintf("the memory of device %d", ordinal)
+		}
 		return &config.Error{Name: config.EnvPoolReserve, Value: cfg.Written[config.EnvPoolReserve],
-			Reason:  config.LargerThan(cfg.PoolReserve, quota, fmt.Sprintf("the quota of device %d", ordinal)),
+			Reason:  config.LargerThan(cfg.PoolReserve, quota, bound),
 			Example: config.EnvPoolReserve + "=" + config.FormatBytes(quota/2)}
 	}
 	return nil

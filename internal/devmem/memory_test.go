@@ -358,6 +358,20 @@ func TestDeviceSettingErrorQuotesTheValueAsWritten(t *testing.T) {
 	}
 }
 
+// TestReserveAboveDeviceWithoutQuota: without a quota, a reserve above the
+// device's memory is refused as larger than that memory: no quota was
+// configured for the message to speak of.
+func TestReserveAboveDeviceWithoutQuota(t *testing.T) {
+	cfg, err := config.Parse([]string{"SPILLWAY_POOL_RESERVE=2GiB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = deviceSettingError(cfg, 0, 1<<30)
+	if err == nil || !strings.Contains(err.Error(), "larger than the memory of device 0 (1GiB)") || strings.Contains(err.Error(), "quota") {
+		t.Errorf("a reserve of 2GiB on a device of 1GiB without a quota: %v, want it larger than the device's memory, and no word of a quota", err)
+	}
+}
+
 func TestCacheHitAfterSynchronize(t *testing.T) {
 	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=64MiB")
 	a, _ := m.malloc(request{size: 4096})
