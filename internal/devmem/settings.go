@@ -33,8 +33,9 @@ func (c *Core) describeSettings() {
 	}
 	for _, n := range cfg.Ordinals() {
 		if n >= count {
-			c.log.Warnf("%s%d=%s has no effect: this process sees %s", config.EnvMemoryLimitDevicePrefix, n,
-				limitText(cfg.DeviceLimits[n]), devicesText(count))
+			// As written: the setting to look for where it was set.
+			name := config.EnvMemoryLimitDevicePrefix + strconv.Itoa(n)
+			c.log.Warnf("%s=%s has no effect: this process sees %s", name, cfg.Written[name], devicesText(count))
 		}
 	}
 	if !info {

@@ -49,6 +49,15 @@ func TestStartMessages(t *testing.T) {
 		strings.Contains(res.Stderr, "quota") {
 		t.Errorf("default level: stderr %q", res.Stderr)
 	}
+	// A device quota without effect is quoted as written, a percentage too.
+	res, _ = harness.RunOK(t, harness.Shimmed(t, []string{"SIMCUDA_DEVICES=1x1GiB", "SPILLWAY_MEMORY_LIMIT_3=2048MiB",
+		"SPILLWAY_MEMORY_LIMIT_4=50%"}, prog, "m", "1M"))
+	for _, want := range []string{"SPILLWAY_MEMORY_LIMIT_3=2048MiB has no effect: this process sees 1 device (ordinal 0)",
+		"SPILLWAY_MEMORY_LIMIT_4=50% has no effect: this process sees 1 device (ordinal 0)"} {
+		if strings.Count(res.Stderr, want) != 1 {
+			t.Errorf("%q not said once; stderr:\n%s", want, res.Stderr)
+		}
+	}
 	res, _ = harness.RunOK(t, harness.Shimmed(t, []string{"SIMCUDA_DEVICES=1x1GiB", "SPILLWAY_MEMORY_LIMIT=1GiB"}, prog, "m", "1M"))
 	if res.Stderr != "" {
 		t.Errorf("nothing to say: stderr %q", res.Stderr)
