@@ -158,7 +158,7 @@ func statMain(args []string) int {
 	if errors.Is(err, stat.ErrNoRuntimeDir) {
 		// The caller's processes publish nowhere either (the shim says so
 		// at info): NVML's view is all there is to show, and no error.
-		fmt.Fprintf(os.Stderr, "spillway stat: XDG_RUNTIME_DIR is unset, so your processes publish figures only where SPILLWAY_RUNTIME_DIR names (set it here too to read them); showing what NVML reports\n")
+		fmt.Fprintf(os.Stderr, "spillway stat: %v; your processes publish figures only where SPILLWAY_RUNTIME_DIR names (set it here too to read them); showing what NVML reports\n", err)
 	}
 	warnWritableByOthers(os.Stderr, dirs)
 	var files stat.Reader // one for every refresh: it keeps what it learned of other PID namespaces
@@ -229,7 +229,8 @@ func openNVML() (nvml.Interface, error) {
 // statDirs are the runtime directories to read: the caller's, and as root
 // every user's. SPILLWAY_RUNTIME_DIR is checked as the shim checks it: a
 // value the shim refuses would show no process, not an error. Without it
-// or XDG_RUNTIME_DIR, a user other than root has none (stat.ErrNoRuntimeDir).
+// or an absolute XDG_RUNTIME_DIR, a user other than root has none
+// (stat.ErrNoRuntimeDir).
 func statDirs() ([]string, error) {
 	if d, ok := os.LookupEnv(config.EnvRuntimeDir); ok {
 		d, err := config.ParseRuntimeDir(config.EnvRuntimeDir, d)

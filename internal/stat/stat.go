@@ -171,17 +171,23 @@ type Process struct {
 }
 
 // ErrNoRuntimeDir says a user other than root has no default runtime
-// directory: XDG_RUNTIME_DIR is unset.
-var ErrNoRuntimeDir = errors.New("no runtime directory: XDG_RUNTIME_DIR is unset (set SPILLWAY_RUNTIME_DIR to a private folder)")
+// directory: XDG_RUNTIME_DIR is unset, or not an absolute path.
+var ErrNoRuntimeDir = errors.New("no runtime directory")
 
 // DefaultDir is the runtime directory for a process of effective user euid
-// with the given $XDG_RUNTIME_DIR, or ErrNoRuntimeDir.
+// with the given $XDG_RUNTIME_DIR, or an error wrapping ErrNoRuntimeDir. A
+// relative XDG_RUNTIME_DIR is ignored, as the XDG Base Directory
+// specification asks: it would name another folder in every working
+// directory, where spillway stat would not find the process.
 func DefaultDir(euid int, xdgRuntimeDir string) (string, error) {
 	if euid == 0 {
 		return "/run/spillway", nil
 	}
 	if xdgRuntimeDir == "" {
-		return "", ErrNoRuntimeDir
+		return "", fmt.Errorf("%w: XDG_RUNTIME_DIR is unset (set SPILLWAY_RUNTIME_DIR to a private folder)", ErrNoRuntimeDir)
+	}
+	if !filepath.IsAbs(xdgRuntimeDir) {
+		return "", fmt.Errorf("%w: XDG_RUNTIME_DIR=%q is not an absolute path, so it is ignored (set SPILLWAY_RUNTIME_DIR to a private folder)", ErrNoRuntimeDir, xdgRuntimeDir)
 	}
 	return filepath.Join(xdgRuntimeDir, "spillway"), nil
 }

@@ -171,8 +171,13 @@ func TestDefaultDir(t *testing.T) {
 	if d, err := DefaultDir(1000, "/run/user/1000"); d != "/run/user/1000/spillway" || err != nil {
 		t.Errorf("user: %q, %v", d, err)
 	}
-	if _, err := DefaultDir(1000, ""); err == nil {
-		t.Error("no XDG_RUNTIME_DIR: no error")
+	if _, err := DefaultDir(1000, ""); !errors.Is(err, ErrNoRuntimeDir) {
+		t.Errorf("no XDG_RUNTIME_DIR: %v, want ErrNoRuntimeDir", err)
+	}
+	// A relative path is ignored, as the XDG specification asks: it names
+	// another folder in every working directory.
+	if d, err := DefaultDir(1000, "run/user/1000"); !errors.Is(err, ErrNoRuntimeDir) || !strings.Contains(fmt.Sprint(err), `XDG_RUNTIME_DIR="run/user/1000" is not an absolute path`) {
+		t.Errorf("relative XDG_RUNTIME_DIR: %q, %v; want ErrNoRuntimeDir naming the value", d, err)
 	}
 }
 
