@@ -123,7 +123,15 @@ func (l *tracerLog) whole() string {
 // been waited for: Wait closes only the pipes exec makes.
 func startTracer(t *testing.T, args ...string) (*exec.Cmd, *tracerLog) {
 	t.Helper()
-	cmd := exec.Command(harness.Bin(t, "spillway"), append([]string{"trace"}, args...)...)
+	return startTracerEnv(t, nil, args...)
+}
+
+// startTracerEnv is startTracer with the "K=V" entries of env set in the
+// tracer's environment, which a CMD it starts inherits.
+func startTracerEnv(t *testing.T, env []string, args ...string) (*exec.Cmd, *tracerLog) {
+	t.Helper()
+	cmd := harness.Command(t, harness.Bin(t, "spillway"), append([]string{"trace"}, args...)...)
+	harness.SetEnv(cmd, env...)
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)

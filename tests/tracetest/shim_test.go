@@ -184,6 +184,22 @@ func TestTraceOversubscribedShim(t *testing.T) {
 				t.Errorf("calls = %v, errors = %v; want %v and no errors", sum.Calls, sum.Errors, wantCalls)
 			}
 
+			// The steps are the program's four synchronizations, the bytes
+			// moved the shim's spilled and promoted totals, and the accesses
+			// its three copies of each chunk left on the device, none of
+			// them on spilled memory.
+			if sum.Steps != 4 || sum.MovedBytes != rep["spilled_total"]+rep["promoted_total"] {
+				t.Errorf("steps %d, moved_bytes %d; want 4 and %d (report spilled_total + promoted_total)",
+					sum.Steps, sum.MovedBytes, rep["spilled_total"]+rep["promoted_total"])
+			}
+			if want := uint64(50<<20 + chunks*chunkMiB<<20); sum.AllocBytes != want {
+				t.Errorf("alloc_bytes = %d, want %d", sum.AllocBytes, want)
+			}
+			wantAccesses := bpf.AccessCounts{Total: 3 * deviceChunks, Bytes: did["h2d"] + did["d2h"] + did["d2d"]}
+			if sum.Accesses != wantAccesses {
+				t.Errorf("accesses = %+v, want %+v", sum.Accesses, wantAccesses)
+			}
+
 			checkIntervals(t, res.Stdout, sum)
 		})
 	}
@@ -201,6 +217,10 @@ type intervalLine struct {
 	PageFaults      bpf.FaultCounts    `json:"page_faults"`
 	Refusals        uint64             `json:"refusals"`
 	Drops           uint64             `json:"drops"`
+	Calls           map[string]uint64  `json:"calls"`
+	Steps           uint64             `json:"steps"`
+	MovedBytes      uint64             `json:"moved_bytes"`
+	Accesses        bpf.AccessCounts   `json:"accesses"`
 }
 
 // checkIntervals adds up the --json interval lines and compares them with
@@ -215,6 +235,9 @@ func checkIntervals(t *testing.T, stdout string, sum *bpf.Summary) {
 		faults                   bpf.FaultCounts
 		rated                    bool
 		last                     intervalLine
+		calls                    = map[string]uint64{}
+		steps, moved             uint64
+		accesses                 bpf.AccessCounts
 	)
 	for _, l := range strings.Split(stdout, "\n") {
 		if !strings.HasPrefix(l, "{") {
@@ -237,6 +260,15 @@ func checkIntervals(t *testing.T, stdout string, sum *bpf.Summary) {
 		faults.Spilled += iv.PageFaults.Spilled
 		rated = rated || iv.PoolHitRate != nil
 		last = iv
+		for k, v := range iv.Calls {
+			calls[k] += v
+		}
+		steps += iv.Steps
+		moved += iv.MovedBytes
+		accesses.Total += iv.Accesses.Total
+		accesses.Spilled += iv.Accesses.Spilled
+		accesses.Bytes += iv.Accesses.Bytes
+		accesses.SpilledBytes += iv.Accesses.SpilledBytes
 	}
 	if lines == 0 {
 		t.Fatal("no interval lines")
@@ -254,6 +286,11 @@ func checkIntervals(t *testing.T, stdout string, sum *bpf.Summary) {
 	if spill != sum.SpillBytes || promote != sum.PromoteBytes || faults != sum.PageFaults || refusals != sum.Pool.Refusals {
 		t.Errorf("intervals add up to spill %d, promote %d, faults %+v, refusals %d; totals %d, %d, %+v, %d",
 			spill, promote, faults, refusals, sum.SpillBytes, sum.PromoteBytes, sum.PageFaults, sum.Pool.Refusals)
+	}
+	maps.DeleteFunc(calls, func(_ string, n uint64) bool { return n == 0 })
+	if !maps.Equal(calls, sum.Calls) || steps != sum.Steps || moved != sum.MovedBytes || accesses != sum.Accesses {
+		t.Errorf("intervals add up to calls %v, steps %d, moved %d, accesses %+v; totals %v, %d, %d, %+v",
+			calls, steps, moved, accesses, sum.Calls, sum.Steps, sum.MovedBytes, sum.Accesses)
 	}
 	if !rated || last.Drops != sum.Drops {
 		t.Errorf("pool hit rate shown: %v; last line's drops %d, total %d", rated, last.Drops, sum.Drops)
@@ -409,7 +446,8 @@ func TestTraceVMMOnHost(t *testing.T) {
 		t.Errorf("%d frees, want the 4 host granules' unmaps", sum.Pool.Frees)
 	}
 	// One copy to the range and one back: each ends on a host granule.
-	if sum.Accesses.Spilled != 2 || sum.Accesses.Total != 2 {
-		t.Errorf("accesses: %+v, want both copies spilled", sum.Accesses)
+	wantAccesses := bpf.AccessCounts{Total: 2, Spilled: 2, Bytes: 2 * 12 * granule, SpilledBytes: 2 * 12 * granule}
+	if sum.Accesses != wantAccesses {
+		t.Errorf("accesses: %+v, want both copies of the 12 granules spilled, %+v", sum.Accesses, wantAccesses)
 	}
 }
