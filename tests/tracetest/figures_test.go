@@ -356,3 +356,79 @@ func TestTraceCommandInterrupted(t *testing.T) {
 		}
 	})
 }
+
+// Records the ring buffer could not hold are counted, not hidden: a
+// program makes its calls while the session, on a one-page buffer, is
+// stopped (SIGSTOP) and reads nothing, and the summary and the last --json
+// interval say how many records were dropped; what was read and what was
+// dropped add up to at least the program's calls.
+func TestTraceDropsReported(t *testing.T) {
+	harness.RequireBPF(t)
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	target := harness.Command(t, simWorkload(t), "-w", "3", strconv.Itoa(simRounds))
+	target.ExtraFiles = []*os.File{r}
+	if err := target.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	t.Cleanup(func() {
+		if target.ProcessState == nil {
+			target.Process.Kill()
+			target.Wait()
+		}
+	})
+	dir := t.TempDir()
+	summary, view := filepath.Join(dir, "summary.json"), filepath.Join(dir, "view.json")
+	tracer, log := startTracer(t, "-p", pidKey(target.Process.Pid), "--ring-buffer", strconv.Itoa(os.Getpagesize()),
+		"--json", "--output", view, "--summary-json", summary)
+	if err := tracer.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); !stopped(tracer.Process.Pid) && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	w.Write([]byte{1})
+	if err := target.Wait(); err != nil {
+		t.Fatalf("workload: %v", err)
+	}
+	if err := tracer.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if err := harness.WaitWithin(t, tracer, time.Minute); err != nil {
+		t.Fatalf("spillway trace: %v\n%s", err, log.whole())
+	}
+	sum := readSummary(t, summary)
+	var read uint64
+	for _, n := range sum.Calls {
+		read += n
+	}
+	if sum.Drops == 0 || read+sum.Drops < 13*simRounds {
+		t.Errorf("read %d calls and dropped %d records, want drops, and at least the program's %d calls", read, sum.Drops, 13*simRounds)
+	}
+	data, err := os.ReadFile(view)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	var last struct {
+		Final bool   `json:"final"`
+		Drops uint64 `json:"drops"`
+	}
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &last); err != nil || !last.Final || last.Drops != sum.Drops {
+		t.Errorf("last interval %q (%v): want final, with the summary's %d drops", lines[len(lines)-1], err, sum.Drops)
+	}
+}
+
+// stopped reports whether the process pid is stopped by a signal.
+func stopped(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	_, rest, ok := strings.Cut(string(data), ") ")
+	return ok && strings.HasPrefix(rest, "T")
+}

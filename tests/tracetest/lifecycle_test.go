@@ -209,7 +209,8 @@ func checkSessionFiles(t *testing.T, summary, output string) {
 
 // SIGTERM, and SIGHUP (the terminal the session was started from has
 // closed), end a session as SIGINT does: the probes are detached, the
-// summary and the output are written whole, and the status is 0.
+// summary and the output are written whole, the status is 0, and the
+// traced process runs on.
 func TestTraceEndsOnSignals(t *testing.T) {
 	harness.RequireBPF(t)
 	pid := startCopying(t, simWorkload(t), true)
@@ -225,6 +226,9 @@ func TestTraceEndsOnSignals(t *testing.T) {
 				t.Fatalf("spillway trace, sent %v: %v\n%s", sig, err, log.whole())
 			}
 			checkSessionFiles(t, summary, output)
+			if !bpf.Running(pid) {
+				t.Fatalf("the traced process %d ended with the session, sent %v; want it left running", pid, sig)
+			}
 		})
 	}
 }
