@@ -227,17 +227,62 @@ func checkWritable(path string) error {
 	return nil
 }
 
-// openOutput opens --output FILE, truncating it, once the session has
-// started; standard output without one.
-func openOutput(path string) (*os.File, error) {
+// sessionOutput is where the view or the records go: standard output, or
+// --output FILE, opened before CMD starts but left as it was until the
+// session is under way, so that a CMD that cannot be run leaves an existing
+// file unchanged and no new one behind.
+type sessionOutput struct {
+	file    *os.File
+	path    string
+	created bool // the file did not exist before this session
+}
+
+// openOutput opens --output FILE without changing it; standard output
+// without one. It is opened for reading too, as os.Create does, so that a
+// named pipe with no reader yet does not block.
+func openOutput(path string) (*sessionOutput, error) {
 	if path == "" {
-		return os.Stdout, nil
+		return &sessionOutput{file: os.Stdout}, nil
 	}
-	f, err := os.Create(path)
+	out := &sessionOutput{path: path}
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		f, err = os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o666)
+		out.created = err == nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--output: %w", err)
 	}
-	return f, nil
+	out.file = f
+	return out, nil
+}
+
+// begin empties the file the last session left, now that this one is
+// under way. A pipe or a terminal has nothing to empty.
+func (o *sessionOutput) begin() error {
+	if o.path == "" || o.created {
+		return nil
+	}
+	info, err := o.file.Stat()
+	if err == nil && info.Mode().IsRegular() {
+		err = o.file.Truncate(0)
+	}
+	if err != nil {
+		return fmt.Errorf("--output: %w", err)
+	}
+	return nil
+}
+
+// abandon closes the output of a session that did not start, removing the
+// file if this session made it.
+func (o *sessionOutput) abandon() {
+	if o.path == "" {
+		return
+	}
+	o.file.Close()
+	if o.created {
+		os.Remove(o.path)
+	}
 }
 
 func traceMain(args []string) int {
@@ -350,20 +395,14 @@ func runTrace(o traceOptions) (int, error) {
 		}
 	}
 
-	out, err := openOutput(o.output)
+	output, err := openOutput(o.output)
 	if err != nil {
 		return 1, err
 	}
+	out := output.file
 	if out != os.Stdout {
 		defer out.Close()
 	}
-	if o.events {
-		// Records written where the job writes too go out whole, in
-		// writes no larger than a pipe writes atomically.
-		s.out = newEventPrinter(out, o.json, out == os.Stdout)
-	}
-	readDone := make(chan error, 1)
-	go func() { readDone <- s.read() }()
 
 	var (
 		cmd     *exec.Cmd
@@ -374,11 +413,25 @@ func runTrace(o traceOptions) (int, error) {
 		sigs := catchSignals()
 		if cmd, status, err = s.startCommand(lib, o.argv); err != nil {
 			sigs.stop()
+			output.abandon()
 			return status, err
 		}
 		cmdDone = make(chan int, 1)
 		go func() { cmdDone <- sigs.wait(cmd) }()
 	}
+	// Records made meanwhile wait in the ring buffer; they are read once
+	// the output is emptied, so that none is written before it is.
+	if err := output.begin(); err != nil {
+		// The job runs already: the session goes on, after what was there.
+		fmt.Fprintf(os.Stderr, "spillway trace: %v\n", err)
+	}
+	if o.events {
+		// Records written where the job writes too go out whole, in
+		// writes no larger than a pipe writes atomically.
+		s.out = newEventPrinter(out, o.json, out == os.Stdout)
+	}
+	readDone := make(chan error, 1)
+	go func() { readDone <- s.read() }()
 
 	// Said once, when the session is under way, not ahead of an error
 	// that stops it.

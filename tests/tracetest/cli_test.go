@@ -526,9 +526,10 @@ func TestTraceUnprivileged(t *testing.T) {
 }
 
 // A session that fails before it starts (here, -p of a process that does
-// not exist) leaves its files as they were: an existing --output is not
-// truncated and a --summary-json that did not exist is not created. This
-// holds with or without eBPF: either way nothing is traced.
+// not exist, or a CMD that cannot be run) leaves its files as they were: an
+// existing --output is not truncated and a --summary-json or --output that
+// did not exist is not created. This holds with or without eBPF: either
+// way nothing is traced.
 func TestTraceFailedStartLeavesFiles(t *testing.T) {
 	spillway := harness.Bin(t, "spillway")
 	gone := exec.Command("true")
@@ -564,8 +565,38 @@ func TestTraceFailedStartLeavesFiles(t *testing.T) {
 	if _, err := os.Stat(summary); !os.IsNotExist(err) {
 		t.Errorf("--summary-json after a command that could not run: %v; want no file", err)
 	}
-	// A session that starts replaces the output and writes the summary.
+	// Nor does one that is found but that exec refuses, once the probes are
+	// attached: a script whose interpreter does not exist (127) and an
+	// executable file that is neither ELF nor #! (126), as a shell says.
 	harness.RequireBPF(t)
+	for _, c := range []struct {
+		name, text string
+		status     int
+	}{
+		{"bad-interpreter", "#!/nonexistent/interpreter\n", 127},
+		{"no-format", "echo hello\n", 126},
+	} {
+		prog := filepath.Join(dir, c.name)
+		if err := os.WriteFile(prog, []byte(c.text), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		res = harness.Run(t, harness.Command(t, spillway, "trace", "--output", output, "--summary-json", summary, "--", prog))
+		if res.ExitCode != c.status {
+			t.Errorf("tracing %s: exit %d, want %d\nstderr:\n%s", c.name, res.ExitCode, c.status, res.Stderr)
+		}
+		if data, err := os.ReadFile(output); err != nil || string(data) != kept {
+			t.Errorf("--output after %s could not run: %q, %v; want it unchanged", c.name, data, err)
+		}
+		if _, err := os.Stat(summary); !os.IsNotExist(err) {
+			t.Errorf("--summary-json after %s could not run: %v; want no file", c.name, err)
+		}
+		fresh := filepath.Join(dir, "fresh-view.txt")
+		res = harness.Run(t, harness.Command(t, spillway, "trace", "--output", fresh, "--", prog))
+		if _, err := os.Stat(fresh); !os.IsNotExist(err) {
+			t.Errorf("--output %s after %s could not run: %v; want no file left", fresh, c.name, err)
+		}
+	}
+	// A session that starts replaces the output and writes the summary.
 	res = harness.Run(t, harness.Command(t, spillway, "trace", "--output", output, "--summary-json", summary, "--", "true"))
 	if res.ExitCode != 0 {
 		t.Fatalf("tracing true: exit %d\nstderr:\n%s", res.ExitCode, res.Stderr)
