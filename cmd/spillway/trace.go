@@ -351,6 +351,15 @@ func runTrace(o traceOptions) (int, error) {
 		endSignals = make(chan os.Signal, 1)
 		signal.Notify(endSignals, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGPIPE)
 		defer signal.Stop(endSignals)
+	} else {
+		// With CMD, whose exit ends the session, a reader of standard
+		// output that stops early (| head) ends the view only. Caught,
+		// SIGPIPE makes a write to the closed output fail, where it would
+		// kill this process, and with it CMD (Pdeathsig), with no summary.
+		// A caught signal is not inherited by CMD, as an ignored one is.
+		brokenPipe := make(chan os.Signal, 1)
+		signal.Notify(brokenPipe, syscall.SIGPIPE)
+		defer signal.Stop(brokenPipe)
 	}
 	tr, err := bpf.New(bpf.Options{RingBufferSize: o.ringBuffer})
 	if err != nil {

@@ -527,3 +527,45 @@ func TestTraceEndsWhenOutputCloses(t *testing.T) {
 		t.Errorf("summary calls %v, want the program's", sum.Calls)
 	}
 }
+
+// With -- CMD, a reader of standard output that stops early (`| head`)
+// ends the view only: CMD is neither killed with the session nor cut
+// short, it is traced to its end, the summary is written whole, and the
+// status is CMD's.
+func TestTraceCommandOutlivesItsOutputReader(t *testing.T) {
+	harness.RequireBPF(t)
+	dir := t.TempDir()
+	summary, started := filepath.Join(dir, "summary.json"), filepath.Join(dir, "started")
+	// The job starts its calls once the reader has gone, and exits 5.
+	script := fmt.Sprintf(`while [ ! -e %s ]; do sleep 0.01; done; %s %d; exit 5`, started, simWorkload(t), simRounds)
+	tracer := harness.Command(t, harness.Bin(t, "spillway"), "trace", "--json", "--interval", "20ms",
+		"--summary-json", summary, "--", "sh", "-c", script)
+	stdout, err := tracer.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	tracer.Stderr = &stderr
+	if err := tracer.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if tracer.ProcessState == nil {
+			_ = tracer.Process.Kill()
+			_ = tracer.Wait()
+		}
+	})
+	if !bufio.NewScanner(stdout).Scan() {
+		t.Fatal("no interval line")
+	}
+	stdout.Close()
+	time.Sleep(100 * time.Millisecond) // an interval or more written to the closed pipe
+	if err := os.WriteFile(started, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = harness.WaitWithin(t, tracer, time.Minute)
+	if code := tracer.ProcessState.ExitCode(); code != 5 {
+		t.Fatalf("spillway trace, its output closed: exit %d (%v), want the job's 5\n%s", code, err, stderr.String())
+	}
+	checkSimSummary(t, readSummary(t, summary))
+}
