@@ -493,19 +493,17 @@ func TestTraceRefusesBadPIDs(t *testing.T) {
 	}
 }
 
-// A session whose standard output is read by a command that stops reading
-// early (`| head`) ends as on SIGINT, with its summary written whole.
-func TestTraceEndsWhenOutputCloses(t *testing.T) {
-	harness.RequireBPF(t)
-	pid := startCopying(t, simWorkload(t), true)
-	summary := filepath.Join(t.TempDir(), "summary.json")
-	tracer := exec.Command(harness.Bin(t, "spillway"), "trace", "-p", pidKey(pid), "--json", "--interval", "50ms", "--summary-json", summary)
+// closeAfterFirstLine starts tracer with its standard output read by a pipe
+// that is closed after the first line, as `| head -1` does, and returns
+// what it writes on standard error.
+func closeAfterFirstLine(t *testing.T, tracer *exec.Cmd) *strings.Builder {
+	t.Helper()
 	stdout, err := tracer.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var stderr strings.Builder
-	tracer.Stderr = &stderr
+	stderr := new(strings.Builder)
+	tracer.Stderr = stderr
 	if err := tracer.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -519,6 +517,17 @@ func TestTraceEndsWhenOutputCloses(t *testing.T) {
 		t.Fatal("no interval line")
 	}
 	stdout.Close()
+	return stderr
+}
+
+// A session whose standard output is read by a command that stops reading
+// early (`| head`) ends as on SIGINT, with its summary written whole.
+func TestTraceEndsWhenOutputCloses(t *testing.T) {
+	harness.RequireBPF(t)
+	pid := startCopying(t, simWorkload(t), true)
+	summary := filepath.Join(t.TempDir(), "summary.json")
+	tracer := exec.Command(harness.Bin(t, "spillway"), "trace", "-p", pidKey(pid), "--json", "--interval", "50ms", "--summary-json", summary)
+	stderr := closeAfterFirstLine(t, tracer)
 	if err := harness.WaitWithin(t, tracer, time.Minute); err != nil {
 		t.Fatalf("spillway trace, its output closed: %v\n%s", err, stderr.String())
 	}
@@ -540,30 +549,12 @@ func TestTraceCommandOutlivesItsOutputReader(t *testing.T) {
 	script := fmt.Sprintf(`while [ ! -e %s ]; do sleep 0.01; done; %s %d; exit 5`, started, simWorkload(t), simRounds)
 	tracer := harness.Command(t, harness.Bin(t, "spillway"), "trace", "--json", "--interval", "20ms",
 		"--summary-json", summary, "--", "sh", "-c", script)
-	stdout, err := tracer.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	tracer.Stderr = &stderr
-	if err := tracer.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if tracer.ProcessState == nil {
-			_ = tracer.Process.Kill()
-			_ = tracer.Wait()
-		}
-	})
-	if !bufio.NewScanner(stdout).Scan() {
-		t.Fatal("no interval line")
-	}
-	stdout.Close()
+	stderr := closeAfterFirstLine(t, tracer)
 	time.Sleep(100 * time.Millisecond) // an interval or more written to the closed pipe
 	if err := os.WriteFile(started, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	err = harness.WaitWithin(t, tracer, time.Minute)
+	err := harness.WaitWithin(t, tracer, time.Minute)
 	if code := tracer.ProcessState.ExitCode(); code != 5 {
 		t.Fatalf("spillway trace, its output closed: exit %d (%v), want the job's 5\n%s", code, err, stderr.String())
 	}
