@@ -39,18 +39,10 @@ func TestStatBeforeAnyProcessPublished(t *testing.T) {
 	// --watch: one refresh, then interrupted.
 	watch := harness.Command(t, harness.Bin(t, "spillway"), "stat", "--watch", "50ms", "--json")
 	e.apply(watch)
-	var stderr strings.Builder
-	watch.Stderr = &stderr
-	stdout, err := watch.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := watch.Start(); err != nil {
-		t.Fatal(err)
-	}
-	first, _ := bufio.NewReader(stdout).ReadString('\n')
+	out, stderr := startWatch(t, watch)
+	first, _ := out.ReadString('\n')
 	watch.Process.Signal(syscall.SIGINT)
-	io.Copy(io.Discard, stdout) // to its end, before Wait
+	io.Copy(io.Discard, out) // to its end, before Wait
 	if err := harness.WaitWithin(t, watch, watchdog); err != nil || !strings.Contains(first, `"processes":[]`) || stderr.Len() != 0 {
 		t.Errorf("--watch: %v, first refresh %q, stderr %q; want status 0 and a refresh without processes", err, first, stderr.String())
 	}
@@ -129,16 +121,7 @@ func TestStatWithoutRuntimeDirectory(t *testing.T) {
 
 	// --watch says it once, not at each refresh.
 	watch := command("--watch", "20ms", "--json")
-	var stderr strings.Builder
-	watch.Stderr = &stderr
-	stdout, err := watch.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := watch.Start(); err != nil {
-		t.Fatal(err)
-	}
-	out := bufio.NewReader(stdout)
+	out, stderr := startWatch(t, watch)
 	for range 3 {
 		if line, _ := out.ReadString('\n'); !strings.Contains(line, `"processes":[]`) {
 			t.Errorf("--watch: refresh %q; want the GPUs without processes", line)
@@ -151,6 +134,22 @@ func TestStatWithoutRuntimeDirectory(t *testing.T) {
 		t.Errorf("--watch: %v; want status 0 once interrupted", err)
 	}
 	saysWhy("--watch", stderr.String())
+}
+
+// startWatch starts a `spillway stat --watch` command and returns its
+// standard output, read by lines, and what it writes on standard error.
+func startWatch(t *testing.T, watch *exec.Cmd) (*bufio.Reader, *strings.Builder) {
+	t.Helper()
+	stderr := new(strings.Builder)
+	watch.Stderr = stderr
+	stdout, err := watch.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := watch.Start(); err != nil {
+		t.Fatal(err)
+	}
+	return bufio.NewReader(stdout), stderr
 }
 
 // A runtime folder every user can write, without the sticky bit, lets any
