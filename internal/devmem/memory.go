@@ -214,6 +214,25 @@ type device struct {
 	// counts the releases it asked for in its own stats): the memory stays
 	// allocated (and counted), and is reported.
 	deferredReleaseErrors atomic.Uint64
+	// refusedOutside counts the requests refused for the quota outside
+	// the pool (refuseOutside), which the report and spillway stat add to
+	// the pool's own refusals.
+	refusedOutside atomic.Uint64
+}
+
+// refuseOutside records a request of size bytes refused for the quota (or
+// the host limit) outside the pool, used bytes being in use: the refuse
+// probe fires, and it counts with the pool's own refusals.
+func (m *memory) refuseOutside(d *device, size, used uint64) {
+	d.refusedOutside.Add(1)
+	m.probes.Refuse(size, d.ordinal, used, d.quota)
+}
+
+// stats are the pool's statistics with the refusals outside it counted.
+func (d *device) stats() pool.Stats {
+	st := d.pool.Stats()
+	st.Refused += d.refusedOutside.Load()
+	return st
 }
 
 // existing returns the device if it is in use.
@@ -559,7 +578,7 @@ func (m *memory) mallocManaged(d *device, r request) (interpose.DevicePtr, inter
 			}
 		}
 		used := d.ledger.used()
-		m.probes.Refuse(r.size, d.ordinal, used, d.quota)
+		m.refuseOutside(d, r.size, used)
 		m.refused(r.call(), r.size, d.ordinal, used, d.quota)
 		return 0, interpose.ErrorMemoryAllocation
 	}
@@ -863,8 +882,7 @@ func (m *memory) report(w io.Writer, format config.Format) {
 		if d.pool == nil {
 			continue
 		}
-		st := d.pool.Stats()
-		line := fmt.Sprintf("device %d: %s deferred_release_errors=%d", d.ordinal, st, d.deferredReleaseErrors.Load())
+		line := fmt.Sprintf("device %d: %s deferred_release_errors=%d", d.ordinal, d.stats(), d.deferredReleaseErrors.Load())
 		if format == config.FormatJSON {
 			w.Write(reportJSON(d.ordinal, line))
 		} else {

@@ -105,7 +105,7 @@ func (c *Core) Take(ordinal int, size uint64, kind TakeKind) interpose.Error {
 		return interpose.ErrorMemoryAllocation
 	}
 	used := d.ledger.used()
-	c.mem.probes.Refuse(size, ordinal, used, d.quota)
+	c.mem.refuseOutside(d, size, used)
 	if suppressed, ok := c.refusals.allow(); ok {
 		c.mem.log.WithFields(logrus.Fields{
 			"device": ordinal, "requested": size, "used": used, "quota": d.quota, "suppressed": suppressed,

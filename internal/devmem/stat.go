@@ -109,7 +109,7 @@ func (m *memory) figures() []stat.Device {
 	for _, d := range live {
 		f := stat.Device{Ordinal: d.ordinal, Limited: d.limited, Quota: d.quota, Used: d.ledger.used(), PCI: d.pci}
 		if d.pool != nil {
-			s := d.pool.Stats()
+			s := d.stats()
 			f.Reserved, f.Cached, f.Live, f.PeakReserved = s.ReservedBytes, s.CachedBytes, s.LiveBytes, s.PeakReservedBytes
 			f.Spilled, f.SpilledTotal, f.Promoted, f.PromotedTotal = s.SpilledBytes, s.SpilledTotal, s.PromotedBytes, s.PromotedTotal
 			f.Refused, f.BackingErrors, f.HostLimit, f.HostOutside = s.Refused, s.BackingErrors, s.HostLimit, s.HostOutside

@@ -246,3 +246,39 @@ func TestManagedTakesPoolCache(t *testing.T) {
 		})
 	}
 }
+
+// TestReportCountsRefusalsOutsideThePool: a request the quota refuses
+// outside the pool (the program's own managed memory, its cuMemCreate, an
+// allocation in a context it created) counts in the report's refused, as
+// the pool's own refusals do: spillway trace's pool.refusals and spillway
+// stat's refusals say refused requests, and count each of them.
+func TestReportCountsRefusalsOutsideThePool(t *testing.T) {
+	env := []string{"SPILLWAY_MEMORY_LIMIT=64MiB", "SPILLWAY_REPORT=1", "SPILLWAY_VMM=0"}
+	for _, run := range []struct {
+		name string
+		prog string
+		ops  []string
+		// refused are the steps the quota refuses, after the first, which
+		// fills it.
+		refused []string
+	}{
+		{"managed memory", drvops(t, "dynamic"), []string{"m", "64M", "M", "4K", "m", "4K"}, []string{"M", "m"}},
+		{"cuMemCreate and a created context", ctxvmm(t, false), []string{"m", "64M", "c", "2M", "C", "m", "4K"}, []string{"c", "m"}},
+	} {
+		t.Run(run.name, func(t *testing.T) {
+			res, out := harness.RunOK(t, harness.Shimmed(t, env, run.prog, run.ops...))
+			if out.Code(t, "m", 0) != 0 {
+				t.Fatalf("the first allocation failed: %v", out)
+			}
+			for _, op := range run.refused {
+				n := out.Count(op) - 1
+				if got := out.Code(t, op, n); got != cuOutOfMemory {
+					t.Fatalf("%s #%d returned %d, want CUDA_ERROR_OUT_OF_MEMORY: %v", op, n, got, out)
+				}
+			}
+			if got := reportOf(t, res.Stderr, 0)["refused"]; got != uint64(len(run.refused)) {
+				t.Errorf("report: refused=%d, want %d (every refusal for the quota)\n%s", got, len(run.refused), res.Stderr)
+			}
+		})
+	}
+}
