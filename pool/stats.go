@@ -50,7 +50,7 @@ type Stats struct {
 	SpilledBytes     uint64 // live bytes on the host now
 	PeakSpilledBytes uint64
 	SpilledTotal     uint64 // bytes ever spilled
-	PromotedBytes    uint64 // live bytes promoted back to the device now
+	PromotedBytes    uint64 // live bytes of whole blocks promoted back to the device now (not granules migration moved)
 	PromotedTotal    uint64 // bytes ever promoted (managed blocks, and granules moved back by migration)
 	DemotedTotal     uint64 // bytes of live blocks' granules ever moved to the host by migration
 	HostOutside      uint64 // host bytes held outside the pool against the host limit (TakeHost)
