@@ -32,9 +32,10 @@ struct guard {
 	cudaError_t pending;
 };
 // producible reports whether produce can make code the thread's last error.
-static int producible(cudaError_t code) {
+static int producible(const struct spillway_real *r, cudaError_t code) {
 	return code == cudaErrorInvalidValue || code == cudaErrorMemoryAllocation ||
-	       code == cudaErrorInvalidDevice;
+	       code == cudaErrorInvalidDevice ||
+	       (code == cudaErrorInvalidResourceHandle && r->event_query);
 }
 
 // produce makes code the thread's last error with a real call that fails
@@ -53,6 +54,9 @@ static void produce(const struct spillway_real *r, cudaError_t code) {
 		if (r->set_device)
 			r->set_device(-1);
 		break;
+	case cudaErrorInvalidResourceHandle: // a stream-ordered call on a stream that is not valid
+		r->event_query(0);
+		break;
 	default:
 		break;
 	}
@@ -63,7 +67,7 @@ static void produce(const struct spillway_real *r, cudaError_t code) {
 // last error alone.
 static void set_last_error(const struct spillway_real *r, cudaError_t code) {
 	if (!r->peek_at_last_error || !r->get_last_error || r->peek_at_last_error() == code ||
-	    !producible(code))
+	    !producible(r, code))
 		return;
 	r->get_last_error();
 	produce(r, code);
@@ -467,7 +471,8 @@ func (r *Runtime) On(device int) *Runtime {
 // the runtime. It uses a real call that fails with that code and changes
 // nothing else: cudaGetDevice(NULL) for ErrorInvalidValue, a
 // cudaMallocPitch of 2^59 bytes for ErrorMemoryAllocation,
-// cudaSetDevice(-1) for ErrorInvalidDevice. Other codes have no such call
+// cudaSetDevice(-1) for ErrorInvalidDevice, cudaEventQuery(NULL) for
+// ErrorInvalidResourceHandle. Other codes have no such call
 // (ErrorInitialization, ErrorUnknown): the last error is left as it is.
 // It does nothing when code is already the last error, or without
 // cudaPeekAtLastError and cudaGetLastError in the table.

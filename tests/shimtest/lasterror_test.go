@@ -12,40 +12,55 @@ import (
 // event not yet reached, polled by the pool or by the accounting of
 // stream-ordered frees with the pool off) never show, and an error the application had
 // pending survives them; a call the shim refuses itself (the quota, a double
-// free) leaves its error, as CUDA's would; a refusal for an invalid setting
+// free, a stream-ordered call on a destroyed stream) leaves its error, as
+// CUDA's would; a refusal for an invalid setting
 // (cudaErrorInitializationError, which no real call can leave) is returned
 // and leaves the last error as it was.
 func TestLastError(t *testing.T) {
+	const errInvalidResourceHandle = 400 // cudaErrorInvalidResourceHandle
 	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/lasterror.c"}, Cudart: true, ProjectHeaders: true})
 	for _, tc := range []struct {
 		name string
+		arg  string // the program's case, where it is not name
 		env  []string
 		// want: per line, the call's result, the peek, the get, and the
 		// get after it
 		want map[string][4]int
 	}{
-		{"retry", []string{"SIMCUDA_FAIL=cudaMalloc:1,cudaMalloc:3"}, map[string][4]int{
+		{"retry", "", []string{"SIMCUDA_FAIL=cudaMalloc:1,cudaMalloc:3"}, map[string][4]int{
 			"malloc":  {0, 0, 0, 0},
 			"pending": {0, harness.ErrInvalidValue, harness.ErrInvalidValue, 0},
 		}},
-		{"marker", nil, map[string][4]int{
+		{"marker", "", nil, map[string][4]int{
 			"setup": {0, 0, 0, 0}, "malloc": {0, 0, 0, 0}, "free": {0, 0, 0, 0}, "sync": {0, 0, 0, 0},
 		}},
-		{"inflight", []string{"SPILLWAY_POOL=0"}, map[string][4]int{
+		{"inflight", "", []string{"SPILLWAY_POOL=0"}, map[string][4]int{
 			"free": {0, 0, 0, 0}, "sync": {0, 0, 0, 0},
 		}},
-		{"refuse", []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, map[string][4]int{
+		{"refuse", "", []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, map[string][4]int{
 			"malloc": {harness.ErrMemoryAllocation, harness.ErrMemoryAllocation, harness.ErrMemoryAllocation, 0},
 		}},
-		{"invalid", []string{"SPILLWAY_MEMORY_LIMIT=8gigs"}, map[string][4]int{
+		{"invalid", "", []string{"SPILLWAY_MEMORY_LIMIT=8gigs"}, map[string][4]int{
 			"malloc": {harness.ErrInitialization, 0, 0, 0},
 		}},
-		{"double", nil, map[string][4]int{
+		{"double", "", nil, map[string][4]int{
 			"free": {harness.ErrInvalidValue, harness.ErrInvalidValue, harness.ErrInvalidValue, 0},
+		}},
+		{"stream", "", nil, map[string][4]int{
+			"alloc": {errInvalidResourceHandle, errInvalidResourceHandle, errInvalidResourceHandle, 0},
+			"free":  {errInvalidResourceHandle, errInvalidResourceHandle, errInvalidResourceHandle, 0},
+		}},
+		{"stream-pool-off", "stream", []string{"SPILLWAY_POOL=0"}, map[string][4]int{
+			"alloc": {errInvalidResourceHandle, errInvalidResourceHandle, errInvalidResourceHandle, 0},
+			"free":  {errInvalidResourceHandle, errInvalidResourceHandle, errInvalidResourceHandle, 0},
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			res, out := harness.RunOK(t, harness.Shimmed(t, tc.env, prog, tc.name))
+			arg := tc.arg
+			if arg == "" {
+				arg = tc.name
+			}
+			res, out := harness.RunOK(t, harness.Shimmed(t, tc.env, prog, arg))
 			if res.ExitCode != 0 {
 				t.Fatalf("exit %d: %s", res.ExitCode, res.Stderr)
 			}

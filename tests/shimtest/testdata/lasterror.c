@@ -14,6 +14,8 @@
  *   refuse   a cudaMalloc refused for the quota (run with a 1 MiB quota)
  *   invalid  the same cudaMalloc, refused for an invalid setting
  *   double   a cudaFree of a pointer already freed
+ *   stream   cudaMallocAsync and cudaFreeAsync on a destroyed stream, which
+ *            the core refuses after its own check of the stream
  */
 #include <pthread.h>
 #include <stdio.h>
@@ -91,6 +93,13 @@ int main(int argc, char **argv)
         if (cudaMalloc(&p, 4096) != cudaSuccess || cudaFree(p) != cudaSuccess)
             return 1;
         report("free", cudaFree(p));
+    } else if (!strcmp(argv[1], "stream")) {
+        cudaStream_t s;
+        if (cudaMalloc(&p, 4096) != cudaSuccess || cudaStreamCreate(&s) != cudaSuccess ||
+            cudaStreamDestroy(s) != cudaSuccess)
+            return 1;
+        report("alloc", cudaMallocAsync(&q, 4096, s));
+        report("free", cudaFreeAsync(p, s));
     } else {
         return 2;
     }
