@@ -90,6 +90,20 @@ type ForeignStreamBacking interface {
 	DestroyForeignMarker(m Marker)
 }
 
+// FreeMarkerBacking is implemented by a Backing for which a stream may
+// name a different stream in each thread (CUDA's per-thread default
+// stream): a marker recorded later, from whichever thread needs it, must
+// then go on a stream that follows them all, which orders later work of
+// every thread behind it. FreeAsync, which runs in the thread that freed on
+// the stream, records its marker with RecordMarkerAtFree instead, which can
+// put it on that thread's stream alone. DestroyMarker and MarkerDone take
+// its markers as any other.
+type FreeMarkerBacking interface {
+	// RecordMarkerAtFree is RecordMarker, called from the FreeAsync that
+	// freed on s.
+	RecordMarkerAtFree(s Stream) (Marker, error)
+}
+
 // IdleStreamBacking is implemented by a Backing that can say, without
 // waiting, whether a stream has run all the work queued on it
 // (cudaStreamQuery). ReleaseCached asks it where it may not synchronize: a

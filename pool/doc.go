@@ -144,7 +144,8 @@
 // used once and gone (per-thread default streams of exited threads) leave
 // nothing behind, and a miss visits only the streams holding blocks. For the other streams the pool records one
 // marker per stream (Backing.RecordMarker) when the stream's cache has blocks
-// and no marker; when a request misses, completed markers move the blocks they
+// and no marker (at a free, FreeMarkerBacking.RecordMarkerAtFree where the
+// Backing has it); when a request misses, completed markers move the blocks they
 // cover to the shared index, and new markers are recorded for what remains
 // (where one cannot be, the stream is asked whether it is idle instead).
 // A device synchronization covers every stream of the device's context. A

@@ -259,6 +259,7 @@ type Pool struct {
 	host    HostBacking // nil when the Backing cannot spill
 	ordered StreamOrderedBacking
 	foreign ForeignStreamBacking // nil when the Backing cannot mark foreign streams
+	atFree  FreeMarkerBacking    // nil when markers are recorded alike at a free and later
 	virt    *virtualMemory       // nil without virtual memory
 	// migration is nil unless Options.Migrate is set.
 	migration *migration
@@ -324,6 +325,7 @@ func New(back Backing, opt Options) (*Pool, error) {
 	p.host, _ = back.(HostBacking)
 	p.ordered, _ = back.(StreamOrderedBacking)
 	p.foreign, _ = back.(ForeignStreamBacking)
+	p.atFree, _ = back.(FreeMarkerBacking)
 	if vb, ok := back.(VirtualBacking); ok && opt.VirtualMemory && opt.Pooling {
 		v, err := newVirtualMemory(vb)
 		if err != nil {
@@ -439,7 +441,7 @@ func (p *Pool) freeAsync(ptr uint64, s Stream, foreign bool) error {
 	if !c.hasMarker {
 		// A failure leaves the block for the next synchronization; the free
 		// itself has succeeded.
-		p.recordMarker(c)
+		p.recordMarker(c, true)
 	}
 	return nil
 }

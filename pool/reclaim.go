@@ -158,16 +158,20 @@ func (p *Pool) streamBytes() uint64 {
 	return n
 }
 
-// recordMarker records a marker for what c holds. A failure leaves the
-// blocks to a later marker or synchronization: it is counted, and told to
-// a FailureObserver unless it is stream capture, where CUDA forbids the
-// marker.
-func (p *Pool) recordMarker(c *streamCache) {
+// recordMarker records a marker for what c holds; atFree says it is called
+// from the FreeAsync that freed on c's stream (FreeMarkerBacking). A
+// failure leaves the blocks to a later marker or synchronization: it is
+// counted, and told to a FailureObserver unless it is stream capture, where
+// CUDA forbids the marker.
+func (p *Pool) recordMarker(c *streamCache, atFree bool) {
 	var m Marker
 	var err error
-	if c.foreign {
+	switch {
+	case c.foreign:
 		m, err = p.foreign.RecordForeignMarker(c.stream)
-	} else {
+	case atFree && p.atFree != nil:
+		m, err = p.atFree.RecordMarkerAtFree(c.stream)
+	default:
 		m, err = p.back.RecordMarker(c.stream)
 	}
 	if err != nil {
@@ -215,7 +219,7 @@ func (p *Pool) pollMarkers() bool {
 			}
 		}
 		if c.queue.head != nil && !c.hasMarker && !c.detached {
-			p.recordMarker(c)
+			p.recordMarker(c, false)
 			if !c.hasMarker && p.drainIfIdle(c) > 0 {
 				moved = true
 			}

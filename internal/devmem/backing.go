@@ -337,12 +337,29 @@ func (b *backing) Synchronize() error {
 // polled from another thread, where cudaStreamPerThread names another
 // stream: its marker goes on the legacy stream, which completes only after
 // the work queued before it on every blocking stream, per-thread ones
-// included.
+// included (and which every blocking stream then waits for).
 func (b *backing) RecordMarker(s pool.Stream) (pool.Marker, error) {
 	on := interpose.Stream(s)
 	if s&perThreadBit != 0 {
 		on = 0
 	}
+	return b.recordMarkerOn(s, on)
+}
+
+// RecordMarkerAtFree is RecordMarker in the thread that freed on s: there
+// cudaStreamPerThread names the per-thread stream s stands for, so its
+// marker goes on that stream alone, and the other threads' streams keep
+// the order, or the freedom from it, that the program gave them.
+func (b *backing) RecordMarkerAtFree(s pool.Stream) (pool.Marker, error) {
+	on := interpose.Stream(s)
+	if s&perThreadBit != 0 {
+		on = interpose.StreamPerThread
+	}
+	return b.recordMarkerOn(s, on)
+}
+
+// recordMarkerOn records the marker of pool stream s on real stream on.
+func (b *backing) recordMarkerOn(s pool.Stream, on interpose.Stream) (pool.Marker, error) {
 	if b.capturing(on) {
 		return 0, fmt.Errorf("recording an event on stream %#x of device %d: %w", uint64(s), b.ordinal, pool.ErrStreamCapture)
 	}

@@ -460,3 +460,33 @@ func TestBadPoolVariables(t *testing.T) {
 		}
 	}
 }
+
+// TestPerThreadStreamsStayIndependent: a block freed with cudaFreeAsync on
+// one thread's cudaStreamPerThread, behind work held back there, leaves
+// another thread's cudaStreamPerThread as CUDA leaves it: free of any order
+// with the first. What the pool records to learn when the free is reached
+// must not make the second thread's stream wait for the first's work
+// (simcuda, as CUDA, orders the legacy default stream after every blocking
+// stream, and every blocking stream after the legacy one), and the block
+// is not handed to the second thread before the first's work is done.
+func TestPerThreadStreamsStayIndependent(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/perthread.c"}, Cudart: true,
+		ProjectHeaders: true})
+	for _, vmm := range []string{"SPILLWAY_VMM=0", "SPILLWAY_VMM=1"} {
+		t.Run(vmm, func(t *testing.T) {
+			res, out := harness.RunOK(t, harness.Shimmed(t, []string{limit(64 * miB), vmm}, prog, "3000"))
+			if out.Code(t, "free", 0) != 0 || out.Code(t, "alloc", 0) != 0 || out.Code(t, "sync", 0) != 0 {
+				t.Fatalf("%v\nstderr: %s", out, res.Stderr)
+			}
+			if out.Num(t, "sync", 0, 2) != 0 {
+				t.Error("cudaStreamSynchronize(cudaStreamPerThread) in the main thread waited for work held on another thread's per-thread stream")
+			}
+			if out.Num(t, "alloc", 0, 2) == 1 && out.Num(t, "sync", 0, 2) == 0 {
+				t.Error("the block freed behind held work on another thread's per-thread stream was handed out before that work ran")
+			}
+			if out.Num(t, "intact", 0, 1) != 1 {
+				t.Errorf("the main thread's block was overwritten by the other thread's memset: %v", out)
+			}
+		})
+	}
+}
