@@ -199,12 +199,13 @@ func (p *Pool) ReleaseCached(synchronize bool) uint64 {
 	return p.stats.BytesReleased - before
 }
 
-// TrimTo returns cached device memory until the pool holds at most keep
-// bytes of device memory (ReservedBytes), or nothing more can be returned
-// without waiting for the device, as CUDA's cuMemPoolTrimTo does: blocks
-// freed on streams whose markers have completed or that have run all their
-// work (IdleStreamBacking) are made free first, then empty segments and
-// free or idle granules are released. Blocks still waiting for a
+// TrimTo returns cached device memory that can be returned without waiting
+// for the device while the pool holds more than keep bytes of device memory
+// (ReservedBytes), but never so much that less than keep stays, as CUDA's
+// cuMemPoolTrimTo guarantees: blocks freed on streams whose markers have
+// completed or that have run all their work (IdleStreamBacking) are made
+// free first, then empty segments and free or idle granules are released
+// where keep bytes or more stay held. Blocks still waiting for a
 // synchronization stay cached (a caller that wants them released
 // synchronizes first, announced with SyncBegin and SyncEnd), and so does
 // the reserve (Options.Reserve). It returns how many device bytes it gave
@@ -218,7 +219,19 @@ func (p *Pool) TrimTo(keep uint64) uint64 {
 	before := p.stats.BytesReleased
 	p.pollMarkers()
 	p.drainIdleStreams()
-	p.releaseEmptyWhile(func() bool { return p.devBytes > keep })
+	leaves := func(size uint64) bool { return p.devBytes > keep && p.devBytes-keep >= size }
+	for seg := p.empty.head; seg != nil; {
+		next := seg.nextEmpty
+		if leaves(seg.size) {
+			if err := p.releaseSegment(seg); err != nil {
+				p.tellFailure(err)
+			}
+		}
+		seg = next
+	}
+	if v := p.virt; v != nil {
+		p.releaseGranulesWhile(func() bool { return leaves(v.gran) })
+	}
 	return p.stats.BytesReleased - before
 }
 

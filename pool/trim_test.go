@@ -1,6 +1,7 @@
 package pool_test
 
 import (
+	"fmt"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/pool"
@@ -97,5 +98,70 @@ func TestTrimToAndHighWaterMarks(t *testing.T) {
 				t.Fatal(err)
 			}
 		})
+	}
+}
+
+// TestTrimToKeepsAtLeastKeep: CUDA's cuMemPoolTrimTo leaves at least the
+// bytes asked to keep reserved, where the pool held more: with three empty
+// 16 MiB segments (or 48 MiB of idle granules), trimming to 20 MiB or
+// 21 MiB returns what it can without going below that, and trimming to
+// more than the pool holds returns nothing.
+func TestTrimToKeepsAtLeastKeep(t *testing.T) {
+	for _, virtual := range []bool{false, true} {
+		for _, keep := range []uint64{20 * miB, 21 * miB, 64 * miB} {
+			var back pool.Backing
+			var device func() uint64
+			name := "fixed"
+			if virtual {
+				f := pooltest.NewVirtual(0)
+				name, back, device = "virtual", f, f.DeviceBytes
+			} else {
+				f := pooltest.New(0)
+				back, device = f, f.DeviceBytes
+			}
+			t.Run(fmt.Sprintf("%s/keep=%dMiB", name, keep/miB), func(t *testing.T) {
+				opt := pool.DefaultOptions(256 * miB)
+				opt.ReleaseThreshold = 256 * miB // nothing goes back by the threshold
+				p, err := pool.New(back, opt)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var blocks []uint64
+				for range 3 {
+					b, err := p.Alloc(16 * miB)
+					if err != nil {
+						t.Fatal(err)
+					}
+					blocks = append(blocks, b)
+				}
+				for _, b := range blocks {
+					if err := p.Free(b); err != nil {
+						t.Fatal(err)
+					}
+				}
+				ticket := p.SyncBegin()
+				if err := back.Synchronize(); err != nil {
+					t.Fatal(err)
+				}
+				if err := p.SyncEnd(ticket); err != nil {
+					t.Fatal(err)
+				}
+				held := p.Stats().ReservedBytes
+				if held < 48*miB {
+					t.Fatalf("the pool holds %d bytes for three 16 MiB blocks", held)
+				}
+				p.TrimTo(keep)
+				after := p.Stats().ReservedBytes
+				if after != device() {
+					t.Fatalf("the pool counts %d bytes reserved, the device holds %d", after, device())
+				}
+				if after < min(keep, held) {
+					t.Errorf("TrimTo(%d MiB) of %d bytes left %d bytes reserved, below what it was asked to keep", keep/miB, held, after)
+				}
+				if keep < held && after >= 48*miB {
+					t.Errorf("TrimTo(%d MiB) of %d bytes released nothing", keep/miB, held)
+				}
+			})
+		}
 	}
 }
