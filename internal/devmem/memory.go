@@ -222,10 +222,12 @@ type device struct {
 
 // refuseOutside records a request of size bytes refused for the quota (or
 // the host limit) outside the pool, used bytes being in use: the refuse
-// probe fires, and it counts with the pool's own refusals.
+// probe fires with the bytes the ledger would have taken (in whole
+// granules, as the pool's refusals report them), and it counts with the
+// pool's own refusals.
 func (m *memory) refuseOutside(d *device, size, used uint64) {
 	d.refusedOutside.Add(1)
-	m.probes.Refuse(size, d.ordinal, used, d.quota)
+	m.probes.Refuse(charge(size), d.ordinal, used, d.quota)
 }
 
 // stats are the pool's statistics with the refusals outside it counted.

@@ -215,7 +215,8 @@ func (f *fakeRuntime) count(kind string) int {
 type probeLog struct {
 	mu                                           sync.Mutex
 	allocs, frees, syncs, spills, promotes, refs int
-	alloc, free                                  block // the last of each
+	alloc, free                                  block  // the last of each
+	refusedSize                                  uint64 // the last refuse probe's size
 	onFree                                       func(interpose.DevicePtr)
 }
 
@@ -257,7 +258,12 @@ func (p *probeLog) Promote(interpose.DevicePtr, uint64, int, interpose.Tier) {
 	p.promotes++
 	p.mu.Unlock()
 }
-func (p *probeLog) Refuse(uint64, int, uint64, uint64) { p.mu.Lock(); p.refs++; p.mu.Unlock() }
+func (p *probeLog) Refuse(size uint64, _ int, _, _ uint64) {
+	p.mu.Lock()
+	p.refs++
+	p.refusedSize = size
+	p.mu.Unlock()
+}
 
 type refusal struct {
 	size, used, quota uint64

@@ -57,6 +57,31 @@ func TestVMMLedger(t *testing.T) {
 	}
 }
 
+// TestRefuseProbeSizeAligned: a request refused outside the pool (an
+// allocation in a created context, the program's managed memory) reports
+// the bytes the ledger would have taken, in 512-byte units, as a refusal
+// in the pool does: the probe point's sizes are the bytes accounted, and a
+// tracer's refused bytes add up alike wherever the quota refused.
+func TestRefuseProbeSizeAligned(t *testing.T) {
+	m := newTestMemory(t, newFake(1<<30), "SPILLWAY_MEMORY_LIMIT=1MiB")
+	c := &Core{mem: m.memory}
+	const odd = 1<<20 + 1
+	if rc := c.Take(0, odd, TakeContext); rc != interpose.ErrorMemoryAllocation || m.probes.refusedSize != charge(odd) {
+		t.Errorf("an allocation of %d bytes in a created context over a 1 MiB quota: %v, refuse probe size %d, want %d",
+			uint64(odd), rc, m.probes.refusedSize, charge(odd))
+	}
+	m.probes.refusedSize = 0
+	if _, rc := m.malloc(request{size: odd, kind: kindManaged}); rc != interpose.ErrorMemoryAllocation || m.probes.refusedSize != charge(odd) {
+		t.Errorf("managed memory of %d bytes over a 1 MiB quota: %v, refuse probe size %d, want %d",
+			uint64(odd), rc, m.probes.refusedSize, charge(odd))
+	}
+	m.probes.refusedSize = 0
+	if _, rc := m.malloc(request{size: odd}); rc != interpose.ErrorMemoryAllocation || m.probes.refusedSize != charge(odd) {
+		t.Errorf("a pooled allocation of %d bytes over a 1 MiB quota: %v, refuse probe size %d, want %d",
+			uint64(odd), rc, m.probes.refusedSize, charge(odd))
+	}
+}
+
 // TestVMMUnmapRange: one cuMemUnmap over several mappings forgets them all,
 // those of handles the ledger does not know too, and also past a gap (a
 // mapping made while the core was not listening).
