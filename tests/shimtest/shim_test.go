@@ -158,6 +158,19 @@ func TestCoreDoesNotImportSignal(t *testing.T) {
 	}
 }
 
+// TestEventCallsDoNotLoadTheCore: a call interposed only to tell a running
+// core of an event (here cudaDeviceSynchronize) passes through without
+// loading it; the first allocation does.
+func TestEventCallsDoNotLoadTheCore(t *testing.T) {
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=1MiB"}, cudaops(t), "s", "L", "m", "4K", "L"))
+	if out.Code(t, "s", 0) != 0 || out.Code(t, "L", 0) != 0 {
+		t.Errorf("cudaDeviceSynchronize before any allocation loaded the core: %v", out)
+	}
+	if out.Code(t, "m", 0) != 0 || out.Code(t, "L", 1) != 1 {
+		t.Errorf("the first allocation did not load the core: %v", out)
+	}
+}
+
 func TestProgramWithoutCUDAUnaffected(t *testing.T) {
 	// Even an invalid quota must not disturb a program that never calls CUDA.
 	bad := "SPILLWAY_MEMORY_LIMIT=lots"
