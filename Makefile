@@ -5,7 +5,12 @@
 # Outputs go under build/ and are never committed.
 
 GO      ?= go
-CC      ?= gcc
+# make's built-in CC is cc, so `CC ?= gcc` would never apply; the tests compile
+# their programs with gcc, and the shim and simcuda are built with the same
+# compiler unless CC is given on the command line or in the environment.
+ifeq ($(origin CC),default)
+CC := gcc
+endif
 BUILD   := build
 TEST_TIMEOUT ?= 30m
 
