@@ -12,8 +12,8 @@ SHIM_FRONT_CFLAGS := -std=c11 -O2 -g -Wall -Wextra -Werror -fPIC -fvisibility=hi
 
 # Go sources of the core and the command, so that make rebuilds on any change.
 SHIM_CORE_DEPS := $(wildcard shim/core/*.go shim/core/*.c shim/core/*.h shim/core/*.map shim/config/*.go \
-	internal/devmem/*.go internal/stat/*.go interpose/*.go interpose/*.h pool/*.go) interpose/include/spillway/cuda_runtime.h go.mod \
-	build/shim.mk
+	internal/devmem/*.go internal/stat/*.go interpose/*.go interpose/*.h pool/*.go interpose/include/spillway/*.h) \
+	go.mod build/shim.mk
 SHIM_CMD_DEPS := $(wildcard cmd/spillway/*.go shim/config/*.go internal/stat/*.go bpf/*.go bpf/*.o) go.mod \
 	build/shim.mk
 
