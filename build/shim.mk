@@ -42,7 +42,7 @@ $(BUILD)/bin/spillway: $(SHIM_CMD_DEPS)
 	@mkdir -p $(@D)
 	$(GO) build -o $@ ./cmd/spillway
 
-BENCH_PACKAGES += ./tests/shimtest/ ./internal/stat/
+BENCH_PACKAGES += ./tests/shimtest/ ./internal/stat/ ./internal/devmem/
 RACE_PACKAGES += ./shim/core/ ./internal/devmem/
 
 # `make demo`: a job larger than its quota, pooled, spilled and promoted on simcuda.
