@@ -16,3 +16,4 @@ bpf-generate:
 	cd bpf && $(GO) generate ./
 
 BENCH_PACKAGES += ./tests/tracetest/
+RACE_PACKAGES += ./bpf/

@@ -43,7 +43,7 @@ $(BUILD)/bin/spillway: $(SHIM_CMD_DEPS)
 	$(GO) build -o $@ ./cmd/spillway
 
 BENCH_PACKAGES += ./tests/shimtest/ ./internal/stat/ ./internal/devmem/
-RACE_PACKAGES += ./shim/core/ ./internal/devmem/
+RACE_PACKAGES += ./shim/core/ ./internal/devmem/ ./internal/stat/ ./cmd/spillway/
 
 # `make demo`: a job larger than its quota, pooled, spilled and promoted on simcuda.
 .PHONY: demo-shim
