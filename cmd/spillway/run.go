@@ -198,13 +198,14 @@ func catchSignals() *signalForwarder {
 	return f
 }
 
-// stop stops catching, when no child was started.
+// stop stops catching. Until then a signal that arrives once the child
+// has exited is caught and dropped: what the caller does after the child
+// (spillway trace writing its summary) is not cut short.
 func (f *signalForwarder) stop() { signal.Stop(f.ch) }
 
 // wait waits for cmd, passing signals on to it, and returns the status to
 // exit with: the child's, or 128+signal if a signal killed it.
 func (f *signalForwarder) wait(cmd *exec.Cmd) int {
-	defer signal.Stop(f.ch)
 	done := make(chan struct{})
 	go func() {
 		for {
@@ -515,9 +516,9 @@ func runMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "spillway run: "+disabledNotice)
 	}
 	sigs := catchSignals()
+	defer sigs.stop()
 	cmd, err := startUnderShim(o.launch, o.argv)
 	if err != nil {
-		sigs.stop()
 		fmt.Fprintf(os.Stderr, "spillway run: %v\n", err)
 		return cannotRun(err)
 	}

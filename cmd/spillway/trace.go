@@ -419,9 +419,11 @@ func runTrace(o traceOptions) (int, error) {
 	)
 	if len(o.argv) > 0 {
 		var status int
+		// Caught until the session ends: a ^C or SIGTERM after CMD exited,
+		// while the summary is written, must not cut it short.
 		sigs := catchSignals()
+		defer sigs.stop()
 		if cmd, status, err = s.startCommand(lib, o.argv); err != nil {
-			sigs.stop()
 			output.abandon()
 			return status, err
 		}
