@@ -351,7 +351,7 @@ func TestStatVisibleDevices(t *testing.T) {
 	checkShown(t, s, table.Stdout, 1, b, 0)
 }
 
-// A file that names no PCI location (written by an older core) is matched
+// A file that names no PCI location (its runtime would not say) is matched
 // by its ordinal, and the table and the JSON say so.
 func TestStatMatchesByIndexWithoutLocation(t *testing.T) {
 	e := newEnv(t)
