@@ -85,6 +85,10 @@ func TestDeviceFullBelowQuotaSpills(t *testing.T) {
 	if rb.Spilled != 32*mib || rb.Refused != 0 || stats.Devices[0].DeviceBytesPeak != 64*mib {
 		t.Errorf("b's report %+v, simcuda peak %d: want 32MiB spilled and the device's 64MiB", rb, stats.Devices[0].DeviceBytesPeak)
 	}
+	// The totals, as its report gives them; the host limit, by default the quota.
+	if sp := pb.Spillway; sp.SpilledTotal != rb.SpilledTotal || sp.PeakReserved != rb.PeakReserved || sp.HostLimit != 128*mib {
+		t.Errorf("b published %+v; its report says %+v, and its host limit is its 128MiB quota", sp, rb)
+	}
 	if strings.Contains(b.stderr.String(), "refused on device") || strings.Contains(b.stderr.String(), "hold: cudaMalloc") {
 		t.Errorf("b's stderr tells of a refusal:\n%s", b.stderr.String())
 	}

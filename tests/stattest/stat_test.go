@@ -137,17 +137,22 @@ type statProcessJSON struct {
 	Command           string    `json:"command"`
 	Updated           time.Time `json:"updated"`
 	Spillway          *struct {
-		Ordinal     int     `json:"ordinal"`
-		Limited     bool    `json:"limited"`
-		Quota       uint64  `json:"quota_bytes"`
-		Used        uint64  `json:"used_bytes"`
-		Reserved    uint64  `json:"reserved_bytes"`
-		Cached      uint64  `json:"cached_bytes"`
-		Live        uint64  `json:"live_bytes"`
-		Spilled     uint64  `json:"spilled_bytes"`
-		HostOutside uint64  `json:"host_outside_bytes"`
-		Refused     uint64  `json:"refusals"`
-		PCIBusID    *string `json:"pci_bus_id"`
+		Ordinal       int     `json:"ordinal"`
+		Limited       bool    `json:"limited"`
+		Quota         uint64  `json:"quota_bytes"`
+		Used          uint64  `json:"used_bytes"`
+		Reserved      uint64  `json:"reserved_bytes"`
+		Cached        uint64  `json:"cached_bytes"`
+		Live          uint64  `json:"live_bytes"`
+		Spilled       uint64  `json:"spilled_bytes"`
+		SpilledTotal  uint64  `json:"spilled_total_bytes"`
+		PromotedTotal uint64  `json:"promoted_total_bytes"`
+		HostOutside   uint64  `json:"host_outside_bytes"`
+		HostLimit     uint64  `json:"host_limit_bytes"`
+		Refused       uint64  `json:"refusals"`
+		BackingErrors uint64  `json:"backing_errors"`
+		PeakReserved  uint64  `json:"peak_reserved_bytes"`
+		PCIBusID      *string `json:"pci_bus_id"`
 	} `json:"spillway"`
 	NVMLUsed  *uint64 `json:"nvml_used_bytes"`
 	MatchedBy string  `json:"matched_by"`
@@ -282,8 +287,12 @@ func checkShown(t *testing.T, s statJSON, table string, gpu int, h *holder, ordi
 	sp := p.Spillway
 	if sp == nil || sp.Ordinal != ordinal || !sp.Limited || sp.Quota != report.Quota || sp.Used != report.Reserved ||
 		sp.Reserved != report.Reserved || sp.Cached != report.Cached || sp.Live != report.Live ||
-		sp.Spilled != report.Spilled || sp.Refused != report.Refused {
+		sp.Spilled != report.Spilled || sp.Refused != report.Refused || sp.SpilledTotal != report.SpilledTotal ||
+		sp.PromotedTotal != report.PromotedTotal || sp.BackingErrors != report.BackingErrors || sp.PeakReserved != report.PeakReserved {
 		t.Fatalf("pid %d published %+v; its report says %+v", pid, sp, report)
+	}
+	if sp.HostLimit != 0 { // no oversubscription
+		t.Errorf("pid %d: host_limit_bytes %d without oversubscription, want 0", pid, sp.HostLimit)
 	}
 	if sp.PCIBusID == nil || *sp.PCIBusID != wantBus || p.MatchedBy != "pci_bus_id" {
 		t.Errorf("pid %d: published bus %v, matched by %q; want %s, pci_bus_id", pid, sp.PCIBusID, p.MatchedBy, wantBus)
@@ -460,11 +469,13 @@ func TestStatBadRuntimeDir(t *testing.T) {
 	}
 }
 
-// --metrics-addr serves the same figures for Prometheus.
+// --metrics-addr serves the same figures for Prometheus: each series has
+// the value the process's exit report, or simcuda, gives it.
 func TestStatMetrics(t *testing.T) {
 	bin := compileHold(t)
 	e := newEnv(t)
-	h := startHolder(t, e, bin, "64MiB", "0", "0", strconv.Itoa(4*mib))
+	// Holds 8MiB, 4MiB freed (cached), one request refused at the quota.
+	h := startHolder(t, e, bin, "64MiB", "0", "1", strconv.Itoa(4*mib), strconv.Itoa(8*mib), "?"+strconv.Itoa(128*mib))
 	statAfter(t, e, h)
 	cmd := harness.Command(t, harness.Bin(t, "spillway"), "stat", "--metrics-addr", "127.0.0.1:0")
 	e.apply(cmd)
@@ -494,6 +505,51 @@ func TestStatMetrics(t *testing.T) {
 			t.Errorf("metrics lack %q:\n%s", want, body)
 		}
 	}
+	report, stats := h.finish(t, 0)
+	held := stats.Devices[0].DeviceBytes
+	if report.Refused != 1 || report.Cached != 4*mib || held != report.Reserved {
+		t.Fatalf("the holder's report %+v, simcuda's device bytes %d: want one refusal, 4MiB cached, all it reserved on the device", report, held)
+	}
+	for _, c := range []struct {
+		name string
+		want uint64
+	}{
+		{"spillway_gpu_memory_total_bytes", 256*mib + harness.NVMLReserved},
+		{"spillway_gpu_memory_used_bytes", held}, // its only process's; the driver's reserve apart
+		{"spillway_process_nvml_used_bytes", held},
+		{"spillway_process_quota_bytes", report.Quota},
+		{"spillway_process_used_bytes", report.Reserved},
+		{"spillway_process_pool_reserved_bytes", report.Reserved},
+		{"spillway_process_pool_cached_bytes", report.Cached},
+		{"spillway_process_live_bytes", report.Live},
+		{"spillway_process_spilled_bytes", report.Spilled},
+		{"spillway_process_host_outside_bytes", report.HostOutside},
+		{"spillway_process_spilled_bytes_total", report.SpilledTotal},
+		{"spillway_process_promoted_bytes_total", report.PromotedTotal},
+		{"spillway_process_refusals_total", report.Refused},
+		{"spillway_process_backing_errors_total", report.BackingErrors},
+	} {
+		if got, ok := seriesOnGPU0(body, c.name, pid); !ok || got != c.want {
+			t.Errorf("%s on GPU 0 (pid %s): %d (found %v), want %d", c.name, pid, got, ok, c.want)
+		}
+	}
+}
+
+// seriesOnGPU0 is the value of metric name on GPU 0 in a scrape's body:
+// the process's series when pid is not empty, else the GPU's.
+func seriesOnGPU0(body, name, pid string) (uint64, bool) {
+	for _, line := range strings.Split(body, "\n") {
+		labels, value, ok := strings.Cut(strings.TrimPrefix(line, name+"{"), "} ")
+		if !ok || labels == line || !strings.HasPrefix(labels, `gpu="0",`) {
+			continue
+		}
+		if strings.HasPrefix(name, "spillway_process_") && !strings.Contains(labels, `,pid="`+pid+`",`) {
+			continue
+		}
+		v, err := strconv.ParseUint(value, 10, 64)
+		return v, err == nil
+	}
+	return 0, false
 }
 
 func fetch(t *testing.T, url string) string {
