@@ -477,22 +477,7 @@ func TestStatMetrics(t *testing.T) {
 	// Holds 8MiB, 4MiB freed (cached), one request refused at the quota.
 	h := startHolder(t, e, bin, "64MiB", "0", "1", strconv.Itoa(4*mib), strconv.Itoa(8*mib), "?"+strconv.Itoa(128*mib))
 	statAfter(t, e, h)
-	cmd := harness.Command(t, harness.Bin(t, "spillway"), "stat", "--metrics-addr", "127.0.0.1:0")
-	e.apply(cmd)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
-	line, _ := bufio.NewReader(stderr).ReadString('\n')
-	addr := regexp.MustCompile(`http://(\S+)/metrics`).FindStringSubmatch(line)
-	if addr == nil {
-		t.Fatalf("no address in %q", line)
-	}
-	body := fetch(t, "http://"+addr[1]+"/metrics")
+	body := scrapeOnce(t, e)
 	pid := strconv.Itoa(h.cmd.Process.Pid)
 	for _, want := range []string{
 		"# TYPE spillway_process_quota_bytes gauge",
@@ -532,6 +517,112 @@ func TestStatMetrics(t *testing.T) {
 		if got, ok := seriesOnGPU0(body, c.name, pid); !ok || got != c.want {
 			t.Errorf("%s on GPU 0 (pid %s): %d (found %v), want %d", c.name, pid, got, ok, c.want)
 		}
+	}
+}
+
+// scrapeOnce starts `spillway stat --metrics-addr` on a port of its
+// choosing, returns what one scrape of its /metrics gives, and stops it.
+func scrapeOnce(t *testing.T, e env) string {
+	t.Helper()
+	cmd := harness.Command(t, harness.Bin(t, "spillway"), "stat", "--metrics-addr", "127.0.0.1:0")
+	e.apply(cmd)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	line, _ := bufio.NewReader(stderr).ReadString('\n')
+	addr := regexp.MustCompile(`http://(\S+)/metrics`).FindStringSubmatch(line)
+	if addr == nil {
+		t.Fatalf("no address in %q", line)
+	}
+	return fetch(t, "http://"+addr[1]+"/metrics")
+}
+
+// A process without a quota beside one not running under Spillway, on one
+// GPU: the first is listed with the quota none in the table, and in the
+// JSON and the metrics the device's total as CUDA reports it (SIMCUDA_DEVICES),
+// not NVML's; the second with NVML's figure alone, as simcuda counts it: its
+// other columns '-', and in the JSON null figures, a null updated and no
+// matched_by.
+func TestStatWithoutQuotaBesideAProcessNotUnderSpillway(t *testing.T) {
+	bin := compileHold(t)
+	e := newEnv(t)
+	h := startHolderEnv(t, e, bin, nil, "0", "1", strconv.Itoa(4*mib), strconv.Itoa(8*mib))
+	plainStats := filepath.Join(t.TempDir(), "stats.json")
+	plain := harness.Command(t, bin, "0", "0", strconv.Itoa(2*mib))
+	e.apply(plain)
+	harness.SetEnv(plain, "SIMCUDA_STATS_FILE="+plainStats)
+	plainIn, plainOut, plainErr := harness.StartPiped(t, plain)
+	t.Cleanup(func() { plain.Process.Kill(); plain.Wait() })
+	if !plainOut.Scan() || plainOut.Text() != "ready" {
+		t.Fatalf("hold without the shim printed %q; stderr:\n%s", plainOut.Text(), plainErr.String())
+	}
+
+	statAfter(t, e, h)
+	res := runStat(t, e, "--json")
+	table := runStat(t, e)
+	body := scrapeOnce(t, e)
+	plainIn.Close()
+	if err := harness.WaitWithin(t, plain, watchdog); err != nil {
+		t.Fatalf("hold without the shim: %v; stderr:\n%s", err, plainErr.String())
+	}
+	plainHeld := harness.ReadStats(t, plainStats).Devices[0].DeviceBytes
+	report, stats := h.finish(t, 0)
+	const cudaTotal = 256 * mib // SIMCUDA_DEVICES
+
+	var s struct {
+		Devices []struct {
+			Processes []map[string]json.RawMessage `json:"processes"`
+		} `json:"devices"`
+	}
+	if err := json.Unmarshal([]byte(res.Stdout), &s); err != nil || len(s.Devices) != 2 || len(s.Devices[0].Processes) != 2 {
+		t.Fatalf("spillway stat --json: %v, %s; want two processes on GPU 0", err, res.Stdout)
+	}
+	for _, p := range s.Devices[0].Processes {
+		raw, _ := json.Marshal(p)
+		switch pid := string(p["pid"]); pid {
+		case strconv.Itoa(h.pid):
+			var sp statProcessJSON
+			json.Unmarshal(raw, &sp)
+			if f := sp.Spillway; f == nil || f.Limited || f.Quota != cudaTotal || f.Used != report.Reserved || f.Cached != report.Cached ||
+				sp.MatchedBy != "pci_bus_id" {
+				t.Errorf("pid %s without a quota: %s; want limited false, quota_bytes %d, its report's %+v", pid, raw, uint64(cudaTotal), report)
+			}
+		case strconv.Itoa(plain.Process.Pid):
+			_, matched := p["matched_by"]
+			if string(p["spillway"]) != "null" || string(p["updated"]) != "null" || matched ||
+				string(p["nvml_used_bytes"]) != strconv.FormatUint(plainHeld, 10) || string(p["command"]) != `"hold"` {
+				t.Errorf("pid %s, not under Spillway: %s; want spillway and updated null, no matched_by, nvml_used_bytes %d",
+					pid, raw, plainHeld)
+			}
+		default:
+			t.Errorf("GPU 0 lists pid %s; want %d and %d", pid, h.pid, plain.Process.Pid)
+		}
+	}
+
+	section := tableSection(table.Stdout, 0)
+	for _, row := range []string{
+		fmt.Sprintf(`%d\s+hold\s+none\s+%s\s+%s\s+%s\s+%d\s+%s`, h.pid, human(report.Reserved), human(report.Cached),
+			human(report.Spilled), report.Refused, human(stats.Devices[0].DeviceBytes)),
+		fmt.Sprintf(`%d\s+hold(\s+-){5}\s+%s`, plain.Process.Pid, human(plainHeld)),
+	} {
+		if !regexp.MustCompile(`(?m)^\s*` + row + `\s*$`).MatchString(section) {
+			t.Errorf("GPU 0's table lacks a row %q:\n%s", row, table.Stdout)
+		}
+	}
+
+	if got, ok := seriesOnGPU0(body, "spillway_process_quota_bytes", strconv.Itoa(h.pid)); !ok || got != cudaTotal {
+		t.Errorf("spillway_process_quota_bytes of pid %d: %d (found %v), want %d", h.pid, got, ok, uint64(cudaTotal))
+	}
+	if got, ok := seriesOnGPU0(body, "spillway_process_nvml_used_bytes", strconv.Itoa(plain.Process.Pid)); !ok || got != plainHeld {
+		t.Errorf("spillway_process_nvml_used_bytes of pid %d: %d (found %v), want %d", plain.Process.Pid, got, ok, plainHeld)
+	}
+	if _, ok := seriesOnGPU0(body, "spillway_process_quota_bytes", strconv.Itoa(plain.Process.Pid)); ok {
+		t.Errorf("pid %d, not under Spillway, has a quota series:\n%s", plain.Process.Pid, body)
 	}
 }
 
