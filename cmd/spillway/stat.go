@@ -578,7 +578,7 @@ func writeStatMetrics(w io.Writer, r *statReport) {
 			proc: spill(func(s *stat.Device) uint64 { return s.SpilledTotal })},
 		{name: "spillway_process_promoted_bytes_total", kind: "counter", help: "Spilled memory ever moved back to the device.",
 			proc: spill(func(s *stat.Device) uint64 { return s.PromotedTotal })},
-		{name: "spillway_process_refusals_total", kind: "counter", help: "Allocations refused for the quota or the host limit.",
+		{name: "spillway_process_refusals_total", kind: "counter", help: "Allocations refused: at the quota, at the host limit, or with the device itself full below the quota.",
 			proc: spill(func(s *stat.Device) uint64 { return s.Refused })},
 		{name: "spillway_process_backing_errors_total", kind: "counter", help: "Failed CUDA calls the pool recovered from.",
 			proc: spill(func(s *stat.Device) uint64 { return s.BackingErrors })},

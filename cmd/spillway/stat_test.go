@@ -207,6 +207,18 @@ func TestCollectKeepsPIDsOfOtherNamespacesApart(t *testing.T) {
 	}
 }
 
+// The refusals counter counts, and its help says so, the requests refused
+// because the device itself was full below the quota, as well as those
+// refused at the quota or the host limit.
+func TestStatMetricsRefusalsHelp(t *testing.T) {
+	var b strings.Builder
+	writeStatMetrics(&b, &statReport{})
+	want := "# HELP spillway_process_refusals_total Allocations refused: at the quota, at the host limit, or with the device itself full below the quota.\n"
+	if !strings.Contains(b.String(), want) {
+		t.Errorf("metrics lack %q:\n%s", want, b.String())
+	}
+}
+
 // A GPU's used bytes leave out the driver's reserve, as NVML's second memory
 // query and nvidia-smi give them; a driver without that query gives the
 // first one's figures.
