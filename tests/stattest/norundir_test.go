@@ -177,3 +177,39 @@ func TestStatWarnsOfFolderOthersCanWrite(t *testing.T) {
 		}
 	}
 }
+
+// A runtime folder spillway stat cannot read (another user's, named by
+// SPILLWAY_RUNTIME_DIR) is named on standard error, in one line, beside
+// what NVML reports, with exit status 0: the other figures are shown, and
+// the caller learns why a job is missing.
+func TestStatNamesFolderItCannotRead(t *testing.T) {
+	e := newEnv(t)
+	if err := os.Mkdir(e.runtime, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := harness.Command(t, harness.Bin(t, "spillway"), "stat")
+	if os.Geteuid() == 0 {
+		// Root reads any folder: stat runs as another user, which needs
+		// simcuda's state folder open to it.
+		state, err := os.MkdirTemp("", "stattest-state")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(state) })
+		if err := os.Chmod(state, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		e.state = state
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	} else if err := os.Chmod(e.runtime, 0); err != nil {
+		t.Fatal(err)
+	} else {
+		t.Cleanup(func() { os.Chmod(e.runtime, 0o700) })
+	}
+	e.apply(cmd)
+	res := harness.Run(t, cmd)
+	checkNVMLOnly(t, "spillway stat", res)
+	if strings.Count(res.Stderr, "\n") != 1 || !strings.Contains(res.Stderr, e.runtime) || !strings.Contains(res.Stderr, "permission denied") {
+		t.Errorf("stderr %q; want one line naming %s and why it cannot be read", res.Stderr, e.runtime)
+	}
+}
