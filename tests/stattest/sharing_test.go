@@ -258,6 +258,10 @@ func TestStatTimeNamespace(t *testing.T) {
 	a := startUnshared(t, e, bin, later, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, "0", "0", strconv.Itoa(8*mib))
 	b := startUnshared(t, e, bin, append(later, "--pid", "--mount-proc"), []string{"SPILLWAY_MEMORY_LIMIT=32MiB"},
 		"0", "0", strconv.Itoa(4*mib))
+	var ns syscall.Stat_t // b's PID namespace, which the JSON names beside its PID there
+	if err := syscall.Stat(fmt.Sprintf("/proc/%d/ns/pid", b.pid), &ns); err != nil {
+		t.Fatal(err)
+	}
 	b.pid = 1 // as it sees itself: this /proc cannot map it
 	s := statAfter(t, e, a, b)
 	for _, c := range []struct {
@@ -270,6 +274,18 @@ func TestStatTimeNamespace(t *testing.T) {
 			t.Errorf("pid %d: %s published %+v, pid_in_its_namespace %v; want a quota of %d, %d used, pid_in_its_namespace %v",
 				c.h.pid, p.Command, sp, p.PIDInItsNamespace, c.quota, c.used, c.own)
 		}
+		if named := p.PIDNamespace != nil; named != c.own || named && *p.PIDNamespace != ns.Ino {
+			t.Errorf("pid %d: pid_namespace %v; want it only in its own namespace, %d", c.h.pid, p.PIDNamespace, ns.Ino)
+		}
+	}
+	table := runStat(t, e)
+	if note := "PID 1 (hold) is its PID in another PID namespace"; !strings.Contains(tableSection(table.Stdout, 0), note) {
+		t.Errorf("GPU 0's table lacks %q:\n%s", note, table.Stdout)
+	}
+	body := scrapeOnce(t, e)
+	series := fmt.Sprintf(`(?m)^spillway_process_quota_bytes\{gpu="0",[^}]*,pid="1",pid_namespace="%d",command="hold"\} %d$`, ns.Ino, 32*mib)
+	if !regexp.MustCompile(series).MatchString(body) {
+		t.Errorf("metrics lack b's quota series %s:\n%s", series, body)
 	}
 	a.finish(t, 0)
 	b.finish(t, 0)

@@ -134,6 +134,7 @@ type statDevice struct {
 type statProcessJSON struct {
 	PID               int       `json:"pid"`
 	PIDInItsNamespace bool      `json:"pid_in_its_namespace"`
+	PIDNamespace      *uint64   `json:"pid_namespace"`
 	Command           string    `json:"command"`
 	Updated           time.Time `json:"updated"`
 	Spillway          *struct {
