@@ -193,8 +193,15 @@ type signalForwarder struct {
 func catchSignals() *signalForwarder {
 	f := &signalForwarder{ch: make(chan os.Signal, 8), interactive: inTerminalForeground(os.Stdin)}
 	// Caught, not ignored, even when they are not passed on: an ignored
-	// signal would stay ignored in the child.
-	signal.Notify(f.ch, append(forwarded, syscall.SIGINT, syscall.SIGQUIT)...)
+	// signal would stay ignored in the child. SIGHUP or SIGINT this process
+	// was started ignoring (nohup, a background job of a script) is left so,
+	// for the child to inherit: catching it would undo nohup. Go keeps no
+	// such record of the others, which its runtime handles from the start.
+	for _, s := range append(forwarded, syscall.SIGINT, syscall.SIGQUIT) {
+		if !signal.Ignored(s) {
+			signal.Notify(f.ch, s)
+		}
+	}
 	return f
 }
 

@@ -2,6 +2,7 @@ package shimtest
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -224,4 +225,72 @@ func waitCode(t *testing.T, cmd *exec.Cmd) int {
 		return -int(ws.Signal())
 	}
 	return ws.ExitStatus()
+}
+
+// SIGHUP or SIGINT that the launcher was started ignoring (SIGHUP under
+// nohup, SIGINT in a background job of a script) stays ignored, by the
+// launcher and by the program, as it would be without the launcher: a job
+// under nohup outlives a hangup.
+func TestSpillwayRunKeepsIgnoredSignals(t *testing.T) {
+	spillway := harness.Bin(t, "spillway")
+	job := `echo started; sleep 1; grep SigIgn /proc/$$/status`
+	cmd := harness.Command(t, "/bin/sh", "-c", `trap "" HUP INT; exec "$0" run -- /bin/sh -c "$1"`, spillway, job)
+	cmd.Stdin = nil // /dev/null: no terminal sends these signals itself
+	out := &strings.Builder{}
+	launcher, first, restRead := startReadingAll(t, cmd, out)
+	if first != "started" {
+		t.Fatalf("first line %q, want started", first)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		launcher.Process.Signal(sig)
+	}
+	code := waitCode(t, launcher)
+	<-restRead
+	if code != 0 {
+		t.Fatalf("SIGHUP and SIGINT, ignored, sent to the launcher: exit %d, want 0 (output %q)", code, out.String())
+	}
+	mask := strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(out.String()), "SigIgn:"))
+	ignored, err := strconv.ParseUint(mask, 16, 64)
+	if err != nil {
+		t.Fatalf("the job's SigIgn %q: %v", out.String(), err)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGHUP, syscall.SIGINT} {
+		if ignored&(1<<(sig-1)) == 0 {
+			t.Errorf("%v is not ignored by the job (SigIgn %s), as it was by its launcher", sig, mask)
+		}
+	}
+}
+
+// startReadingAll is startReading, what cmd prints after its first line
+// going to rest, read whole once the returned channel is closed.
+func startReadingAll(t *testing.T, cmd *exec.Cmd, rest *strings.Builder) (*exec.Cmd, string, <-chan struct{}) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stdout = w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	t.Cleanup(func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	line := make(chan string, 1)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		defer r.Close()
+		br := bufio.NewReader(r)
+		s, _ := br.ReadString('\n')
+		line <- strings.TrimSpace(s)
+		io.Copy(rest, br)
+	}()
+	select {
+	case s := <-line:
+		return cmd, s, done
+	case <-time.After(runWatchdog):
+		t.Fatalf("%v printed nothing within %v", cmd.Args, runWatchdog)
+	}
+	return nil, "", nil
 }
