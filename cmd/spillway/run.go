@@ -177,21 +177,22 @@ func withTunable(tunables string) string {
 
 // forwarded are the signals passed on to the child. SIGINT and SIGQUIT
 // typed at the terminal already reach the child (same foreground process
-// group), so they are forwarded only when spillway is not in the terminal's
-// foreground: stdin is a file, a pipe or /dev/null, or the signal was sent
-// with kill.
+// group), so they are forwarded only when spillway is not in the foreground
+// of its controlling terminal, whatever its stdin: with none, in the
+// background, or in a session of its own. In the foreground, one sent with
+// kill is not forwarded either: a caught signal does not say who sent it.
 var forwarded = []os.Signal{syscall.SIGTERM, syscall.SIGHUP, syscall.SIGUSR1, syscall.SIGUSR2,
 	syscall.SIGWINCH, syscall.SIGCONT}
 
 // signalForwarder catches the signals to pass on from before the child
 // starts, so that none sent in between is lost or kills the launcher.
 type signalForwarder struct {
-	ch          chan os.Signal
-	interactive bool // SIGINT and SIGQUIT reach the child from the terminal
+	ch  chan os.Signal
+	tty *os.File // the controlling terminal; nil without one
 }
 
 func catchSignals() *signalForwarder {
-	f := &signalForwarder{ch: make(chan os.Signal, 8), interactive: inTerminalForeground(os.Stdin)}
+	f := &signalForwarder{ch: make(chan os.Signal, 8), tty: controllingTerminal()}
 	// Caught, not ignored, even when they are not passed on: an ignored
 	// signal would stay ignored in the child. SIGHUP or SIGINT this process
 	// was started ignoring (nohup, a background job of a script) is left so,
@@ -208,7 +209,12 @@ func catchSignals() *signalForwarder {
 // stop stops catching. Until then a signal that arrives once the child
 // has exited is caught and dropped: what the caller does after the child
 // (spillway trace writing its summary) is not cut short.
-func (f *signalForwarder) stop() { signal.Stop(f.ch) }
+func (f *signalForwarder) stop() {
+	signal.Stop(f.ch)
+	if f.tty != nil {
+		f.tty.Close()
+	}
+}
 
 // wait waits for cmd, passing signals on to it, and returns the status to
 // exit with: the child's, or 128+signal if a signal killed it.
@@ -218,7 +224,9 @@ func (f *signalForwarder) wait(cmd *exec.Cmd) int {
 		for {
 			select {
 			case s := <-f.ch:
-				if f.interactive && (s == syscall.SIGINT || s == syscall.SIGQUIT) {
+				// Asked when the signal comes: the job may have been moved
+				// between foreground and background since it started.
+				if (s == syscall.SIGINT || s == syscall.SIGQUIT) && inTerminalForeground(f.tty) {
 					continue // the terminal sent it to the child as well
 				}
 				_ = cmd.Process.Signal(s)
@@ -245,12 +253,25 @@ func exitStatus(cmd *exec.Cmd, err error) int {
 	return 0
 }
 
-// inTerminalForeground reports whether f is a terminal whose foreground
-// process group is this process's: then what is typed at it (^C, ^\)
-// reaches the child directly. /dev/null is a character device, not a
-// terminal.
-func inTerminalForeground(f *os.File) bool {
-	fg, err := unix.IoctlGetInt(int(f.Fd()), unix.TIOCGPGRP)
+// controllingTerminal opens this process's controlling terminal, the one
+// that sends ^C to its foreground even when stdin is not it (a job run
+// "< /dev/null" at a shell prompt); nil without one.
+func controllingTerminal() *os.File {
+	tty, err := os.Open("/dev/tty")
+	if err != nil {
+		return nil
+	}
+	return tty
+}
+
+// inTerminalForeground reports whether tty, a terminal or nil, has this
+// process's group in its foreground: then what is typed at it (^C, ^\)
+// reaches the child directly.
+func inTerminalForeground(tty *os.File) bool {
+	if tty == nil {
+		return false
+	}
+	fg, err := unix.IoctlGetInt(int(tty.Fd()), unix.TIOCGPGRP)
 	return err == nil && fg == unix.Getpgrp()
 }
 

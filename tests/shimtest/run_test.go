@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/spillway-gpu/spillway/tests/harness"
 )
 
@@ -293,4 +295,79 @@ func startReadingAll(t *testing.T, cmd *exec.Cmd, rest *strings.Builder) (*exec.
 		t.Fatalf("%v printed nothing within %v", cmd.Args, runWatchdog)
 	}
 	return nil, "", nil
+}
+
+// A ^C typed at the terminal whose foreground the launcher runs in reaches
+// the program once, from the terminal, whatever the launcher's standard
+// input: redirected from /dev/null, the launcher passed it on as well, and
+// the program was interrupted twice.
+func TestSpillwayRunInterruptFromTerminalOnce(t *testing.T) {
+	spillway := harness.Bin(t, "spillway")
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/sigcount.c"}})
+	for _, stdin := range []string{"the terminal", os.DevNull} {
+		master, terminal := openPTY(t)
+		cmd := harness.Command(t, spillway, "run", "--", prog)
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = terminal, terminal, terminal
+		if stdin == os.DevNull {
+			cmd.Stdin = nil
+		}
+		// A session of its own, whose controlling terminal is the new one,
+		// with the launcher in its foreground, as a shell would start it.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 1}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		terminal.Close()
+		lines := make(chan string, 16)
+		go func() {
+			defer close(lines)
+			r := bufio.NewReader(master)
+			for {
+				s, err := r.ReadString('\n')
+				if s != "" {
+					lines <- strings.TrimSpace(s)
+				}
+				if err != nil {
+					return // EIO once the last writer is gone
+				}
+			}
+		}()
+		var got []string
+		for l := range lines {
+			got = append(got, l)
+			if l == "ready" {
+				master.Write([]byte{3}) // ^C, as typed
+			}
+		}
+		code := waitCode(t, cmd)
+		master.Close()
+		if code != 0 || !strings.Contains(strings.Join(got, "\n"), "SIGINT x1") {
+			t.Errorf("^C at the terminal, standard input %s: exit %d, output %q; want the program interrupted once", stdin, code, got)
+		}
+	}
+}
+
+// openPTY opens a new pseudo-terminal: its master, and the terminal a
+// program is given.
+func openPTY(t *testing.T) (master, terminal *os.File) {
+	t.Helper()
+	master, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	t.Cleanup(func() { master.Close() })
+	fd := int(master.Fd())
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatalf("unlocking the pseudo-terminal: %v", err)
+	}
+	n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err != nil {
+		t.Fatalf("numbering the pseudo-terminal: %v", err)
+	}
+	terminal, err = os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatalf("opening the pseudo-terminal: %v", err)
+	}
+	t.Cleanup(func() { terminal.Close() })
+	return master, terminal
 }
