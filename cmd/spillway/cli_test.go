@@ -682,3 +682,25 @@ var parseCommand = map[string]func(args, env []string) error{
 	"trace": func(args, env []string) error { _, err := parseTraceFlags(args, env, io.Discard); return err },
 	"stat":  func(args, _ []string) error { _, err := parseStatFlags(args, io.Discard); return err },
 }
+
+// TestSettingsCheckedInStages: spillway run refuses the first value its
+// flag cannot take alone, as the command line is read, before the settings
+// are checked together; --memory-limit against an inherited
+// SPILLWAY_MEMORY_LIMIT_<n> only once the rest is valid; as the README
+// says.
+func TestSettingsCheckedInStages(t *testing.T) {
+	for _, tc := range []struct {
+		args, env []string
+		want      string
+	}{
+		{[]string{"--memory-limit", "8GiBs", "--spill", "disk", "--", "true"}, []string{"SPILLWAY_LOG_LEVEL=verbose"},
+			`invalid --memory-limit="8GiBs": unknown unit "GiBs"; expected a size such as 512MiB, 8GiB, 8GB or 8G, or a percentage such as 50% (valid example: --memory-limit=8GiB)`},
+		{[]string{"--memory-limit", "8GiB", "--pool=false", "--pool-reserve", "1GiB", "--", "true"}, []string{"SPILLWAY_MEMORY_LIMIT_0=80GiB"},
+			`invalid --pool-reserve="1GiB": a reserve needs the pool, but --pool=false (valid example: --pool=true --pool-reserve 4GiB)`},
+	} {
+		var usage *usageErr
+		if err := parseCommand["run"](tc.args, tc.env); !errors.As(err, &usage) || err.Error() != tc.want {
+			t.Errorf("run %q with %q: %v, want the usage error %q", tc.args, tc.env, err, tc.want)
+		}
+	}
+}
