@@ -16,7 +16,7 @@
  *              primary context allocated is freed (cudaFreeAsync)
  *   foreign    in a context created once: a stream made, a block the primary
  *              context allocated (cudaMalloc) freed on it (cudaFreeAsync),
- *              the stream destroyed
+ *              the stream synchronized and destroyed
  *   otherdev   the same with a stream of device 1 (two devices)
  * foreign and otherdev first allocate 64 MiB and free it, so that the pool
  * serves their blocks from its cache.
@@ -138,6 +138,11 @@ static void cycle_foreign(void)
     if (check("cudaMalloc", cudaMalloc(&p, 4096)))
         check("cudaFreeAsync", cudaFreeAsync(p, (cudaStream_t)s));
     check("cuCtxPushCurrent_v2", cuCtxPushCurrent_v2(ctx));
+    /* Its work done, the pool's marker is complete when it next looks: what
+     * the pool keeps of destroyed streams is then bounded by the cycles
+     * between two looks, not by how far a loaded machine's stream threads
+     * lag behind. */
+    check("cuStreamSynchronize", cuStreamSynchronize(s));
     check("cuStreamDestroy_v2", cuStreamDestroy_v2(s));
     check("cuCtxPopCurrent_v2", cuCtxPopCurrent_v2(&popped));
 }
@@ -155,6 +160,7 @@ static void cycle_otherdev(void)
     if (check("cudaMalloc", cudaMalloc(&p, 4096)))
         check("cudaFreeAsync", cudaFreeAsync(p, s));
     check("cudaSetDevice", cudaSetDevice(1));
+    check("cudaStreamSynchronize", cudaStreamSynchronize(s)); /* as in cycle_foreign */
     check("cudaStreamDestroy", cudaStreamDestroy(s));
     check("cudaSetDevice", cudaSetDevice(0));
 }
