@@ -72,23 +72,32 @@ func TestStatBeforeAnyProcessPublished(t *testing.T) {
 // processes they run publish nowhere. spillway stat there still shows what
 // NVML reports, with one line on standard error saying why no figures are
 // read and what to set, and exits with status 0, in every form.
+// asNobodyIfRoot returns, for a test run as root, the credentials of user
+// 65534 to run spillway stat with (root reads every folder and has a
+// runtime directory of its own), and gives e a simcuda state folder that
+// user can open; nil otherwise.
+func asNobodyIfRoot(t *testing.T, e *env) *syscall.SysProcAttr {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	state, err := os.MkdirTemp("", "stattest-state")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(state) })
+	if err := os.Chmod(state, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	e.state = state
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+}
+
 func TestStatWithoutRuntimeDirectory(t *testing.T) {
 	e := newEnv(t)
 	// As root, the default folder is /run/spillway: the test runs stat as
-	// another user, which needs simcuda's state folder open to it.
-	var asUser *syscall.SysProcAttr
-	if os.Geteuid() == 0 {
-		state, err := os.MkdirTemp("", "stattest-state")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { os.RemoveAll(state) })
-		if err := os.Chmod(state, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		e.state = state
-		asUser = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	}
+	// another user.
+	asUser := asNobodyIfRoot(t, &e)
 	command := func(args ...string) *exec.Cmd {
 		cmd := harness.Command(t, harness.Bin(t, "spillway"), append([]string{"stat"}, args...)...)
 		e.apply(cmd)
@@ -188,22 +197,11 @@ func TestStatNamesFolderItCannotRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	cmd := harness.Command(t, harness.Bin(t, "spillway"), "stat")
-	if os.Geteuid() == 0 {
-		// Root reads any folder: stat runs as another user, which needs
-		// simcuda's state folder open to it.
-		state, err := os.MkdirTemp("", "stattest-state")
-		if err != nil {
+	// Root reads any folder: stat runs as another user.
+	if cmd.SysProcAttr = asNobodyIfRoot(t, &e); cmd.SysProcAttr == nil {
+		if err := os.Chmod(e.runtime, 0); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { os.RemoveAll(state) })
-		if err := os.Chmod(state, 0o777); err != nil {
-			t.Fatal(err)
-		}
-		e.state = state
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
-	} else if err := os.Chmod(e.runtime, 0); err != nil {
-		t.Fatal(err)
-	} else {
 		t.Cleanup(func() { os.Chmod(e.runtime, 0o700) })
 	}
 	e.apply(cmd)
