@@ -182,7 +182,8 @@ static uint64_t mipmap_footprint(struct array_unit u, uint64_t width, uint64_t h
 /*
  * Creating and destroying an array and the core's record of it happen
  * under one lock, so that a handle CUDA reuses for a new array in another
- * thread is never recorded before the old one is forgotten.
+ * thread is never recorded before the old one is forgotten. Creating one
+ * also holds resets off (reset_lock, contexts.c), taken first.
  */
 pthread_mutex_t arrays_lock = PTHREAD_MUTEX_INITIALIZER;
 
@@ -223,10 +224,12 @@ static CUresult driver_array(driver_make_fn make, void **handle, const void *des
     depth++;
     CUresult rc = (CUresult)core.take(device, bytes, ctx ? kind : kind | SPILLWAY_TAKE_IN_PRIMARY);
     if (rc == CUDA_SUCCESS) {
+        front_read_lock(&reset_lock);
         front_lock(&arrays_lock);
         rc = make(handle, desc, levels);
         array_made(rc == CUDA_SUCCESS, rc == CUDA_SUCCESS ? *handle : NULL, ctx, device, bytes, kind);
         pthread_mutex_unlock(&arrays_lock);
+        pthread_rwlock_unlock(&reset_lock);
     }
     depth--;
     return rc;
@@ -312,10 +315,12 @@ static cudaError_t runtime_array(runtime_make_fn make, void **handle, const stru
         rc = (cudaError_t)core.take(device, bytes, ctx ? kind : kind | SPILLWAY_TAKE_IN_PRIMARY);
         if (rc != cudaSuccess)
             break;
+        front_read_lock(&reset_lock);
         front_lock(&arrays_lock);
         rc = make(handle, desc, extent, levels, flags);
         array_made(rc == cudaSuccess, rc == cudaSuccess ? *handle : NULL, ctx, device, bytes, kind);
         pthread_mutex_unlock(&arrays_lock);
+        pthread_rwlock_unlock(&reset_lock);
         break;
     case ROUTE_REFUSE:
         rc = cudaErrorInitializationError;

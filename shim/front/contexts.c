@@ -29,6 +29,22 @@ atomic_size_t created_live;
 /* Allocations the core recorded as made in a created context. */
 static atomic_long context_blocks;
 
+/*
+ * A reset of a device's primary context (cudaDeviceReset,
+ * cuDevicePrimaryCtxReset) destroys what the application allocated there
+ * from its own memory pools and the arrays made there, and the core gives
+ * back what it recorded of them. Such an allocation holds this lock for
+ * reading from its real call to its record, and a free of a recorded
+ * allocation from the core's forgetting it to its record again after a
+ * failed real free; a reset holds it for writing. So the reset
+ * never falls between a real call and its record: an allocation is either
+ * recorded before the reset, which gives it back, or made after it, and
+ * a free never records again memory the reset destroyed meanwhile.
+ * Writers first, so that allocating threads never hold a reset off for
+ * long; no thread takes it twice (the real calls run at depth > 0).
+ */
+pthread_rwlock_t reset_lock = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+
 static void created_add(CUcontext ctx)
 {
     front_lock(&created_lock);
@@ -146,11 +162,19 @@ void context_took_from_pool(CUresult rc, CUcontext ctx, int32_t device, CUdevice
     took(rc, ctx, device, p, size, 1);
 }
 
-/* Whether p was allocated in a created context (the core forgets it; see context_freed). */
+/*
+ * Whether p was allocated in a created context or from a memory pool (the
+ * core forgets it, and resets wait until context_freed records the outcome).
+ */
 static int context_owns(uint64_t p, struct context_block *b)
 {
-    return atomic_load_explicit(&context_blocks, memory_order_acquire) != 0 &&
-           core.ctx_forget(p, &b->ctx, &b->device, &b->size, &b->from_pool);
+    if (atomic_load_explicit(&context_blocks, memory_order_acquire) == 0)
+        return 0;
+    front_read_lock(&reset_lock);
+    if (core.ctx_forget(p, &b->ctx, &b->device, &b->size, &b->from_pool))
+        return 1;
+    pthread_rwlock_unlock(&reset_lock);
+    return 0;
 }
 
 /* After the real free of b at p: its bytes go back, or it is recorded again. */
@@ -162,6 +186,7 @@ void context_freed(int rc, uint64_t p, const struct context_block *b)
     } else {
         core.ctx_record(b->ctx, b->device, p, b->size, b->from_pool);
     }
+    pthread_rwlock_unlock(&reset_lock);
 }
 
 /*
@@ -178,6 +203,7 @@ void context_freed_async(int rc, uint64_t p, const struct context_block *b, CUst
     }
     core.graph_keep((uint64_t)(uintptr_t)graph, b->device, b->size);
     atomic_fetch_sub(&context_blocks, 1);
+    pthread_rwlock_unlock(&reset_lock);
 }
 
 /*

@@ -295,7 +295,10 @@ static CUresult primary_ctx_reset(CUresult (*real_reset)(CUdevice), CUdevice dev
     /* The core drops dev's pool and resets dev, through the runtime where the
      * process has one and through the driver where it has none. */
     depth++;
+    /* never between an allocation's real call and its record (reset_lock, contexts.c) */
+    front_write_lock(&reset_lock);
     CUresult rc = (CUresult)core.cu_device_reset(dev);
+    pthread_rwlock_unlock(&reset_lock);
     depth--;
     return rc;
 }

@@ -200,6 +200,7 @@ static void atfork_child(void)
     pthread_mutex_init(&vmm_lock, NULL);
     pthread_mutex_init(&arrays_lock, NULL);
     pthread_mutex_init(&pools_lock, NULL);
+    reset_lock = (pthread_rwlock_t)PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 }
 
 static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
@@ -219,6 +220,19 @@ void front_lock(pthread_mutex_t *lock)
 {
     pthread_once(&fork_handler_once, register_fork_handler);
     pthread_mutex_lock(lock);
+}
+
+/* The same for a lock shared by readers. */
+void front_read_lock(pthread_rwlock_t *lock)
+{
+    pthread_once(&fork_handler_once, register_fork_handler);
+    pthread_rwlock_rdlock(lock);
+}
+
+void front_write_lock(pthread_rwlock_t *lock)
+{
+    pthread_once(&fork_handler_once, register_fork_handler);
+    pthread_rwlock_wrlock(lock);
 }
 
 void *grow_table(void *items, size_t *cap, size_t item_size)

@@ -138,9 +138,12 @@ extern atomic_int captures_begun;
 /* Locks defined with what they guard (contexts.c, vmm.c, arrays.c, pools.c); a forked
  * child starts them afresh (front.c). */
 extern pthread_mutex_t created_lock, vmm_lock, arrays_lock, pools_lock;
+extern pthread_rwlock_t reset_lock;
 
 /* Takes one of the front's locks; none is taken otherwise (front.c says why). */
 void front_lock(pthread_mutex_t *lock);
+void front_read_lock(pthread_rwlock_t *lock);
+void front_write_lock(pthread_rwlock_t *lock);
 
 int quota_configured(void);
 

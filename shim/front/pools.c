@@ -129,8 +129,10 @@ static CUresult mem_alloc_from_pool_async(CUdeviceptr *dptr, size_t bytesize, CU
         pool_place(pool, per_thread && !stream ? CU_STREAM_PER_THREAD : stream, &device);
         rc = (CUresult)core.take(device, bytesize, SPILLWAY_TAKE_POOL | take_in_primary(device));
         if (rc == CUDA_SUCCESS) {
+            front_read_lock(&reset_lock);
             rc = real_alloc(dptr, bytesize, pool, stream);
             context_took_from_pool(rc, ctx, device, *dptr, bytesize);
+            pthread_rwlock_unlock(&reset_lock);
         }
         break;
     case ROUTE_REFUSE:
@@ -171,9 +173,11 @@ EXPORT cudaError_t cudaMallocFromPoolAsync(void **ptr, size_t size, cudaMemPool_
         pool_place(memPool, (CUstream)stream, &device);
         rc = (cudaError_t)core.take(device, size, SPILLWAY_TAKE_RUNTIME_POOL | take_in_primary(device));
         if (rc == cudaSuccess) {
+            front_read_lock(&reset_lock);
             rc = real_alloc(ptr, size, memPool, stream);
             context_took_from_pool((CUresult)rc, current_created(), device,
                                    (CUdeviceptr)(uintptr_t)*ptr, size);
+            pthread_rwlock_unlock(&reset_lock);
         }
     }
     depth--;

@@ -285,8 +285,12 @@ EXPORT cudaError_t cudaDeviceReset(void)
     depth++;
     if (r == ROUTE_CORE) {
         int32_t device;
-        if ((rc = current_device(&device)) == cudaSuccess)
+        if ((rc = current_device(&device)) == cudaSuccess) {
+            /* never between an allocation's real call and its record (reset_lock, contexts.c) */
+            front_write_lock(&reset_lock);
             rc = core.device_reset(device);
+            pthread_rwlock_unlock(&reset_lock);
+        }
     } else {
         rc = real_device_reset();
     }

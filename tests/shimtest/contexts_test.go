@@ -565,3 +565,26 @@ func TestCreatedContextHandleReused(t *testing.T) {
 		})
 	}
 }
+
+// TestPrimaryCtxResetDuringPoolMemoryCall: another thread resets the
+// primary context (cudaDeviceReset) between the real call on memory from a
+// pool the program created and the shim's record of it: after
+// cudaMallocFromPoolAsync's real allocation, and after the free's lookup
+// of its block, before the real free. The reset destroys the memory either
+// way, and none of it stays counted against the quota.
+func TestPrimaryCtxResetDuringPoolMemoryCall(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/resetrace.c"}, Cudart: true,
+		ProjectHeaders: true, Flags: []string{"-I", filepath.Join(harness.Root(t), "tests", "simcuda"), "-lcuda"}})
+	for _, mode := range []string{"alloc", "free"} {
+		t.Run(mode, func(t *testing.T) {
+			_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, prog, mode))
+			if out.Code(t, "alloc", 0) != 0 || out.Code(t, "reset", 0) != 0 || out.Code(t, "info", 0) != 0 {
+				t.Fatalf("the allocation, the reset or cudaMemGetInfo failed: %v", out)
+			}
+			if free, total := out.Num(t, "info", 0, 2), out.Num(t, "info", 0, 3); free != 64<<20 || total != 64<<20 {
+				t.Errorf("cudaMemGetInfo after the reset destroyed the only allocation: free %d of %d, want the whole 64 MiB quota\n%v",
+					free, total, out)
+			}
+		})
+	}
+}
