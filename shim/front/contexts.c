@@ -26,6 +26,16 @@ static struct created {
 } *created;
 static size_t created_len, created_cap;
 atomic_size_t created_live;
+
+/*
+ * Creating a context, and destroying one with the core's record of its
+ * end, happen under one lock: CUDA hands a destroyed context's handle to a
+ * context created later, whose allocations must not be given back as the
+ * destroyed one's, nor set aside with them, before the core has heard of
+ * the destruction.
+ */
+pthread_mutex_t contexts_lock = PTHREAD_MUTEX_INITIALIZER;
+
 /* Allocations the core recorded as made in a created context. */
 static atomic_long context_blocks;
 
@@ -231,9 +241,11 @@ enum route free_route(enum route r, uint64_t p, struct context_block *b)
 EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     REAL(real_create, cu_ctx_create);
+    front_lock(&contexts_lock);
     CUresult rc = real_create(pctx, flags, dev);
     if (rc == CUDA_SUCCESS && depth == 0)
         created_add(*pctx);
+    pthread_mutex_unlock(&contexts_lock);
     return rc;
 }
 
@@ -241,9 +253,11 @@ EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray
                                unsigned int flags, CUdevice dev)
 {
     REAL(real_create, cu_ctx_create_v3);
+    front_lock(&contexts_lock);
     CUresult rc = real_create(pctx, paramsArray, numParams, flags, dev);
     if (rc == CUDA_SUCCESS && depth == 0)
         created_add(*pctx);
+    pthread_mutex_unlock(&contexts_lock);
     return rc;
 }
 
@@ -251,9 +265,11 @@ EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreatePara
                                unsigned int flags, CUdevice dev)
 {
     REAL(real_create, cu_ctx_create_v4);
+    front_lock(&contexts_lock);
     CUresult rc = real_create(pctx, ctxCreateParams, flags, dev);
     if (rc == CUDA_SUCCESS && depth == 0)
         created_add(*pctx);
+    pthread_mutex_unlock(&contexts_lock);
     return rc;
 }
 
@@ -303,12 +319,14 @@ static void context_gone(CUcontext ctx)
 EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     REAL(real_destroy, cu_ctx_destroy);
+    front_lock(&contexts_lock);
     int dying = created_usage(ctx, 0) > 0 && context_dying(ctx);
     CUresult rc = real_destroy(ctx);
     if (rc == CUDA_SUCCESS && created_remove(ctx))
         context_gone(ctx);
     else if (dying)
         context_kept(ctx);
+    pthread_mutex_unlock(&contexts_lock);
     return rc;
 }
 
@@ -324,6 +342,7 @@ EXPORT CUresult cuCtxAttach(CUcontext *pctx, unsigned int flags)
 EXPORT CUresult cuCtxDetach(CUcontext ctx)
 {
     REAL(real_detach, cu_ctx_detach);
+    front_lock(&contexts_lock);
     /* The last usage: the real call destroys the context. */
     int dying = created_usage(ctx, 0) == 1 && context_dying(ctx);
     CUresult rc = real_detach(ctx);
@@ -331,5 +350,6 @@ EXPORT CUresult cuCtxDetach(CUcontext ctx)
         context_gone(ctx);
     else if (dying)
         context_kept(ctx);
+    pthread_mutex_unlock(&contexts_lock);
     return rc;
 }

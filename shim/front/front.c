@@ -197,6 +197,7 @@ static void atfork_child(void)
     pthread_mutex_init(&ledger_lock, NULL);
     pthread_cond_init(&ledger_ready, NULL);
     pthread_mutex_init(&created_lock, NULL);
+    pthread_mutex_init(&contexts_lock, NULL);
     pthread_mutex_init(&vmm_lock, NULL);
     pthread_mutex_init(&arrays_lock, NULL);
     pthread_mutex_init(&pools_lock, NULL);

@@ -137,7 +137,7 @@ extern atomic_int captures_begun;
 
 /* Locks defined with what they guard (contexts.c, vmm.c, arrays.c, pools.c); a forked
  * child starts them afresh (front.c). */
-extern pthread_mutex_t created_lock, vmm_lock, arrays_lock, pools_lock;
+extern pthread_mutex_t created_lock, contexts_lock, vmm_lock, arrays_lock, pools_lock;
 extern pthread_rwlock_t reset_lock;
 
 /* Takes one of the front's locks; none is taken otherwise (front.c says why). */

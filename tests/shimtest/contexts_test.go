@@ -588,3 +588,29 @@ func TestPrimaryCtxResetDuringPoolMemoryCall(t *testing.T) {
 		})
 	}
 }
+
+// TestCreatedContextHandleReusedDuringDestroy: CUDA may hand a context
+// created on another thread the handle of one whose cuCtxDestroy_v2 has
+// destroyed it but not yet returned. What the new context allocates is its
+// own: counted against the quota while it lives, and given back when it is
+// destroyed in turn, never as the old context's.
+func TestCreatedContextHandleReusedDuringDestroy(t *testing.T) {
+	hook := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctxhook.c"}, Shared: true,
+		ProjectHeaders: true, Flags: []string{"-ldl"}})
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctxreuse.c"}, ProjectHeaders: true,
+		Flags: []string{hook, "-Wl,-rpath," + filepath.Dir(hook), "-L", harness.SimcudaDir(t), "-lcuda"}})
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, prog))
+	if out.Code(t, "destroy", 0) != cuSuccess || out.Code(t, "create", 0) != cuSuccess ||
+		out.Code(t, "alloc", 0) != cuSuccess || out.Code(t, "last", 0) != cuSuccess {
+		t.Fatalf("a context call failed: %v", out)
+	}
+	if out.Num(t, "create", 0, 2) != 1 {
+		t.Fatalf("the new context did not get the destroyed one's handle: the test reuses none\n%v", out)
+	}
+	if free := out.Num(t, "info", 0, 2); free != 62<<20 {
+		t.Errorf("cuMemGetInfo_v2 with 2 MiB held in the new context: %d bytes free, want 62 MiB\n%v", free, out)
+	}
+	if free := out.Num(t, "info", 1, 2); free != 64<<20 {
+		t.Errorf("cuMemGetInfo_v2 once the new context was destroyed: %d bytes free, want the whole 64 MiB quota\n%v", free, out)
+	}
+}
