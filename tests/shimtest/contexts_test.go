@@ -614,3 +614,39 @@ func TestCreatedContextHandleReusedDuringDestroy(t *testing.T) {
 		t.Errorf("cuMemGetInfo_v2 once the new context was destroyed: %d bytes free, want the whole 64 MiB quota\n%v", free, out)
 	}
 }
+
+// TestResetsAndContextsRaceWithAllocations: threads allocate and free
+// (arrays, the pool's memory, memory from a pool the program created, in
+// the primary context through the runtime or the driver; or in contexts of
+// their own, which they destroy with what they hold and create again) while
+// another thread resets the primary context. Once they stop, the quota
+// counts exactly what simcuda still holds for the program: nothing lost,
+// nothing left counted.
+func TestResetsAndContextsRaceWithAllocations(t *testing.T) {
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/resetstress.c"}, Cudart: true,
+		ProjectHeaders: true, Flags: []string{"-lcuda"}})
+	const quota = 256 << 20
+	for _, mode := range []string{"runtime", "driver", "contexts"} {
+		t.Run(mode, func(t *testing.T) {
+			stats := filepath.Join(t.TempDir(), "stats.json")
+			cmd := harness.Shimmed(t, []string{"SIMCUDA_DEVICES=1GiB", "SPILLWAY_MEMORY_LIMIT=256MiB", "SPILLWAY_REPORT=1",
+				"SIMCUDA_STATS_FILE=" + stats}, prog, mode, "4", "700", "1")
+			res, out := harness.RunOK(t, cmd)
+			if out.Num(t, "failed", 0, 1) != 0 || out.Code(t, "info", 0) != 0 || out.Num(t, "info", 0, 3) != quota {
+				t.Fatalf("calls failed: %v\n%s", out, res.Stderr)
+			}
+			reports, err := harness.ParseReports(res.Stderr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rep := reports[0] // none when the last reset left no pool
+			s := harness.ReadStats(t, stats)
+			// What the quota counts beside the pool's cache; what simcuda holds beside the pool's reservations.
+			counted := quota - out.Num(t, "info", 0, 2)
+			held := s.Devices[0].DeviceBytes - rep.Reserved + rep.Live
+			if counted != held {
+				t.Errorf("the quota counts %d bytes in use, simcuda holds %d for the program\n%v\n%s", counted, held, out, res.Stderr)
+			}
+		})
+	}
+}
