@@ -46,7 +46,8 @@ static atomic_long context_blocks;
  * back what it recorded of them. Such an allocation holds this lock for
  * reading from its real call to its record, and a free of a recorded
  * allocation from the core's forgetting it to its record again after a
- * failed real free; a reset holds it for writing. So the reset
+ * failed real free, and so does the destruction of a created context
+ * (context_ending); a reset holds it for writing. So the reset
  * never falls between a real call and its record: an allocation is either
  * recorded before the reset, which gives it back, or made after it, and
  * a free never records again memory the reset destroyed meanwhile.
@@ -316,16 +317,37 @@ static void context_gone(CUcontext ctx)
     atomic_fetch_sub(&context_blocks, (long)n);
 }
 
+/*
+ * Around a call that may destroy a created context: resets wait, since the
+ * memory from a memory pool it leaves becomes the primary context's only
+ * once the core has heard of the destruction (context_gone), and a reset
+ * meanwhile would destroy that memory without its bytes being given back.
+ * Not within the front's own calls (depth), which may hold resets off already.
+ */
+static void context_ending(void)
+{
+    if (depth == 0)
+        front_read_lock(&reset_lock);
+}
+
+static void context_ended(void)
+{
+    if (depth == 0)
+        pthread_rwlock_unlock(&reset_lock);
+}
+
 EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     REAL(real_destroy, cu_ctx_destroy);
     front_lock(&contexts_lock);
+    context_ending();
     int dying = created_usage(ctx, 0) > 0 && context_dying(ctx);
     CUresult rc = real_destroy(ctx);
     if (rc == CUDA_SUCCESS && created_remove(ctx))
         context_gone(ctx);
     else if (dying)
         context_kept(ctx);
+    context_ended();
     pthread_mutex_unlock(&contexts_lock);
     return rc;
 }
@@ -343,6 +365,7 @@ EXPORT CUresult cuCtxDetach(CUcontext ctx)
 {
     REAL(real_detach, cu_ctx_detach);
     front_lock(&contexts_lock);
+    context_ending();
     /* The last usage: the real call destroys the context. */
     int dying = created_usage(ctx, 0) == 1 && context_dying(ctx);
     CUresult rc = real_detach(ctx);
@@ -350,6 +373,7 @@ EXPORT CUresult cuCtxDetach(CUcontext ctx)
         context_gone(ctx);
     else if (dying)
         context_kept(ctx);
+    context_ended();
     pthread_mutex_unlock(&contexts_lock);
     return rc;
 }

@@ -650,3 +650,22 @@ func TestResetsAndContextsRaceWithAllocations(t *testing.T) {
 		})
 	}
 }
+
+// TestPrimaryCtxResetDuringCreatedContextDestroy: another thread resets
+// the primary context while cuCtxDestroy_v2 of a created context holding
+// memory from a memory pool is under way, once the driver has destroyed
+// the context. That memory, the primary context's once its context is
+// gone, is destroyed by the reset, and none of it stays counted.
+func TestPrimaryCtxResetDuringCreatedContextDestroy(t *testing.T) {
+	hook := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctxhook.c"}, Shared: true,
+		ProjectHeaders: true, Flags: []string{"-ldl"}})
+	prog := harness.Compile(t, harness.CBuild{Sources: []string{"testdata/ctxreset.c"}, ProjectHeaders: true,
+		Flags: []string{hook, "-Wl,-rpath," + filepath.Dir(hook), "-L", harness.SimcudaDir(t), "-lcuda"}})
+	_, out := harness.RunOK(t, harness.Shimmed(t, []string{"SPILLWAY_MEMORY_LIMIT=64MiB"}, prog))
+	if out.Code(t, "destroy", 0) != cuSuccess || out.Code(t, "reset", 0) != cuSuccess || out.Code(t, "info", 0) != cuSuccess {
+		t.Fatalf("a context call failed: %v", out)
+	}
+	if free := out.Num(t, "info", 0, 2); free != 64<<20 {
+		t.Errorf("cuMemGetInfo_v2 once the reset destroyed the only allocation: %d bytes free, want the whole 64 MiB quota\n%v", free, out)
+	}
+}
