@@ -278,7 +278,9 @@ static __always_inline __u32 log2_pow2(__u64 p)
 }
 
 /* Adds or removes [start, start+size) of tgid in spilled_ranges, as the
- * largest aligned power-of-two blocks that tile it (at most 128). */
+ * largest aligned power-of-two blocks that tile it (at most 128). A block the
+ * full trie has no room for is left out, so faults in it are not counted as
+ * spilled; the removal deletes every block, whether it was added or not. */
 static __always_inline void update_ranges(__u32 tgid, __u64 start, __u64 size, int add)
 {
 	__u64 base = start;
@@ -311,7 +313,10 @@ static __always_inline void track_spill(__u32 tgid, __u32 probe, __u64 ptr, __u6
 	if (probe == PROBE_SPILL) {
 		if (size == 0 || bpf_map_lookup_elem(&spilled, &key))
 			return;
-		bpf_map_update_elem(&spilled, &key, &size, BPF_NOEXIST);
+		/* Promote and free find a range only through its spilled entry:
+		 * a range added without one (the map full) would never go. */
+		if (bpf_map_update_elem(&spilled, &key, &size, BPF_NOEXIST))
+			return;
 		update_ranges(tgid, ptr, size, 1);
 		return;
 	}

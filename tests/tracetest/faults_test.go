@@ -1,6 +1,7 @@
 package tracetest
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/spillway-gpu/spillway/bpf"
@@ -93,5 +94,35 @@ func TestSpilledAccessesClassified(t *testing.T) {
 	}
 	if sum.MovedBytes != 2*(3*4096+7) {
 		t.Errorf("moved_bytes = %d, want the spill and the promotion, %d", sum.MovedBytes, 2*(3*4096+7))
+	}
+}
+
+// A spill past the limit on spilled allocations a session tracks (the size
+// of the spilled map in bpf/spillway.bpf.c) leaves no range behind: once
+// every spill is freed, faults on its pages, now plain memory, are not
+// counted as spilled.
+func TestSpillPastLimitLeavesNoRange(t *testing.T) {
+	const spilledLimit = 65536
+	tr, workload := tracedFakeCUDA(t, bpf.Options{})
+	wait := collect(t, tr)
+	w := startGated(t, workload, "overfill", strconv.Itoa(spilledLimit))
+	if err := tr.Trace(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	sum := wait()
+
+	if sum.Drops != 0 {
+		t.Fatalf("drops = %d, want 0", sum.Drops)
+	}
+	if sum.Pool.Spills != spilledLimit+1 {
+		t.Errorf("spills = %d, want %d", sum.Pool.Spills, spilledLimit+1)
+	}
+	const pages = 8 // written after every spill was freed
+	if sum.PageFaults.Total < pages {
+		t.Errorf("faults = %d, want at least the %d pages written", sum.PageFaults.Total, pages)
+	}
+	if sum.PageFaults.Spilled != 0 {
+		t.Errorf("faults on spilled memory = %d, want 0: every spill was freed before the pages were written", sum.PageFaults.Spilled)
 	}
 }

@@ -25,6 +25,10 @@
  *                                    cudaDeviceSynchronize and
  *                                    cuCtxSynchronize, promotes the range
  *                                    and sets its first bytes again
+ *   workload [-w FD] overfill N      fires spillway_probe_spill on N 512-byte
+ *                                    ranges of reserved address space, then
+ *                                    spills and frees 8 fresh pages, frees the
+ *                                    N ranges, then writes every fresh page
  *
  * With -w it first reads one byte from FD, so that a tracer can attach to
  * the already running process. */
@@ -166,6 +170,37 @@ static void accesses(long pages)
 	munmap(p, (size_t)pages * 4096);
 }
 
+/* N spilled allocations at once, then one more: with N at the probes' limit
+ * on spilled allocations, the last one is past it. Its pages are written only
+ * once every spill is freed, so none of their faults is in spilled memory. */
+static void overfill(long n)
+{
+	const size_t fake = 512, pages = 8, len = pages * 4096;
+	size_t reserved = (size_t)n * fake;
+	char *fakes = mmap(NULL, reserved, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (fakes == MAP_FAILED) {
+		perror("mmap");
+		exit(1);
+	}
+	for (long i = 0; i < n; i++) {
+		spillway_probe_spill((uintptr_t)fakes + i * fake, fake, 0, 1);
+		if (i % 8192 == 8191)
+			usleep(1000); /* lets the tracer drain its ring buffer */
+	}
+	char *p = fresh_pages(pages);
+	spillway_probe_spill((uintptr_t)p, len, 0, 1);
+	spillway_probe_free((uintptr_t)p, len, 0, 1);
+	for (long i = 0; i < n; i++) {
+		spillway_probe_free((uintptr_t)fakes + i * fake, fake, 0, 1);
+		if (i % 8192 == 8191)
+			usleep(1000);
+	}
+	for (size_t i = 0; i < pages; i++)
+		p[i * 4096] = 1;
+	munmap(p, len);
+	munmap(fakes, reserved);
+}
+
 static void pairs(long n)
 {
 	struct timespec start, end;
@@ -201,7 +236,7 @@ int main(int argc, char **argv)
 		arg = 3;
 	}
 	if (argc != arg + 2) {
-		fprintf(stderr, "usage: workload [-w FD] counts|spill|edges|accesses|pairs|probes N\n");
+		fprintf(stderr, "usage: workload [-w FD] counts|spill|edges|accesses|overfill|pairs|probes N\n");
 		return 2;
 	}
 	long n = atol(argv[arg + 1]);
@@ -213,6 +248,8 @@ int main(int argc, char **argv)
 		edges(n);
 	else if (strcmp(argv[arg], "accesses") == 0)
 		accesses(n);
+	else if (strcmp(argv[arg], "overfill") == 0)
+		overfill(n);
 	else if (strcmp(argv[arg], "pairs") == 0)
 		pairs(n);
 	else if (strcmp(argv[arg], "probes") == 0)
