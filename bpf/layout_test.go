@@ -118,3 +118,15 @@ func TestEventLayoutMatchesHeader(t *testing.T) {
 		}
 	}
 }
+
+// MaxTraced, which the error for a full session names, is the size the
+// object gives the traced set.
+func TestMaxTracedMatchesObject(t *testing.T) {
+	spec, err := loadSpillway()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := spec.Maps[spillwayMapTraced].MaxEntries; got != MaxTraced {
+		t.Errorf("traced map holds %d entries, MaxTraced says %d", got, MaxTraced)
+	}
+}

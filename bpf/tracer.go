@@ -16,6 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 )
 
 // pollPeriod bounds how long a record waits in the ring buffer unread.
@@ -27,6 +28,14 @@ const DefaultRingBufferSize = 8 << 20
 // ErrFlushed is returned by ReadEvent once the records pending at Flush have
 // all been read.
 var ErrFlushed = ringbuf.ErrFlushed
+
+// MaxTraced is how many processes and threads a session traces at once: the
+// entries of the kernel's traced set (traced in spillway.bpf.c).
+const MaxTraced = 8192
+
+// ErrTracedFull is wrapped by the error of Trace or Follow for a process the
+// session has no room left to trace.
+var ErrTracedFull = fmt.Errorf("the session already traces %d processes and threads, its limit", MaxTraced)
 
 // Options configure a Tracer.
 type Options struct {
@@ -268,7 +277,13 @@ func (t *Tracer) Follow(pid int) error {
 		return fmt.Errorf("pid %d: want a positive process id", pid)
 	}
 	key, one := uint32(pid), uint8(1)
-	if err := t.objs.Traced.Put(key, one); err != nil {
+	err := t.objs.Traced.Put(key, one)
+	// A full hash map refuses a new key with E2BIG, which cilium/ebpf
+	// reports as "key too big for map".
+	if errors.Is(err, unix.E2BIG) {
+		return fmt.Errorf("cannot trace pid %d: %w", pid, ErrTracedFull)
+	}
+	if err != nil {
 		return fmt.Errorf("trace pid %d: %w", pid, err)
 	}
 	return nil

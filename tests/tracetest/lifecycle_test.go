@@ -3,6 +3,7 @@ package tracetest
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -490,6 +491,44 @@ func TestTraceRefusesBadPIDs(t *testing.T) {
 		if err := tr.Trace(c.pid); err == nil || err.Error() != c.want {
 			t.Errorf("Trace(%d) = %v, want %q", c.pid, err, c.want)
 		}
+	}
+}
+
+// A session traces at most bpf.MaxTraced processes and threads at once: past
+// that, Trace refuses a process with an error that names it and the limit,
+// rather than the kernel's "key too big for map", and a place freed by an
+// untraced one makes room again.
+func TestTraceSaysTheSessionIsFull(t *testing.T) {
+	harness.RequireBPF(t)
+	tr := newTracer(t, bpf.Options{})
+	// Ids above the kernel's pid_max (at most 2^22) name no process, so
+	// nothing forks or exits under them while the set is full.
+	const unreal = 1 << 30
+	for i := range bpf.MaxTraced {
+		if err := tr.Follow(unreal + i); err != nil {
+			t.Fatalf("follow %d of %d: %v", i+1, bpf.MaxTraced, err)
+		}
+	}
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sleeper.Process.Kill()
+		sleeper.Wait()
+	}()
+	pid := sleeper.Process.Pid
+
+	err := tr.Trace(pid)
+	want := fmt.Sprintf("cannot trace pid %d: the session already traces %d processes and threads, its limit", pid, bpf.MaxTraced)
+	if !errors.Is(err, bpf.ErrTracedFull) || err.Error() != want {
+		t.Fatalf("Trace(%d) with the set full = %v, want %q wrapping bpf.ErrTracedFull", pid, err, want)
+	}
+	if err := tr.Untrace(unreal); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Trace(pid); err != nil {
+		t.Fatalf("Trace(%d) with one place free: %v", pid, err)
 	}
 }
 
