@@ -195,7 +195,7 @@ func (p *Pool) ReleaseCached(synchronize bool) uint64 {
 	} else {
 		p.drainIdleStreams()
 	}
-	p.releaseEmptyWhile(func() bool { return true })
+	p.releaseEmptyWhile(func(uint64) bool { return true })
 	return p.stats.BytesReleased - before
 }
 
@@ -219,19 +219,7 @@ func (p *Pool) TrimTo(keep uint64) uint64 {
 	before := p.stats.BytesReleased
 	p.pollMarkers()
 	p.drainIdleStreams()
-	leaves := func(size uint64) bool { return p.devBytes > keep && p.devBytes-keep >= size }
-	for seg := p.empty.head; seg != nil; {
-		next := seg.nextEmpty
-		if leaves(seg.size) {
-			if err := p.releaseSegment(seg); err != nil {
-				p.tellFailure(err)
-			}
-		}
-		seg = next
-	}
-	if v := p.virt; v != nil {
-		p.releaseGranulesWhile(func() bool { return leaves(v.gran) })
-	}
+	p.releaseEmptyWhile(func(size uint64) bool { return p.devBytes > keep && p.devBytes-keep >= size })
 	return p.stats.BytesReleased - before
 }
 

@@ -141,7 +141,7 @@ func (p *Pool) promote() error {
 		if b == nil || p.ledger.Headroom()+p.releasableBytes() < b.size {
 			return nil
 		}
-		p.releaseEmptyWhile(func() bool { return p.ledger.Headroom() < b.size })
+		p.releaseEmptyWhile(func(uint64) bool { return p.ledger.Headroom() < b.size })
 		if !p.ledger.Take(b.size) {
 			return nil
 		}

@@ -670,7 +670,7 @@ func (p *Pool) allocUnderPressure(size uint64, class int, async bool, s Stream, 
 	if b := p.fromCache(size, class, c, everything); b != nil {
 		return p.hand(b, size, SourceCache), nil
 	}
-	p.releaseEmptyWhile(func() bool { return true })
+	p.releaseEmptyWhile(func(uint64) bool { return true })
 	var deviceFull error // the device itself is out of memory, below the quota
 	for _, grow := range [...]uint64{p.segmentSize(size), size} {
 		b, err := p.grow(grow, class)

@@ -113,21 +113,29 @@ func (p *Pool) releaseSegment(seg *segment) error {
 	return nil
 }
 
-// releaseEmptyWhile releases empty segments, oldest emptied first, while cond
-// holds. A failed release is counted, told to a FailureObserver, and
-// skipped.
-func (p *Pool) releaseEmptyWhile(cond func() bool) {
-	for p.empty.head != nil && cond() {
-		if err := p.releaseSegment(p.empty.head); err != nil {
-			p.tellFailure(err)
+// releaseEmptyWhile releases empty segments, oldest emptied first, then
+// free and idle granules, each where cond holds for its size; it stops once
+// cond fails for every size (for size 0). A segment cond refuses for its
+// size is kept and the next one tried (TrimTo's floor). A failed release is
+// counted, told to a FailureObserver, and skipped.
+func (p *Pool) releaseEmptyWhile(cond func(size uint64) bool) {
+	for seg := p.empty.head; seg != nil && cond(0); {
+		next := seg.nextEmpty
+		if cond(seg.size) {
+			if err := p.releaseSegment(seg); err != nil {
+				p.tellFailure(err)
+			}
 		}
+		seg = next
 	}
-	p.releaseGranulesWhile(cond)
+	if v := p.virt; v != nil {
+		p.releaseGranulesWhile(func() bool { return cond(v.gran) })
+	}
 }
 
 // trim applies the release threshold.
 func (p *Pool) trim() {
-	p.releaseEmptyWhile(func() bool { return p.cachedBytes() > p.opt.ReleaseThreshold })
+	p.releaseEmptyWhile(func(uint64) bool { return p.cachedBytes() > p.opt.ReleaseThreshold })
 }
 
 // makeFree returns a block to its class index, merging it with free

@@ -273,13 +273,9 @@ func (o *sessionOutput) begin() error {
 	return nil
 }
 
-// abandon closes the output of a session that did not start, removing the
-// file if this session made it.
+// abandon removes the file of a session that did not start if this
+// session made it (runTrace closes it).
 func (o *sessionOutput) abandon() {
-	if o.path == "" {
-		return
-	}
-	o.file.Close()
 	if o.created {
 		os.Remove(o.path)
 	}

@@ -525,11 +525,11 @@ func startTime(proc string) (uint64, error) {
 // pidNamespace is the inode of the PID namespace of the process /proc
 // describes at proc, which names the namespace while it lives.
 func pidNamespace(proc string) (uint64, error) {
-	var st unix.Stat_t
-	if err := unix.Stat(proc+"/ns/pid", &st); err != nil {
+	ino, err := nsInode(proc + "/ns/pid")
+	if err != nil {
 		return 0, fmt.Errorf("PID namespace of %s: %w", proc, err)
 	}
-	return st.Ino, nil
+	return ino, nil
 }
 
 // pidResolver finds, under the PID this process sees, a process named by

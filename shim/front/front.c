@@ -204,11 +204,16 @@ static void atfork_child(void)
     reset_lock = (pthread_rwlock_t)PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
 }
 
-static pthread_once_t fork_handler_once = PTHREAD_ONCE_INIT;
-
 static void register_fork_handler(void)
 {
     pthread_atfork(NULL, NULL, atfork_child);
+}
+
+/* Registers atfork_child once, before the first lock is taken or the core loads. */
+static void ensure_fork_handler(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_fork_handler);
 }
 
 /*
@@ -219,20 +224,20 @@ static void register_fork_handler(void)
  */
 void front_lock(pthread_mutex_t *lock)
 {
-    pthread_once(&fork_handler_once, register_fork_handler);
+    ensure_fork_handler();
     pthread_mutex_lock(lock);
 }
 
 /* The same for a lock shared by readers. */
 void front_read_lock(pthread_rwlock_t *lock)
 {
-    pthread_once(&fork_handler_once, register_fork_handler);
+    ensure_fork_handler();
     pthread_rwlock_rdlock(lock);
 }
 
 void front_write_lock(pthread_rwlock_t *lock)
 {
-    pthread_once(&fork_handler_once, register_fork_handler);
+    ensure_fork_handler();
     pthread_rwlock_wrlock(lock);
 }
 
@@ -404,7 +409,7 @@ static void load_core(void)
 {
     atomic_store_explicit(&quota_at_load, quota_in_environment(), memory_order_release);
     /* Before the Go runtime starts: a child forked from here on never enters it. */
-    pthread_once(&fork_handler_once, register_fork_handler);
+    ensure_fork_handler();
     loading_thread = 1;
     int ok = open_core() == 0;
     loading_thread = 0;

@@ -12,15 +12,8 @@ import (
 // spillway_probe_spill itself on a fresh host range, writes each page of it,
 // then as many pages of an unspilled range.
 func TestSpilledFaultsClassified(t *testing.T) {
-	tr, workload := tracedFakeCUDA(t, bpf.Options{})
-	wait := collect(t, tr)
 	const pages = 64
-	w := startGated(t, workload, "spill", "64")
-	if err := tr.Trace(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
-	sum := wait()
+	sum, pid := traceFakeWorkload(t, "spill", "64")
 
 	if sum.Drops != 0 {
 		t.Fatalf("drops = %d, want 0", sum.Drops)
@@ -36,11 +29,11 @@ func TestSpilledFaultsClassified(t *testing.T) {
 		t.Errorf("faults = %d, want at least %d (both ranges)", sum.PageFaults.Total, 2*pages)
 	}
 	for key, p := range sum.Processes {
-		if key != pidKey(w.pid()) && (p.PageFaults.Total != 0 || p.Calls != 0) {
-			t.Errorf("faults attributed to process %s, not the workload %d: %+v", key, w.pid(), p)
+		if key != pidKey(pid) && (p.PageFaults.Total != 0 || p.Calls != 0) {
+			t.Errorf("faults attributed to process %s, not the workload %d: %+v", key, pid, p)
 		}
 	}
-	if got := sum.Processes[pidKey(w.pid())]; got == nil || got.PageFaults != sum.PageFaults {
+	if got := sum.Processes[pidKey(pid)]; got == nil || got.PageFaults != sum.PageFaults {
 		t.Errorf("workload's own faults = %+v, want all of %+v", got, sum.PageFaults)
 	}
 }
@@ -49,14 +42,7 @@ func TestSpilledFaultsClassified(t *testing.T) {
 // the kernel keeps it as aligned power-of-two blocks, and the faults on its
 // three pages are spilled while those just outside are not.
 func TestSpilledRangeEdges(t *testing.T) {
-	tr, workload := tracedFakeCUDA(t, bpf.Options{})
-	wait := collect(t, tr)
-	w := startGated(t, workload, "edges", "8")
-	if err := tr.Trace(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
-	sum := wait()
+	sum, _ := traceFakeWorkload(t, "edges", "8")
 	if sum.PageFaults.Spilled != 3 {
 		t.Errorf("faults on spilled memory = %d, want 3 (pages 1 to 3)", sum.PageFaults.Spilled)
 	}
@@ -73,14 +59,7 @@ func TestSpilledRangeEdges(t *testing.T) {
 // driver's units, host-to-host copies are no access, and a promoted range is
 // spilled no more. Synchronizations at either layer are steps, counted once.
 func TestSpilledAccessesClassified(t *testing.T) {
-	tr, workload := tracedFakeCUDA(t, bpf.Options{})
-	wait := collect(t, tr)
-	w := startGated(t, workload, "accesses", "8")
-	if err := tr.Trace(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
-	sum := wait()
+	sum, _ := traceFakeWorkload(t, "accesses", "8")
 
 	if sum.Drops != 0 {
 		t.Fatalf("drops = %d, want 0", sum.Drops)
@@ -103,14 +82,7 @@ func TestSpilledAccessesClassified(t *testing.T) {
 // counted as spilled.
 func TestSpillPastLimitLeavesNoRange(t *testing.T) {
 	const spilledLimit = 65536
-	tr, workload := tracedFakeCUDA(t, bpf.Options{})
-	wait := collect(t, tr)
-	w := startGated(t, workload, "overfill", strconv.Itoa(spilledLimit))
-	if err := tr.Trace(w.pid()); err != nil {
-		t.Fatal(err)
-	}
-	w.release(t)
-	sum := wait()
+	sum, _ := traceFakeWorkload(t, "overfill", strconv.Itoa(spilledLimit))
 
 	if sum.Drops != 0 {
 		t.Fatalf("drops = %d, want 0", sum.Drops)

@@ -304,6 +304,20 @@ func TestTraceCommandWithoutCUDA(t *testing.T) {
 	}
 }
 
+// waitForContents waits, a minute at most, until the file at path holds
+// exactly want: a job's word that it reached a point.
+func waitForContents(t *testing.T, path, want string) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+		if data, _ := os.ReadFile(path); string(data) == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never held %q", path, want)
+		}
+	}
+}
+
 // SIGINT to `spillway trace -- CMD` (^C where the tracer alone gets it) is
 // passed on to CMD, as `spillway run` does: a job that catches it goes on,
 // traced to its end, and one that does not ends by it, with the status a
@@ -318,11 +332,7 @@ func TestTraceCommandInterrupted(t *testing.T) {
 			said, workload, simRounds)
 		tracer, log := startTracer(t, "--summary-json", summary, "--", "sh", "-c", script)
 		// Interrupted once the trap is set, while the shell waits for sleep.
-		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
-			if data, _ := os.ReadFile(said); string(data) == "ready\n" || time.Now().After(deadline) {
-				break
-			}
-		}
+		waitForContents(t, said, "ready\n")
 		if err := tracer.Process.Signal(syscall.SIGINT); err != nil {
 			t.Fatal(err)
 		}
@@ -335,9 +345,12 @@ func TestTraceCommandInterrupted(t *testing.T) {
 		checkSimSummary(t, readSummary(t, summary))
 	})
 	t.Run("not caught", func(t *testing.T) {
-		summary := filepath.Join(t.TempDir(), "summary.json")
-		tracer, log := startTracer(t, "--summary-json", summary, "--", workload, "copies")
-		time.Sleep(200 * time.Millisecond) // calling by now
+		dir := t.TempDir()
+		summary, said := filepath.Join(dir, "summary.json"), filepath.Join(dir, "said")
+		// The job says "copying" once its first round of calls is done.
+		tracer, log := startTracer(t, "--summary-json", summary, "--", "sh", "-c",
+			fmt.Sprintf("exec %s copies > %s", workload, said))
+		waitForContents(t, said, "copying\n")
 		if err := tracer.Process.Signal(syscall.SIGINT); err != nil {
 			t.Fatal(err)
 		}

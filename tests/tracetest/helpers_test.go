@@ -94,6 +94,21 @@ type gated struct {
 	w   *os.File
 }
 
+// traceFakeWorkload runs the fake-CUDA workload with args, traced by a
+// session of its own from its first call to its exit, and returns the
+// session's summary and the workload's PID.
+func traceFakeWorkload(t *testing.T, args ...string) (*bpf.Summary, int) {
+	t.Helper()
+	tr, workload := tracedFakeCUDA(t, bpf.Options{})
+	wait := collect(t, tr)
+	w := startGated(t, workload, args...)
+	if err := tr.Trace(w.pid()); err != nil {
+		t.Fatal(err)
+	}
+	w.release(t)
+	return wait(), w.pid()
+}
+
 func startGated(t testing.TB, path string, args ...string) *gated {
 	t.Helper()
 	r, w, err := os.Pipe()

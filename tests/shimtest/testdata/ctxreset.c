@@ -12,9 +12,10 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
-#include <time.h>
 
 #include <spillway/cuda.h>
+
+#include "racer.h"
 
 extern void (*after_ctx_destroy)(void); /* ctxhook's */
 
@@ -33,19 +34,8 @@ static void *reset(void *arg)
 /* Once the driver destroyed the context: another thread resets the primary one. */
 static void reset_now(void)
 {
-    struct timespec until;
     after_ctx_destroy = NULL;
-    if (pthread_create(&resetter, NULL, reset, NULL) != 0)
-        return;
-    started = 1;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 500 * 1000 * 1000;
-    if (until.tv_nsec >= 1000 * 1000 * 1000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000 * 1000 * 1000;
-    }
-    if (sem_timedwait(&reset_done, &until) == 0)
-        sem_post(&reset_done);
+    started = race(&resetter, reset, &reset_done);
 }
 
 int main(void)

@@ -15,9 +15,10 @@
 #include <pthread.h>
 #include <semaphore.h>
 #include <stdio.h>
-#include <time.h>
 
 #include <spillway/cuda.h>
+
+#include "racer.h"
 
 extern void (*after_ctx_destroy)(void); /* ctxhook's */
 
@@ -40,19 +41,8 @@ static void *create(void *arg)
 /* Once the driver destroyed the context: another thread creates one. */
 static void create_now(void)
 {
-    struct timespec until;
     after_ctx_destroy = NULL;
-    if (pthread_create(&creator, NULL, create, NULL) != 0)
-        return;
-    started = 1;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 500 * 1000 * 1000;
-    if (until.tv_nsec >= 1000 * 1000 * 1000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000 * 1000 * 1000;
-    }
-    if (sem_timedwait(&created, &until) == 0)
-        sem_post(&created);
+    started = race(&creator, create, &created);
 }
 
 static void info(void)

@@ -18,12 +18,12 @@
 #include <semaphore.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include <spillway/cuda.h>
 #include <spillway/cuda_runtime.h>
 
 #include "export.h"
+#include "racer.h"
 
 static const struct simcuda_export_table *table;
 static pthread_t resetter;
@@ -41,18 +41,7 @@ static void *reset(void *arg)
 /* Another thread resets the device; this one waits for it a while. */
 static void reset_now(void)
 {
-    struct timespec until;
-    if (pthread_create(&resetter, NULL, reset, NULL) != 0)
-        return;
-    started = 1;
-    clock_gettime(CLOCK_REALTIME, &until);
-    until.tv_nsec += 500 * 1000 * 1000;
-    if (until.tv_nsec >= 1000 * 1000 * 1000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000 * 1000 * 1000;
-    }
-    if (sem_timedwait(&reset_done, &until) == 0)
-        sem_post(&reset_done);
+    started = race(&resetter, reset, &reset_done);
 }
 
 /* At the real allocation's entry: the next cuCtxGetCurrent follows it. */
